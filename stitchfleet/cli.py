@@ -1,0 +1,123 @@
+"""The `stitchfleet` command: one entry point, one subcommand per user task.
+
+Input: argv. Output: an exit status and what the subcommand prints. Subcommands
+import their component lazily, so `stitchfleet --help` needs only numpy. A
+subcommand whose issue has not landed yet says so plainly and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from stitchfleet import __version__, settings
+
+Handler = Callable[[argparse.Namespace], int]
+
+EXIT_USAGE = 2
+
+
+def _not_yet(what: str, issue: str) -> Handler:
+    def handler(args: argparse.Namespace) -> int:
+        print(f"stitchfleet {what}: not available yet; it lands with the issue '{issue}'.", file=sys.stderr)
+        return EXIT_USAGE
+
+    return handler
+
+
+def _show_settings(args: argparse.Namespace) -> int:
+    current = settings.load()
+    rows = settings.describe()
+    width = max(len(name) for name, *_ in rows)
+    for name, kind, default, doc in rows:
+        value = getattr(current, name.removeprefix(settings.PREFIX).lower())
+        print(f"{name:<{width}}  {kind:<12} {value!s:<28} {doc}")
+        if str(value) != default:
+            print(f"{'':<{width}}  {'':<12} (default: {default})")
+    return 0
+
+
+def _add_settings(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("settings", help="show every STITCHFLEET_* setting, its value and meaning")
+    parser.set_defaults(handler=_show_settings)
+
+
+def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("compile", help="compile a graph (IR JSON or GraphDef) and report clusters and kernels")
+    parser.add_argument("path", help="graph file: IR .json or TensorFlow .pb")
+    parser.add_argument("--report", choices=("json", "table"), default="table")
+    parser.add_argument("--device", default=None, help="run the compiled graph on a backend and check it")
+    parser.set_defaults(handler=_not_yet("compile", "Compiler front half"))
+
+
+def _add_db(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("db", help="telemetry database maintenance")
+    actions = parser.add_subparsers(dest="db_action", required=True)
+    upgrade = actions.add_parser("upgrade", help="create or migrate the telemetry schema")
+    upgrade.add_argument("--db", default=None, help="SQLAlchemy URL (default: STITCHFLEET_DB_URL or SQLite)")
+    upgrade.set_defaults(handler=_not_yet("db upgrade", "Telemetry"))
+
+
+def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("report", help="savings reports")
+    kinds = parser.add_subparsers(dest="report_kind", required=True)
+    weekly = kinds.add_parser("weekly", help="weekly GPU-hour savings report")
+    weekly.add_argument("--week", default=None, help="ISO week, e.g. 2026-W47 (default: the current week)")
+    weekly.add_argument("--format", choices=("md", "csv", "html"), default="md")
+    weekly.add_argument("--db", default=None, help="SQLAlchemy URL (default: STITCHFLEET_DB_URL or SQLite)")
+    weekly.set_defaults(handler=_not_yet("report weekly", "Telemetry"))
+
+
+def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("operator", help="run the Kubernetes operator and admission webhook")
+    parser.set_defaults(
+        handler=_not_yet("operator", "Kubernetes operator, opt-in admission webhook and the Helm chart")
+    )
+
+
+def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("bench", help="run the subgraph benchmark suite")
+    parser.set_defaults(handler=_not_yet("bench", "CUDA backend with pycuda, and the GPU benchmark harness"))
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("demo", help="train a small model with the plugin on and print the savings report")
+    parser.set_defaults(
+        handler=_not_yet("demo", "TensorFlow plugin: per-job auto-enable, graph rewrite, fallback guard")
+    )
+
+
+_COMMANDS = (_add_settings, _add_compile, _add_db, _add_report, _add_operator, _add_bench, _add_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser; exposed for tests and documentation."""
+    parser = argparse.ArgumentParser(
+        prog="stitchfleet",
+        description="Operator stitching for TensorFlow training jobs, with a numeric guard and proven savings.",
+    )
+    parser.add_argument("--version", action="version", version=f"stitchfleet {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in _COMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one subcommand; returns its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return handler(args)
+    except settings.SettingsError as err:
+        print(f"stitchfleet: bad setting: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

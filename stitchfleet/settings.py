@@ -1,0 +1,206 @@
+"""Every STITCHFLEET_* knob, declared once: name, type, default, meaning.
+
+Input: an environment mapping (os.environ by default). Output: a frozen `Settings`
+object. This is the only module of stitchfleet that reads the environment; every
+other module asks `current()` or receives a `Settings`. A malformed value raises
+`SettingsError` naming the variable, the value and the type that was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PREFIX = "STITCHFLEET_"
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+BACKENDS = ("auto", "cuda", "cpu", "sim")
+DEVICES = ("h200", "v100")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class SettingsError(ValueError):
+    """A STITCHFLEET_* variable holds a value that cannot be used."""
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError("expected a boolean (1/0, true/false, yes/no, on/off)")
+
+
+def _parse_int(text: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError("expected an integer") from None
+
+
+def _parse_float(text: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise ValueError("expected a number") from None
+
+
+def _parse_path(text: str) -> Path:
+    return Path(text).expanduser()
+
+
+# Keyed by the annotation's text: the module uses postponed annotations.
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "bool": _parse_bool,
+    "int": _parse_int,
+    "float": _parse_float,
+    "str": str,
+    "Path": _parse_path,
+}
+
+
+def _knob(default: Any, doc: str, *, choices: tuple[str, ...] = (), minimum: float | None = None) -> Any:
+    """Declares one setting; the metadata drives parsing, validation and `describe()`."""
+    return field(default=default, metadata={"doc": doc, "choices": choices, "minimum": minimum})
+
+
+def _default_state_dir() -> Path:
+    # XDG state dir when set by the platform, else the user's home: a job needs no setup to record.
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "stitchfleet"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The typed view of all STITCHFLEET_* variables. Field `foo_bar` is STITCHFLEET_FOO_BAR."""
+
+    # plugin: turning it on, which backend, how it is guarded
+    enabled: bool = _knob(False, "Attach the stitching hook to every MonitoredSession of the job.")
+    backend: str = _knob("auto", "Kernel backend: auto picks cuda on a GPU, else cpu.", choices=BACKENDS)
+    device: str = _knob("h200", "Device profile the planner targets (occupancy model).", choices=DEVICES)
+    warmup_steps: int = _knob(10, "Steps run untouched before timing starts.", minimum=0)
+    baseline_steps: int = _knob(20, "Steps per baseline window (all clusters off).", minimum=1)
+    rebaseline_every: int = _knob(1000, "Steps between fresh baseline windows.", minimum=1)
+    window_steps: int = _knob(100, "Steps per telemetry window.", minimum=1)
+    check_every: int = _knob(100, "Steps between numeric checks against the fp64 reference.", minimum=1)
+    check_first: int = _knob(5, "Steps checked right after a cluster is enabled.", minimum=0)
+    tolerance_factor: float = _knob(
+        8.0, "A stitched result may be this many times further from fp64 than unfused fp32.", minimum=1.0
+    )
+    slowdown_margin: float = _knob(
+        0.05, "Revert when stitched steps are slower than baseline by this share.", minimum=0.0
+    )
+    remote_stitch_budget: int = _knob(8, "Most independent clusters merged into one stitch op.", minimum=1)
+    dump_dir: str = _knob("", "Write every compiler artifact here (empty: off).")
+    # Home-relative defaults are resolved once, at import: a process's home does not move.
+    cache_dir: Path = _knob(Path.home() / ".cache" / "stitchfleet", "Compiled kernel cache.")  # noqa: RUF009
+    # telemetry
+    db_url: str = _knob("", "SQLAlchemy URL of the telemetry database (empty: SQLite in state_dir).")
+    state_dir: Path = _knob(_default_state_dir(), "Local state: default SQLite file and the spool.")  # noqa: RUF009
+    metrics_port: int = _knob(0, "Serve Prometheus metrics on this port (0: off).", minimum=0)
+    flush_seconds: float = _knob(5.0, "Longest a clean shutdown waits for telemetry to flush.", minimum=0.0)
+    # job identity (the admission webhook fills these from labels and the downward API)
+    cluster: str = _knob("local", "Kubernetes cluster name.")
+    namespace: str = _knob("default", "Namespace of the job.")
+    job_name: str = _knob("", "Job name (empty: derived from the script name).")
+    team: str = _knob("", "Owning team, for rollups.")
+    model: str = _knob("", "Model name, for rollups.")
+    pod_name: str = _knob("", "Pod name.")
+    rank: int = _knob(0, "This process's rank (Horovod sets its own and wins).", minimum=0)
+    world_size: int = _knob(1, "Number of ranks in the job.", minimum=1)
+    gpus_per_rank: int = _knob(1, "GPUs each rank uses, for GPU-hour accounting.", minimum=0)
+    gpu_type: str = _knob("", "GPU model, e.g. H200.")
+    log_level: str = _knob("INFO", "Log level of stitchfleet's own logger.", choices=LOG_LEVELS)
+
+    @property
+    def sqlite_path(self) -> Path:
+        """The embedded default database file."""
+        return self.state_dir / "telemetry.db"
+
+    @property
+    def database_url(self) -> str:
+        """The URL telemetry connects to: db_url, else the SQLite file in state_dir."""
+        return self.db_url or f"sqlite:///{self.sqlite_path}"
+
+    @property
+    def spool_dir(self) -> Path:
+        """Where rows wait while the database is unreachable."""
+        return self.state_dir / "spool"
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable behind a Settings field."""
+    return PREFIX + field_name.upper()
+
+
+def _parse_field(spec: dataclasses.Field[Any], raw: str) -> Any:
+    name = env_name(spec.name)
+    try:
+        value = _PARSERS[str(spec.type)](raw)
+    except ValueError as err:
+        raise SettingsError(f"{name}={raw!r}: {err}") from None
+    _validate(spec, name, value)
+    return value
+
+
+def _validate(spec: dataclasses.Field[Any], name: str, value: Any) -> None:
+    choices = spec.metadata["choices"]
+    if choices and value not in choices:
+        raise SettingsError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    minimum = spec.metadata["minimum"]
+    if minimum is not None and value < minimum:
+        raise SettingsError(f"{name}={value!r}: expected a value >= {minimum}")
+
+
+def _unknown(environ: Mapping[str, str]) -> list[str]:
+    known = {env_name(f.name) for f in dataclasses.fields(Settings)}
+    return sorted(k for k in environ if k.startswith(PREFIX) and k not in known)
+
+
+def load(environ: Mapping[str, str] | None = None, *, strict: bool = False) -> Settings:
+    """Parses STITCHFLEET_* from `environ` (default os.environ) into Settings.
+
+    With strict=True an unknown STITCHFLEET_* name is an error too (a typo would
+    otherwise silently leave the default in place).
+    """
+    env = os.environ if environ is None else environ
+    if strict and (unknown := _unknown(env)):
+        raise SettingsError(f"unknown setting(s): {', '.join(unknown)}")
+    values = {
+        f.name: _parse_field(f, env[env_name(f.name)]) for f in dataclasses.fields(Settings) if env_name(f.name) in env
+    }
+    return Settings(**values)
+
+
+_current: Settings | None = None
+
+
+def current() -> Settings:
+    """The process-wide settings, parsed from os.environ on first use."""
+    global _current
+    if _current is None:
+        _current = load()
+    return _current
+
+
+def reset() -> None:
+    """Forgets the cached settings (tests, and processes that change their env on purpose)."""
+    global _current
+    _current = None
+
+
+def describe() -> list[tuple[str, str, str, str]]:
+    """(variable, type, default, doc) for every knob: the documentation `stitchfleet settings` prints."""
+    rows = []
+    for spec in dataclasses.fields(Settings):
+        choices = spec.metadata["choices"]
+        type_text = "|".join(choices) if choices else str(spec.type)
+        rows.append((env_name(spec.name), type_text, str(spec.default), spec.metadata["doc"]))
+    return rows

@@ -1,0 +1,37 @@
+"""Test tiers: gpu tests skip with a reason unless an NVIDIA GPU and pycuda are present.
+
+tf, horovod and postgres tests run by default: `make test` installs what they need.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+@functools.cache
+def gpu_unavailable_reason() -> str | None:
+    """None when a CUDA device is usable through pycuda, else why not."""
+    try:
+        import pycuda.driver as cuda
+    except ImportError as err:
+        return f"pycuda is not installed ({err}); GPU tests run on a GPU machine with `pip install .[gpu]`"
+    try:
+        cuda.init()
+        if cuda.Device.count() == 0:
+            return "pycuda sees no CUDA device"
+    except Exception as err:  # pycuda raises its own error types for a missing driver
+        return f"no usable CUDA driver: {err}"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu_items:
+        return
+    reason = gpu_unavailable_reason()
+    if reason is None:
+        return
+    for item in gpu_items:
+        item.add_marker(pytest.mark.skip(reason=f"gpu tier: {reason}"))
