@@ -1,0 +1,255 @@
+"""The reference interpreter: the definition of what every IR op means, in numpy.
+
+Input: a `Graph`, a mapping parameter name -> numpy array, and a precision:
+"native" computes every op in its own dtype (the unfused result a framework would
+give), "float64" computes every floating-point value in float64 (the guard's
+reference). Output: a dict output name -> array. Bad inputs (missing, unexpected,
+wrong shape or dtype) raise `InputError` naming the input.
+
+bf16 has no numpy type: a bf16 value is held in float32 and rounded to the nearest
+bf16 (ties to even) after every op that produces bf16, which is what bf16 storage does.
+f16 and bf16 reductions accumulate in float32 and round once, as TensorFlow's GPU
+kernels do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from stitchfleet.compiler.ir import DType, Graph, Node, Op, is_static
+
+Array = npt.NDArray[Any]
+Precision = Literal["native", "float64"]
+PRECISIONS = ("native", "float64")
+
+
+class EvaluationError(ValueError):
+    """The graph cannot be evaluated (an opaque op with no reference meaning, a dynamic result)."""
+
+
+class InputError(EvaluationError):
+    """An input is missing, unexpected, or of the wrong shape or dtype."""
+
+
+def round_bf16(values: Array) -> Array:
+    """Rounds float32 values to the nearest bfloat16 (ties to even), kept in float32."""
+    as_f32 = np.array(values, dtype=np.float32, ndmin=1)
+    bits = as_f32.view(np.uint32).astype(np.uint64)
+    odd = (bits >> np.uint64(16)) & np.uint64(1)
+    kept = (bits + np.uint64(0x7FFF) + odd) & np.uint64(0xFFFF0000)
+    rounded = kept.astype(np.uint32).view(np.float32)
+    result: Array = np.where(np.isnan(as_f32), as_f32, rounded).reshape(np.shape(values))
+    return result
+
+
+def _storage(dtype: DType, precision: Precision) -> np.dtype[np.generic]:
+    if precision == "float64" and dtype.is_float:
+        return np.dtype(np.float64)
+    return dtype.numpy
+
+
+def _store(values: object, dtype: DType, precision: Precision) -> Array:
+    """Converts a computed value to how `dtype` holds it (rounding bf16 in native mode)."""
+    array = np.asarray(values).astype(_storage(dtype, precision), copy=False)
+    if dtype is DType.BF16 and precision == "native":
+        return round_bf16(array)
+    return array
+
+
+def _accumulator(array: Array) -> np.dtype[np.generic]:
+    return np.dtype(np.float32) if array.dtype == np.float16 else array.dtype
+
+
+def _sigmoid(x: Array) -> Array:
+    positive = 1.0 / (1.0 + np.exp(-np.abs(x)))
+    return np.where(x >= 0, positive, 1.0 - positive)
+
+
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+_UNARY: dict[Op, Callable[[Array], object]] = {
+    Op.NEG: np.negative,
+    Op.ABS: np.abs,
+    Op.SQUARE: np.square,
+    Op.RELU: lambda x: np.maximum(x, np.zeros((), x.dtype)),
+    Op.LOGICAL_NOT: np.logical_not,
+    Op.SIGN: np.sign,
+    Op.FLOOR: np.floor,
+    Op.CEIL: np.ceil,
+    Op.EXP: np.exp,
+    Op.LOG: np.log,
+    Op.LOG1P: np.log1p,
+    Op.TANH: np.tanh,
+    Op.SIGMOID: _sigmoid,
+    Op.ERF: lambda x: _ERF(x.astype(np.float64)).astype(np.float64),
+    Op.RSQRT: lambda x: 1 / np.sqrt(x),
+    Op.SQRT: np.sqrt,
+    Op.RECIPROCAL: lambda x: 1 / x,
+}
+_BINARY: dict[Op, Callable[[Array, Array], object]] = {
+    Op.ADD: np.add,
+    Op.SUB: np.subtract,
+    Op.MUL: np.multiply,
+    Op.DIV: np.divide,
+    Op.POW: np.power,
+    Op.MAXIMUM: np.maximum,
+    Op.MINIMUM: np.minimum,
+    Op.GREATER: np.greater,
+    Op.GREATER_EQUAL: np.greater_equal,
+    Op.LESS: np.less,
+    Op.LESS_EQUAL: np.less_equal,
+    Op.EQUAL: np.equal,
+    Op.NOT_EQUAL: np.not_equal,
+    Op.LOGICAL_AND: np.logical_and,
+    Op.LOGICAL_OR: np.logical_or,
+}
+_REDUCE: dict[Op, Callable[..., Array]] = {
+    Op.REDUCE_SUM: np.sum,
+    Op.REDUCE_MAX: np.max,
+    Op.REDUCE_MIN: np.min,
+    Op.REDUCE_MEAN: np.mean,
+    Op.REDUCE_PROD: np.prod,
+}
+
+
+def _broadcast(node: Node, x: Array) -> Array:
+    dims = node.attrs.get_ints("dims")
+    expanded = [1] * len(node.shape)
+    for i, d in enumerate(dims):
+        expanded[d] = x.shape[i]
+    return np.broadcast_to(x.reshape(expanded), node.shape)
+
+
+def _slice(node: Node, x: Array) -> Array:
+    a = node.attrs
+    index = tuple(
+        slice(b, e, s) for b, e, s in zip(a.get_ints("begin"), a.get_ints("end"), a.get_ints("strides"), strict=True)
+    )
+    return x[index]
+
+
+def _reduce(node: Node, x: Array) -> Array:
+    axes = node.attrs.get_ints("axes")
+    acc = _accumulator(x)
+    if node.op in (Op.REDUCE_MAX, Op.REDUCE_MIN):
+        return _REDUCE[node.op](x, axis=axes)
+    return _REDUCE[node.op](x, axis=axes, dtype=acc)
+
+
+def _constant(node: Node) -> Array:
+    value = node.attrs.get("value")
+    if isinstance(value, tuple):
+        return np.asarray(value, dtype=np.float64).reshape(node.shape)
+    return np.full(node.shape, value, dtype=np.float64)
+
+
+def _matmul(a: Array, b: Array, adj_a: bool, adj_b: bool) -> Array:
+    left = np.swapaxes(a, -1, -2) if adj_a else a
+    right = np.swapaxes(b, -1, -2) if adj_b else b
+    product: Array = np.matmul(left, right)
+    return product
+
+
+def _opaque(node: Node, args: Sequence[Array]) -> Array:
+    """Reference meaning for the opaque ops a frontend commonly leaves in clusters' neighbourhood."""
+    kind = node.attrs.get_str("type")
+    flag = node.attrs.get
+    if kind == "MatMul" and len(args) == 2:
+        return _matmul(args[0], args[1], bool(flag("transpose_a")), bool(flag("transpose_b")))
+    if kind in ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3") and len(args) == 2:
+        return _matmul(args[0], args[1], bool(flag("adj_x")), bool(flag("adj_y")))
+    if kind == "Identity" and len(args) == 1:
+        return args[0]
+    raise EvaluationError(f"{node.label}: OPAQUE op type {kind!r} has no reference meaning in evaluate")
+
+
+def _compute(node: Node, args: Sequence[Array], precision: Precision) -> object:
+    op = node.op
+    if op in _UNARY:
+        return _UNARY[op](args[0])
+    if op in _BINARY:
+        return _BINARY[op](args[0], args[1])
+    handlers: dict[Op, Callable[[], object]] = {
+        Op.CAST: lambda: args[0],
+        Op.SELECT: lambda: np.where(args[0], args[1], args[2]),
+        Op.BROADCAST: lambda: _broadcast(node, args[0]),
+        Op.RESHAPE: lambda: args[0].reshape(node.shape),
+        Op.TRANSPOSE: lambda: np.transpose(args[0], node.attrs.get_ints("perm")),
+        Op.SLICE: lambda: _slice(node, args[0]),
+        Op.CONCAT: lambda: np.concatenate(args, axis=node.attrs.get_int("axis")),
+        Op.CONSTANT: lambda: _constant(node),
+        Op.OPAQUE: lambda: _opaque(node, args),
+    }
+    if op.is_reduction:
+        return _reduce(node, args[0])
+    return handlers[op]()
+
+
+def _check_inputs(graph: Graph, inputs: Mapping[str, object]) -> dict[str, Array]:
+    params = {str(p.attrs["name"]): p for p in graph.parameters}
+    missing = sorted(set(params) - set(inputs))
+    if missing:
+        raise InputError(f"missing input(s): {', '.join(missing)}")
+    extra = sorted(set(inputs) - set(params))
+    if extra:
+        raise InputError(f"unexpected input(s): {', '.join(extra)} (graph parameters: {', '.join(sorted(params))})")
+    return {name: _check_input(name, params[name], inputs[name]) for name in params}
+
+
+def _check_input(name: str, param: Node, value: object) -> Array:
+    array = np.asarray(value)
+    expected = f"{param.dtype.value}{list(param.shape)}"
+    if array.dtype != param.dtype.numpy:
+        raise InputError(f"input {name!r}: dtype {array.dtype} does not match the parameter's {expected}")
+    matches = len(array.shape) == len(param.shape) and all(
+        d in (-1, s) for d, s in zip(param.shape, array.shape, strict=True)
+    )
+    if not matches:
+        raise InputError(f"input {name!r}: shape {list(array.shape)} does not match the parameter's {expected}")
+    return array
+
+
+def evaluate_nodes(graph: Graph, inputs: Mapping[str, object], precision: Precision = "native") -> list[Array]:
+    """Every node's value, in node order (for checking intermediate results)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    given = _check_inputs(graph, inputs)
+    values: list[Array] = []
+    with np.errstate(all="ignore"):  # inf/nan results are data here; the guard judges them
+        for node in graph.nodes:
+            if node.op is Op.PARAMETER:
+                values.append(
+                    _store(given[str(node.attrs["name"])], node.dtype, "native").astype(_storage(node.dtype, precision))
+                )
+                continue
+            result = _store(_compute(node, [values[i] for i in node.inputs], precision), node.dtype, precision)
+            if is_static(node.shape) and result.shape != node.shape:
+                raise EvaluationError(f"{node.label}: produced shape {result.shape}, expected {node.shape}")
+            values.append(result)
+    return values
+
+
+def evaluate(graph: Graph, inputs: Mapping[str, object], precision: Precision = "native") -> dict[str, Array]:
+    """The graph's named outputs on `inputs`."""
+    values = evaluate_nodes(graph, inputs, precision)
+    return {name: values[node_id] for name, node_id in graph.outputs}
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, Array]:
+    """Well-conditioned random inputs for every parameter (normal floats, small ints, fair bools)."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, Array] = {}
+    for param in graph.parameters:
+        shape = tuple(max(d, 1) for d in param.shape)
+        if param.dtype.is_float:
+            out[str(param.attrs["name"])] = _store(rng.standard_normal(shape), param.dtype, "native")
+        elif param.dtype is DType.BOOL:
+            out[str(param.attrs["name"])] = rng.random(shape) < 0.5
+        else:
+            out[str(param.attrs["name"])] = rng.integers(-8, 8, shape).astype(param.dtype.numpy)
+    return out
