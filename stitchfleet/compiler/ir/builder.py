@@ -188,6 +188,15 @@ class GraphBuilder:
     def square(self, x: Value) -> Value:
         return self.unary(Op.SQUARE, x)
 
+    def neg(self, x: Value) -> Value:
+        return self.unary(Op.NEG, x)
+
+    def sigmoid(self, x: Value) -> Value:
+        return self.unary(Op.SIGMOID, x)
+
+    def sqrt(self, x: Value) -> Value:
+        return self.unary(Op.SQRT, x)
+
     def cast(self, x: Value, dtype: str | DType) -> Value:
         target = DType.parse(dtype)
         return x if target is x.dtype else self.op(Op.CAST, (x,), {"to": target.value})

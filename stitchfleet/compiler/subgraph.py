@@ -1,0 +1,64 @@
+"""A cluster as a standalone graph, so it can be saved, fingerprinted and benchmarked alone.
+
+Input: a `Graph` and a set of its node ids. Output: a verified `Graph` whose
+PARAMETERs are the cluster's external inputs (named after the producing nodes) and
+whose outputs are every member value consumed outside the set or that is a graph
+output. Metadata records which source nodes each parameter and output stands for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from stitchfleet.compiler.ir import Attrs, Graph, IRError, Node, Op, fingerprint
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, suffix = name or "value", 1
+    while candidate in taken:
+        suffix += 1
+        candidate = f"{name}_{suffix}"
+    taken.add(candidate)
+    return candidate
+
+
+def boundary(graph: Graph, members: Collection[int]) -> tuple[list[int], list[int]]:
+    """(external inputs, outputs) of a node set, both in node order; constants are never outputs."""
+    inputs = sorted({i for m in members for i in graph.node(m).inputs if i not in members})
+    outputs = sorted(
+        m
+        for m in members
+        if graph.node(m).op is not Op.CONSTANT
+        and (m in graph.output_ids or any(u not in members for u in graph.consumers[m]))
+    )
+    return inputs, outputs
+
+
+def extract(graph: Graph, members: Collection[int]) -> Graph:
+    """The standalone graph of `members` (see the module docstring)."""
+    chosen = set(members)
+    if not chosen or not chosen <= set(range(len(graph.nodes))):
+        raise IRError(f"cannot extract nodes {sorted(chosen)}: not a non-empty set of this graph's node ids")
+    inputs, outputs = boundary(graph, chosen)
+    names: set[str] = set()
+    nodes: list[Node] = []
+    new_id: dict[int, int] = {}
+    for source in inputs:
+        origin = graph.node(source)
+        name = _unique(origin.name, names)
+        new_id[source] = len(nodes)
+        nodes.append(Node(len(nodes), Op.PARAMETER, (), origin.shape, origin.dtype, name, Attrs(name=name)))
+    for member in sorted(chosen):
+        node = graph.node(member)
+        new_id[member] = len(nodes)
+        operands = tuple(new_id[i] for i in node.inputs)
+        nodes.append(Node(len(nodes), node.op, operands, node.shape, node.dtype, node.name, node.attrs))
+    out_names: set[str] = set()
+    named_outputs = {_unique(graph.node(o).name, out_names): new_id[o] for o in outputs}
+    metadata = {
+        "source_fingerprint": fingerprint(graph),
+        "source_inputs": tuple(inputs),
+        "source_outputs": tuple(outputs),
+        "source_nodes": tuple(sorted(chosen)),
+    }
+    return Graph.create(nodes, named_outputs, metadata)
