@@ -127,9 +127,12 @@ def test_extracted_cluster_is_standalone_and_computes_the_same() -> None:
         assert sub.metadata["source_outputs"] == cluster.outputs
         params = {str(p.attrs["name"]): p for p in sub.parameters}
         assert len(params) == len(cluster.inputs)
-        feed = {name: values[src] for name, src in zip(sorted(params, key=lambda n: params[n].id), cluster.inputs)}
+        feed = {
+            name: values[src]
+            for name, src in zip(sorted(params, key=lambda n: params[n].id), cluster.inputs, strict=True)
+        }
         out = evaluate(sub, feed)
-        for (_, node_id), source in zip(sub.outputs, cluster.outputs):
+        for (_, node_id), source in zip(sub.outputs, cluster.outputs, strict=True):
             np.testing.assert_array_equal(out[sub.node(node_id).name], values[source])
     # same structure elsewhere -> same fingerprint
     first = extract(graph, scope.clusters[1].nodes)
