@@ -47,8 +47,18 @@ def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     parser = sub.add_parser("compile", help="compile a graph (IR JSON or GraphDef) and report clusters and kernels")
     parser.add_argument("path", help="graph file: IR .json or TensorFlow .pb")
     parser.add_argument("--report", choices=("json", "table"), default="table")
-    parser.add_argument("--device", default=None, help="run the compiled graph on a backend and check it")
-    parser.set_defaults(handler=_not_yet("compile", "Compiler front half"))
+    parser.add_argument(
+        "--device", default=None, help="run the graph and check it; only 'reference' (numpy evaluate) for now"
+    )
+    parser.set_defaults(handler=_compile)
+
+
+def _compile(args: argparse.Namespace) -> int:
+    from stitchfleet.compiler import compile_command
+
+    current = settings.current()
+    dump_dir = current.dump_dir or None
+    return compile_command.run(args.path, args.report, args.device, current.remote_stitch_budget, dump_dir)
 
 
 def _add_db(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

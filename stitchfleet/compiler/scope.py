@@ -10,9 +10,10 @@ Rules (AStitch §4, DESIGN.md §2):
 2. Connected candidates are merged edge by edge in topological order, unless a path
    leaves one region, runs through a node outside both and comes back: the merged
    region would then need the outside op in its middle (a cycle), so the merge is refused.
-3. Regions with a single op have nothing to fuse and are dropped.
+3. A lone reshape or broadcast is dropped ("single trivial op").
 4. Remote stitching: independent regions (no path between them in either direction)
-   are merged into one cluster, at most `budget` regions per cluster.
+   are merged into one cluster, at most `budget` regions per cluster. A cluster that
+   still holds a single op has nothing to fuse and is dropped.
 5. CONSTANT nodes join every cluster that consumes them (a constant is rematerialised,
    never passed between kernels), so constants may belong to several clusters.
 """
@@ -23,10 +24,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from stitchfleet.compiler.decision import Decision, Exclusion
-from stitchfleet.compiler.ir import Graph, Node, Op
+from stitchfleet.compiler.ir import Graph, Kind, Node, Op
 from stitchfleet.compiler.subgraph import boundary
 
 STAGE = "clusters"
+_FREE_KINDS = frozenset({Kind.BROADCAST, Kind.RESHAPE})
 
 
 @dataclass(frozen=True)
@@ -145,17 +147,28 @@ def _connect(graph: Graph, candidates: list[int], decisions: list[Decision]) -> 
     return regions, refused
 
 
-def _drop_trivial(
-    graph: Graph, regions: list[set[int]], refused: dict[int, str], excluded: list[Exclusion]
-) -> list[set[int]]:
+def _drop_free_singletons(graph: Graph, regions: list[set[int]], excluded: list[Exclusion]) -> list[set[int]]:
+    """Lone reshapes and broadcasts compute nothing: not worth a place in a stitch op."""
     kept = []
     for region in regions:
-        if len(region) >= 2:
+        if len(region) == 1 and graph.node(min(region)).op.kind in _FREE_KINDS:
+            excluded.append(Exclusion.of(graph.node(min(region)), "single trivial op"))
+        else:
             kept.append(region)
+    return kept
+
+
+def _drop_single_ops(
+    graph: Graph, groups: list[list[set[int]]], refused: dict[int, str], excluded: list[Exclusion]
+) -> list[list[set[int]]]:
+    """A cluster of one op (even after remote stitching) has nothing to fuse."""
+    kept = []
+    for group in groups:
+        if len(group) > 1 or len(group[0]) > 1:
+            kept.append(group)
             continue
-        (only,) = region
-        reason = refused.get(only, "single op: nothing to fuse")
-        excluded.append(Exclusion.of(graph.node(only), reason))
+        only = min(group[0])
+        excluded.append(Exclusion.of(graph.node(only), refused.get(only, "single op: nothing to fuse")))
     return kept
 
 
@@ -212,8 +225,8 @@ def find_clusters(graph: Graph, remote_budget: int = 8) -> Scope:
     decisions: list[Decision] = []
     candidates, constants, excluded = _classify(graph)
     regions, refused = _connect(graph, candidates, decisions)
-    parts = _drop_trivial(graph, regions.regions(), refused, excluded)
-    groups = _remote_stitch(regions, parts, remote_budget, decisions)
+    parts = _drop_free_singletons(graph, regions.regions(), excluded)
+    groups = _drop_single_ops(graph, _remote_stitch(regions, parts, remote_budget, decisions), refused, excluded)
     merged = [set().union(*group) for group in groups]
     _attach_constants(graph, constants, merged, excluded)
     clusters = tuple(_cluster(graph, i, groups[i], merged[i]) for i in range(len(groups)))

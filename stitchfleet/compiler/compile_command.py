@@ -1,0 +1,64 @@
+"""What `stitchfleet compile FILE` does: load, run the pipeline, print, optionally evaluate.
+
+Input: the file path, report format, device and the two settings the CLI read
+(remote stitch budget, dump directory). Output: text on stdout/stderr and an exit
+status (0 ok, 1 the reference check failed, 2 bad input). Only the `reference`
+device exists until the sim backend lands: it evaluates the graph on random inputs
+natively and in float64 and checks the outputs with the tolerance rule.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from stitchfleet.compiler import ir
+from stitchfleet.compiler.evaluate import EvaluationError, evaluate, random_inputs
+from stitchfleet.compiler.pipeline import Options, compile_graph
+from stitchfleet.compiler.report import format_table
+from stitchfleet.compiler.tolerance import check
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+DEVICES = ("reference",)
+
+
+def _fail(message: str) -> int:
+    print(f"stitchfleet compile: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _check_reference(graph: ir.Graph) -> int:
+    inputs = random_inputs(graph, seed=0)
+    try:
+        native, reference = evaluate(graph, inputs), evaluate(graph, inputs, "float64")
+    except EvaluationError as err:
+        return _fail(f"reference evaluation failed: {err}")
+    status = EXIT_OK
+    print("reference evaluation on random inputs (native vs float64):")
+    for name, value in native.items():
+        verdict = check(value, value, reference[name])
+        status = status if verdict.ok else EXIT_MISMATCH
+        state = "ok" if verdict.ok else f"FAIL: {verdict.reason}"
+        print(f"  {name:<24} {value.dtype!s:<8} {list(value.shape)!s:<20} error {verdict.native_error:.3g}  {state}")
+    return status
+
+
+def run(path: str, report_format: str, device: str | None, remote_budget: int, dump_dir: str | None) -> int:
+    source = Path(path)
+    if source.suffix in (".pb", ".pbtxt"):
+        return _fail(f"{path}: GraphDef input needs the TensorFlow frontend (stitchfleet.plugin); give IR JSON")
+    if device is not None and device not in DEVICES:
+        return _fail(f"device {device!r} is not available: only 'reference' until the sim backend lands")
+    try:
+        graph = ir.load(source)
+    except OSError as err:
+        return _fail(f"cannot read {path}: {err.strerror}")
+    except ir.IRError as err:
+        return _fail(str(err))
+    options = Options(remote_budget=remote_budget, dump_dir=Path(dump_dir) if dump_dir else None)
+    report = compile_graph(graph, options).report
+    assert report is not None  # the last stage always produces it
+    print(
+        report.dumps() if report_format == "json" else format_table(report), end="" if report_format != "json" else "\n"
+    )
+    return _check_reference(graph) if device == "reference" else EXIT_OK

@@ -1,0 +1,129 @@
+"""The compiler's stages, listed once, in data-flow order: graph -> clusters -> plans -> report.
+
+Input: a `Graph` and `Options` (remote stitch budget, dump directory: the caller
+reads them from settings). Output: `Artifacts`, every stage's product; `.report` is
+the `CompileReport`. Each stage is a function named by the artifact it produces and
+reads only earlier artifacts; `STAGES` is the one list that orders them. With a dump
+directory, every artifact is written there as JSON (`NN_<artifact>.json`, clusters
+also as standalone IR graphs). The stitch planner is added as one more stage
+producing its artifact before `report`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stitchfleet.compiler import ir
+from stitchfleet.compiler.baselines import PLANNERS, Plan
+from stitchfleet.compiler.report import ClusterSummary, CompileReport, KernelCount, StageTiming
+from stitchfleet.compiler.scope import Scope, find_clusters
+from stitchfleet.compiler.subgraph import extract
+
+
+@dataclass(frozen=True)
+class Options:
+    remote_budget: int = 8
+    dump_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """Products of the stages so far; a stage fills one field."""
+
+    graph: ir.Graph
+    clusters: Scope | None = None
+    cluster_graphs: tuple[ir.Graph, ...] = ()
+    baseline_plans: tuple[Plan, ...] = ()
+    report: CompileReport | None = None
+    timings: tuple[StageTiming, ...] = ()
+
+    def need_clusters(self) -> Scope:
+        if self.clusters is None:
+            raise RuntimeError("the clusters stage has not run")
+        return self.clusters
+
+
+def clusters(art: Artifacts, options: Options) -> Scope:
+    return find_clusters(art.graph, options.remote_budget)
+
+
+def cluster_graphs(art: Artifacts, options: Options) -> tuple[ir.Graph, ...]:
+    graph = art.graph
+    return tuple(extract(graph, c.nodes).with_metadata(cluster=c.id) for c in art.need_clusters().clusters)
+
+
+def baseline_plans(art: Artifacts, options: Options) -> tuple[Plan, ...]:
+    return tuple(plan(art.graph, c) for c in art.need_clusters().clusters for plan in PLANNERS.values())
+
+
+def report(art: Artifacts, options: Options) -> CompileReport:
+    scope = art.need_clusters()
+    summaries = tuple(
+        ClusterSummary(c.id, c.size, len(c.parts), c.nodes, c.inputs, c.outputs, ir.fingerprint(g))
+        for c, g in zip(scope.clusters, art.cluster_graphs, strict=True)
+    )
+    return CompileReport(
+        graph_name=str(art.graph.metadata.get("case", art.graph.metadata.get("name", ""))),
+        graph_fingerprint=ir.fingerprint(art.graph),
+        node_count=len(art.graph.nodes),
+        clusters=summaries,
+        excluded=scope.excluded,
+        decisions=scope.decisions,
+        kernel_counts=tuple(KernelCount(p.planner, p.cluster, p.kernel_count) for p in art.baseline_plans),
+        timings=art.timings,
+    )
+
+
+def _dump_scope(scope: Scope) -> object:
+    return {
+        "clusters": [dataclasses.asdict(c) for c in scope.clusters],
+        "excluded": [e.to_json() for e in scope.excluded],
+        "decisions": [d.to_json() for d in scope.decisions],
+    }
+
+
+def _dump_plans(plans: tuple[Plan, ...]) -> object:
+    return [{"planner": p.planner, "cluster": p.cluster, "kernels": [k.to_json() for k in p.kernels]} for p in plans]
+
+
+@dataclass(frozen=True)
+class Stage:
+    artifact: str
+    produce: Callable[[Artifacts, Options], object]
+    dump: Callable[[object], object]
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("clusters", clusters, _dump_scope),  # type: ignore[arg-type]
+    Stage("cluster_graphs", cluster_graphs, lambda gs: [ir.to_json(g) for g in gs]),  # type: ignore[attr-defined]
+    Stage("baseline_plans", baseline_plans, _dump_plans),  # type: ignore[arg-type]
+    Stage("report", report, lambda r: r.to_json()),  # type: ignore[attr-defined]
+)
+
+
+def _dump(directory: Path, index: int, name: str, payload: object) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{index:02d}_{name}.json").write_text(json.dumps(payload, indent=1))
+
+
+def compile_graph(graph: ir.Graph, options: Options | None = None) -> Artifacts:
+    """Runs every stage in order; returns all artifacts (the report last)."""
+    opts = options or Options()
+    art = Artifacts(graph)
+    if opts.dump_dir is not None:
+        _dump(opts.dump_dir, 0, "graph", ir.to_json(graph))
+    for index, stage in enumerate(STAGES, start=1):
+        started = time.perf_counter()
+        product = stage.produce(art, opts)
+        timing = StageTiming(stage.artifact, time.perf_counter() - started)
+        changes: dict[str, Any] = {stage.artifact: product, "timings": (*art.timings, timing)}
+        art = dataclasses.replace(art, **changes)
+        if opts.dump_dir is not None:
+            _dump(opts.dump_dir, index, stage.artifact, stage.dump(product))
+    return art

@@ -1,0 +1,101 @@
+"""Pipeline, CompileReport round trip, dumps, and the `stitchfleet compile` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stitchfleet import cli, settings
+from stitchfleet.compiler import pipeline
+from stitchfleet.compiler.ir import load
+from stitchfleet.compiler.report import CompileReport, ReportFormatError, format_table
+
+SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite"
+LAYERNORM = SUITE / "layernorm_fwd_128x768_f32.json"
+
+
+def test_stages_are_listed_once_in_data_flow_order() -> None:
+    names = [s.artifact for s in pipeline.STAGES]
+    assert names == ["clusters", "cluster_graphs", "baseline_plans", "report"]
+    assert all(s.produce.__name__ == s.artifact for s in pipeline.STAGES)
+
+
+def test_report_contents_and_json_round_trip() -> None:
+    art = pipeline.compile_graph(load(LAYERNORM))
+    report = art.report
+    assert report is not None
+    assert report.totals() == {"per_op": 9, "xla_style": 3}
+    assert [t.stage for t in report.timings] == ["clusters", "cluster_graphs", "baseline_plans"]
+    assert report.clusters[0].fingerprint == pipeline.ir.fingerprint(art.cluster_graphs[0])
+    again = CompileReport.loads(report.dumps())
+    assert again == report
+    assert "per_op" in format_table(report)
+    with pytest.raises(ReportFormatError, match="not valid JSON"):
+        CompileReport.loads(report.dumps()[:40])
+    with pytest.raises(ReportFormatError, match="not a stitchfleet-compile-report"):
+        CompileReport.from_json({"format": "other"})
+
+
+def test_artifacts_are_dumped(tmp_path: Path) -> None:
+    pipeline.compile_graph(load(LAYERNORM), pipeline.Options(dump_dir=tmp_path))
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [
+        "00_graph.json",
+        "01_clusters.json",
+        "02_cluster_graphs.json",
+        "03_baseline_plans.json",
+        "04_report.json",
+    ]
+    assert json.loads((tmp_path / "04_report.json").read_text())["format"] == "stitchfleet-compile-report"
+
+
+def test_cli_compile_table_and_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STITCHFLEET_DUMP_DIR", raising=False)
+    settings.reset()
+    assert cli.main(["compile", str(SUITE / "astitch_fig7_2x128_f32.json")]) == 0
+    out = capsys.readouterr().out
+    assert "clusters: 1" in out
+    assert "xla_style" in out
+    assert "graph input" in out
+    assert cli.main(["compile", str(LAYERNORM), "--report", "json"]) == 0
+    report = CompileReport.loads(capsys.readouterr().out)
+    assert report.totals()["xla_style"] == 3
+
+
+def test_cli_compile_reference_device(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["compile", str(SUITE / "softmax_fwd_4096x256_f16.json"), "--device", "reference"]) == 0
+    assert "y " in capsys.readouterr().out
+
+
+def test_cli_compile_dumps_where_the_setting_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("STITCHFLEET_DUMP_DIR", str(tmp_path / "dump"))
+    settings.reset()
+    try:
+        assert cli.main(["compile", str(LAYERNORM)]) == 0
+    finally:
+        settings.reset()
+    assert (tmp_path / "dump" / "04_report.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["compile", "model.pb"], "GraphDef input needs the TensorFlow frontend"),
+        (["compile", str(LAYERNORM), "--device", "cuda"], "only 'reference' until the sim backend lands"),
+        (["compile", "/nonexistent/g.json"], "cannot read /nonexistent/g.json"),
+    ],
+)
+def test_cli_compile_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == cli.EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_cli_compile_bad_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(LAYERNORM.read_text()[:100])
+    assert cli.main(["compile", str(bad)]) == cli.EXIT_USAGE
+    assert "truncated" in capsys.readouterr().err
