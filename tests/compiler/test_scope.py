@@ -145,3 +145,13 @@ def test_extract_rejects_bad_node_sets() -> None:
         extract(graph, [99])
     with pytest.raises(ValueError, match="cannot extract"):
         extract(graph, [])
+
+
+def test_lone_reshape_is_a_single_trivial_op() -> None:
+    b = GraphBuilder()
+    x = b.parameter("x", (4, 8))
+    flat = b.reshape(x, (32,))
+    b.output("mm", b.opaque("MatMul", (flat, flat), (1,), "f32", "compute-intensive"))
+    scope = find_clusters(b.build())
+    assert scope.clusters == ()
+    assert {e.name: e.reason for e in scope.excluded}["reshape.1"] == "single trivial op"
