@@ -119,3 +119,17 @@ def current_revision(engine: Engine) -> str | None:
 
     with engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password masked, for messages."""
+    try:
+        return parse_url(url).render_as_string(hide_password=True)
+    except DatabaseError:
+        return repr(url)
+
+
+def describe_failure(url: str, err: BaseException) -> str:
+    """One line for a user: which database, and the first line of what went wrong."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return f"cannot use database {safe_url(url)}: {text}"

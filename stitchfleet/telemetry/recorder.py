@@ -217,18 +217,12 @@ class Recorder:
             self._engine.dispose()
         if self._down_since is None:
             self._down_since = time.monotonic()
-            log.warning("telemetry: database %s unusable (%s); spooling to %s", self._safe_url(), err, self.spool.path)
+            log.warning("telemetry: %s; spooling to %s", database.describe_failure(self.url, err), self.spool.path)
 
     def _note_recovery(self) -> None:
         if self._down_since is not None:
             log.warning("telemetry: database back after %.1f s", time.monotonic() - self._down_since)
             self._down_since = None
-
-    def _safe_url(self) -> str:
-        try:
-            return database.parse_url(self.url).render_as_string(hide_password=True)
-        except database.DatabaseError:
-            return repr(self.url)
 
     def _replay(self, *, force: bool) -> None:
         """Orphaned files first (older rows), then this process's own spool; stops at a failure."""
