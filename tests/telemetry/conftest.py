@@ -8,7 +8,6 @@ socket and log directories are owned by that user. Every test gets its own datab
 
 from __future__ import annotations
 
-import glob
 import os
 import pwd
 import shutil
@@ -30,7 +29,8 @@ START_TIMEOUT_SECONDS = 60
 
 def pg_ctl_path() -> str | None:
     """pg_ctl on PATH, else the newest one of the Debian layout."""
-    found = shutil.which("pg_ctl") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))[::-1]), None)
+    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]))
+    found = shutil.which("pg_ctl") or (str(debian[-1]) if debian else None)
     return str(Path(found).resolve()) if found else None
 
 
