@@ -23,9 +23,10 @@ from sqlalchemy import Engine
 from stitchfleet import settings as settings_module
 from stitchfleet.telemetry import database, spool, store
 from stitchfleet.telemetry.metrics import Metrics
-from stitchfleet.telemetry.rows import Row
+from stitchfleet.telemetry.rows import ROW_TYPES, Row
 
 log = logging.getLogger("stitchfleet.telemetry")
+ROW_CLASSES = tuple(ROW_TYPES.values())
 
 
 @dataclass
@@ -91,6 +92,9 @@ class Recorder:
     def record(self, row: Row) -> None:
         """Queues `row` for writing and updates the live metrics; returns at once."""
         try:
+            if not isinstance(row, ROW_CLASSES):
+                # Refused here: a foreign object in a batch would poison the whole batch.
+                raise TypeError(f"not a telemetry row: {row!r}")
             self.stats.recorded += 1
             self.metrics.observe(row)
             if self._closed:

@@ -15,6 +15,7 @@ import stat
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -80,9 +81,9 @@ def _executor(base: Path) -> PostgreSQLExecutor:
     )
 
 
-@pytest.fixture(scope="session")
-def postgresql_server() -> Iterator[PostgreSQLExecutor]:
-    """A PostgreSQL server on loopback for the whole session (stopped and removed after)."""
+@contextmanager
+def running_server() -> Iterator[PostgreSQLExecutor]:
+    """Starts a PostgreSQL server on loopback; stops it and removes its files on exit."""
     base = Path(tempfile.mkdtemp(prefix="stitchfleet-pg-"))
     base.chmod(0o755)  # the unprivileged server user must reach its directories
     executor = _executor(base)
@@ -96,6 +97,28 @@ def postgresql_server() -> Iterator[PostgreSQLExecutor]:
             shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def postgresql_server() -> Iterator[PostgreSQLExecutor]:
+    """A PostgreSQL server shared by the session's tests (each gets its own database)."""
+    with running_server() as server:
+        yield server
+
+
+@pytest.fixture
+def own_postgresql_server() -> Iterator[PostgreSQLExecutor]:
+    """A PostgreSQL server for one test, which may stop and start it."""
+    with running_server() as server:
+        yield server
+
+
+def create_database(server: PostgreSQLExecutor) -> str:
+    """A new empty database on `server`, as a SQLAlchemy URL."""
+    name = f"sf_{uuid.uuid4().hex[:12]}"
+    with _admin(server) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return f"postgresql+psycopg://{server.user}@{server.host}:{server.port}/{name}"
+
+
 def _admin(server: PostgreSQLExecutor) -> psycopg.Connection[tuple[object, ...]]:
     return psycopg.connect(
         host=server.host, port=server.port, user=server.user, dbname="postgres", autocommit=True, connect_timeout=10
@@ -105,10 +128,9 @@ def _admin(server: PostgreSQLExecutor) -> psycopg.Connection[tuple[object, ...]]
 @pytest.fixture
 def pg_url(postgresql_server: PostgreSQLExecutor) -> Iterator[str]:
     """A fresh, empty database on the session server, as a SQLAlchemy URL; dropped after."""
-    name = f"sf_{uuid.uuid4().hex[:12]}"
-    with _admin(postgresql_server) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield f"postgresql+psycopg://{postgresql_server.user}@{postgresql_server.host}:{postgresql_server.port}/{name}"
+    url = create_database(postgresql_server)
+    yield url
+    name = url.rsplit("/", 1)[1]
     if postgresql_server.running():
         with _admin(postgresql_server) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
