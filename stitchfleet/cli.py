@@ -61,12 +61,32 @@ def _compile(args: argparse.Namespace) -> int:
     return compile_command.run(args.path, args.report, args.device, current.remote_stitch_budget, dump_dir)
 
 
+def _migrate_db(args: argparse.Namespace) -> int:
+    from stitchfleet.telemetry import database
+
+    url = database.resolve_url(args.db)
+    try:
+        database.parse_url(url)
+        migrate = database.upgrade if args.db_action == "upgrade" else database.downgrade
+        migrate(url, args.revision)
+    except Exception as err:  # a migration can fail in many driver-specific ways: report, never trace
+        print(f"stitchfleet db {args.db_action}: {database.describe_failure(url, err)}", file=sys.stderr)
+        return 1
+    print(f"stitchfleet db {args.db_action}: {database.safe_url(url)} is at revision {args.revision}")
+    return 0
+
+
 def _add_db(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("db", help="telemetry database maintenance")
     actions = parser.add_subparsers(dest="db_action", required=True)
     upgrade = actions.add_parser("upgrade", help="create or migrate the telemetry schema")
     upgrade.add_argument("--db", default=None, help="SQLAlchemy URL (default: STITCHFLEET_DB_URL or SQLite)")
-    upgrade.set_defaults(handler=_not_yet("db upgrade", "Telemetry"))
+    upgrade.add_argument("--revision", default="head", help="target schema revision (default: head)")
+    upgrade.set_defaults(handler=_migrate_db)
+    downgrade = actions.add_parser("downgrade", help="migrate the telemetry schema down (base: drop its tables)")
+    downgrade.add_argument("--db", default=None, help="SQLAlchemy URL (default: STITCHFLEET_DB_URL or SQLite)")
+    downgrade.add_argument("--revision", default="base", help="target schema revision (default: base)")
+    downgrade.set_defaults(handler=_migrate_db)
 
 
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

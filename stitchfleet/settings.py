@@ -110,6 +110,7 @@ class Settings:
     cluster: str = _knob("local", "Kubernetes cluster name.")
     namespace: str = _knob("default", "Namespace of the job.")
     job_name: str = _knob("", "Job name (empty: derived from the script name).")
+    job_uid: str = _knob("", "Id of this run of the job, shared by its ranks (Job uid/attempt; empty: a fresh uuid).")
     team: str = _knob("", "Owning team, for rollups.")
     model: str = _knob("", "Model name, for rollups.")
     pod_name: str = _knob("", "Pod name.")

@@ -1,0 +1,202 @@
+"""The telemetry schema: SQLAlchemy 2.0 typed ORM classes for jobs, step windows, events, clusters.
+
+Input: nothing (declarations). Output: `Base.metadata`, the single source of truth that the
+Alembic migrations in `stitchfleet/telemetry/migrations` must match (a test runs `alembic check`).
+
+Identity of a job (its natural key) is (cluster, namespace, job_name, job_uid). `job_uid` is the
+id of one run of the job: the Kubernetes Job/owner uid plus the restart attempt where the webhook
+knows it (STITCHFLEET_JOB_UID), else a uuid chosen by rank 0 and shared with the other ranks. Two
+runs of a same-named job therefore stay two rows. Rows of the other tables reference the job's
+surrogate integer id, which is what reports join on.
+
+All times are stored as UTC; `UtcDateTime` returns timezone-aware datetimes on every backend.
+Table and column names are a public contract (reports, operator rollups): change them only with
+a migration.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Explicit constraint names: PostgreSQL and SQLite then agree, and migrations can drop them.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class JobStatus(enum.StrEnum):
+    """Lifecycle of a job; a later status never goes back to an earlier one (see STATUS_RANK)."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    REVERTED = "reverted"
+    FAILED = "failed"
+
+
+# Ranks report independently; the worst outcome wins whatever the arrival order.
+STATUS_RANK = {JobStatus.RUNNING: 0, JobStatus.FINISHED: 1, JobStatus.REVERTED: 2, JobStatus.FAILED: 3}
+
+
+class WindowMode(enum.StrEnum):
+    """What ran during a step window."""
+
+    WARMUP = "warmup"
+    BASELINE = "baseline"
+    STITCHED = "stitched"
+    REVERTED = "reverted"
+
+
+class EventKind(enum.StrEnum):
+    """Kinds of events a job reports."""
+
+    REVERT = "revert"
+    COMPILE_FAILURE = "compile_failure"
+    GUARD_CHECK = "guard_check"
+    CLUSTER_ENABLED = "cluster_enabled"
+
+
+class Verdict(enum.StrEnum):
+    """A cluster fingerprint's standing; reverted is sticky (see VERDICT_RANK)."""
+
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+    REVERTED = "reverted"
+
+
+VERDICT_RANK = {Verdict.ENABLED: 0, Verdict.DISABLED: 1, Verdict.REVERTED: 2}
+
+
+class UtcDateTime(TypeDecorator[dt.datetime]):
+    """Stores UTC, returns aware UTC datetimes (SQLite keeps no zone, PostgreSQL does)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: telemetry times must carry a timezone")
+        return value.astimezone(dt.UTC)
+
+    def process_result_value(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+class Base(DeclarativeBase):
+    """Declarative base carrying the shared metadata."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Job(Base):
+    """One run of a training job (all ranks together)."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("cluster", "namespace", "job_name", "job_uid"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    namespace: Mapped[str] = mapped_column(String(253))
+    job_name: Mapped[str] = mapped_column(String(253))
+    job_uid: Mapped[str] = mapped_column(String(128))
+    team: Mapped[str] = mapped_column(String(128), default="")
+    model: Mapped[str] = mapped_column(String(128), default="")
+    pod_name: Mapped[str] = mapped_column(String(253), default="")
+    world_size: Mapped[int] = mapped_column(Integer, default=1)
+    gpus_per_rank: Mapped[int] = mapped_column(Integer, default=1)
+    gpu_type: Mapped[str] = mapped_column(String(64), default="")
+    started_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, index=True)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.RUNNING.value)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    # Wall seconds the slowest rank spent compiling: the overhead charged against the savings.
+    compile_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+
+    windows: Mapped[list[StepWindow]] = relationship(back_populates="job")
+    events: Mapped[list[Event]] = relationship(back_populates="job")
+
+
+class StepWindow(Base):
+    """Figures of one rank over a run of consecutive steps; keyed by (job, rank, window_index)."""
+
+    __tablename__ = "step_windows"
+    __table_args__ = (UniqueConstraint("job_id", "rank", "window_index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    rank: Mapped[int] = mapped_column(Integer)
+    window_index: Mapped[int] = mapped_column(Integer)
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    iterations: Mapped[int] = mapped_column(Integer)
+    mode: Mapped[str] = mapped_column(String(16))
+    # Median step seconds of the latest baseline window (all clusters off): the reference.
+    baseline_step_seconds: Mapped[float | None] = mapped_column(Float)
+    step_seconds_sum: Mapped[float] = mapped_column(Float)
+    saved_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    recorded_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, index=True)
+
+    job: Mapped[Job] = relationship(back_populates="windows")
+
+
+class Event(Base):
+    """Something that happened once: a revert, a compile failure, a guard check; keyed by uuid."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    rank: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(32))
+    cluster_fingerprint: Mapped[str | None] = mapped_column(String(64), index=True)
+    # A short label (metrics use it) and a free text explanation.
+    reason: Mapped[str] = mapped_column(String(64), default="")
+    detail: Mapped[str] = mapped_column(Text, default="")
+    passed: Mapped[bool | None] = mapped_column()
+    max_abs_error: Mapped[float | None] = mapped_column(Float)
+    # Distance of the stitched result from fp64, divided by that of the unfused fp32 result.
+    error_ratio: Mapped[float | None] = mapped_column(Float)
+    occurred_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+
+    job: Mapped[Job] = relationship(back_populates="events")
+
+
+class Cluster(Base):
+    """A stitch cluster fingerprint (hash of its subgraph) and its fleet-wide verdict."""
+
+    __tablename__ = "clusters"
+
+    fingerprint: Mapped[str] = mapped_column(String(64), primary_key=True)
+    verdict: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    op_count: Mapped[int | None] = mapped_column(Integer)
+    updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+
+
+Index("ix_events_kind_job", Event.kind, Event.job_id)

@@ -1,0 +1,208 @@
+"""Idempotent writes of recorded rows: every row is an upsert on its natural key.
+
+Input: a SQLAlchemy Connection (inside a transaction) and a batch of rows. Output: the rows in
+the database, such that writing the same batch again changes nothing: windows are keyed by
+(job, rank, window index), events by uuid, jobs by (cluster, namespace, job name, job uid),
+clusters by fingerprint. Merges are order-independent (earliest start, latest end, worst status,
+largest compile time, sticky revert verdict), so replays in any order give the same figures.
+Works on PostgreSQL and SQLite (their ON CONFLICT clauses); other backends raise DatabaseError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Column, ColumnElement, Connection, Table, case, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from stitchfleet.telemetry import models
+from stitchfleet.telemetry.database import DatabaseError
+from stitchfleet.telemetry.rows import (
+    ClusterVerdict,
+    Event,
+    JobCompiled,
+    JobFinished,
+    JobKey,
+    JobStarted,
+    Row,
+    StepWindow,
+)
+
+JOBS: Table = models.Job.__table__  # type: ignore[assignment]
+WINDOWS: Table = models.StepWindow.__table__  # type: ignore[assignment]
+EVENTS: Table = models.Event.__table__  # type: ignore[assignment]
+CLUSTERS: Table = models.Cluster.__table__  # type: ignore[assignment]
+JOB_KEY = ("cluster", "namespace", "job_name", "job_uid")
+
+JobIds = dict[JobKey, int]
+
+
+def _insert(connection: Connection, table: Table) -> Any:
+    name = connection.dialect.name
+    if name == "postgresql":
+        return postgresql.insert(table)
+    if name == "sqlite":
+        return sqlite.insert(table)
+    raise DatabaseError(f"telemetry supports PostgreSQL and SQLite, not {name!r}")
+
+
+def _ranked(column: ColumnElement[Any], ranks: Mapping[Any, int]) -> ColumnElement[int]:
+    return case({str(value): rank for value, rank in ranks.items()}, value=column, else_=0)
+
+
+def _larger(new: Column[Any], old: Column[Any]) -> ColumnElement[Any]:
+    return case((old.is_(None), new), (new > old, new), else_=old)
+
+
+def _smaller(new: Column[Any], old: Column[Any]) -> ColumnElement[Any]:
+    return case((old.is_(None), new), (new < old, new), else_=old)
+
+
+def _key_values(key: JobKey) -> dict[str, str]:
+    return {name: getattr(key, name) for name in JOB_KEY}
+
+
+def job_id(connection: Connection, key: JobKey, ids: JobIds) -> int:
+    """The surrogate id of the job `key`, creating a placeholder row when it is not known yet."""
+    if key in ids:
+        return ids[key]
+    where = [JOBS.c[name] == value for name, value in _key_values(key).items()]
+    found = connection.execute(select(JOBS.c.id).where(*where)).scalar()
+    if found is None:
+        connection.execute(_insert(connection, JOBS).values(**_key_values(key)).on_conflict_do_nothing())
+        found = connection.execute(select(JOBS.c.id).where(*where)).scalar_one()
+    ids[key] = found
+    return int(found)
+
+
+def _job_started(connection: Connection, row: JobStarted) -> None:
+    stmt = _insert(connection, JOBS).values(
+        **_key_values(row.job),
+        team=row.team,
+        model=row.model,
+        pod_name=row.pod_name,
+        world_size=row.world_size,
+        gpus_per_rank=row.gpus_per_rank,
+        gpu_type=row.gpu_type,
+        started_at=row.started_at,
+    )
+    new = stmt.excluded
+    # Rank 0's pod names the job; other ranks only fill it while it is empty.
+    pod = new.pod_name if row.rank == 0 else case((JOBS.c.pod_name == "", new.pod_name), else_=JOBS.c.pod_name)
+    update = {name: new[name] for name in ("team", "model", "world_size", "gpus_per_rank", "gpu_type")}
+    update |= {"pod_name": pod, "started_at": _smaller(new.started_at, JOBS.c.started_at)}
+    connection.execute(stmt.on_conflict_do_update(index_elements=list(JOB_KEY), set_=update))
+
+
+def _job_compiled(connection: Connection, row: JobCompiled) -> None:
+    stmt = _insert(connection, JOBS).values(**_key_values(row.job), compile_seconds=row.compile_seconds)
+    update = {"compile_seconds": _larger(stmt.excluded.compile_seconds, JOBS.c.compile_seconds)}
+    connection.execute(stmt.on_conflict_do_update(index_elements=list(JOB_KEY), set_=update))
+
+
+def _job_finished(connection: Connection, row: JobFinished) -> None:
+    stmt = _insert(connection, JOBS).values(
+        **_key_values(row.job), status=row.status, reason=row.reason, ended_at=row.ended_at
+    )
+    new = stmt.excluded
+    new_rank, old_rank = _ranked(new.status, models.STATUS_RANK), _ranked(JOBS.c.status, models.STATUS_RANK)
+    wins = (new_rank > old_rank) | ((new_rank == old_rank) & (JOBS.c.reason == ""))
+    update = {
+        "status": case((new_rank > old_rank, new.status), else_=JOBS.c.status),
+        "reason": case((wins, new.reason), else_=JOBS.c.reason),
+        "ended_at": _larger(new.ended_at, JOBS.c.ended_at),
+    }
+    connection.execute(stmt.on_conflict_do_update(index_elements=list(JOB_KEY), set_=update))
+
+
+def _window_values(row: StepWindow, job: int) -> dict[str, Any]:
+    return {
+        "job_id": job,
+        "rank": row.rank,
+        "window_index": row.window_index,
+        "first_step": row.first_step,
+        "last_step": row.last_step,
+        "iterations": row.iterations,
+        "mode": row.mode,
+        "baseline_step_seconds": row.baseline_step_seconds,
+        "step_seconds_sum": row.step_seconds_sum,
+        "saved_seconds": row.saved_seconds,
+        "recorded_at": row.recorded_at,
+    }
+
+
+def _event_values(row: Event, job: int) -> dict[str, Any]:
+    names = ("uuid", "rank", "step", "kind", "cluster_fingerprint", "reason", "detail", "passed")
+    values = {name: getattr(row, name) for name in names}
+    return values | {
+        "job_id": job,
+        "max_abs_error": row.max_abs_error,
+        "error_ratio": row.error_ratio,
+        "occurred_at": row.occurred_at,
+    }
+
+
+def _windows(connection: Connection, values: Sequence[dict[str, Any]]) -> None:
+    stmt = _insert(connection, WINDOWS)
+    keys = ("job_id", "rank", "window_index")
+    update = {name: stmt.excluded[name] for name in values[0] if name not in keys}
+    connection.execute(stmt.on_conflict_do_update(index_elements=list(keys), set_=update), list(values))
+
+
+def _events(connection: Connection, values: Sequence[dict[str, Any]]) -> None:
+    stmt = _insert(connection, EVENTS).on_conflict_do_nothing(index_elements=["uuid"])
+    connection.execute(stmt, list(values))
+
+
+def _cluster_verdict(connection: Connection, row: ClusterVerdict) -> None:
+    stmt = _insert(connection, CLUSTERS).values(
+        fingerprint=row.fingerprint,
+        verdict=row.verdict,
+        reason=row.reason,
+        op_count=row.op_count,
+        updated_at=row.updated_at,
+    )
+    new = stmt.excluded
+    new_rank, old_rank = _ranked(new.verdict, models.VERDICT_RANK), _ranked(CLUSTERS.c.verdict, models.VERDICT_RANK)
+    update = {
+        "verdict": case((new_rank > old_rank, new.verdict), else_=CLUSTERS.c.verdict),
+        "reason": case((new_rank >= old_rank, new.reason), else_=CLUSTERS.c.reason),
+        "op_count": case((new.op_count.is_(None), CLUSTERS.c.op_count), else_=new.op_count),
+        "updated_at": _larger(new.updated_at, CLUSTERS.c.updated_at),
+    }
+    connection.execute(stmt.on_conflict_do_update(index_elements=["fingerprint"], set_=update))
+
+
+_JOB_WRITERS: dict[type[Any], Any] = {
+    JobStarted: _job_started,
+    JobCompiled: _job_compiled,
+    JobFinished: _job_finished,
+    ClusterVerdict: _cluster_verdict,
+}
+
+
+def write_rows(connection: Connection, rows: Iterable[Row], ids: JobIds | None = None) -> int:
+    """Upserts `rows` in the caller's transaction; returns how many rows were given.
+
+    Windows and events go in one executemany each; within a batch the last row with a given
+    key wins, as it would have had the rows come in separate batches.
+    """
+    ids = {} if ids is None else ids
+    windows: dict[tuple[int, int, int], dict[str, Any]] = {}
+    events: dict[str, dict[str, Any]] = {}
+    count = 0
+    for row in rows:
+        count += 1
+        if isinstance(row, StepWindow):
+            job = job_id(connection, row.job, ids)
+            windows[(job, row.rank, row.window_index)] = _window_values(row, job)
+        elif isinstance(row, Event):
+            events[row.uuid] = _event_values(row, job_id(connection, row.job, ids))
+        else:
+            _JOB_WRITERS[type(row)](connection, row)
+    if windows:
+        _windows(connection, list(windows.values()))
+    if events:
+        _events(connection, list(events.values()))
+    return count
