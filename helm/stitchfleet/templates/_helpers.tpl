@@ -1,0 +1,118 @@
+{{/* Names, labels and shared fragments of the stitchfleet chart. */}}
+
+{{- define "stitchfleet.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* <release>-<chart> (the release name alone when it already contains the chart name), at most 63 characters. */}}
+{{- define "stitchfleet.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "stitchfleet.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "stitchfleet.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "stitchfleet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "stitchfleet.labels" -}}
+helm.sh/chart: {{ include "stitchfleet.chart" . }}
+{{ include "stitchfleet.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: stitchfleet
+{{- end }}
+
+{{/* Labels of one component; call with (dict "ctx" $ "component" "operator"). */}}
+{{- define "stitchfleet.componentLabels" -}}
+{{ include "stitchfleet.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "stitchfleet.componentSelector" -}}
+{{ include "stitchfleet.selectorLabels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "stitchfleet.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "stitchfleet.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "stitchfleet.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The init container image injected pods get: the operator's own image unless set. */}}
+{{- define "stitchfleet.shimImage" -}}
+{{- if .Values.shimImage.repository }}
+{{- printf "%s:%s" .Values.shimImage.repository (default .Chart.AppVersion .Values.shimImage.tag) }}
+{{- else }}
+{{- include "stitchfleet.image" . }}
+{{- end }}
+{{- end }}
+
+{{- define "stitchfleet.settingsName" -}}
+{{- printf "%s-settings" (include "stitchfleet.fullname" .) }}
+{{- end }}
+
+{{- define "stitchfleet.tlsSecretName" -}}
+{{- printf "%s-tls" (include "stitchfleet.fullname" .) }}
+{{- end }}
+
+{{- define "stitchfleet.postgresqlName" -}}
+{{- printf "%s-postgresql" (include "stitchfleet.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "stitchfleet.tlsDir" -}}
+/etc/stitchfleet/tls
+{{- end }}
+
+{{- define "stitchfleet.stateDir" -}}
+/var/lib/stitchfleet
+{{- end }}
+
+{{/* Pod-level security context shared by the operator and the report job. */}}
+{{- define "stitchfleet.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "stitchfleet.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+privileged: false
+capabilities:
+  drop:
+    - ALL
+{{- end }}
+
+{{/* STITCHFLEET_DB_URL from the DB Secret in the release namespace; call with (dict "ctx" $ "optional" true). */}}
+{{- define "stitchfleet.dbUrlEnv" -}}
+- name: STITCHFLEET_DB_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .ctx.Values.database.secretName }}
+      key: {{ .ctx.Values.database.secretKey }}
+      optional: {{ .optional }}
+{{- end }}
