@@ -67,16 +67,38 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/*
+<fullname>-<suffix>, the full name shortened so that the whole stays within max characters
+(default 63, a DNS label); call with (dict "ctx" $ "suffix" "settings" "max" 63).
+*/}}
+{{- define "stitchfleet.suffixedName" -}}
+{{- $room := sub (default 63 .max) (add1 (len .suffix)) | int }}
+{{- printf "%s-%s" (include "stitchfleet.fullname" .ctx | trunc $room | trimSuffix "-") .suffix }}
+{{- end }}
+
 {{- define "stitchfleet.settingsName" -}}
-{{- printf "%s-settings" (include "stitchfleet.fullname" .) }}
+{{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "settings") }}
 {{- end }}
 
 {{- define "stitchfleet.tlsSecretName" -}}
-{{- printf "%s-tls" (include "stitchfleet.fullname" .) }}
+{{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "tls") }}
+{{- end }}
+
+{{- define "stitchfleet.issuerName" -}}
+{{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "selfsigned") }}
 {{- end }}
 
 {{- define "stitchfleet.postgresqlName" -}}
-{{- printf "%s-postgresql" (include "stitchfleet.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "postgresql") }}
+{{- end }}
+
+{{- define "stitchfleet.postgresqlHeadlessName" -}}
+{{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "postgresql-hl") }}
+{{- end }}
+
+{{/* A CronJob's Jobs append 11 characters to its name: it may have at most 52. */}}
+{{- define "stitchfleet.reportName" -}}
+{{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "weekly-report" "max" 52) }}
 {{- end }}
 
 {{- define "stitchfleet.tlsDir" -}}
