@@ -200,6 +200,8 @@ def test_longest_release_name_keeps_names_valid() -> None:
         assert len(doc["metadata"]["name"]) <= 63, doc["metadata"]["name"]
     # A CronJob's Jobs append 11 characters to its name: it may have at most 52.
     assert len(rendered.one("CronJob")["metadata"]["name"]) <= 52
+    # A StatefulSet's controller-revision-hash label is its name plus 11 characters.
+    assert len(rendered.one("StatefulSet")["metadata"]["name"]) <= 52
     for doc in rendered.manifests:
         if (doc["apiVersion"], doc["kind"]) not in KINDS_WITHOUT_CORE_SCHEMA:
             _validate(doc, "1.33")

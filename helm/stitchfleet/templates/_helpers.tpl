@@ -88,8 +88,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "selfsigned") }}
 {{- end }}
 
+{{/* At most 52: the StatefulSet's controller-revision-hash label is <name>-<10 characters>. */}}
 {{- define "stitchfleet.postgresqlName" -}}
-{{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "postgresql") }}
+{{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "postgresql" "max" 52) }}
 {{- end }}
 
 {{- define "stitchfleet.postgresqlHeadlessName" -}}
