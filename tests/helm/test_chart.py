@@ -9,6 +9,7 @@ Input: helm/stitchfleet, rendered offline by Helm's Go engine (helm-python-sdk) 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,8 @@ BAD_VALUES = [
     ("postgresql:\n  enabled: true\ndatabase:\n  url: postgresql://u:p@elsewhere/db\n", "/database/url"),
     ("postgresql:\n  password: 'p@ss:word'\n", "/postgresql/password"),
     ("extraSettings:\n  BACKEND: cpu\n", "invalid propertyName 'BACKEND'"),
+    ("extraSettings:\n  STITCHFLEET_DB_URL: postgresql://u:p@h/db\n", "invalid propertyName 'STITCHFLEET_DB_URL'"),
+    ("extraSettings:\n  STITCHFLEET_WEBHOOK_PORT: '9443'\n", "invalid propertyName 'STITCHFLEET_WEBHOOK_PORT'"),
 ]
 
 
@@ -224,3 +227,23 @@ def test_no_template_left_unrendered(rendered: Rendered) -> None:
 def test_chart_directory_is_complete() -> None:
     for name in ("Chart.yaml", "values.yaml", "values.schema.json", "templates/_helpers.tpl", "templates/NOTES.txt"):
         assert (CHART_DIR / name).is_file(), name
+
+
+def _shapes(node: Any, path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema node that declares properties, except conditional constraints under allOf."""
+    if isinstance(node, dict):
+        if "properties" in node:
+            yield path, node
+        for key, child in node.items():
+            if key != "allOf":
+                yield from _shapes(child, f"{path}/{key}")
+    elif isinstance(node, list):
+        for index, child in enumerate(node):
+            yield from _shapes(child, f"{path}/{index}")
+
+
+def test_schema_closes_every_object(chart: Any) -> None:
+    shapes = dict(_shapes(chart.schema, ""))
+    assert len(shapes) >= 15
+    open_objects = [path for path, node in shapes.items() if node.get("additionalProperties") is not False]
+    assert open_objects == []
