@@ -34,7 +34,7 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], str, str]] = {
             "podLabels": {"team": "ml-platform"},
             "nodeSelector": {"kubernetes.io/os": "linux"},
             "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}],
-            "priorityClassName": "system-cluster-critical",
+            "priorityClassName": "ml-infra-critical",
             "extraSettings": {"STITCHFLEET_BACKEND": "cpu"},
         },
         "sf",

@@ -110,6 +110,7 @@ BAD_VALUES = [
     ("database:\n  secretName: Telemetry_DB\n", "/database/secretName"),
     ("postgresql:\n  enabled: true\ndatabase:\n  url: postgresql://u:p@elsewhere/db\n", "/database/url"),
     ("postgresql:\n  password: 'p@ss:word'\n", "/postgresql/password"),
+    ("serviceAccount:\n  create: false\n", "/serviceAccount/name"),
     ("extraSettings:\n  BACKEND: cpu\n", "invalid propertyName 'BACKEND'"),
     ("extraSettings:\n  STITCHFLEET_DB_URL: postgresql://u:p@h/db\n", "invalid propertyName 'STITCHFLEET_DB_URL'"),
     ("extraSettings:\n  STITCHFLEET_WEBHOOK_PORT: '9443'\n", "invalid propertyName 'STITCHFLEET_WEBHOOK_PORT'"),
