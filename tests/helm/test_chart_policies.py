@@ -1,0 +1,344 @@
+"""What the chart promises beyond schema validity: the webhook's safety settings, TLS wiring,
+least-privilege RBAC, pod hardening, the settings contract with the operator, the database Secret,
+the report CronJob and the ServiceMonitor.
+
+Input: the chart rendered offline once per values set (see conftest.py). Output: pass/fail.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+import pytest
+from chart_render import Rendered, render_chart
+
+SYSTEM_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease"}
+
+# The operator's settings, by the contract with the operator/webhook engineer.
+CONTRACT_SETTINGS = {
+    "STITCHFLEET_WEBHOOK_PORT",
+    "STITCHFLEET_WEBHOOK_TLS_DIR",
+    "STITCHFLEET_WEBHOOK_SELF_SIGNED",
+    "STITCHFLEET_WEBHOOK_CONFIG_NAME",
+    "STITCHFLEET_WEBHOOK_SERVICE",
+    "STITCHFLEET_HEALTH_PORT",
+    "STITCHFLEET_METRICS_PORT",
+    "STITCHFLEET_CLUSTER",
+    "STITCHFLEET_SHIM_IMAGE",
+    "STITCHFLEET_DB_SECRET_NAME",
+    "STITCHFLEET_DB_SECRET_KEY",
+}
+
+READ = {"get", "list", "watch"}
+# (apiGroup, resource) -> verbs: everything the operator may do cluster-wide, and nothing more.
+CLUSTER_PERMISSIONS = {
+    ("", "pods"): READ,
+    ("batch", "jobs"): READ,
+    ("kubeflow.org", "tfjobs"): READ,
+    ("kubeflow.org", "mpijobs"): READ,
+    ("", "events"): {"create", "patch"},
+    ("stitchfleet.io", "savingsreports"): READ | {"create", "patch", "update"},
+    ("stitchfleet.io", "savingsreports/status"): READ | {"create", "patch", "update"},
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"get", "patch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): READ,
+    ("", "namespaces"): {"list", "watch"},
+}
+NAMESPACE_PERMISSIONS = {
+    ("coordination.k8s.io", "leases"): READ | {"create", "update", "patch"},
+    ("", "configmaps"): {"get"},
+}
+
+
+def _permissions(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault((group, resource), set()).update(rule["verbs"])
+    return granted
+
+
+def _pod_specs(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    specs = {
+        f"Deployment/{d['metadata']['name']}": d["spec"]["template"]["spec"] for d in rendered.of_kind("Deployment")
+    }
+    for sts in rendered.of_kind("StatefulSet"):
+        specs[f"StatefulSet/{sts['metadata']['name']}"] = sts["spec"]["template"]["spec"]
+    for cron in rendered.of_kind("CronJob"):
+        specs[f"CronJob/{cron['metadata']['name']}"] = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    return specs
+
+
+def _operator(rendered: Rendered) -> dict[str, Any]:
+    (container,) = rendered.one("Deployment")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def _env(container: dict[str, Any], name: str) -> dict[str, Any]:
+    (entry,) = [env for env in container.get("env", []) if env["name"] == name]
+    return entry
+
+
+def _secret_data(secret: dict[str, Any]) -> dict[str, str]:
+    return {key: base64.b64decode(value).decode() for key, value in secret["data"].items()}
+
+
+# --- webhook --------------------------------------------------------------------------------------
+
+
+def test_webhook_fails_open_fast_and_without_side_effects(rendered: Rendered) -> None:
+    config = rendered.one("MutatingWebhookConfiguration")
+    (hook,) = config["webhooks"]
+    assert hook["name"] == "pods.stitchfleet.io"
+    assert hook["failurePolicy"] == "Ignore"
+    assert 1 <= hook["timeoutSeconds"] <= 5
+    assert hook["timeoutSeconds"] == rendered.values.get("webhook", {}).get("timeoutSeconds", 5)
+    assert hook["sideEffects"] == "None"
+    assert hook["admissionReviewVersions"] == ["v1"]
+    assert hook["reinvocationPolicy"] == "Never"
+    (rule,) = hook["rules"]
+    assert (rule["operations"], rule["resources"], rule["apiGroups"]) == (["CREATE"], ["pods"], [""])
+
+
+def test_webhook_only_sees_opted_in_pods_outside_system_namespaces(rendered: Rendered) -> None:
+    (hook,) = rendered.one("MutatingWebhookConfiguration")["webhooks"]
+    assert hook["objectSelector"] == {"matchLabels": {"stitchfleet.io/enabled": "true"}}
+    (expression,) = hook["namespaceSelector"]["matchExpressions"]
+    assert (expression["key"], expression["operator"]) == ("kubernetes.io/metadata.name", "NotIn")
+    extra = set(rendered.values.get("webhook", {}).get("excludeNamespaces", []))
+    assert set(expression["values"]) == SYSTEM_NAMESPACES | {rendered.namespace} | extra
+
+
+def test_webhook_reaches_the_operator_through_the_service(rendered: Rendered) -> None:
+    (hook,) = rendered.one("MutatingWebhookConfiguration")["webhooks"]
+    target = hook["clientConfig"]["service"]
+    service = rendered.one("Service", target["name"])
+    assert target["namespace"] == rendered.namespace and target["path"] == "/mutate"
+    (port,) = [p for p in service["spec"]["ports"] if p["port"] == target["port"]]
+    assert (port["name"], port["targetPort"]) == ("webhook", "webhook")
+    container_ports = {p["name"]: p["containerPort"] for p in _operator(rendered)["ports"]}
+    assert container_ports["webhook"] == rendered.values.get("webhook", {}).get("port", 8443)
+    pod_labels = rendered.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+# --- TLS ------------------------------------------------------------------------------------------
+
+
+def test_self_signed_tls_is_the_operators_job(default_render: Rendered) -> None:
+    config = default_render.one("MutatingWebhookConfiguration")
+    assert "cert-manager.io/inject-ca-from" not in config["metadata"].get("annotations", {})
+    settings = default_render.one("ConfigMap")["data"]
+    assert settings["STITCHFLEET_WEBHOOK_SELF_SIGNED"] == "true"
+    assert settings["STITCHFLEET_WEBHOOK_CONFIG_NAME"] == config["metadata"]["name"]
+    volumes = {v["name"]: v for v in default_render.one("Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert "emptyDir" in volumes["tls"]
+    mounts = {m["name"]: m for m in _operator(default_render)["volumeMounts"]}
+    assert mounts["tls"]["mountPath"] == settings["STITCHFLEET_WEBHOOK_TLS_DIR"]
+    assert not mounts["tls"]["readOnly"]
+
+
+def test_cert_manager_issues_and_injects_the_certificate(full_render: Rendered) -> None:
+    config = full_render.one("MutatingWebhookConfiguration")
+    certificate = full_render.one("Certificate")
+    issuer = full_render.one("Issuer")
+    inject_from = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+    assert inject_from == f"{full_render.namespace}/{certificate['metadata']['name']}"
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer", "name": issuer["metadata"]["name"]}
+    service = config["webhooks"][0]["clientConfig"]["service"]["name"]
+    svc_dns = f"{service}.{full_render.namespace}.svc"
+    assert certificate["spec"]["dnsNames"] == [svc_dns, f"{svc_dns}.cluster.local"]
+    assert certificate["spec"]["secretName"] == "fleet-ops-tls"
+    volumes = {v["name"]: v for v in full_render.one("Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "fleet-ops-tls"
+    assert full_render.one("ConfigMap")["data"]["STITCHFLEET_WEBHOOK_SELF_SIGNED"] == "false"
+
+
+# --- RBAC -----------------------------------------------------------------------------------------
+
+
+def test_cluster_role_grants_exactly_the_contract(rendered: Rendered) -> None:
+    (role,) = rendered.of_kind("ClusterRole")
+    assert _permissions(role) == CLUSTER_PERMISSIONS
+
+
+def test_namespace_role_grants_exactly_the_contract(rendered: Rendered) -> None:
+    assert _permissions(rendered.one("Role")) == NAMESPACE_PERMISSIONS
+
+
+def test_no_role_reads_secrets_or_uses_wildcards(rendered: Rendered) -> None:
+    for role in rendered.of_kind("ClusterRole") + rendered.of_kind("Role"):
+        for rule in role["rules"]:
+            assert "secrets" not in rule["resources"], role["metadata"]["name"]
+            assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
+
+
+def test_webhook_patch_is_limited_to_our_webhook_config(rendered: Rendered) -> None:
+    (role,) = rendered.of_kind("ClusterRole")
+    (rule,) = [r for r in role["rules"] if "mutatingwebhookconfigurations" in r["resources"]]
+    assert rule["resourceNames"] == [rendered.one("MutatingWebhookConfiguration")["metadata"]["name"]]
+    assert rule["resources"] == ["mutatingwebhookconfigurations"]
+
+
+def test_bindings_grant_the_roles_to_the_operators_account(rendered: Rendered) -> None:
+    account = rendered.one("Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    for kind, role_kind in (("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")):
+        binding = rendered.one(kind)
+        assert binding["roleRef"]["name"] == rendered.one(role_kind)["metadata"]["name"]
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": rendered.namespace}]
+    created = [sa["metadata"]["name"] for sa in rendered.of_kind("ServiceAccount")]
+    expected_created = [] if rendered.name == "external-db" else [account]
+    assert created == expected_created
+
+
+# --- pods -----------------------------------------------------------------------------------------
+
+
+def test_every_pod_is_hardened(rendered: Rendered) -> None:
+    for where, spec in _pod_specs(rendered).items():
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True, where
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            ctx = container["securityContext"]
+            assert ctx["readOnlyRootFilesystem"] is True, where
+            assert ctx["allowPrivilegeEscalation"] is False, where
+            assert ctx["capabilities"] == {"drop": ["ALL"]}, where
+            assert {"requests", "limits"} <= container["resources"].keys(), where
+            assert ":" in container["image"] and not container["image"].endswith(":latest"), where
+
+
+def test_operator_deployment_shape(rendered: Rendered) -> None:
+    deployment = rendered.one("Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    container = _operator(rendered)
+    assert container["command"] == ["stitchfleet", "operator"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"webhook": 8443, "health": 8080, "metrics": 9090}
+    for probe in (container["livenessProbe"], container["readinessProbe"]):
+        assert probe["httpGet"] == {"path": "/healthz", "port": "health"}
+    namespace_env = _env(container, "STITCHFLEET_OPERATOR_NAMESPACE")
+    assert namespace_env["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+
+
+def test_settings_config_map_carries_the_contract(rendered: Rendered) -> None:
+    config_map = rendered.one("ConfigMap")
+    settings = config_map["data"]
+    fullname = rendered.one("Deployment")["metadata"]["name"]
+    assert settings.keys() >= CONTRACT_SETTINGS
+    assert all(key.startswith("STITCHFLEET_") and isinstance(v, str) for key, v in settings.items())
+    assert settings["STITCHFLEET_WEBHOOK_SERVICE"] == fullname
+    assert settings["STITCHFLEET_WEBHOOK_CONFIG_NAME"] == fullname
+    assert (settings["STITCHFLEET_WEBHOOK_PORT"], settings["STITCHFLEET_HEALTH_PORT"]) == ("8443", "8080")
+    assert settings["STITCHFLEET_METRICS_PORT"] == "9090"
+    assert settings["STITCHFLEET_WEBHOOK_TLS_DIR"] == "/etc/stitchfleet/tls"
+    assert _operator(rendered)["envFrom"] == [{"configMapRef": {"name": config_map["metadata"]["name"]}}]
+    writable = {m["mountPath"] for m in _operator(rendered)["volumeMounts"]}
+    assert settings["STITCHFLEET_STATE_DIR"] in writable
+
+
+def test_chosen_values_reach_the_settings(full_render: Rendered, default_render: Rendered) -> None:
+    settings = full_render.one("ConfigMap")["data"]
+    assert settings["STITCHFLEET_CLUSTER"] == "gpu-east"
+    assert settings["STITCHFLEET_SHIM_IMAGE"] == "registry.example/stitchfleet-shim:0.1.0-slim"
+    assert settings["STITCHFLEET_BACKEND"] == "cpu"
+    # Without a shim image of its own, injected pods copy the shim from the operator's image.
+    operator_image = _operator(default_render)["image"]
+    assert default_render.one("ConfigMap")["data"]["STITCHFLEET_SHIM_IMAGE"] == operator_image
+
+
+def test_pod_restarts_when_settings_change(default_render: Rendered) -> None:
+    def checksum(rendered: Rendered) -> str:
+        return rendered.one("Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/settings"]
+
+    config_map_text = default_render.files["stitchfleet/templates/configmap.yaml"]
+    assert checksum(default_render) == hashlib.sha256(config_map_text.encode()).hexdigest()
+    same = render_chart({}, default_render.release, default_render.namespace)
+    changed = render_chart({"clusterName": "gpu-west"}, default_render.release, default_render.namespace)
+    assert checksum(same) == checksum(default_render) != checksum(changed)
+
+
+# --- database -------------------------------------------------------------------------------------
+
+
+def test_default_install_references_the_users_secret(default_render: Rendered) -> None:
+    assert default_render.of_kind("Secret") == []
+    ref = _env(_operator(default_render), "STITCHFLEET_DB_URL")["valueFrom"]["secretKeyRef"]
+    # The operator still serves the webhook without a database; the report job cannot run without one.
+    assert ref == {"name": "stitchfleet-db", "key": "url", "optional": True}
+    (report,) = default_render.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert _env(report, "STITCHFLEET_DB_URL")["valueFrom"]["secretKeyRef"]["optional"] is False
+
+
+def test_database_url_value_becomes_the_secret(external_db_render: Rendered) -> None:
+    secret = external_db_render.one("Secret", "telemetry-db")
+    assert _secret_data(secret) == {"dsn": "postgresql+psycopg://sf:secret@db.example.com:5432/telemetry"}
+    ref = _env(_operator(external_db_render), "STITCHFLEET_DB_URL")["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) == ("telemetry-db", "dsn")
+    settings = external_db_render.one("ConfigMap")["data"]
+    assert (settings["STITCHFLEET_DB_SECRET_NAME"], settings["STITCHFLEET_DB_SECRET_KEY"]) == ("telemetry-db", "dsn")
+
+
+def test_bundled_postgresql_is_wired_to_the_database_secret(full_render: Rendered) -> None:
+    statefulset = full_render.one("StatefulSet")
+    name = statefulset["metadata"]["name"]
+    password = _secret_data(full_render.one("Secret", name))["password"]
+    assert len(password) == 32 and password.isalnum()
+    url = _secret_data(full_render.one("Secret", "stitchfleet-db"))["url"]
+    assert url == f"postgresql+psycopg://stitchfleet:{password}@{name}.ops.svc.cluster.local:5432/stitchfleet"
+    service = full_render.one("Service", name)
+    assert service["spec"]["ports"][0]["port"] == 5432
+    pod = statefulset["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    operator_labels = full_render.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert not service["spec"]["selector"].items() <= operator_labels.items()
+    headless = full_render.one("Service", statefulset["spec"]["serviceName"])
+    assert headless["spec"]["clusterIP"] == "None"
+    (container,) = pod["spec"]["containers"]
+    password_ref = _env(container, "POSTGRES_PASSWORD")["valueFrom"]["secretKeyRef"]
+    assert password_ref == {"name": name, "key": "password"}
+    (claim,) = statefulset["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+
+
+def test_chosen_postgresql_password_is_used() -> None:
+    rendered = render_chart({"postgresql": {"enabled": True, "password": "s3cret-Pass"}}, "sf", "ops")
+    assert _secret_data(rendered.one("Secret", "sf-stitchfleet-postgresql"))["password"] == "s3cret-Pass"
+    assert ":s3cret-Pass@" in _secret_data(rendered.one("Secret", "stitchfleet-db"))["url"]
+
+
+# --- report and monitoring ------------------------------------------------------------------------
+
+
+def test_weekly_report_cron_job(default_render: Rendered) -> None:
+    cron = default_render.one("CronJob")
+    assert cron["spec"]["schedule"] == "0 6 * * 1"
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"] == ["stitchfleet", "report", "weekly", "--format", "md"]
+    assert pod["automountServiceAccountToken"] is False
+    assert _env(container, "STITCHFLEET_DB_URL")["valueFrom"]["secretKeyRef"]["name"] == "stitchfleet-db"
+
+
+@pytest.mark.parametrize("schedule", ["@weekly", "30 2 * * 0"])
+def test_report_schedule_is_configurable(schedule: str) -> None:
+    rendered = render_chart({"report": {"schedule": schedule}}, "sf", "ops")
+    assert rendered.one("CronJob")["spec"]["schedule"] == schedule
+
+
+def test_service_monitor_scrapes_the_metrics_port(full_render: Rendered) -> None:
+    monitor = full_render.one("ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+    service = full_render.one("Service", full_render.one("Deployment")["metadata"]["name"])
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]}["metrics"] == 9090
