@@ -36,7 +36,8 @@ CONNECTION_TIMEOUT = 10.0
 
 log = logging.getLogger("stitchfleet.operator.webhook")
 
-Stamp = tuple[int, int, int, int]
+# (inode, mtime, size) of tls.crt and tls.key: an atomic replace or a Secret update always changes the inode.
+Stamp = tuple[int, ...]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -110,8 +111,8 @@ class _HTTPServer(ThreadingHTTPServer):
         return self.tls_dir / CERT_FILE, self.tls_dir / KEY_FILE
 
     def _current_stamp(self) -> Stamp:
-        cert, key = (path.stat() for path in self._files())
-        return cert.st_mtime_ns, cert.st_size, key.st_mtime_ns, key.st_size
+        stats = [path.stat() for path in self._files()]
+        return tuple(value for stat in stats for value in (stat.st_ino, stat.st_mtime_ns, stat.st_size))
 
     def _load_context(self) -> ssl.SSLContext:
         stamp = self._current_stamp()
