@@ -210,7 +210,7 @@ def test_rotation_is_noticed_on_the_next_connection(server: WebhookServer, tls_d
 
 def test_missing_certificate_fails_at_start_naming_the_file(tmp_path: Path) -> None:
     webhook = WebhookServer(CONFIG, tmp_path / "empty", host="127.0.0.1", port=0)
-    with pytest.raises(FileNotFoundError, match="tls.crt"):
+    with pytest.raises(FileNotFoundError, match=r"tls\.crt"):
         webhook.start()
     with pytest.raises(RuntimeError, match="not started"):
         _ = webhook.port
