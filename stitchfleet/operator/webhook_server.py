@@ -27,6 +27,7 @@ from typing import Any
 from stitchfleet.operator import admission
 from stitchfleet.operator.injection import InjectionConfig
 from stitchfleet.operator.tls import CERT_FILE, KEY_FILE
+from stitchfleet.settings import Settings
 
 PATH = "/mutate"
 # Pods are small; the API server caps objects near 3 MiB, and a review holds at most two.
@@ -158,6 +159,13 @@ class WebhookServer:
         self._path = path
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def from_settings(cls, current: Settings, *, host: str = "0.0.0.0") -> WebhookServer:
+        """The server the operator runs: port, TLS dir and injection config from settings."""
+        return cls(
+            InjectionConfig.from_settings(current), current.webhook_tls_dir, host=host, port=current.webhook_port
+        )
 
     @property
     def port(self) -> int:

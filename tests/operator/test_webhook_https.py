@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from webhook_pods import CONFIG, apply_patch, assert_valid_pod, env_of, make_pod
 
+from stitchfleet import settings
 from stitchfleet.operator import admission
 from stitchfleet.operator.injection import SHIM_PATH, Mutation
 from stitchfleet.operator.tls import CA_FILE, ensure_self_signed
@@ -214,6 +215,23 @@ def test_missing_certificate_fails_at_start_naming_the_file(tmp_path: Path) -> N
         webhook.start()
     with pytest.raises(RuntimeError, match="not started"):
         _ = webhook.port
+
+
+def test_server_from_settings_serves_on_the_configured_port_and_dir(tls_dir: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free_port = probe.getsockname()[1]
+    current = settings.load(
+        {
+            "STITCHFLEET_WEBHOOK_PORT": str(free_port),
+            "STITCHFLEET_WEBHOOK_TLS_DIR": str(tls_dir),
+            "STITCHFLEET_CLUSTER": "from-settings",
+        }
+    )
+    with WebhookServer.from_settings(current, host="127.0.0.1") as webhook:
+        assert webhook.port == free_port
+        result = apply_patch(make_pod(), patch_of(admit(webhook, tls_dir, make_pod())))
+    assert env_of(result["spec"]["containers"][0])["STITCHFLEET_CLUSTER"] == "from-settings"
 
 
 def test_stop_releases_the_port(tls_dir: Path) -> None:
