@@ -100,7 +100,7 @@ def _plan(pod: Any, config: InjectionConfig) -> Mutation:
     containers = _containers(spec)
     identity = _identity_env(metadata, labels, config)
     ops = _annotation_ops(pod, metadata, config)
-    ops += _pod_level_ops(spec, containers, config)
+    ops += _pod_level_ops(spec, config)
     warnings: list[str] = []
     for index, container in enumerate(containers):
         container_ops, container_warnings = _container_ops(index, container, identity, config)
@@ -168,7 +168,7 @@ def _annotation_ops(pod: dict[str, Any], metadata: dict[str, Any], config: Injec
     return [_add(pointer("metadata", "annotations", ANNOTATION_INJECTED), config.version)]
 
 
-def _pod_level_ops(spec: dict[str, Any], containers: list[dict[str, Any]], config: InjectionConfig) -> list[Operation]:
+def _pod_level_ops(spec: dict[str, Any], config: InjectionConfig) -> list[Operation]:
     volume = {"name": SHIM_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}}
     ops = _append_named(spec, "volumes", volume)
     return ops + _append_named(spec, "initContainers", _init_container(config))
