@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from stitchfleet import __version__, settings
 
@@ -118,7 +119,28 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
 
 
-_COMMANDS = (_add_settings, _add_compile, _add_db, _add_report, _add_operator, _add_bench, _add_demo)
+def _install_shim(args: argparse.Namespace) -> int:
+    from stitchfleet.boot import installer
+
+    try:
+        done = installer.install(Path(args.dir))
+    except OSError as err:
+        print(f"stitchfleet shim install: cannot install into {args.dir}: {err}", file=sys.stderr)
+        return 1
+    print(f"installed stitchfleet {__version__} ({done.files} files) into {done.package_dir.parent}")
+    print(f"boot shim: {done.shim_file} (put {done.shim_file.parent} first on PYTHONPATH)")
+    return 0
+
+
+def _add_shim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("shim", help="the boot shim that loads stitchfleet into a job's Python processes")
+    actions = parser.add_subparsers(dest="shim_action", required=True)
+    install = actions.add_parser("install", help="copy the package and its sitecustomize shim into DIR")
+    install.add_argument("dir", metavar="DIR", help="target directory, e.g. /opt/stitchfleet")
+    install.set_defaults(handler=_install_shim)
+
+
+_COMMANDS = (_add_settings, _add_compile, _add_db, _add_report, _add_operator, _add_bench, _add_demo, _add_shim)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stitchfleet import __version__
+
 PREFIX = "STITCHFLEET_"
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -119,6 +121,17 @@ class Settings:
     gpus_per_rank: int = _knob(1, "GPUs each rank uses, for GPU-hour accounting.", minimum=0)
     gpu_type: str = _knob("", "GPU model, e.g. H200.")
     log_level: str = _knob("INFO", "Log level of stitchfleet's own logger.", choices=LOG_LEVELS)
+    # operator and webhook
+    webhook_port: int = _knob(8443, "HTTPS port of the mutating admission webhook.", minimum=1)
+    webhook_tls_dir: Path = _knob(Path("/etc/stitchfleet/tls"), "Webhook TLS dir: tls.crt, tls.key, ca.crt.")  # noqa: RUF009
+    webhook_self_signed: bool = _knob(True, "Make a self-signed CA and serving cert at start (false: cert-manager).")
+    webhook_config_name: str = _knob("stitchfleet", "MutatingWebhookConfiguration whose caBundle the operator patches.")
+    webhook_service: str = _knob("stitchfleet", "Service in front of the webhook (names in the serving cert).")
+    operator_namespace: str = _knob("stitchfleet", "Namespace the operator runs in (downward API).")
+    health_port: int = _knob(8080, "Port of the operator's /healthz endpoint.", minimum=1)
+    shim_image: str = _knob(f"stitchfleet:{__version__}", "Image of the init container that copies the boot shim.")
+    db_secret_name: str = _knob("stitchfleet-db", "Secret holding the database URL, in each job's namespace.")
+    db_secret_key: str = _knob("url", "Key of the database URL in that Secret.")
 
     @property
     def sqlite_path(self) -> Path:

@@ -1,0 +1,47 @@
+"""`stitchfleet shim install DIR`: lays out the boot shim for a job's pod.
+
+Input: a target directory (the webhook's shared emptyDir, /opt/stitchfleet).
+Output: DIR/stitchfleet (a copy of this installed package, without bytecode) and
+DIR/shim/sitecustomize.py (stitchfleet/boot/sitecustomize.py). Running it again
+overwrites the same files, so a restarted init container is harmless.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import stitchfleet
+
+SHIM_DIR = "shim"
+SHIM_FILE = "sitecustomize.py"
+
+
+@dataclass(frozen=True)
+class Installed:
+    """Where the copy went, and how many files it holds."""
+
+    package_dir: Path
+    shim_file: Path
+    files: int
+
+
+def package_dir() -> Path:
+    """The directory of the running stitchfleet package."""
+    return Path(stitchfleet.__file__).resolve().parent
+
+
+def install(target: Path) -> Installed:
+    """Copies the package and the shim into `target`; OSError (with the path) when it cannot."""
+    if target.exists() and not target.is_dir():
+        raise NotADirectoryError(f"shim target {target} exists and is not a directory")
+    source = package_dir()
+    copied = shutil.copytree(
+        source, target / "stitchfleet", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), dirs_exist_ok=True
+    )
+    shim = target / SHIM_DIR / SHIM_FILE
+    shim.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source / "boot" / SHIM_FILE, shim)
+    files = sum(1 for path in Path(copied).rglob("*") if path.is_file())
+    return Installed(Path(copied), shim, files + 1)

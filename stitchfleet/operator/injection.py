@@ -1,0 +1,323 @@
+"""What the admission webhook does to an opted-in pod, as pure data.
+
+Input: a Pod as the API server sends it in an AdmissionReview (a JSON dict) and an
+`InjectionConfig`. Output: a `Mutation`: RFC 6902 JSONPatch operations (paths
+escaped per RFC 6901) that give every container the STITCHFLEET_* identity, the
+database URL from a Secret, and the boot shim on PYTHONPATH; plus warnings for the
+user. The patch never overwrites a variable the user set, an explicit
+`stitchfleet.io/enabled: "false"` always wins, an annotated pod gets an empty patch
+(a second pass changes nothing), and a malformed pod gets an empty patch and a
+warning: the webhook never blocks a pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stitchfleet import __version__
+from stitchfleet.settings import Settings
+
+LABEL_ENABLED = "stitchfleet.io/enabled"
+LABEL_JOB = "stitchfleet.io/job"
+LABEL_TEAM = "stitchfleet.io/team"
+LABEL_MODEL = "stitchfleet.io/model"
+ANNOTATION_INJECTED = "stitchfleet.io/injected"
+# The job's own label first, then what the Job controller and Kubeflow's training operator set.
+JOB_NAME_LABELS = (LABEL_JOB, "job-name", "batch.kubernetes.io/job-name", "training.kubeflow.org/job-name")
+
+SHIM_VOLUME = "stitchfleet-shim"
+SHIM_MOUNT = "/opt/stitchfleet"
+SHIM_PATH = f"{SHIM_MOUNT}/shim"
+SHIM_COMMAND = ("stitchfleet", "shim", "install", SHIM_MOUNT)
+GPU_RESOURCE = "nvidia.com/gpu"
+PYTHONPATH = "PYTHONPATH"
+
+Operation = dict[str, Any]
+EnvVar = dict[str, Any]
+
+
+class MalformedPodError(ValueError):
+    """The pod does not have the shape of a Pod where the patch needs it."""
+
+
+@dataclass(frozen=True)
+class InjectionConfig:
+    """The operator's side of the injection: values that do not come from the pod."""
+
+    cluster: str
+    shim_image: str
+    db_secret_name: str = "stitchfleet-db"
+    db_secret_key: str = "url"
+    version: str = __version__
+
+    @classmethod
+    def from_settings(cls, current: Settings) -> InjectionConfig:
+        """The config the operator process runs with."""
+        return cls(
+            cluster=current.cluster,
+            shim_image=current.shim_image,
+            db_secret_name=current.db_secret_name,
+            db_secret_key=current.db_secret_key,
+        )
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """A JSONPatch (empty: leave the pod as it is) and warnings to show the user."""
+
+    patch: list[Operation] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def escape(token: str | int) -> str:
+    """One JSON Pointer reference token (RFC 6901): '~' -> '~0', '/' -> '~1'."""
+    return str(token).replace("~", "~0").replace("/", "~1")
+
+
+def pointer(*tokens: str | int) -> str:
+    """A JSON Pointer from unescaped tokens."""
+    return "".join("/" + escape(token) for token in tokens)
+
+
+def mutate(pod: Any, config: InjectionConfig) -> Mutation:
+    """The patch that opts `pod` into stitchfleet; empty when it is opted out or already patched."""
+    try:
+        return _plan(pod, config)
+    except MalformedPodError as err:
+        return Mutation(warnings=[f"stitchfleet: pod left unchanged: {err}"])
+
+
+def _plan(pod: Any, config: InjectionConfig) -> Mutation:
+    pod = _mapping(pod, "the pod")
+    metadata = _mapping(pod.get("metadata", {}), "metadata")
+    labels = _string_map(metadata.get("labels"), "metadata.labels")
+    annotations = _string_map(metadata.get("annotations"), "metadata.annotations")
+    if not _opted_in(labels, annotations) or ANNOTATION_INJECTED in annotations:
+        return Mutation()
+    spec = _mapping(pod.get("spec"), "spec")
+    containers = _containers(spec)
+    identity = _identity_env(metadata, labels, config)
+    ops = _annotation_ops(pod, metadata, config)
+    ops += _pod_level_ops(spec, config)
+    warnings: list[str] = []
+    for index, container in enumerate(containers):
+        container_ops, container_warnings = _container_ops(index, container, identity, config)
+        ops += container_ops
+        warnings += container_warnings
+    return Mutation(ops, warnings)
+
+
+def _opted_in(labels: Mapping[str, str], annotations: Mapping[str, str]) -> bool:
+    # An explicit "false", on the label or the annotation, beats any "true" elsewhere.
+    if "false" in (labels.get(LABEL_ENABLED, "").lower(), annotations.get(LABEL_ENABLED, "").lower()):
+        return False
+    return labels.get(LABEL_ENABLED, "").lower() == "true"
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MalformedPodError(f"{where} is {type(value).__name__}, expected an object")
+    return value
+
+
+def _optional_list(value: Any, where: str) -> list[dict[str, Any]] | None:
+    """A list of objects, or None when absent; anything else is malformed."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise MalformedPodError(f"{where} is {type(value).__name__}, expected a list")
+    return [_mapping(item, f"{where}[{i}]") for i, item in enumerate(value)]
+
+
+def _string_map(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    found = _mapping(value, where)
+    for key, item in found.items():
+        if not isinstance(item, str):
+            raise MalformedPodError(f"{where}[{key!r}] is {type(item).__name__}, expected a string")
+    return found
+
+
+def _named(items: list[dict[str, Any]] | None, where: str) -> set[str]:
+    names = set()
+    for i, item in enumerate(items or []):
+        name = item.get("name")
+        if not isinstance(name, str):
+            raise MalformedPodError(f"{where}[{i}].name is missing or not a string")
+        names.add(name)
+    return names
+
+
+def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    containers = _optional_list(spec.get("containers"), "spec.containers")
+    if not containers:
+        raise MalformedPodError("spec.containers is missing or empty")
+    if SHIM_VOLUME in _named(containers, "spec.containers"):
+        raise MalformedPodError(f"a container is named {SHIM_VOLUME!r}, the name of the boot shim's init container")
+    return containers
+
+
+def _annotation_ops(pod: dict[str, Any], metadata: dict[str, Any], config: InjectionConfig) -> list[Operation]:
+    if "metadata" not in pod:
+        return [_add(pointer("metadata"), {"annotations": {ANNOTATION_INJECTED: config.version}})]
+    if metadata.get("annotations") is None:
+        return [_add(pointer("metadata", "annotations"), {ANNOTATION_INJECTED: config.version})]
+    return [_add(pointer("metadata", "annotations", ANNOTATION_INJECTED), config.version)]
+
+
+def _pod_level_ops(spec: dict[str, Any], config: InjectionConfig) -> list[Operation]:
+    volume = {"name": SHIM_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}}
+    ops = _append_named(spec, "volumes", volume)
+    return ops + _append_named(spec, "initContainers", _init_container(config))
+
+
+def _append_named(spec: dict[str, Any], key: str, item: dict[str, Any]) -> list[Operation]:
+    """Adds `item` to the list spec[key] unless an entry of that name is there already."""
+    existing = _optional_list(spec.get(key), f"spec.{key}")
+    if existing is None:
+        return [_add(pointer("spec", key), [item])]
+    if item["name"] in _named(existing, f"spec.{key}"):
+        return []
+    return [_add(pointer("spec", key, "-"), item)]
+
+
+def _init_container(config: InjectionConfig) -> dict[str, Any]:
+    return {
+        "name": SHIM_VOLUME,
+        "image": config.shim_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": list(SHIM_COMMAND),
+        "volumeMounts": [{"name": SHIM_VOLUME, "mountPath": SHIM_MOUNT}],
+        # Limits keep the pod admissible under a ResourceQuota; copying a package needs little.
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def _identity_env(metadata: dict[str, Any], labels: Mapping[str, str], config: InjectionConfig) -> list[EnvVar]:
+    env = [
+        _literal("STITCHFLEET_ENABLED", "1"),
+        _literal("STITCHFLEET_CLUSTER", config.cluster),
+        _field_ref("STITCHFLEET_NAMESPACE", "metadata.namespace"),
+        _field_ref("STITCHFLEET_POD_NAME", "metadata.name"),
+    ]
+    if job := _job_name(metadata, labels):
+        env.append(_literal("STITCHFLEET_JOB_NAME", job))
+    for name, label in (("STITCHFLEET_TEAM", LABEL_TEAM), ("STITCHFLEET_MODEL", LABEL_MODEL)):
+        if labels.get(label):
+            env.append(_literal(name, labels[label]))
+    return env
+
+
+def _job_name(metadata: dict[str, Any], labels: Mapping[str, str]) -> str:
+    for label in JOB_NAME_LABELS:
+        if labels.get(label):
+            return labels[label]
+    owners = _optional_list(metadata.get("ownerReferences"), "metadata.ownerReferences") or []
+    # The controller owner is the workload (Job, TFJob...); other owners are incidental.
+    for owner in sorted(owners, key=lambda ref: ref.get("controller") is not True):
+        if isinstance(owner.get("name"), str) and owner["name"]:
+            return str(owner["name"])
+    generate_name = metadata.get("generateName")
+    if isinstance(generate_name, str) and generate_name.strip("-"):
+        return generate_name.rstrip("-")
+    name = metadata.get("name")
+    return name if isinstance(name, str) else ""
+
+
+def _container_ops(
+    index: int, container: dict[str, Any], identity: list[EnvVar], config: InjectionConfig
+) -> tuple[list[Operation], list[str]]:
+    where = f"spec.containers[{index}]"
+    base = ("spec", "containers", index)
+    env = _optional_list(container.get("env"), f"{where}.env")
+    _named(env, f"{where}.env")
+    gpus, warnings = _gpus(container, where)
+    wanted = [*identity, _literal("STITCHFLEET_GPUS_PER_RANK", gpus)] if gpus else list(identity)
+    wanted.append(_db_url(config))
+    path_var, path_ops, path_warnings = _pythonpath(base, env, "envFrom" in container, where)
+    ops = _env_ops(base, env, wanted + path_var) + path_ops
+    mount_ops, mount_warnings = _mount_ops(base, container, where)
+    return ops + mount_ops, warnings + path_warnings + mount_warnings
+
+
+def _env_ops(base: tuple[str | int, ...], env: list[dict[str, Any]] | None, wanted: list[EnvVar]) -> list[Operation]:
+    if env is None:
+        return [_add(pointer(*base, "env"), wanted)] if wanted else []
+    present = {item["name"] for item in env}
+    return [_add(pointer(*base, "env", "-"), var) for var in wanted if var["name"] not in present]
+
+
+def _gpus(container: dict[str, Any], where: str) -> tuple[str, list[str]]:
+    """The container's GPU count as text ("0" without a GPU) and warnings."""
+    resources = _mapping(container.get("resources", {}), f"{where}.resources")
+    limits = _mapping(resources.get("limits") or {}, f"{where}.resources.limits")
+    requests = _mapping(resources.get("requests") or {}, f"{where}.resources.requests")
+    raw = limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE, 0))
+    text = str(raw).strip()
+    if isinstance(raw, bool) or not text.isdigit():
+        return "", [
+            f"stitchfleet: {where} has {GPU_RESOURCE}={raw!r}, not a GPU count; STITCHFLEET_GPUS_PER_RANK unset"
+        ]
+    return str(int(text)), []
+
+
+def _pythonpath(
+    base: tuple[str | int, ...], env: list[dict[str, Any]] | None, has_env_from: bool, where: str
+) -> tuple[list[EnvVar], list[Operation], list[str]]:
+    """PYTHONPATH with the shim first: a new variable, an edit of the user's value, or a warning."""
+    # Kubernetes uses the last entry of a repeated name.
+    entries = env or []
+    found = [i for i, item in enumerate(entries) if item["name"] == PYTHONPATH]
+    if not found:
+        # $(PYTHONPATH) keeps a value the container gets through envFrom (kubelet expands it).
+        value = f"{SHIM_PATH}:$({PYTHONPATH})" if has_env_from else SHIM_PATH
+        return [_literal(PYTHONPATH, value)], [], []
+    entry = entries[found[-1]]
+    if "valueFrom" in entry:
+        return [], [], [f"stitchfleet: {where} sets PYTHONPATH from valueFrom; boot shim not on PYTHONPATH"]
+    value = entry.get("value", "")
+    if not isinstance(value, str):
+        raise MalformedPodError(f"{where}.env PYTHONPATH value is {type(value).__name__}, expected a string")
+    if SHIM_PATH in value.split(":"):
+        return [], [], []
+    path = pointer(*base, "env", found[-1], "value")
+    new_value = f"{SHIM_PATH}:{value}" if value else SHIM_PATH
+    return [], [{"op": "replace" if "value" in entry else "add", "path": path, "value": new_value}], []
+
+
+def _mount_ops(base: tuple[str | int, ...], container: dict[str, Any], where: str) -> tuple[list[Operation], list[str]]:
+    mount = {"name": SHIM_VOLUME, "mountPath": SHIM_MOUNT, "readOnly": True}
+    mounts = _optional_list(container.get("volumeMounts"), f"{where}.volumeMounts")
+    if mounts is None:
+        return [_add(pointer(*base, "volumeMounts"), [mount])], []
+    if any(item.get("name") == SHIM_VOLUME for item in mounts):
+        return [], []
+    if any(item.get("mountPath") == SHIM_MOUNT for item in mounts):
+        return [], [f"stitchfleet: {where} already mounts a volume at {SHIM_MOUNT}; boot shim not mounted"]
+    return [_add(pointer(*base, "volumeMounts", "-"), mount)], []
+
+
+def _db_url(config: InjectionConfig) -> EnvVar:
+    # optional: a namespace without the Secret still runs its pods; the plugin then spools locally.
+    ref = {"name": config.db_secret_name, "key": config.db_secret_key, "optional": True}
+    return {"name": "STITCHFLEET_DB_URL", "valueFrom": {"secretKeyRef": ref}}
+
+
+def _literal(name: str, value: str) -> EnvVar:
+    return {"name": name, "value": value}
+
+
+def _field_ref(name: str, field_path: str) -> EnvVar:
+    return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": field_path}}}
+
+
+def _add(path: str, value: Any) -> Operation:
+    return {"op": "add", "path": path, "value": value}

@@ -1,0 +1,275 @@
+"""injection: the JSONPatch an opted-in pod gets, applied and validated as a real Pod."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from webhook_pods import CONFIG, apply_patch, assert_valid_pod, env_of, make_pod
+
+from stitchfleet import __version__, settings
+from stitchfleet.operator.injection import (
+    ANNOTATION_INJECTED,
+    SHIM_MOUNT,
+    SHIM_PATH,
+    SHIM_VOLUME,
+    InjectionConfig,
+    Mutation,
+    escape,
+    mutate,
+    pointer,
+)
+
+
+def patched(pod: dict[str, Any]) -> tuple[dict[str, Any], Mutation]:
+    mutation = mutate(pod, CONFIG)
+    result = apply_patch(pod, mutation.patch)
+    assert_valid_pod(result)
+    return result, mutation
+
+
+def test_opted_in_pod_gets_identity_db_url_and_shim() -> None:
+    pod = make_pod(labels={"stitchfleet.io/team": "vision", "stitchfleet.io/model": "resnet50"})
+    result, mutation = patched(pod)
+    assert mutation.warnings == []
+    env = env_of(result["spec"]["containers"][0])
+    assert env["STITCHFLEET_ENABLED"] == "1"
+    assert env["STITCHFLEET_CLUSTER"] == "gpu-east"
+    assert env["STITCHFLEET_NAMESPACE"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}
+    assert env["STITCHFLEET_POD_NAME"] == {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}
+    assert env["STITCHFLEET_JOB_NAME"] == "resnet-train"
+    assert env["STITCHFLEET_TEAM"] == "vision"
+    assert env["STITCHFLEET_MODEL"] == "resnet50"
+    assert env["STITCHFLEET_GPUS_PER_RANK"] == "2"
+    assert env["STITCHFLEET_DB_URL"] == {"secretKeyRef": {"name": "stitchfleet-db", "key": "url", "optional": True}}
+    assert env["PYTHONPATH"] == SHIM_PATH
+    assert result["metadata"]["annotations"] == {ANNOTATION_INJECTED: __version__}
+    assert result["spec"]["volumes"] == [{"name": SHIM_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}}]
+    init = result["spec"]["initContainers"]
+    assert [c["name"] for c in init] == [SHIM_VOLUME]
+    assert init[0]["image"] == CONFIG.shim_image
+    assert init[0]["command"] == ["stitchfleet", "shim", "install", SHIM_MOUNT]
+    mounts = result["spec"]["containers"][0]["volumeMounts"]
+    assert mounts == [{"name": SHIM_VOLUME, "mountPath": SHIM_MOUNT, "readOnly": True}]
+    assert pod == make_pod(labels={"stitchfleet.io/team": "vision", "stitchfleet.io/model": "resnet50"})
+
+
+def test_second_pass_changes_nothing() -> None:
+    result, _ = patched(make_pod())
+    assert mutate(result, CONFIG) == Mutation()
+
+
+def test_without_the_annotation_a_second_pass_only_marks_the_pod() -> None:
+    result, _ = patched(make_pod())
+    del result["metadata"]["annotations"]
+    again, mutation = patched(result)
+    assert mutation.patch == [
+        {"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_INJECTED: __version__}}
+    ]
+    assert again["spec"] == result["spec"]
+
+
+def test_user_set_variables_are_never_overwritten() -> None:
+    user_env = [
+        {"name": "STITCHFLEET_JOB_NAME", "value": "my-own-name"},
+        {"name": "STITCHFLEET_DB_URL", "valueFrom": {"secretKeyRef": {"name": "team-db", "key": "dsn"}}},
+        {"name": "STITCHFLEET_ENABLED", "value": "0"},
+        {"name": "HOME", "value": "/work"},
+    ]
+    containers = [{"name": "trainer", "image": "tf:2.15", "env": copy.deepcopy(user_env)}]
+    result, _ = patched(make_pod(containers=containers))
+    env_list = result["spec"]["containers"][0]["env"]
+    assert env_list[: len(user_env)] == user_env
+    env = env_of(result["spec"]["containers"][0])
+    assert env["STITCHFLEET_JOB_NAME"] == "my-own-name"
+    assert env["STITCHFLEET_ENABLED"] == "0"
+    assert env["STITCHFLEET_DB_URL"] == {"secretKeyRef": {"name": "team-db", "key": "dsn"}}
+    assert env["STITCHFLEET_CLUSTER"] == "gpu-east"
+    assert env["STITCHFLEET_GPUS_PER_RANK"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("user_value", "expected"),
+    [("/app/lib:/app", f"{SHIM_PATH}:/app/lib:/app"), ("", SHIM_PATH), (f"/x:{SHIM_PATH}", f"/x:{SHIM_PATH}")],
+)
+def test_user_pythonpath_literal_gets_the_shim_prepended(user_value: str, expected: str) -> None:
+    containers = [{"name": "trainer", "image": "tf", "env": [{"name": "PYTHONPATH", "value": user_value}]}]
+    result, _ = patched(make_pod(containers=containers))
+    assert env_of(result["spec"]["containers"][0])["PYTHONPATH"] == expected
+    assert mutate(result, CONFIG) == Mutation()
+
+
+def test_pythonpath_from_value_from_is_left_alone_with_a_warning() -> None:
+    source = {"configMapKeyRef": {"name": "paths", "key": "pythonpath"}}
+    containers = [{"name": "trainer", "image": "tf", "env": [{"name": "PYTHONPATH", "valueFrom": source}]}]
+    result, mutation = patched(make_pod(containers=containers))
+    assert env_of(result["spec"]["containers"][0])["PYTHONPATH"] == source
+    assert len(mutation.warnings) == 1
+    assert "PYTHONPATH from valueFrom" in mutation.warnings[0]
+    assert "spec.containers[0]" in mutation.warnings[0]
+
+
+def test_env_from_keeps_its_pythonpath_through_expansion() -> None:
+    containers = [{"name": "trainer", "image": "tf", "envFrom": [{"configMapRef": {"name": "job-env"}}]}]
+    result, _ = patched(make_pod(containers=containers))
+    assert env_of(result["spec"]["containers"][0])["PYTHONPATH"] == f"{SHIM_PATH}:$(PYTHONPATH)"
+
+
+def test_existing_volumes_init_containers_and_mounts_are_kept_in_place() -> None:
+    data_mount = {"name": "data", "mountPath": "/data"}
+    containers = [
+        {
+            "name": "trainer",
+            "image": "tf",
+            "volumeMounts": [data_mount],
+            "resources": {"limits": {"nvidia.com/gpu": 8}},
+        },
+        {"name": "sidecar", "image": "busybox"},
+    ]
+    pod = make_pod(containers=containers)
+    pod["metadata"]["annotations"] = {"team.example/owner": "ana"}
+    pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    pod["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox", "command": ["true"]}]
+    result, _ = patched(pod)
+    spec = result["spec"]
+    assert [v["name"] for v in spec["volumes"]] == ["data", SHIM_VOLUME]
+    assert [c["name"] for c in spec["initContainers"]] == ["fetch", SHIM_VOLUME]
+    assert [m["name"] for m in spec["containers"][0]["volumeMounts"]] == ["data", SHIM_VOLUME]
+    assert [m["name"] for m in spec["containers"][1]["volumeMounts"]] == [SHIM_VOLUME]
+    assert env_of(spec["containers"][0])["STITCHFLEET_GPUS_PER_RANK"] == "8"
+    assert env_of(spec["containers"][1])["STITCHFLEET_GPUS_PER_RANK"] == "0"
+    assert result["metadata"]["annotations"] == {"team.example/owner": "ana", ANNOTATION_INJECTED: __version__}
+
+
+def test_annotation_path_is_escaped_per_rfc6901() -> None:
+    pod = make_pod()
+    pod["metadata"]["annotations"] = {}
+    ops = mutate(pod, CONFIG).patch
+    assert {"op": "add", "path": "/metadata/annotations/stitchfleet.io~1injected", "value": __version__} in ops
+    assert escape("a~b/c") == "a~0b~1c"
+    assert pointer("metadata", "labels", "x/y~z") == "/metadata/labels/x~1y~0z"
+
+
+def test_foreign_mount_at_the_shim_path_is_kept_with_a_warning() -> None:
+    containers = [{"name": "trainer", "image": "tf", "volumeMounts": [{"name": "opt", "mountPath": SHIM_MOUNT}]}]
+    pod = make_pod(containers=containers)
+    pod["spec"]["volumes"] = [{"name": "opt", "emptyDir": {}}]
+    result, mutation = patched(pod)
+    assert result["spec"]["containers"][0]["volumeMounts"] == [{"name": "opt", "mountPath": SHIM_MOUNT}]
+    assert any("already mounts a volume" in text for text in mutation.warnings)
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations"),
+    [
+        ({"stitchfleet.io/enabled": "false"}, {}),
+        ({"stitchfleet.io/enabled": "FALSE"}, {}),
+        ({"stitchfleet.io/enabled": "true"}, {"stitchfleet.io/enabled": "false"}),
+        ({}, {}),
+        ({"stitchfleet.io/enabled": "yes-please"}, {}),
+    ],
+)
+def test_opted_out_pods_are_left_alone(labels: dict[str, str], annotations: dict[str, str]) -> None:
+    pod = make_pod()
+    pod["metadata"]["labels"] = labels
+    pod["metadata"]["annotations"] = annotations
+    assert mutate(pod, CONFIG) == Mutation()
+
+
+@pytest.mark.parametrize(
+    ("extra_labels", "metadata_change", "expected"),
+    [
+        ({"stitchfleet.io/job": "bert-large", "job-name": "x"}, {}, "bert-large"),
+        ({"training.kubeflow.org/job-name": "tfjob-7"}, {}, "tfjob-7"),
+        ({"batch.kubernetes.io/job-name": "nightly"}, {}, "nightly"),
+        ({}, {}, "resnet-train"),
+        ({}, {"ownerReferences": None}, "resnet-train"),
+        ({}, {"ownerReferences": None, "generateName": None, "name": "solo"}, "solo"),
+    ],
+)
+def test_job_name_comes_from_labels_then_owner_then_names(
+    extra_labels: dict[str, str], metadata_change: dict[str, Any], expected: str
+) -> None:
+    pod = make_pod(labels=extra_labels)
+    for key, value in metadata_change.items():
+        if value is None:
+            del pod["metadata"][key]
+        else:
+            pod["metadata"][key] = value
+    result, _ = patched(pod)
+    assert env_of(result["spec"]["containers"][0])["STITCHFLEET_JOB_NAME"] == expected
+
+
+def test_controller_owner_wins_over_other_owners() -> None:
+    pod = make_pod()
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "incidental", "uid": "u-2"},
+        {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "tfjob-9", "uid": "u-3", "controller": True},
+    ]
+    result, _ = patched(pod)
+    assert env_of(result["spec"]["containers"][0])["STITCHFLEET_JOB_NAME"] == "tfjob-9"
+
+
+def test_unreadable_gpu_count_is_a_warning_not_a_failure() -> None:
+    containers = [{"name": "trainer", "image": "tf", "resources": {"limits": {"nvidia.com/gpu": "lots"}}}]
+    result, mutation = patched(make_pod(containers=containers))
+    assert "STITCHFLEET_GPUS_PER_RANK" not in env_of(result["spec"]["containers"][0])
+    assert any("'lots'" in text for text in mutation.warnings)
+
+
+def _set(pod: dict[str, Any], path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
+    target: Any = pod
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        (("spec",), None, "spec is NoneType"),
+        (("spec", "containers"), [], "spec.containers is missing or empty"),
+        (("spec", "containers"), "trainer", "spec.containers is str"),
+        (("spec", "containers", 0), "trainer", "spec.containers[0] is str"),
+        (("spec", "containers", 0, "env"), {"A": "1"}, "spec.containers[0].env is dict"),
+        (("spec", "containers", 0, "env"), [{"value": "1"}], "spec.containers[0].env[0].name"),
+        (("spec", "containers", 0, "name"), 7, "spec.containers[0].name"),
+        (("spec", "containers", 0, "resources"), [], "spec.containers[0].resources is list"),
+        (("spec", "volumes"), {"a": 1}, "spec.volumes is dict"),
+        (("spec", "initContainers"), [3], "spec.initContainers[0] is int"),
+        (("metadata", "labels", "stitchfleet.io/team"), 5, "metadata.labels['stitchfleet.io/team'] is int"),
+        (("metadata", "annotations"), ["x"], "metadata.annotations is list"),
+        (("metadata", "ownerReferences"), "job", "metadata.ownerReferences is str"),
+        (("spec", "containers", 0, "name"), SHIM_VOLUME, "the name of the boot shim's init container"),
+    ],
+)
+def test_malformed_pods_are_left_unchanged_with_a_warning(path: tuple[str | int, ...], value: Any, words: str) -> None:
+    mutation = mutate(_set(make_pod(), path, value), CONFIG)
+    assert mutation.patch == []
+    assert len(mutation.warnings) == 1
+    assert mutation.warnings[0].startswith("stitchfleet: pod left unchanged: ")
+    assert words in mutation.warnings[0]
+
+
+@pytest.mark.parametrize("garbage", [None, "pod", 42, [make_pod()]])
+def test_non_object_pod_is_left_unchanged(garbage: Any) -> None:
+    mutation = mutate(garbage, CONFIG)
+    assert mutation.patch == []
+    assert "the pod is" in mutation.warnings[0]
+
+
+def test_config_follows_settings() -> None:
+    current = settings.load(
+        {
+            "STITCHFLEET_CLUSTER": "west",
+            "STITCHFLEET_SHIM_IMAGE": "reg/sf:9",
+            "STITCHFLEET_DB_SECRET_NAME": "telemetry",
+            "STITCHFLEET_DB_SECRET_KEY": "dsn",
+        }
+    )
+    assert InjectionConfig.from_settings(current) == InjectionConfig("west", "reg/sf:9", "telemetry", "dsn")
+    default = InjectionConfig.from_settings(settings.load({}))
+    assert default.shim_image == f"stitchfleet:{__version__}"
+    assert (default.db_secret_name, default.db_secret_key) == ("stitchfleet-db", "url")
