@@ -27,6 +27,7 @@ from stitchfleet.compiler.kernel import (
     Unary,
     Var,
     add,
+    blocks,
     const,
     div,
     eq,
@@ -36,7 +37,6 @@ from stitchfleet.compiler.kernel import (
     sub,
     verify,
 )
-from stitchfleet.compiler.kernel import blocks
 from stitchfleet.compiler.kernel.ir import Stmt
 from stitchfleet.compiler.runtime.sim import SimBackend, run
 from stitchfleet.compiler.tolerance import check
