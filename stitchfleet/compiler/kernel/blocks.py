@@ -4,7 +4,7 @@ Input: the variables, buffers and expressions of the kernel being built. Output:
 statements (a `For`, or a tuple of statements to splice into a body). Each block
 states what it assumes and what it leaves behind, e.g. `block_reduce` leaves the
 block's result in `acc` of every thread and the scratch buffer free for reuse.
-- loops: grid-stride over elements, block/warp task loops (vertical packing: a
+- loops: grid-stride over elements, block/warp/grid-uniform task loops (vertical packing: a
   block or warp loops over tasks), block/lane stride loops over one task's elements;
 - reductions: `warp_reduce` (shuffles), `block_reduce` (warp shuffles + shared +
   barrier), `grid_reduce` (partials in global scratch + grid barrier), `atomic_combine`;
@@ -37,10 +37,12 @@ from stitchfleet.compiler.kernel.ir import (
     SyncThreads,
     Var,
     add,
+    div,
     eq,
     i64,
     lt,
     mul,
+    sub,
 )
 
 REDUCE_OPS = frozenset({Op.ADD, Op.MUL, Op.MAXIMUM, Op.MINIMUM})
@@ -74,6 +76,16 @@ def grid_stride_loop(var: Var, count: Expr, body: tuple[Stmt, ...]) -> For:
 def block_task_loop(task: Var, num_tasks: Expr, body: tuple[Stmt, ...]) -> For:
     """Vertical packing: block b runs tasks b, b + gridDim, ... (block-uniform: barriers allowed inside)."""
     return For(task, BLOCK_IDX, num_tasks, GRID_DIM, body)
+
+
+def uniform_task_loop(step: Var, task: Var, num_tasks: Expr, body: tuple[Stmt, ...]) -> For:
+    """Vertical packing that keeps grid barriers legal: every block runs ceil(tasks / gridDim) steps.
+
+    Step s gives block b the task s * gridDim + b; the last step may hand a block a task
+    >= num_tasks, which `body` must treat as empty (e.g. `grid_reduce(valid=...)`).
+    """
+    steps = div(add(num_tasks, sub(GRID_DIM, i64(1))), GRID_DIM)
+    return For(step, i64(0), steps, i64(1), (Assign(task, add(mul(step, GRID_DIM), BLOCK_IDX)), *body))
 
 
 def warp_task_loop(task: Var, num_tasks: Expr, warps_per_block: int, body: tuple[Stmt, ...]) -> For:
@@ -132,20 +144,27 @@ def grid_reduce(
     slot: Expr = BLOCK_IDX,
     first: Expr | None = None,
     count: Expr = GRID_DIM,
+    valid: Expr | None = None,
 ) -> tuple[Stmt, ...]:
     """Cross-block combine through global scratch and a grid barrier; every thread ends with the result.
 
     Each block reduces `acc`, thread 0 writes it to `partials[slot]`, the grid syncs,
     then each block reduces `partials[first : first + count]` (default: all blocks;
     a task split over S blocks passes its own S slots). Needs every thread of the
-    grid here (grid-uniform control flow) and blocks <= max_coresident_blocks.
+    grid here (grid-uniform control flow) and blocks <= max_coresident_blocks. A block
+    whose `valid` is false (an empty task of `uniform_task_loop`) joins the barriers
+    only. Reusing a slot in a later step needs a grid barrier after this one's reads.
     """
     start = i64(0) if first is None else first
+    if valid is not None:
+        count = ir.Select(valid, count, i64(0))
+    leader = eq(THREAD_IDX, i64(0))
+    writer = leader if valid is None else Binary(Op.LOGICAL_AND, leader, valid)
     j = Var(f"{acc.name}_part", DType.I64)
     gather = block_stride_loop(j, start, add(start, count), (Assign(acc, combine(op, acc, Load(partials, j))),))
     return (
         *block_reduce(acc, op, scratch, block_threads),
-        If(eq(THREAD_IDX, i64(0)), (Store(partials, slot, acc),)),
+        If(writer, (Store(partials, slot, acc),)),
         ir.GridSync(),
         Assign(acc, identity(op, acc.dtype)),
         gather,

@@ -40,7 +40,10 @@ class _Launch:
         self.threads = self.grid * self.block
         self.block_epoch: Ints = np.zeros(self.grid, np.int64)
         self.globals = {
-            b.name: GlobalBuffer(b.name, memory[b.name], self.block, self.block_epoch) for b in kernel.params
+            b.name: GlobalBuffer(
+                b.name, memory[b.name], self.block, self.block_epoch, writable=b.role is not ir.Role.INPUT
+            )
+            for b in kernel.params
         }
         self.shared = {
             s.name: SharedBuffer(s.name, s.dtype.numpy, s.size, self.grid, self.block) for s in kernel.shared

@@ -22,6 +22,7 @@ from stitchfleet.compiler.kernel import (
     Launch,
     Load,
     Role,
+    Select,
     SharedBuffer,
     Store,
     Unary,
@@ -38,7 +39,7 @@ from stitchfleet.compiler.kernel import (
     verify,
 )
 from stitchfleet.compiler.kernel.ir import Stmt
-from stitchfleet.compiler.runtime.sim import SimBackend, run
+from stitchfleet.compiler.runtime.sim import SimBackend, SimError, run
 from stitchfleet.compiler.tolerance import check
 
 F32 = DType.F32
@@ -256,3 +257,47 @@ def test_sim_backend_runs_a_program_of_two_kernels() -> None:
 def test_identity_rejects_non_reduction_op() -> None:
     with pytest.raises(ValueError, match="EXP is not a reduction op"):
         blocks.identity(Op.EXP, F32)
+
+
+def _packed_split(rows: int, cols: int, split: int, grid: int, *, slot_per_task: bool) -> Kernel:
+    """Row tasks split over blocks, more tasks than co-resident blocks: a grid-uniform task loop."""
+    tasks = rows * split
+    x, y, partials = _buf("x", rows * cols), _buf("y", rows * cols, Role.OUTPUT), _buf("part", tasks, Role.SCRATCH)
+    red = SharedBuffer("red", F32, 2)
+    step, task = Var("step", DType.I64), Var("task", DType.I64)
+    chunk = -(-cols // split)
+    row, part = div(task, i64(split)), mod(task, i64(split))
+    valid = Binary(Op.LESS, task, i64(tasks))
+    lo = add(mul(row, i64(cols)), mul(part, i64(chunk)))
+    hi = Select(valid, Binary(Op.MINIMUM, add(lo, i64(chunk)), add(mul(row, i64(cols)), i64(cols))), lo)
+    slot = task if slot_per_task else BLOCK_IDX
+    body = (
+        Assign(ACC, const(0, F32)),
+        blocks.block_stride_loop(COL, lo, hi, (Assign(ACC, add(ACC, Load(x, COL))),)),
+        *blocks.grid_reduce(
+            ACC, Op.ADD, partials, red, 64, slot=slot, first=mul(row, i64(split)), count=i64(split), valid=valid
+        ),
+        blocks.block_stride_loop(COL, lo, hi, (Store(y, COL, sub(Load(x, COL), ACC)),)),
+    )
+    loop = blocks.uniform_task_loop(step, task, i64(tasks), body)
+    return _kernel("packed_split", (x, y, partials), (red,), Launch(grid, 64, grid), loop)
+
+
+@pytest.mark.parametrize(("rows", "cols", "split", "grid"), [(5, 300, 2, 4), (3, 1000, 3, 3), (1, 50, 2, 4)])
+def test_vertical_packing_with_grid_barrier_inside(rows: int, cols: int, split: int, grid: int) -> None:
+    data = _rand((rows, cols), 8)
+    wide = data.astype(np.float64)
+    got = run([_packed_split(rows, cols, split, grid, slot_per_task=True)], {"x": data})["y"].reshape(rows, cols)
+    _assert_close(got, data - data.sum(1, keepdims=True), wide - wide.sum(1, keepdims=True))
+
+
+@pytest.mark.parametrize(
+    ("split", "grid", "per_task"),
+    [
+        (2, 4, False),  # slots reused by the next step while other blocks may still read them
+        (3, 2, True),  # a row's parts fall in different steps: the combine reads slots not yet written
+    ],
+)
+def test_bad_packing_is_a_write_after_read_race(split: int, grid: int, per_task: bool) -> None:
+    with pytest.raises(SimError, match=r"kernel 'packed_split': statement `part\[.*write-after-read race"):
+        run([_packed_split(5, 300, split, grid, slot_per_task=per_task)], {"x": _rand((5, 300), 9)})
