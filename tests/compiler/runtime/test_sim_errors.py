@@ -15,6 +15,7 @@ from stitchfleet.compiler.kernel import (
     Assign,
     Binary,
     Buffer,
+    Cast,
     GridSync,
     If,
     Kernel,
@@ -39,7 +40,7 @@ from stitchfleet.compiler.kernel import (
     verify,
 )
 from stitchfleet.compiler.kernel.ir import Stmt
-from stitchfleet.compiler.runtime.sim import SimError, run
+from stitchfleet.compiler.runtime.sim import SimBackend, SimError, run
 
 F32 = DType.F32
 X = Buffer("x", F32, 256, Role.INPUT)
@@ -222,3 +223,21 @@ def test_bad_program_buffers_are_named() -> None:
         run([kernel], {"x": np.zeros(256)})
     with pytest.raises(SimError, match="unknown buffer"):
         run([kernel], {**DATA, "z": np.zeros(3)})
+
+
+def test_program_buffers_must_agree_across_kernels() -> None:
+    first = _kernel(Store(Y, THREAD_IDX, const(1, F32)))
+    other_y = Buffer("y", DType.F64, 256, Role.OUTPUT)
+    second = Kernel(
+        "later",
+        (X, other_y),
+        (),
+        Launch(2, 128, 4),
+        (Store(other_y, THREAD_IDX, Cast(Load(X, THREAD_IDX), DType.F64)),),
+    )
+    with pytest.raises(
+        SimError, match="kernel 'later': buffer 'y' is f64\\[256\\] but an earlier kernel declares it f32\\[256\\]"
+    ):
+        SimBackend().compile([first, second])
+    with pytest.raises(SimError, match="invalid kernel: kernel 'probe'"):
+        SimBackend().compile([_kernel(GridSync(), grid=8)])
