@@ -13,6 +13,7 @@ import pwd
 import shutil
 import stat
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -81,6 +82,24 @@ def _executor(base: Path) -> PostgreSQLExecutor:
     )
 
 
+def start_server(server: PostgreSQLExecutor) -> None:
+    """Starts `server` and returns once it accepts connections.
+
+    pg_ctl's status can report the postmaster before recovery has finished; a client
+    connecting then gets "the database system is starting up" (seen in CI).
+    """
+    server.start()
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while True:
+        try:
+            _admin(server).close()
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 @contextmanager
 def running_server() -> Iterator[PostgreSQLExecutor]:
     """Starts a PostgreSQL server on loopback; stops it and removes its files on exit."""
@@ -88,7 +107,7 @@ def running_server() -> Iterator[PostgreSQLExecutor]:
     base.chmod(0o755)  # the unprivileged server user must reach its directories
     executor = _executor(base)
     try:
-        executor.start()
+        start_server(executor)
         yield executor
     finally:
         try:

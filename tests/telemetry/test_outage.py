@@ -18,7 +18,7 @@ from pytest_postgresql.executors import PostgreSQLExecutor
 
 from stitchfleet import settings
 from stitchfleet.telemetry.recorder import Recorder
-from tests.telemetry.conftest import create_database
+from tests.telemetry.conftest import create_database, start_server
 from tests.telemetry.test_recorder import reference_figures
 from tests.telemetry.workload import figures, workload
 
@@ -52,7 +52,7 @@ def test_database_stopped_mid_run(
             recorder.record(row)
         assert recorder.flush(WAIT_SECONDS)
         assert recorder.spool.pending == 2 * third - third
-        own_postgresql_server.start()
+        start_server(own_postgresql_server)
         for row in rows[2 * third :]:
             recorder.record(row)
         _wait_for(lambda: recorder.flush(WAIT_SECONDS) and recorder.spool.pending == 0, "the spool to drain")
@@ -99,7 +99,7 @@ def test_killed_process_is_replayed_by_the_next(
             child.kill()
             child.wait(WAIT_SECONDS)
     [orphan] = state.spool_dir.glob("*.jsonl")
-    own_postgresql_server.start()
+    start_server(own_postgresql_server)
     replayer = Recorder(url, settings=state, metrics_port=0)
     replayer.close()
     assert replayer.stats.replayed > 0
