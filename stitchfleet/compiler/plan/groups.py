@@ -47,7 +47,7 @@ class RawGroup:
 @dataclass(frozen=True)
 class Grouping:
     groups: tuple[RawGroup, ...]
-    owner: dict[int, int]  # node -> group for dominants and tails
+    owner: dict[int, int]  # node -> group for dominants and tails (not OUTPUT roots)
     exports: dict[int, tuple[int, ...]]  # group -> values other groups read
     choices: tuple[Choice, ...]
 
@@ -152,7 +152,8 @@ def group(graph: Graph) -> Grouping:
     sinks = [n for n in sorted(graph.output_ids) if n not in owner_node and graph.node(n).op is not Op.PARAMETER]
     dominants = sorted([*tails, *sinks])
     index = {d: i for i, d in enumerate(dominants)}
-    owner = {n: index[d] for n, d in owner_node.items()} | {s: index[s] for s in sinks}
+    # sinks are not stop points: a light output read by other groups is recomputed there, not waited for
+    owner = {n: index[d] for n, d in owner_node.items()}
     raw: list[RawGroup] = []
     exports: dict[int, list[int]] = {i: [] for i in range(len(dominants))}
     for gid, dom in enumerate(dominants):
