@@ -40,7 +40,13 @@ class Phase:
     block: int
 
     def emitter(self, group: Group) -> Emitter:
-        return Emitter(self.graph, self.sources, self.names, frozenset(group.roots))
+        """An emitter reading each imported value where this group's edge for it puts it."""
+        src = self.sources
+        regional = {e.node for e in self.plan.edges if e.consumer == group.id and e.scheme is Scheme.REGIONAL}
+        shared = {n: b for n, b in src.shared.items() if n in regional}
+        scratch = {n: b for n, b in src.scratch.items() if n not in regional}
+        sources = Sources(src.inputs, shared, scratch, src.row0)
+        return Emitter(self.graph, sources, self.names, frozenset(group.roots))
 
     def var(self, stem: str, dtype: DType, value: k.Expr, into: list[k.Stmt]) -> k.Var:
         v = k.Var(self.names(stem), dtype)
