@@ -86,7 +86,7 @@ def test_cli_compile_dumps_where_the_setting_says(
     ("argv", "message"),
     [
         (["compile", "model.pb"], "GraphDef input needs the TensorFlow frontend"),
-        (["compile", str(LAYERNORM), "--device", "cuda"], "only 'reference' until the sim backend lands"),
+        (["compile", str(LAYERNORM), "--device", "cuda"], "is not available (devices: reference, sim)"),
         (["compile", "/nonexistent/g.json"], "cannot read /nonexistent/g.json"),
     ],
 )

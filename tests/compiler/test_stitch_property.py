@@ -23,25 +23,32 @@ STEPS = ("unary", "binary", "row_vector", "col_vector", "row_reduce", "col_reduc
 UNARY = (Op.TANH, Op.SIGMOID, Op.NEG, Op.ABS, Op.SQUARE, Op.EXP)
 
 
+def _vector_step(b: GraphBuilder, x: Value, step: str, params: list[Value]) -> Value:
+    rows, cols = x.shape
+    shape = {"binary": (rows, cols), "row_vector": (rows, 1), "col_vector": (cols,)}[step]
+    params.append(b.parameter(f"p{len(params)}", shape))
+    return x + params[-1] if step == "col_vector" else x * params[-1]
+
+
+def _reduce_step(b: GraphBuilder, x: Value, step: str, pick: int) -> Value:
+    if step == "col_reduce":
+        return x * b.tanh(b.reduce_mean(x, (0,), keepdims=True))
+    op = (b.reduce_sum, b.reduce_max, b.reduce_mean)[pick % 3]
+    return x - op(x, (1,), keepdims=True)
+
+
 def _step(b: GraphBuilder, x: Value, step: str, pick: int, params: list[Value]) -> Value:
     rows, cols = x.shape
-    shape = {"binary": (rows, cols), "row_vector": (rows, 1), "col_vector": (cols,)}.get(step)
-    if shape is not None:
-        params.append(b.parameter(f"p{len(params)}", shape))
+    if step == "binary" and pick % 2:
+        params.append(b.parameter(f"p{len(params)}", (rows, cols)))
+        return (b.maximum, b.sub)[pick // 2 % 2](x, params[-1])
+    if step in ("binary", "row_vector", "col_vector"):
+        return _vector_step(b, x, step, params)
     if step == "unary":
         op = UNARY[pick % len(UNARY)]
         return b.unary(op, b.tanh(x) if op in (Op.EXP, Op.SQUARE) else x)
-    if step == "binary":
-        return (b.add, b.mul, b.maximum, b.sub)[pick % 4](x, params[-1])
-    if step == "row_vector":
-        return x * params[-1]
-    if step == "col_vector":
-        return x + params[-1]
-    if step == "row_reduce":
-        op = (b.reduce_sum, b.reduce_max, b.reduce_mean)[pick % 3]
-        return x - op(x, (1,), keepdims=True)
-    if step == "col_reduce":
-        return x * b.tanh(b.reduce_mean(x, (0,), keepdims=True))
+    if step in ("row_reduce", "col_reduce"):
+        return _reduce_step(b, x, step, pick)
     if step == "reshape":
         return b.reshape(b.reshape(x, (rows * cols,)) * 0.5, (rows, cols))
     return b.transpose(b.transpose(x, (1, 0)) + 1.0, (1, 0))

@@ -59,7 +59,7 @@ def _identity(op: Op, dtype: DType) -> k.Const:
         return k.const(0, dtype)
     if op is Op.REDUCE_PROD:
         return k.const(1, dtype)
-    big: float = float("inf") if dtype.is_float else int(np.iinfo(dtype.numpy).max)
+    big: float = float("inf") if dtype.is_float else int(np.iinfo(dtype.numpy).max)  # type: ignore[type-var]
     return k.const(-big if op is Op.REDUCE_MAX else big, dtype)
 
 

@@ -171,4 +171,3 @@ def run_lowered(lowered: Lowered, graph: Graph, inputs: Mapping[str, Any]) -> di
     raw = sim.run(lowered.kernels, buffers)
     shapes = {name: graph.node(node_id).shape for name, node_id in graph.outputs}
     return {name: raw[buf].reshape(shapes[name]) for name, buf in lowered.outputs}
-

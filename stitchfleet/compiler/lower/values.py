@@ -13,7 +13,7 @@ Values are memoised per (node, index), so a value read twice is computed once.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from stitchfleet.compiler.ir import DType, Graph, Node, Op
@@ -95,7 +95,7 @@ def coords(index: Index, shape: tuple[int, ...]) -> list[k.Expr]:
     return out
 
 
-def flat(coordinates: list[k.Expr], shape: tuple[int, ...]) -> k.Expr:
+def flat(coordinates: Sequence[k.Expr], shape: tuple[int, ...]) -> k.Expr:
     total: k.Expr = k.i64(0)
     for c, s, size in zip(coordinates, strides(shape), shape, strict=True):
         if size != 1:
