@@ -134,6 +134,7 @@ def print_kernel(kernel: ir.Kernel) -> str:
         f" dynamic_smem={launch.dynamic_smem_bytes}",
         "{",
     ]
+    lines += [f"{_INDENT}// {line}" for line in kernel.doc.splitlines()]
     lines += [f"{_INDENT}__shared__ {s.dtype.value} {s.name}[{s.size}];" for s in kernel.shared]
     lines += _block_lines(kernel.body, 1, set())
     return "\n".join([*lines, "}"])

@@ -59,22 +59,6 @@ def _check_launch(scope: _Scope) -> None:
         raise scope.fail(f"block of {launch.block} threads: must be a multiple of 32 in [32, 1024]")
     if k.shared_bytes > launch.shared_limit_bytes:
         raise scope.fail(f"shared memory {k.shared_bytes} bytes exceeds the limit of {launch.shared_limit_bytes}")
-    if launch.grid > launch.max_coresident_blocks and _has_grid_sync(k.body):
-        raise scope.fail(
-            f"grid barrier with {launch.grid} blocks but only {launch.max_coresident_blocks} can be co-resident"
-            " (it would deadlock)"
-        )
-
-
-def _has_grid_sync(body: tuple[ir.Stmt, ...]) -> bool:
-    for stmt in body:
-        if isinstance(stmt, ir.GridSync):
-            return True
-        if isinstance(stmt, ir.For) and _has_grid_sync(stmt.body):
-            return True
-        if isinstance(stmt, ir.If) and (_has_grid_sync(stmt.then) or _has_grid_sync(stmt.orelse)):
-            return True
-    return False
 
 
 def _check_buffers(scope: _Scope) -> None:
@@ -122,10 +106,21 @@ def _check_stmt(scope: _Scope, stmt: ir.Stmt, path: str, block_div: bool, grid_d
             _check_body(scope, orelse, f"{path}.else", bdiv, gdiv)
         case ir.SyncThreads() if block_div:
             raise _ProblemError("__syncthreads inside control flow that differs between threads of a block")
-        case ir.GridSync() if grid_div:
-            raise _ProblemError("grid barrier inside control flow that differs between threads or blocks")
+        case ir.GridSync():
+            _check_grid_sync(scope, grid_div)
         case ir.Shuffle(var=var, value=value, offset=offset, width=width):
             _check_shuffle(scope, var, value, offset, width)
+
+
+def _check_grid_sync(scope: _Scope, grid_div: bool) -> None:
+    launch = scope.kernel.launch
+    if launch.grid > launch.max_coresident_blocks:
+        raise _ProblemError(
+            f"grid barrier with {launch.grid} blocks but only {launch.max_coresident_blocks} can be co-resident"
+            " (it would deadlock)"
+        )
+    if grid_div:
+        raise _ProblemError("grid barrier inside control flow that differs between threads or blocks")
 
 
 def _check_for(scope: _Scope, var: ir.Var, bounds: tuple[ir.Expr, ...]) -> None:

@@ -40,7 +40,10 @@ class _Launch:
         self.threads = self.grid * self.block
         self.block_epoch: Ints = np.zeros(self.grid, np.int64)
         self.globals = {
-            b.name: GlobalBuffer(b.name, memory[b.name], self.block, self.block_epoch) for b in kernel.params
+            b.name: GlobalBuffer(
+                b.name, memory[b.name], self.block, self.block_epoch, writable=b.role is not ir.Role.INPUT
+            )
+            for b in kernel.params
         }
         self.shared = {
             s.name: SharedBuffer(s.name, s.dtype.numpy, s.size, self.grid, self.block) for s in kernel.shared
@@ -257,14 +260,20 @@ def _host_array(buf: ir.Buffer, value: Any) -> Array:
     return sim_math.fit(array.reshape(-1).copy(), buf.dtype)
 
 
+def verify_program(kernels: Sequence[ir.Kernel]) -> None:
+    """Verifies every kernel and the agreement of their buffers; SimError otherwise."""
+    for kernel in kernels:
+        try:
+            verify(kernel)
+        except KernelError as invalid:
+            raise SimError(f"invalid kernel: {invalid}") from invalid
+    buffer_layout(kernels)
+
+
 def run(kernels: Sequence[ir.Kernel], buffers: Mapping[str, Any], *, check: bool = True) -> dict[str, Array]:
     """Runs the kernels in order; returns every buffer some kernel declares as an output (flat)."""
     if check:
-        for kernel in kernels:
-            try:
-                verify(kernel)
-            except KernelError as invalid:
-                raise SimError(f"invalid kernel: {invalid}") from invalid
+        verify_program(kernels)
     layout = buffer_layout(kernels)
     memory = _initial_memory(layout, buffers)
     for kernel in kernels:
@@ -292,10 +301,5 @@ class SimBackend:
     name = "sim"
 
     def compile(self, program: Sequence[ir.Kernel]) -> SimExecutable:
-        for kernel in program:
-            try:
-                verify(kernel)
-            except KernelError as invalid:
-                raise SimError(f"invalid kernel: {invalid}") from invalid
-        buffer_layout(program)
+        verify_program(program)
         return SimExecutable(program)

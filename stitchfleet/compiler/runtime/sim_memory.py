@@ -4,9 +4,10 @@ Input: vectorised accesses (global thread ids, element indices, values) from the
 interpreter. Output: loaded values, updated memory, or an `AccessError` saying what
 went wrong and for which thread. Tracking, per element, since the last barrier:
 - global: the last plain writer (or ATOMIC) and its block's barrier count at the
-  write; reset by a grid barrier. A read or write of an element another block wrote
-  in this grid epoch is a race; so is one by another thread of the same block with
-  no `__syncthreads` between.
+  write, and for writable buffers the readers likewise; reset by a grid barrier. A
+  read or write of an element another block wrote (or, for a write, read) in this
+  grid epoch is a race; so is one by another thread of the same block with no
+  `__syncthreads` between.
 - shared (per block): whether the element was ever written, its writer and its
   readers since the last `__syncthreads` (read-after-write, write-after-read and
   write-after-write between different threads are races).
@@ -51,17 +52,52 @@ def raise_if_duplicate(name: str, recorded: Ints, tids: Ints, addr: Ints) -> Non
 class GlobalBuffer:
     """One global buffer and its per-element writer record for the current grid epoch."""
 
-    def __init__(self, name: str, data: Array, block: int, block_epoch: Ints) -> None:
+    def __init__(self, name: str, data: Array, block: int, block_epoch: Ints, *, writable: bool) -> None:
         self.name, self.data, self.block = name, data, block
         self.block_epoch = block_epoch  # shared with the interpreter: barrier count per block
         self.writer = np.full(data.size, NONE, np.int64)
         self.stamp = np.zeros(data.size, np.int64)
         self.dirty = False
+        # Reads matter only where a later write may follow (inputs are read-only): write-after-read races.
+        self.track_reads = writable
+        size = data.size if writable else 0
+        self.reader, self.reader_block = np.full(size, NONE, np.int64), np.full(size, NONE, np.int64)
+        self.read_stamp = np.zeros(size, np.int64)
+        self.read_dirty = False
 
     def new_epoch(self) -> None:
         if self.dirty:
             self.writer.fill(NONE)
             self.dirty = False
+        if self.read_dirty:
+            self.reader.fill(NONE)
+            self.reader_block.fill(NONE)
+            self.read_dirty = False
+
+    def _note_reads(self, tids: Ints, addr: Ints) -> None:
+        blocks = tids // self.block
+        for record, who in ((self.reader, tids), (self.reader_block, blocks)):
+            current = record[addr]
+            wanted = np.where((current == NONE) | (current == who), who, MANY)
+            record[addr] = wanted
+            clash = record[addr] != wanted  # several threads (blocks) read one element in this access
+            record[addr[clash]] = MANY
+        self.read_stamp[addr] = self.block_epoch[blocks]
+        self.read_dirty = True
+
+    def _check_war(self, tids: Ints, addr: Ints) -> None:
+        if not self.read_dirty:
+            return
+        r, rb, blocks = self.reader[addr], self.reader_block[addr], tids // self.block
+        ordered = (rb == blocks) & (self.read_stamp[addr] < self.block_epoch[blocks])
+        bad = (r != NONE) & (r != tids) & ~ordered
+        if bad.any():
+            k = int(np.argmax(bad))
+            who = "several threads" if r[k] == MANY else f"thread {int(r[k])}"
+            raise AccessError(
+                f"write-after-read race: thread {int(tids[k])} writes {self.name}[{int(addr[k])}] read by {who} "
+                "in this grid epoch with no barrier between"
+            )
 
     def _unordered(self, tids: Ints, addr: Ints) -> npt.NDArray[np.bool_]:
         """Accesses that conflict with this epoch's last writer of the element."""
@@ -89,6 +125,8 @@ class GlobalBuffer:
             bad = self._unordered(tids, addr)
             if bad.any():
                 self._raise_conflict(tids, addr, bad, "read")
+        if self.track_reads:
+            self._note_reads(tids, addr)
         return self.data[addr]
 
     def store(self, tids: Ints, addr: Ints, values: Array) -> None:
@@ -97,6 +135,7 @@ class GlobalBuffer:
             bad = self._unordered(tids, addr)
             if bad.any():
                 self._raise_conflict(tids, addr, bad, "write")
+        self._check_war(tids, addr)
         self.writer[addr] = tids
         raise_if_duplicate(self.name, self.writer[addr], tids, addr)
         self.data[addr] = values
@@ -109,6 +148,7 @@ class GlobalBuffer:
             bad = self._unordered(tids, addr) & (self.writer[addr] != ATOMIC)
             if bad.any():
                 self._raise_conflict(tids, addr, bad, "atomic update")
+        self._check_war(tids, addr)
         ufunc.at(self.data, addr, values)
         self.writer[addr] = ATOMIC
         self.dirty = True

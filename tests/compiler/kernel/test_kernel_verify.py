@@ -27,6 +27,7 @@ from stitchfleet.compiler.kernel import (
     Store,
     SyncThreads,
     Var,
+    blocks,
     const,
     global_thread_index,
     i64,
@@ -111,3 +112,35 @@ def test_undeclared_buffer_is_rejected() -> None:
     other = Buffer("z", DType.F32, 4, Role.OUTPUT)
     with pytest.raises(KernelError, match="'z' is not declared"):
         verify(_kernel(Store(other, i64(0), const(1, DType.F32))))
+
+
+def test_loop_carried_thread_variance_is_found() -> None:
+    """`u` becomes thread-variant only through a later assignment in the loop body: a fixed point."""
+    u, j = Var("u", DType.I64), Var("j", DType.I64)
+    loop = For(j, i64(0), i64(3), i64(1), (If(lt(u, i64(1)), (SyncThreads(),)), Assign(u, THREAD_IDX)))
+    with pytest.raises(KernelError, match="__syncthreads inside"):
+        verify(_kernel(Assign(u, i64(0)), loop))
+
+
+def test_block_reduce_kernel_prints_as_cuda_like_code() -> None:
+    acc, red = Var("acc", DType.F32), SharedBuffer("red", DType.F32, 4)
+    body = (
+        Assign(acc, const(0, DType.F32)),
+        blocks.grid_stride_loop(IX, i64(1000), (Assign(acc, Binary(Op.ADD, acc, Load(X, IX))),)),
+        *blocks.block_reduce(acc, Op.ADD, red, 128),
+        blocks.atomic_combine(acc, Op.ADD, Y, i64(0)),
+    )
+    kernel = Kernel("sum", (X, Y), (red,), Launch(4, 128, 8), body)
+    verify(kernel)
+    lines = print_kernel(kernel).splitlines()
+    assert lines[:4] == [
+        "kernel sum(in f32 x[1000], out f32 y[1000])",
+        "  launch grid=4 block=128 coresident<=8 dynamic_smem=0",
+        "{",
+        "  __shared__ f32 red[4];",
+    ]
+    assert "  f32 acc_shfl = __shfl_xor_sync(active, acc, 16, 32);" in lines
+    assert "    atomicAdd(&y[0], acc);" in lines and lines.count("  __syncthreads();") == 2
+    assert kernel.param("y") is Y and kernel.shared_bytes == 16
+    with pytest.raises(KeyError, match="no parameter 'z'"):
+        kernel.param("z")
