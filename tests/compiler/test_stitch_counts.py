@@ -1,0 +1,49 @@
+"""Kernel counts of the stitch planner vs the baselines, and workload clusters on the sim.
+
+The suite files (H200 profile) must each become one stitched kernel. Workload graphs
+(benchmarks/workloads/, written by the TF frontend) are checked when present: every
+cluster planned for the `tiny` profile (same code paths, sim-sized launches) matches
+evaluate on the sim.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitchfleet.compiler.evaluate import evaluate, evaluate_nodes, random_inputs
+from stitchfleet.compiler.ir import load
+from stitchfleet.compiler.lower import lower, run_lowered
+from stitchfleet.compiler.pipeline import Options, compile_graph
+from stitchfleet.compiler.plan import PlanOptions, StitchPlan
+from stitchfleet.compiler.tolerance import check_outputs
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+WORKLOADS = sorted((BENCH / "workloads").glob("*.json"))
+
+
+def test_every_suite_graph_is_one_stitched_kernel() -> None:
+    totals: dict[str, int] = {}
+    files = sorted((BENCH / "suite").glob("*.json"))
+    for path in files:
+        report = compile_graph(load(path)).report
+        assert report is not None
+        assert report.totals()["stitch"] == len(report.clusters), path.name
+        for planner, count in report.totals().items():
+            totals[planner] = totals.get(planner, 0) + count
+    assert totals["stitch"] == len(files) and totals["stitch"] <= 0.35 * totals["xla_style"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", WORKLOADS, ids=[p.stem for p in WORKLOADS])
+def test_workload_clusters_on_sim(path: Path) -> None:
+    art = compile_graph(load(path), Options(plan=PlanOptions(device="tiny")))
+    values = evaluate_nodes(art.graph, random_inputs(art.graph, 0))
+    for cluster, plan in zip(art.cluster_graphs, art.stitch, strict=True):
+        assert isinstance(plan, StitchPlan), plan
+        sources = cluster.metadata.get_ints("source_inputs")
+        inputs = {str(p.attrs["name"]): values[s] for p, s in zip(cluster.parameters, sources, strict=True)}
+        got = run_lowered(lower(cluster, plan), cluster, inputs)
+        verdicts = check_outputs(got, evaluate(cluster, inputs), evaluate(cluster, inputs, "float64"))
+        assert all(v.ok for v in verdicts.values()), {n: v.reason for n, v in verdicts.items()}
