@@ -122,9 +122,22 @@ def _report_weekly(args: argparse.Namespace) -> int:
 
 def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("operator", help="run the Kubernetes operator and admission webhook")
-    parser.set_defaults(
-        handler=_not_yet("operator", "Kubernetes operator, opt-in admission webhook and the Helm chart")
-    )
+    parser.set_defaults(handler=_operator)
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from stitchfleet.operator import process, savings
+    from stitchfleet.telemetry import database
+
+    current = settings.current()
+    engine = database.connect(current.database_url)
+    try:
+        return process.run(current, savings.ledger_summarizer(engine))
+    except database.DatabaseError as err:
+        print(f"stitchfleet operator: {err}", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
 
 
 def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -77,7 +77,6 @@ def build_registry(context: OperatorContext, registry: kopf.OperatorRegistry | N
 
 
 def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContext) -> None:
-    @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         # One replica (strategy Recreate): no peering objects, hence no CRDs of kopf's own.
         settings.peering.standalone = True
@@ -87,7 +86,6 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContex
         if context.rollup is not None:
             context.tasks.append(asyncio.create_task(context.rollup.run_forever(context.rollup_seconds)))
 
-    @kopf.on.cleanup(registry=registry)
     async def stop(**_: Any) -> None:
         for task in context.tasks:
             task.cancel()
@@ -95,20 +93,25 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContex
                 await task
         context.tasks.clear()
 
+    # Called, not used as decorators: kopf is untyped for mypy, and decorators would erase the types.
+    kopf.on.startup(registry=registry)(start)
+    kopf.on.cleanup(registry=registry)(stop)
+
 
 def _register_pods(registry: kopf.OperatorRegistry, context: OperatorContext) -> None:
-    @kopf.index("pods", labels=OPTED_IN, registry=registry)
     def pods_by_job(body: kopf.Body, uid: str | None, **_: Any) -> dict[Any, Any] | None:
         key = tracking.pod_job_key(body, context.cluster)
         return None if key is None else {key: uid}
 
-    @kopf.on.event("pods", labels=OPTED_IN, registry=registry)
     def pod_event(event: Mapping[str, Any], body: kopf.Body, pods_by_job: kopf.Index[Any, Any], **_: Any) -> None:
         key = tracking.pod_job_key(body, context.cluster)
         known = len(pods_by_job.get(key, [])) if key is not None else 0
         rows = tracking.pod_rows(body, context.cluster, known, deleted=event.get("type") == "DELETED")
         context.record(rows)
         context.metrics.jobs_tracked.set(len(pods_by_job))
+
+    kopf.index("pods", labels=OPTED_IN, registry=registry)(pods_by_job)
+    kopf.on.event("pods", labels=OPTED_IN, registry=registry)(pod_event)
 
 
 def _register_owner(

@@ -71,7 +71,7 @@ def workload_owner(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
     # The controller owner is the workload (Job, TFJob...); other owners are incidental.
     for owner in sorted(owners, key=lambda ref: ref.get("controller") is not True):
         if isinstance(owner.get("name"), str) and owner["name"]:
-            return owner
+            return dict(owner)
     return None
 
 

@@ -51,9 +51,7 @@ def prepare_tls(current: Settings, api_client: Any) -> None:
     """Self-signed mode: new material for the Service, its CA into our webhook configuration."""
     if not current.webhook_self_signed:
         return
-    material = tls.ensure_self_signed(
-        current.webhook_tls_dir, current.webhook_service, current.operator_namespace
-    )
+    material = tls.ensure_self_signed(current.webhook_tls_dir, current.webhook_service, current.operator_namespace)
     tls.patch_ca_bundle(current.webhook_config_name, material.ca_pem, api_client)
     log.info("self-signed webhook certificate written to %s", current.webhook_tls_dir)
 

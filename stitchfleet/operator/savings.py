@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from stitchfleet.telemetry.savings import WeeklyReport, weekly_summary
 
 GROUP = "stitchfleet.io"
 VERSION = "v1alpha1"
@@ -99,3 +101,28 @@ def _create(api: Any, api_exception: type[Exception], week: str, namespace: str)
         # Someone (an earlier life of this operator) created it in between: patching is enough.
         if getattr(err, "status", None) != HTTP_CONFLICT:
             raise
+
+
+def summary_of(report: WeeklyReport) -> FleetSummary:
+    """The CR's figures from telemetry's weekly report: a job run is a task, a reverted run a reverted job."""
+    totals = report.totals
+    return FleetSummary(
+        tasks=totals.tasks,
+        jobs=totals.jobs,
+        gpu_hours_saved=totals.net_gpu_hours,
+        gross_gpu_hours_saved=totals.gross_gpu_hours,
+        reverted_jobs=totals.reverted_tasks,
+        revert_reasons=dict(totals.revert_reasons),
+    )
+
+
+def ledger_summarizer(engine: Any) -> Callable[[str], FleetSummary]:
+    """week label -> FleetSummary, read from the telemetry database (a SQLAlchemy Engine or a URL).
+
+    Typed Any: the operator never imports SQLAlchemy; telemetry.database.connect makes the Engine.
+    """
+
+    def summarize(week: str) -> FleetSummary:
+        return summary_of(weekly_summary(engine, week))
+
+    return summarize

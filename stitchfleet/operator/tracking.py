@@ -151,7 +151,8 @@ def owner_identity(owner: Mapping[str, Any]) -> PodIdentity:
     controller_label = OWNER_KINDS.get(owner_kind(owner))
     if controller_label:
         labels[controller_label] = metadata.get("name", "")
-    reference = {"kind": owner.get("kind"), "name": metadata.get("name"), "uid": metadata.get("uid"), "controller": True}
+    name, uid = metadata.get("name"), metadata.get("uid")
+    reference = {"kind": owner.get("kind"), "name": name, "uid": uid, "controller": True}
     return identify({"labels": labels, "ownerReferences": [reference]})
 
 
