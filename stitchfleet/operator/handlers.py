@@ -110,7 +110,7 @@ def _register_pods(registry: kopf.OperatorRegistry, context: OperatorContext) ->
         context.record(rows)
         context.metrics.jobs_tracked.set(len(pods_by_job))
 
-    kopf.index("pods", labels=OPTED_IN, registry=registry)(pods_by_job)
+    kopf.index("pods", id="pods_by_job", labels=OPTED_IN, registry=registry)(pods_by_job)
     kopf.on.event("pods", labels=OPTED_IN, registry=registry)(pod_event)
 
 
