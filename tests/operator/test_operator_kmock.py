@@ -17,7 +17,7 @@ from typing import Any
 import kmock
 import kopf
 import pytest
-from operator_bodies import batch_job, bare_pod, complete, job_pod, with_phase
+from operator_bodies import bare_pod, batch_job, complete, job_pod, with_phase
 from sqlalchemy import select
 
 from stitchfleet.operator import handlers, process
@@ -89,8 +89,15 @@ def jobs_table(url: str) -> list[tuple[Any, ...]]:
         with engine.connect() as connection:
             job = models.Job
             query = select(
-                job.namespace, job.job_name, job.job_uid, job.world_size, job.gpus_per_rank, job.team,
-                job.started_at, job.ended_at, job.status,
+                job.namespace,
+                job.job_name,
+                job.job_uid,
+                job.world_size,
+                job.gpus_per_rank,
+                job.team,
+                job.started_at,
+                job.ended_at,
+                job.status,
             ).order_by(job.namespace, job.job_name)
             return [tuple(row) for row in connection.execute(query)]
     finally:
