@@ -18,7 +18,7 @@ from stitchfleet.telemetry import database, store
 from stitchfleet.telemetry.fleet_metrics import FleetMetrics
 from stitchfleet.telemetry.rows import JobCompiled, JobKey, JobStarted, StepWindow
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.asyncio]
+pytestmark = pytest.mark.timeout(60)
 REPORTS = "stitchfleet.io/v1alpha1/savingsreports"
 WEBHOOKS = "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 NOW = dt.datetime(2026, 11, 18, 12, 0, tzinfo=dt.UTC)
@@ -46,6 +46,7 @@ def seed(url: str) -> None:
         engine.dispose()
 
 
+@pytest.mark.asyncio
 async def test_one_report_per_week_with_the_fleet_summary_across_restarts(
     kmock: kmock.KubernetesEmulator, tmp_path: Path
 ) -> None:
@@ -85,6 +86,7 @@ def test_a_malformed_week_is_refused_by_name() -> None:
         savings.report_name("2026-47")
 
 
+@pytest.mark.asyncio
 async def test_ca_bundle_patch_reaches_our_webhook_configuration(kmock: kmock.KubernetesEmulator) -> None:
     kmock.resources[WEBHOOKS] = kmock.ResourceInfo(kind="MutatingWebhookConfiguration", namespaced=False)
     webhook = {"name": "pods.stitchfleet.io", "clientConfig": {"service": {"name": "sf", "namespace": "sf-system"}}}
