@@ -99,14 +99,47 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     weekly.add_argument("--week", default=None, help="ISO week, e.g. 2026-W47 (default: the current week)")
     weekly.add_argument("--format", choices=("md", "csv", "html"), default="md")
     weekly.add_argument("--db", default=None, help="SQLAlchemy URL (default: STITCHFLEET_DB_URL or SQLite)")
-    weekly.set_defaults(handler=_not_yet("report weekly", "Telemetry"))
+    weekly.add_argument("--output", "-o", default=None, type=Path, help="write the report to FILE (default: stdout)")
+    weekly.add_argument(
+        "--csv-table",
+        choices=("jobs", "rollups"),
+        default="jobs",
+        help="with --format csv: one row per task (jobs), or per namespace/team/model plus fleet totals (rollups)",
+    )
+    weekly.add_argument(
+        "--top", type=int, default=0, metavar="N", help="md/html: list only the N tasks saving most (default: all)"
+    )
+    weekly.set_defaults(handler=_report_weekly)
+
+
+def _report_weekly(args: argparse.Namespace) -> int:
+    from stitchfleet.telemetry import report_command
+
+    if args.top < 0:
+        print(f"stitchfleet report weekly: --top {args.top}: expected 0 (all) or more", file=sys.stderr)
+        return EXIT_USAGE
+    options = report_command.WeeklyOptions(args.db, args.week, args.format, args.csv_table, args.top, args.output)
+    return report_command.run_weekly(options)
 
 
 def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("operator", help="run the Kubernetes operator and admission webhook")
-    parser.set_defaults(
-        handler=_not_yet("operator", "Kubernetes operator, opt-in admission webhook and the Helm chart")
-    )
+    parser.set_defaults(handler=_operator)
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from stitchfleet.operator import process, savings
+    from stitchfleet.telemetry import database
+
+    current = settings.current()
+    engine = database.connect(current.database_url)
+    try:
+        return process.run(current, savings.ledger_summarizer(engine))
+    except database.DatabaseError as err:
+        print(f"stitchfleet operator: {err}", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
 
 
 def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

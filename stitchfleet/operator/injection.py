@@ -17,29 +17,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stitchfleet import __version__
+from stitchfleet.operator.identity import GPU_RESOURCE, LABEL_ENABLED, MalformedPodError, gpu_count, identify
 from stitchfleet.settings import Settings
 
-LABEL_ENABLED = "stitchfleet.io/enabled"
-LABEL_JOB = "stitchfleet.io/job"
 LABEL_TEAM = "stitchfleet.io/team"
 LABEL_MODEL = "stitchfleet.io/model"
 ANNOTATION_INJECTED = "stitchfleet.io/injected"
-# The job's own label first, then what the Job controller and Kubeflow's training operator set.
-JOB_NAME_LABELS = (LABEL_JOB, "job-name", "batch.kubernetes.io/job-name", "training.kubeflow.org/job-name")
 
 SHIM_VOLUME = "stitchfleet-shim"
 SHIM_MOUNT = "/opt/stitchfleet"
 SHIM_PATH = f"{SHIM_MOUNT}/shim"
 SHIM_COMMAND = ("stitchfleet", "shim", "install", SHIM_MOUNT)
-GPU_RESOURCE = "nvidia.com/gpu"
 PYTHONPATH = "PYTHONPATH"
 
 Operation = dict[str, Any]
 EnvVar = dict[str, Any]
-
-
-class MalformedPodError(ValueError):
-    """The pod does not have the shape of a Pod where the patch needs it."""
 
 
 @dataclass(frozen=True)
@@ -208,28 +200,22 @@ def _identity_env(metadata: dict[str, Any], labels: Mapping[str, str], config: I
         _field_ref("STITCHFLEET_NAMESPACE", "metadata.namespace"),
         _field_ref("STITCHFLEET_POD_NAME", "metadata.name"),
     ]
-    if job := _job_name(metadata, labels):
-        env.append(_literal("STITCHFLEET_JOB_NAME", job))
+    identity = identify(metadata)
+    if identity.job_name:
+        env.append(_literal("STITCHFLEET_JOB_NAME", identity.job_name))
+    env.append(_job_uid(identity.job_uid))
     for name, label in (("STITCHFLEET_TEAM", LABEL_TEAM), ("STITCHFLEET_MODEL", LABEL_MODEL)):
         if labels.get(label):
             env.append(_literal(name, labels[label]))
     return env
 
 
-def _job_name(metadata: dict[str, Any], labels: Mapping[str, str]) -> str:
-    for label in JOB_NAME_LABELS:
-        if labels.get(label):
-            return labels[label]
-    owners = _optional_list(metadata.get("ownerReferences"), "metadata.ownerReferences") or []
-    # The controller owner is the workload (Job, TFJob...); other owners are incidental.
-    for owner in sorted(owners, key=lambda ref: ref.get("controller") is not True):
-        if isinstance(owner.get("name"), str) and owner["name"]:
-            return str(owner["name"])
-    generate_name = metadata.get("generateName")
-    if isinstance(generate_name, str) and generate_name.strip("-"):
-        return generate_name.rstrip("-")
-    name = metadata.get("name")
-    return name if isinstance(name, str) else ""
+def _job_uid(owner_uid: str | None) -> EnvVar:
+    # The operator keys the job the same way (identity.py): the owner's uid, else the pod's own
+    # uid, which the API server assigns after admission: the kubelet resolves it.
+    if owner_uid:
+        return _literal("STITCHFLEET_JOB_UID", owner_uid)
+    return _field_ref("STITCHFLEET_JOB_UID", "metadata.uid")
 
 
 def _container_ops(
@@ -261,12 +247,12 @@ def _gpus(container: dict[str, Any], where: str) -> tuple[str, list[str]]:
     limits = _mapping(resources.get("limits") or {}, f"{where}.resources.limits")
     requests = _mapping(resources.get("requests") or {}, f"{where}.resources.requests")
     raw = limits.get(GPU_RESOURCE, requests.get(GPU_RESOURCE, 0))
-    text = str(raw).strip()
-    if isinstance(raw, bool) or not text.isdigit():
+    count = gpu_count(raw)
+    if count is None:
         return "", [
             f"stitchfleet: {where} has {GPU_RESOURCE}={raw!r}, not a GPU count; STITCHFLEET_GPUS_PER_RANK unset"
         ]
-    return str(int(text)), []
+    return str(count), []
 
 
 def _pythonpath(

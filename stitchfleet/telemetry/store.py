@@ -59,6 +59,10 @@ def _smaller(new: Column[Any], old: Column[Any]) -> ColumnElement[Any]:
     return case((old.is_(None), new), (new < old, new), else_=old)
 
 
+def _filled(new: Column[Any], old: Column[Any]) -> ColumnElement[Any]:
+    return case((new == "", old), else_=new)
+
+
 def _key_values(key: JobKey) -> dict[str, str]:
     return {name: getattr(key, name) for name in JOB_KEY}
 
@@ -90,7 +94,10 @@ def _job_started(connection: Connection, row: JobStarted) -> None:
     new = stmt.excluded
     # Rank 0's pod names the job; other ranks only fill it while it is empty.
     pod = new.pod_name if row.rank == 0 else case((JOBS.c.pod_name == "", new.pod_name), else_=JOBS.c.pod_name)
-    update = {name: new[name] for name in ("team", "model", "world_size", "gpus_per_rank", "gpu_type")}
+    # Several writers describe a job (its ranks, the operator watching its pods): an empty text
+    # is "not known", never a value, and the largest world seen wins, whatever the order.
+    update = {name: _filled(new[name], JOBS.c[name]) for name in ("team", "model", "gpu_type")}
+    update |= {"gpus_per_rank": new.gpus_per_rank, "world_size": _larger(new.world_size, JOBS.c.world_size)}
     update |= {"pod_name": pod, "started_at": _smaller(new.started_at, JOBS.c.started_at)}
     connection.execute(stmt.on_conflict_do_update(index_elements=list(JOB_KEY), set_=update))
 

@@ -1,0 +1,124 @@
+"""The kopf handlers of the operator, registered on a fresh registry per operator run.
+
+Input: an `OperatorContext` (cluster name, a telemetry sink, the fleet gauges, the rollup).
+Output: a `kopf.OperatorRegistry` with: an index of opted-in pods by job; event handlers for
+those pods and for their owners (batch Jobs, TFJobs, MPIJobs) that record `JobStarted` /
+`JobFinished` rows; and start-up/clean-up handlers that set kopf up (standalone, no posting
+noise) and run the periodic rollup.
+
+Only `@kopf.on.event` and an index: kopf then stores nothing on the watched objects (no
+annotations, no finalizers), which the read-only RBAC on pods and jobs requires. Every handler
+derives its rows from the object it gets, so a restart, which re-lists everything, rewrites the
+same rows and the store's idempotent upserts keep the figures as they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import kopf
+
+from stitchfleet.operator import tracking
+from stitchfleet.operator.identity import LABEL_ENABLED
+from stitchfleet.operator.rollup import Rollup
+from stitchfleet.telemetry.fleet_metrics import FleetMetrics
+from stitchfleet.telemetry.rows import Row
+
+log = logging.getLogger("stitchfleet.operator")
+OPTED_IN = {LABEL_ENABLED: "true"}
+# Owners whose pods we track; kopf skips (with a warning) a kind whose CRD the cluster lacks.
+OWNER_RESOURCES = (("batch", "v1", "jobs"), ("kubeflow.org", None, "tfjobs"), ("kubeflow.org", None, "mpijobs"))
+
+
+class RowSink(Protocol):
+    """Where rows go: telemetry's Recorder (batched, spooled while the database is down)."""
+
+    def record(self, row: Row) -> None: ...
+
+
+@dataclass
+class OperatorContext:
+    """What the handlers need; one per operator run."""
+
+    cluster: str
+    sink: RowSink
+    metrics: FleetMetrics
+    rollup: Rollup | None = None
+    rollup_seconds: float = 300.0
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def record(self, rows: list[Row]) -> None:
+        """Hands rows to the sink."""
+        for row in rows:
+            self.sink.record(row)
+
+
+def _owner_opted_in(body: Mapping[str, Any], **_: Any) -> bool:
+    return tracking.owner_opted_in(body)
+
+
+def build_registry(context: OperatorContext, registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
+    """Every handler of the operator, bound to `context`, added to `registry`.
+
+    The default registry logs in the way kopf does (in-cluster service account, else kubeconfig);
+    tests pass a bare one with their own login handler.
+    """
+    registry = kopf.SmartOperatorRegistry() if registry is None else registry
+    _register_lifecycle(registry, context)
+    _register_pods(registry, context)
+    for group, version, plural in OWNER_RESOURCES:
+        _register_owner(registry, context, group, version, plural)
+    return registry
+
+
+def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContext) -> None:
+    async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # One replica (strategy Recreate): no peering objects, hence no CRDs of kopf's own.
+        settings.peering.standalone = True
+        # Failures are logged; k8s Events only for real problems (RBAC allows create/patch).
+        settings.posting.level = logging.WARNING
+        settings.watching.server_timeout = 300
+        if context.rollup is not None:
+            context.tasks.append(asyncio.create_task(context.rollup.run_forever(context.rollup_seconds)))
+
+    async def stop(**_: Any) -> None:
+        for task in context.tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        context.tasks.clear()
+
+    # Called, not used as decorators: kopf is untyped for mypy, and decorators would erase the types.
+    kopf.on.startup(registry=registry)(start)
+    kopf.on.cleanup(registry=registry)(stop)
+
+
+def _register_pods(registry: kopf.OperatorRegistry, context: OperatorContext) -> None:
+    def pods_by_job(body: kopf.Body, uid: str | None, **_: Any) -> dict[Any, Any] | None:
+        key = tracking.pod_job_key(body, context.cluster)
+        return None if key is None else {key: uid}
+
+    def pod_event(event: Mapping[str, Any], body: kopf.Body, pods_by_job: kopf.Index[Any, Any], **_: Any) -> None:
+        key = tracking.pod_job_key(body, context.cluster)
+        known = len(pods_by_job.get(key, [])) if key is not None else 0
+        rows = tracking.pod_rows(body, context.cluster, known, deleted=event.get("type") == "DELETED")
+        context.record(rows)
+        context.metrics.jobs_tracked.set(len(pods_by_job))
+
+    kopf.index("pods", id="pods_by_job", labels=OPTED_IN, registry=registry)(pods_by_job)
+    kopf.on.event("pods", labels=OPTED_IN, registry=registry)(pod_event)
+
+
+def _register_owner(
+    registry: kopf.OperatorRegistry, context: OperatorContext, group: str, version: str | None, plural: str
+) -> None:
+    def owner_event(body: kopf.Body, **_: Any) -> None:
+        context.record(tracking.owner_rows(body, context.cluster))
+
+    resource = (group, version, plural) if version else (group, plural)
+    kopf.on.event(*resource, when=_owner_opted_in, registry=registry)(owner_event)

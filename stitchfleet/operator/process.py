@@ -1,0 +1,116 @@
+"""The `stitchfleet operator` process: kopf operator, admission webhook, health and metrics in one.
+
+Input: Settings (STITCHFLEET_*, from the chart's ConfigMap) and the cluster's API (service
+account in-cluster, else ~/.kube/config). Output, while it runs: the telemetry schema migrated to
+head; with STITCHFLEET_WEBHOOK_SELF_SIGNED, fresh TLS material in the TLS dir and its CA in the
+webhook configuration's caBundle; the webhook on STITCHFLEET_WEBHOOK_PORT; kopf's liveness
+endpoint on STITCHFLEET_HEALTH_PORT (/healthz); the fleet gauges on STITCHFLEET_METRICS_PORT;
+job rows in the database; SavingsReports in the operator namespace. SIGTERM (kopf's own signal
+handling) stops the operator; then the webhook, the recorder (flushing or spooling its rows)
+and the metrics server stop, in that order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import kopf
+
+from stitchfleet.operator import handlers, savings, tls
+from stitchfleet.operator.rollup import Rollup, Summarizer
+from stitchfleet.operator.webhook_server import WebhookServer
+from stitchfleet.settings import Settings
+from stitchfleet.telemetry import database
+from stitchfleet.telemetry.fleet_metrics import FleetMetrics
+from stitchfleet.telemetry.recorder import Recorder
+
+log = logging.getLogger("stitchfleet.operator")
+
+
+def kube_api_client() -> Any:
+    """A kubernetes ApiClient: the service account in a pod, else the local kubeconfig."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def liveness_endpoint(current: Settings) -> str:
+    """kopf's liveness URL: /healthz on the health port, all interfaces (the kubelet probes it)."""
+    return f"http://0.0.0.0:{current.health_port}/healthz"
+
+
+def prepare_tls(current: Settings, api_client: Any) -> None:
+    """Self-signed mode: new material for the Service, its CA into our webhook configuration."""
+    if not current.webhook_self_signed:
+        return
+    material = tls.ensure_self_signed(current.webhook_tls_dir, current.webhook_service, current.operator_namespace)
+    tls.patch_ca_bundle(current.webhook_config_name, material.ca_pem, api_client)
+    log.info("self-signed webhook certificate written to %s", current.webhook_tls_dir)
+
+
+def make_rollup(current: Settings, api_client: Any, metrics: FleetMetrics, summarize: Summarizer) -> Rollup:
+    """The rollup publishing SavingsReports into the operator namespace."""
+
+    def publish(week: str, status: Any) -> object:
+        return savings.apply_report(api_client, current.operator_namespace, week, status)
+
+    return Rollup(summarize=summarize, publish=publish, metrics=metrics)
+
+
+@contextlib.contextmanager
+def running_services(current: Settings, api_client: Any, summarize: Summarizer) -> Iterator[handlers.OperatorContext]:
+    """Schema, TLS, webhook, metrics and recorder up; the handlers' context; all stopped on exit."""
+    database.upgrade(current.database_url)
+    prepare_tls(current, api_client)
+    metrics = FleetMetrics()
+    recorder = Recorder(current.database_url, settings=current, metrics_port=0)
+    webhook = WebhookServer.from_settings(current)
+    try:
+        if current.metrics_port:
+            metrics.serve(current.metrics_port)
+        webhook.start()
+        rollup = make_rollup(current, api_client, metrics, summarize)
+        yield handlers.OperatorContext(
+            current.cluster, recorder, metrics, rollup=rollup, rollup_seconds=current.rollup_seconds
+        )
+    finally:
+        webhook.stop()
+        recorder.close()
+        metrics.stop()
+
+
+async def operate(
+    context: handlers.OperatorContext,
+    registry: kopf.OperatorRegistry,
+    *,
+    liveness: str | None = None,
+    stop_flag: asyncio.Event | None = None,
+    ready_flag: asyncio.Event | None = None,
+) -> None:
+    """Runs kopf with our handlers, cluster-wide and standalone, until stopped or signalled."""
+    await kopf.operator(
+        registry=registry,
+        clusterwide=True,
+        standalone=True,
+        liveness_endpoint=liveness,
+        stop_flag=stop_flag,
+        ready_flag=ready_flag,
+    )
+
+
+def run(current: Settings, summarize: Summarizer) -> int:
+    """The whole process; returns its exit status once kopf has stopped."""
+    logging.basicConfig(level=current.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    api_client = kube_api_client()
+    with running_services(current, api_client, summarize) as context:
+        registry = handlers.build_registry(context)
+        asyncio.run(operate(context, registry, liveness=liveness_endpoint(current)))
+    return 0

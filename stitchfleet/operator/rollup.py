@@ -1,0 +1,73 @@
+"""Periodic rollups: the week's fleet figures from the telemetry database, into SavingsReports and gauges.
+
+Input: a summarizer (week label -> `FleetSummary`, computed by telemetry's weekly summary), a
+publisher (week, status -> the SavingsReport), the fleet gauges, and a clock. Output: every
+`interval` seconds, the reports of the current and the previous ISO week brought up to date
+(late telemetry, replayed from a spool, still lands in last week's report) and the gauges set to
+the current week's figures. Everything is recomputed from the database each time: a restart
+loses nothing and a rollup that fails is simply done again at the next tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stitchfleet.operator.savings import FleetSummary, report_status, week_label
+from stitchfleet.telemetry.fleet_metrics import FleetMetrics
+
+log = logging.getLogger("stitchfleet.operator.rollup")
+
+Summarizer = Callable[[str], FleetSummary]
+Publisher = Callable[[str, Mapping[str, Any]], object]
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass
+class Rollup:
+    """One rollup step (`run_once`) and its loop (`run_forever`)."""
+
+    summarize: Summarizer
+    publish: Publisher
+    metrics: FleetMetrics
+    clock: Callable[[], dt.datetime] = _utcnow
+
+    def weeks(self, now: dt.datetime) -> list[str]:
+        """The weeks a rollup at `now` refreshes: the current one first, then the previous one."""
+        return [week_label(now), week_label(now - dt.timedelta(days=7))]
+
+    def run_once(self) -> dict[str, FleetSummary]:
+        """Recomputes and publishes the current and previous weeks; returns their summaries."""
+        now = self.clock()
+        done: dict[str, FleetSummary] = {}
+        for week in self.weeks(now):
+            summary = self.summarize(week)
+            self.publish(week, report_status(summary, now))
+            done[week] = summary
+        current = done[week_label(now)]
+        self.metrics.set_week(
+            jobs=current.jobs,
+            tasks=current.tasks,
+            gpu_hours_saved=current.gpu_hours_saved,
+            gross_gpu_hours_saved=current.gross_gpu_hours_saved,
+            reverted_jobs=current.reverted_jobs,
+            revert_reasons=current.revert_reasons,
+            at=now.timestamp(),
+        )
+        return done
+
+    async def run_forever(self, interval: float) -> None:
+        """Runs a rollup now and then every `interval` seconds until cancelled; failures are logged."""
+        while True:
+            try:
+                await asyncio.to_thread(self.run_once)
+            except Exception:  # the database or the API may be away for a while: retry next tick
+                log.exception("fleet rollup failed; retrying in %.0f s", interval)
+            await asyncio.sleep(interval)

@@ -1,0 +1,77 @@
+"""Fleet-wide Prometheus gauges, served by the operator process.
+
+Input: the number of jobs the operator tracks, and the current week's fleet figures (plain
+numbers, as the weekly summary computes them). Output: `stitchfleet_fleet_*` gauges in a
+dedicated CollectorRegistry, served over HTTP by `serve(port)`. Gauges, not counters: every
+rollup recomputes the figures from the database, so a restarted operator shows the same values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest, start_http_server
+
+
+class FleetMetrics:
+    """The operator's gauges; setting them is cheap and never touches the network."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.jobs_tracked = self._gauge("jobs_tracked", "Opted-in jobs whose pods the operator currently watches.")
+        self.week_jobs = self._gauge("week_jobs", "Jobs that ran with stitchfleet this ISO week.")
+        self.week_tasks = self._gauge("week_tasks", "Training tasks (ranks) that ran with stitchfleet this ISO week.")
+        self.saved = self._gauge("week_gpu_hours_saved", "Net GPU-hours saved this ISO week.")
+        self.gross = self._gauge("week_gross_gpu_hours_saved", "GPU-hours saved this ISO week before overheads.")
+        self.reverted = self._gauge("week_reverted_jobs", "Jobs with a reverted stitch cluster this ISO week.")
+        self.reverts = Gauge(
+            "stitchfleet_fleet_week_reverts",
+            "Reverts this ISO week, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.rollup_time = self._gauge("last_rollup_timestamp_seconds", "Unix time of the last successful rollup.")
+        self._server: Any = None
+
+    def _gauge(self, name: str, doc: str) -> Gauge:
+        return Gauge(f"stitchfleet_fleet_{name}", doc, registry=self.registry)
+
+    def set_week(
+        self,
+        *,
+        jobs: int,
+        tasks: int,
+        gpu_hours_saved: float,
+        gross_gpu_hours_saved: float,
+        reverted_jobs: int,
+        revert_reasons: Mapping[str, int],
+        at: float,
+    ) -> None:
+        """Publishes one rollup of the current week; reasons absent now are dropped."""
+        self.week_jobs.set(jobs)
+        self.week_tasks.set(tasks)
+        self.saved.set(gpu_hours_saved)
+        self.gross.set(gross_gpu_hours_saved)
+        self.reverted.set(reverted_jobs)
+        self.reverts.clear()
+        for reason, count in revert_reasons.items():
+            self.reverts.labels(reason=reason or "unspecified").set(count)
+        self.rollup_time.set(at)
+
+    def exposition(self) -> bytes:
+        """The metrics in the Prometheus text format (what the HTTP endpoint serves)."""
+        return bytes(generate_latest(self.registry))
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+        """Serves /metrics on `addr:port` in a daemon thread; returns the bound port."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        self._server = server
+        return int(server.server_port)
+
+    def stop(self) -> None:
+        """Stops the HTTP server, if one runs."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

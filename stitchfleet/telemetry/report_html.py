@@ -1,0 +1,101 @@
+"""HTML rendering of a WeeklyReport: one self-contained page with an embedded PNG chart.
+
+Input: a `savings.WeeklyReport`. Output: an HTML document (string) with the fleet totals, revert
+reasons, rollups, the task table and a chart drawn with matplotlib's Agg canvas (no display,
+no pyplot global state): gross GPU-hours saved per day and the top tasks by net GPU-hours,
+embedded as a base64 `data:` PNG so the page needs no other file.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Sequence
+
+from stitchfleet.telemetry import report_text as text
+from stitchfleet.telemetry.savings import WeeklyReport
+
+CHART_TOP_TASKS = 10
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; }
+th { background: #f0f0f0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+footer { margin-top: 2em; font-size: 0.85em; color: #555; }
+"""
+
+
+def chart_png(report: WeeklyReport, top: int = CHART_TOP_TASKS) -> bytes:
+    """The chart as PNG bytes: daily gross GPU-hours saved (left), top tasks by net (right)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(12, 4.5), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    daily, best = figure.subplots(1, 2, width_ratios=(1, 1.3))
+    days = [day.day.strftime("%a\n%m-%d") for day in report.daily]
+    daily.bar(days, [day.gross_gpu_hours for day in report.daily], color="#3a7dc9")
+    daily.set_title(f"Gross GPU-hours saved per day, {report.week.label}")
+    daily.set_ylabel("GPU-hours")
+    leaders = list(report.jobs[:top])[::-1]
+    labels = [f"{job.namespace}/{job.job_name}" for job in leaders]
+    best.barh(range(len(leaders)), [job.net_gpu_hours for job in leaders], color="#48a868")
+    best.set_yticks(range(len(leaders)), labels, fontsize=8)
+    best.set_title(f"Top {len(leaders)} tasks by net GPU-hours saved")
+    best.set_xlabel("GPU-hours")
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool]) -> str:
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in header)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="num">{html.escape(cell)}</td>' if num else f"<td>{html.escape(cell)}</td>"
+            for cell, num in zip(row, numeric, strict=True)
+        )
+        + "</tr>\n"
+        for row in rows
+    )
+    return f"<table>\n<tr>{head}</tr>\n{body}</table>"
+
+
+def _reasons(report: WeeklyReport) -> str:
+    if not report.totals.revert_reasons:
+        return "<p>No task was reverted.</p>"
+    return _table(text.REASON_HEADER, text.reason_cells(report.totals), [False, True, True])
+
+
+def _rollups(report: WeeklyReport, dimension: str) -> str:
+    rows = text.rollup_cells(report.rollups, dimension)
+    return _table(text.rollup_header(dimension), rows, text.ROLLUP_NUMERIC)
+
+
+def render_html(report: WeeklyReport, top: int | None = None) -> str:
+    """The whole report as one HTML page; `top` limits the task table (None or 0: every task)."""
+    title = f"stitchfleet weekly savings report: {report.week.label}"
+    png = base64.b64encode(chart_png(report)).decode("ascii")
+    jobs, caption = text.shown_jobs(report, top)
+    sections = [
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>Week {html.escape(text.span(report))}.</p>",
+        f'<img alt="GPU-hours saved per day and top tasks" src="data:image/png;base64,{png}">',
+        "<h2>Fleet totals</h2>",
+        _table(["Figure", "Value"], text.totals_cells(report.totals), [False, True]),
+        "<h2>Why tasks were reverted</h2>",
+        _reasons(report),
+    ]
+    for dimension in text.DIMENSION_TITLES:
+        sections += [f"<h2>By {dimension}</h2>", _rollups(report, dimension)]
+    job_rows = [text.job_cells(job) for job in jobs]
+    sections += [f"<h2>Tasks ({html.escape(caption)})</h2>", _table(text.JOB_HEADER, job_rows, text.JOB_NUMERIC)]
+    sections.append(f"<footer>How figures are attributed: {html.escape(report.attribution)}</footer>")
+    body = "\n".join(sections)
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
+        f"<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+    )

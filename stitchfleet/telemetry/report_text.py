@@ -1,0 +1,227 @@
+"""Text renderings of a WeeklyReport: Markdown for people, CSV for machines.
+
+Input: a `savings.WeeklyReport`. Output: a string. Markdown tables are padded to aligned columns
+(numbers right-aligned), so they read in a terminal as well as on a rendered page. CSV is one
+table per output, with a header row: `jobs_csv` one row per task (full precision, empty cells for
+missing medians), `rollups_csv` one row per (dimension, key) plus a final `fleet,all` row with the
+totals. The CLI picks the table with `--csv-table jobs|rollups`.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from collections.abc import Sequence
+
+from stitchfleet.telemetry.savings import JobSavings, Rollup, Totals, WeeklyReport
+
+DIMENSION_TITLES = {"namespace": "Namespace", "team": "Team", "model": "Model"}
+UNSET = "(unset)"
+RUN_ID_CHARS = 12
+
+
+def hours(value: float) -> str:
+    """GPU-hours for people: thousands separated, two decimals."""
+    return f"{value:,.2f}"
+
+
+def seconds(value: float | None) -> str:
+    """A step time in seconds, or '-' when unknown."""
+    return "-" if value is None else f"{value:.4f}"
+
+
+def ratio(value: float | None) -> str:
+    """A speedup like 1.18x, or '-' when unknown."""
+    return "-" if value is None else f"{value:.3f}x"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequence[bool]) -> str:
+    """A Markdown table with every column padded to its widest cell; numeric columns right-aligned."""
+    cells = [[_cell(text) for text in row] for row in [header, *rows]]
+    widths = [max(3, *(len(row[index]) for row in cells)) for index in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        padded = (t.rjust(w) if num else t.ljust(w) for t, w, num in zip(row, widths, numeric, strict=True))
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|" + "|".join(
+        ("-" * (w + 1) + ":") if num else ("-" * (w + 2)) for w, num in zip(widths, numeric, strict=True)
+    )
+    return "\n".join([line(cells[0]), rule + "|", *(line(row) for row in cells[1:])])
+
+
+def totals_cells(totals: Totals) -> list[list[str]]:
+    share = f"{totals.reverted_tasks:,} ({totals.reverted_share:.1%})"
+    return [
+        ["Tasks (job runs)", f"{totals.tasks:,}"],
+        ["Jobs (distinct names)", f"{totals.jobs:,}"],
+        ["Distributed tasks", f"{totals.distributed_tasks:,}"],
+        ["GPUs (sum over tasks)", f"{totals.gpus:,}"],
+        ["Iterations", f"{totals.iterations:,}"],
+        ["Gross GPU-hours saved", hours(totals.gross_gpu_hours)],
+        ["Compile overhead, GPU-hours", hours(totals.compile_gpu_hours)],
+        ["Net GPU-hours saved", hours(totals.net_gpu_hours)],
+        ["Reverted tasks", share],
+    ]
+
+
+def reason_cells(totals: Totals) -> list[list[str]]:
+    """Rows of the revert reasons table: reason, reverted tasks, share of the reverted."""
+    return [[reason, f"{count:,}", f"{count / totals.reverted_tasks:.1%}"] for reason, count in totals.revert_reasons]
+
+
+REASON_HEADER = ("Reason", "Tasks", "Share of reverted")
+
+
+def _reasons_table(totals: Totals) -> str:
+    if not totals.revert_reasons:
+        return "No task was reverted."
+    return markdown_table(REASON_HEADER, reason_cells(totals), [False, True, True])
+
+
+def rollup_header(dimension: str) -> list[str]:
+    """Header of a rollup table for `dimension`."""
+    return [DIMENSION_TITLES[dimension], "Tasks", "GPUs", "Gross GPU-h", "Compile GPU-h", "Net GPU-h", "Reverted"]
+
+
+ROLLUP_NUMERIC = (False,) + (True,) * 6
+
+
+def rollup_cells(rollups: Sequence[Rollup], dimension: str) -> list[list[str]]:
+    """Display rows of the rollups of one dimension."""
+    return [
+        [
+            r.key or UNSET,
+            f"{r.tasks:,}",
+            f"{r.gpus:,}",
+            hours(r.gross_gpu_hours),
+            hours(r.compile_gpu_hours),
+            hours(r.net_gpu_hours),
+            f"{r.reverted_tasks:,}",
+        ]
+        for r in rollups
+        if r.dimension == dimension
+    ]
+
+
+JOB_HEADER = (
+    "Namespace",
+    "Team",
+    "Model",
+    "Job",
+    "Run",
+    "GPUs",
+    "Iterations",
+    "Baseline s",
+    "Stitched s",
+    "Speedup",
+    "Gross GPU-h",
+    "Compile GPU-h",
+    "Net GPU-h",
+    "Status",
+    "Revert reason",
+)
+JOB_NUMERIC = (False,) * 5 + (True,) * 8 + (False, False)
+
+
+def job_cells(job: JobSavings) -> list[str]:
+    """One task's row as display strings, in JOB_HEADER order."""
+    return [
+        job.namespace,
+        job.team or UNSET,
+        job.model or UNSET,
+        job.job_name,
+        job.job_uid[:RUN_ID_CHARS],
+        f"{job.gpus:,}",
+        f"{job.iterations:,}",
+        seconds(job.baseline_step_seconds),
+        seconds(job.stitched_step_seconds),
+        ratio(job.speedup),
+        hours(job.gross_gpu_hours),
+        hours(job.compile_gpu_hours),
+        hours(job.net_gpu_hours),
+        job.status,
+        job.revert_reason or "-",
+    ]
+
+
+def shown_jobs(report: WeeklyReport, top: int | None) -> tuple[tuple[JobSavings, ...], str]:
+    """The tasks a human rendering lists (the `top` by net saving, or all) and a caption."""
+    jobs = report.jobs if not top else report.jobs[:top]
+    caption = f"{len(jobs):,} tasks, by net GPU-hours saved"
+    if len(jobs) < len(report.jobs):
+        caption = f"top {len(jobs):,} of {len(report.jobs):,} tasks by net GPU-hours saved (CSV lists all)"
+    return jobs, caption
+
+
+def span(report: WeeklyReport) -> str:
+    """The dates the week covers, for titles."""
+    days = report.week.days()
+    return f"{days[0].isoformat()} to {days[-1].isoformat()} (UTC)"
+
+
+def render_markdown(report: WeeklyReport, top: int | None = None) -> str:
+    """The whole report as Markdown; `top` limits the task table (None or 0: every task)."""
+    jobs, caption = shown_jobs(report, top)
+    daily = [[day.day.strftime("%a %Y-%m-%d"), hours(day.gross_gpu_hours)] for day in report.daily]
+    parts = [
+        f"# stitchfleet weekly savings report: {report.week.label}",
+        f"Week {span(report)}.",
+        "## Fleet totals",
+        markdown_table(["Figure", "Value"], totals_cells(report.totals), [False, True]),
+        "## Why tasks were reverted",
+        _reasons_table(report.totals),
+        "## Gross GPU-hours saved per day",
+        markdown_table(["Day", "GPU-hours"], daily, [False, True]),
+    ]
+    for dimension in DIMENSION_TITLES:
+        table = markdown_table(rollup_header(dimension), rollup_cells(report.rollups, dimension), ROLLUP_NUMERIC)
+        parts += [f"## By {dimension}", table]
+    parts += [f"## Tasks ({caption})", markdown_table(JOB_HEADER, [job_cells(job) for job in jobs], JOB_NUMERIC)]
+    parts += ["---", f"How figures are attributed: {report.attribution}"]
+    return "\n\n".join(parts) + "\n"
+
+
+def _csv_value(value: object) -> object:
+    return "" if value is None else value
+
+
+def _csv(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([[_csv_value(value) for value in row] for row in rows])
+    return buffer.getvalue()
+
+
+def jobs_csv(report: WeeklyReport) -> str:
+    """One row per task: `week` then every JobSavings field, at full precision."""
+    names = [field.name for field in dataclasses.fields(JobSavings)]
+    rows = [[report.week.label, *(getattr(job, name) for name in names)] for job in report.jobs]
+    return _csv(["week", *names], rows)
+
+
+ROLLUP_FIELDS = tuple(field.name for field in dataclasses.fields(Rollup))
+
+
+def rollups_csv(report: WeeklyReport) -> str:
+    """One row per rollup (dimension, key), then `fleet,all` with the fleet totals."""
+    rows = [[report.week.label, *(getattr(rollup, name) for name in ROLLUP_FIELDS)] for rollup in report.rollups]
+    fleet = Rollup(
+        dimension="fleet",
+        key="all",
+        tasks=report.totals.tasks,
+        gpus=report.totals.gpus,
+        iterations=report.totals.iterations,
+        gross_gpu_hours=report.totals.gross_gpu_hours,
+        compile_gpu_hours=report.totals.compile_gpu_hours,
+        net_gpu_hours=report.totals.net_gpu_hours,
+        reverted_tasks=report.totals.reverted_tasks,
+    )
+    rows.append([report.week.label, *(getattr(fleet, name) for name in ROLLUP_FIELDS)])
+    return _csv(["week", *ROLLUP_FIELDS], rows)

@@ -1,0 +1,217 @@
+"""The SQL behind the weekly savings report: per-task aggregates computed by the database.
+
+Input: a Connection and a `Week`. Output: plain rows, one per task (job run), with the week's
+summed figures, median step times, first revert reason, and daily sums. Everything that scans
+step windows is a GROUP BY (or a window function) in the database, so a week of 70,000 tasks and
+hundreds of thousands of windows comes back as 70,000 rows. The same statements run on SQLite
+(>= 3.25, for window functions) and PostgreSQL.
+
+Attribution (the contract the report footer states):
+- a window belongs to the week when its `recorded_at` (the instant its last step ended) is in
+  [Monday 00:00 UTC, next Monday 00:00 UTC);
+- a task appears when it has a window in the week or started in it;
+- its compile overhead is charged to the week containing `started_at` (a task whose start was
+  never recorded: the week of its first window).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Float, Select, and_, case, cast, func, literal, or_, select, union_all
+
+from stitchfleet.telemetry import models
+from stitchfleet.telemetry.weeks import Week
+
+J = models.Job
+W = models.StepWindow
+E = models.Event
+MEDIAN_SERIES = ("baseline", "stitched", "reference")
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One task's raw figures for the week, straight from SQL (no rounding, seconds)."""
+
+    job_id: int
+    cluster: str
+    namespace: str
+    job_name: str
+    job_uid: str
+    team: str
+    model: str
+    world_size: int
+    gpus_per_rank: int
+    status: str
+    reason: str
+    compile_seconds: float
+    compile_charged: bool
+    windows: int
+    iterations: int
+    saved_seconds: float
+
+
+def _in_week(column: Any, week: Week) -> Any:
+    return and_(column >= week.start, column < week.end)
+
+
+def _week_windows(week: Week) -> Any:
+    """Per task: windows, the busiest rank's iterations, saved seconds over all ranks."""
+    per_rank = (
+        select(
+            W.job_id.label("job_id"),
+            func.count().label("windows"),
+            func.sum(W.iterations).label("iterations"),
+            func.sum(W.saved_seconds).label("saved"),
+        )
+        .where(_in_week(W.recorded_at, week))
+        .group_by(W.job_id, W.rank)
+        .subquery("per_rank")
+    )
+    # Ranks step in lockstep: a task's iterations are those of its busiest rank, not their sum.
+    return (
+        select(
+            per_rank.c.job_id,
+            func.sum(per_rank.c.windows).label("windows"),
+            func.max(per_rank.c.iterations).label("iterations"),
+            func.sum(per_rank.c.saved).label("saved"),
+        )
+        .group_by(per_rank.c.job_id)
+        .subquery("per_job")
+    )
+
+
+def _unstarted_charged(week: Week) -> Any:
+    """Ids of tasks with no recorded start whose first window (ever) is in the week."""
+    return (
+        select(W.job_id)
+        .join(J, J.id == W.job_id)
+        .where(J.started_at.is_(None))
+        .group_by(W.job_id)
+        .having(_in_week(func.min(W.recorded_at), week))
+    )
+
+
+def _task_select(week: Week) -> Select[Any]:
+    per_job = _week_windows(week)
+    unstarted = _unstarted_charged(week)
+    charged = or_(_in_week(J.started_at, week), J.id.in_(unstarted))
+    return (
+        select(
+            J.id,
+            J.cluster,
+            J.namespace,
+            J.job_name,
+            J.job_uid,
+            J.team,
+            J.model,
+            J.world_size,
+            J.gpus_per_rank,
+            J.status,
+            J.reason,
+            J.compile_seconds,
+            case((charged, literal(True)), else_=literal(False)).label("charged"),
+            func.coalesce(per_job.c.windows, 0),
+            func.coalesce(per_job.c.iterations, 0),
+            func.coalesce(per_job.c.saved, 0.0),
+        )
+        .outerjoin(per_job, per_job.c.job_id == J.id)
+        .where(or_(per_job.c.job_id.is_not(None), charged))
+    )
+
+
+def task_rows(connection: Connection, week: Week) -> list[TaskRow]:
+    """Every task active in the week (see the module docstring), ordered by id."""
+    rows = connection.execute(_task_select(week).order_by(J.id)).all()
+    return [
+        TaskRow(*row[:12], bool(row[12]), int(row[13]), int(row[14]), float(row[15]))  # type: ignore[misc]
+        for row in rows
+    ]
+
+
+def _series(week: Week) -> Any:
+    """(job, series, value): per-window mean step seconds, by mode, and the plugin's reference."""
+    mean = cast(W.step_seconds_sum, Float) / W.iterations
+    in_week = _in_week(W.recorded_at, week)
+    baseline = select(W.job_id, literal("baseline").label("series"), mean.label("value")).where(
+        in_week, W.mode == models.WindowMode.BASELINE.value
+    )
+    stitched = select(W.job_id, literal("stitched").label("series"), mean.label("value")).where(
+        in_week, W.mode == models.WindowMode.STITCHED.value
+    )
+    reference = select(W.job_id, literal("reference").label("series"), W.baseline_step_seconds.label("value")).where(
+        in_week, W.mode == models.WindowMode.STITCHED.value, W.baseline_step_seconds.is_not(None)
+    )
+    return union_all(baseline, stitched, reference).subquery("series")
+
+
+def medians(connection: Connection, week: Week) -> dict[tuple[int, str], float]:
+    """Median per (task, series) over the week's windows, by row_number in the database.
+
+    The middle row (odd count) or the mean of the two middle rows (even count) of each
+    partition: (n+1)//2 and (n+2)//2 are the same row when n is odd.
+    """
+    series = _series(week)
+    partition = (series.c.job_id, series.c.series)
+    ranked = select(
+        series.c.job_id,
+        series.c.series,
+        series.c.value,
+        func.row_number().over(partition_by=partition, order_by=series.c.value).label("position"),
+        func.count().over(partition_by=partition).label("size"),
+    ).subquery("ranked")
+    middle = or_(ranked.c.position == (ranked.c.size + 1) / 2, ranked.c.position == (ranked.c.size + 2) / 2)
+    query = (
+        select(ranked.c.job_id, ranked.c.series, func.avg(ranked.c.value))
+        .where(middle)
+        .group_by(ranked.c.job_id, ranked.c.series)
+    )
+    return {(int(job), str(name)): float(value) for job, name, value in connection.execute(query)}
+
+
+def first_revert_reasons(connection: Connection, week: Week) -> dict[int, str]:
+    """Per task active in the week: the reason label of its earliest revert event (any time)."""
+    tasks = _task_select(week).with_only_columns(J.id).subquery("tasks")
+    ranked = (
+        select(
+            E.job_id,
+            E.reason,
+            func.row_number().over(partition_by=E.job_id, order_by=(E.occurred_at, E.id)).label("position"),
+        )
+        .where(E.kind == models.EventKind.REVERT.value, E.job_id.in_(select(tasks.c.id)))
+        .subquery("reverts")
+    )
+    query = select(ranked.c.job_id, ranked.c.reason).where(ranked.c.position == 1)
+    return {int(job): str(reason) for job, reason in connection.execute(query)}
+
+
+def daily_saved_gpu_seconds(connection: Connection, week: Week) -> list[float]:
+    """Saved GPU-seconds (saved seconds x GPUs per rank) per UTC day of the week, Monday first.
+
+    Days are bucketed by comparing with bound instants, so no dialect's date functions or
+    session time zone are involved.
+    """
+    days = week.days()
+    bounds = [week.start + dt.timedelta(days=offset) for offset in range(1, len(days))]
+    day_index = case(*[(W.recorded_at < bound, index) for index, bound in enumerate(bounds)], else_=len(bounds))
+    query = (
+        select(day_index.label("day"), func.sum(W.saved_seconds * J.gpus_per_rank))
+        .join(J, J.id == W.job_id)
+        .where(_in_week(W.recorded_at, week))
+        .group_by(day_index)
+    )
+    totals = [0.0] * len(days)
+    for index, value in connection.execute(query):
+        totals[int(index)] = float(value or 0.0)
+    return totals
+
+
+def missing_tables(connection: Connection, names: Sequence[str] = ("jobs", "step_windows", "events")) -> list[str]:
+    """The telemetry tables missing from the database (empty when the schema is there)."""
+    from sqlalchemy import inspect
+
+    present = set(inspect(connection).get_table_names())
+    return [name for name in names if name not in present]
