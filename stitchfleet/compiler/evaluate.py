@@ -14,13 +14,13 @@ kernels do.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from stitchfleet.compiler.elementwise import BINARY, UNARY
 from stitchfleet.compiler.ir import DType, Graph, Node, Op, is_static
 
 Array = npt.NDArray[Any]
@@ -65,49 +65,6 @@ def _accumulator(array: Array) -> np.dtype[np.generic]:
     return np.dtype(np.float32) if array.dtype == np.float16 else array.dtype
 
 
-def _sigmoid(x: Array) -> Array:
-    positive = 1.0 / (1.0 + np.exp(-np.abs(x)))
-    return np.where(x >= 0, positive, 1.0 - positive)
-
-
-_ERF = np.frompyfunc(math.erf, 1, 1)
-
-_UNARY: dict[Op, Callable[[Array], object]] = {
-    Op.NEG: np.negative,
-    Op.ABS: np.abs,
-    Op.SQUARE: np.square,
-    Op.RELU: lambda x: np.maximum(x, np.zeros((), x.dtype)),
-    Op.LOGICAL_NOT: np.logical_not,
-    Op.SIGN: np.sign,
-    Op.FLOOR: np.floor,
-    Op.CEIL: np.ceil,
-    Op.EXP: np.exp,
-    Op.LOG: np.log,
-    Op.LOG1P: np.log1p,
-    Op.TANH: np.tanh,
-    Op.SIGMOID: _sigmoid,
-    Op.ERF: lambda x: _ERF(x.astype(np.float64)).astype(np.float64),
-    Op.RSQRT: lambda x: 1 / np.sqrt(x),
-    Op.SQRT: np.sqrt,
-    Op.RECIPROCAL: lambda x: 1 / x,
-}
-_BINARY: dict[Op, Callable[[Array, Array], object]] = {
-    Op.ADD: np.add,
-    Op.SUB: np.subtract,
-    Op.MUL: np.multiply,
-    Op.DIV: np.divide,
-    Op.POW: np.power,
-    Op.MAXIMUM: np.maximum,
-    Op.MINIMUM: np.minimum,
-    Op.GREATER: np.greater,
-    Op.GREATER_EQUAL: np.greater_equal,
-    Op.LESS: np.less,
-    Op.LESS_EQUAL: np.less_equal,
-    Op.EQUAL: np.equal,
-    Op.NOT_EQUAL: np.not_equal,
-    Op.LOGICAL_AND: np.logical_and,
-    Op.LOGICAL_OR: np.logical_or,
-}
 _REDUCE: dict[Op, Callable[..., Array]] = {
     Op.REDUCE_SUM: np.sum,
     Op.REDUCE_MAX: np.max,
@@ -170,10 +127,10 @@ def _opaque(node: Node, args: Sequence[Array]) -> Array:
 
 def _compute(node: Node, args: Sequence[Array], precision: Precision) -> object:
     op = node.op
-    if op in _UNARY:
-        return _UNARY[op](args[0])
-    if op in _BINARY:
-        return _BINARY[op](args[0], args[1])
+    if op in UNARY:
+        return UNARY[op](args[0])
+    if op in BINARY:
+        return BINARY[op](args[0], args[1])
     handlers: dict[Op, Callable[[], object]] = {
         Op.CAST: lambda: args[0],
         Op.SELECT: lambda: np.where(args[0], args[1], args[2]),

@@ -10,64 +10,17 @@ interpreter turns it into a SimError naming the statement).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from stitchfleet.compiler.elementwise import BINARY, UNARY
 from stitchfleet.compiler.evaluate import round_bf16
 from stitchfleet.compiler.ir.types import DType, Op
 from stitchfleet.compiler.kernel.ir import IndexOp
 
 Array = npt.NDArray[Any]
-
-_ERF = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def _sigmoid(x: Array) -> Array:
-    positive = 1.0 / (1.0 + np.exp(-np.abs(x)))
-    result: Array = np.where(x >= 0, positive, 1.0 - positive)
-    return result
-
-
-_UNARY: dict[Op, Callable[[Array], Any]] = {
-    Op.NEG: np.negative,
-    Op.ABS: np.abs,
-    Op.SQUARE: np.square,
-    Op.RELU: lambda x: np.maximum(x, np.zeros((), x.dtype)),
-    Op.LOGICAL_NOT: np.logical_not,
-    Op.SIGN: np.sign,
-    Op.FLOOR: np.floor,
-    Op.CEIL: np.ceil,
-    Op.EXP: np.exp,
-    Op.LOG: np.log,
-    Op.LOG1P: np.log1p,
-    Op.TANH: np.tanh,
-    Op.SIGMOID: _sigmoid,
-    Op.ERF: _ERF,
-    Op.RSQRT: lambda x: 1 / np.sqrt(x),
-    Op.SQRT: np.sqrt,
-    Op.RECIPROCAL: lambda x: 1 / x,
-}
-_BINARY: dict[Op, Callable[[Array, Array], Any]] = {
-    Op.ADD: np.add,
-    Op.SUB: np.subtract,
-    Op.MUL: np.multiply,
-    Op.DIV: np.divide,
-    Op.POW: np.power,
-    Op.MAXIMUM: np.maximum,
-    Op.MINIMUM: np.minimum,
-    Op.GREATER: np.greater,
-    Op.GREATER_EQUAL: np.greater_equal,
-    Op.LESS: np.less,
-    Op.LESS_EQUAL: np.less_equal,
-    Op.EQUAL: np.equal,
-    Op.NOT_EQUAL: np.not_equal,
-    Op.LOGICAL_AND: np.logical_and,
-    Op.LOGICAL_OR: np.logical_or,
-}
 
 
 def fit(values: Any, dtype: DType) -> Array:
@@ -77,7 +30,7 @@ def fit(values: Any, dtype: DType) -> Array:
 
 
 def unary(op: Op, x: Array, dtype: DType) -> Array:
-    return fit(_UNARY[op](x), dtype)
+    return fit(UNARY[op](x), dtype)
 
 
 def binary(op: Op | IndexOp, a: Array, b: Array, dtype: DType) -> Array:
@@ -85,7 +38,7 @@ def binary(op: Op | IndexOp, a: Array, b: Array, dtype: DType) -> Array:
         return fit(_int_div_mod(op, a, b), dtype)
     if isinstance(op, IndexOp):
         raise TypeError(f"{op.value} needs integer operands")
-    return fit(_BINARY[op](a, b), dtype)
+    return fit(BINARY[op](a, b), dtype)
 
 
 def _int_div_mod(op: Op | IndexOp, a: Array, b: Array) -> Array:
@@ -104,5 +57,5 @@ def cast(x: Array, dtype: DType) -> Array:
 
 def combine(op: Op, a: Array, b: Array) -> Array:
     """The reduction step used by atomics: ADD, MAXIMUM or MINIMUM."""
-    result: Array = _BINARY[op](a, b)
+    result: Array = BINARY[op](a, b)
     return result
