@@ -9,16 +9,17 @@ rollup recomputes the figures from the database, so a restarted operator shows t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest, start_http_server
+from prometheus_client import Gauge
+
+from stitchfleet.telemetry.exposition import Exposition
 
 
-class FleetMetrics:
+class FleetMetrics(Exposition):
     """The operator's gauges; setting them is cheap and never touches the network."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        super().__init__()
         self.jobs_tracked = self._gauge("jobs_tracked", "Opted-in jobs whose pods the operator currently watches.")
         self.week_jobs = self._gauge("week_jobs", "Jobs that ran with stitchfleet this ISO week.")
         self.week_tasks = self._gauge("week_tasks", "Training tasks (ranks) that ran with stitchfleet this ISO week.")
@@ -32,7 +33,6 @@ class FleetMetrics:
             registry=self.registry,
         )
         self.rollup_time = self._gauge("last_rollup_timestamp_seconds", "Unix time of the last successful rollup.")
-        self._server: Any = None
 
     def _gauge(self, name: str, doc: str) -> Gauge:
         return Gauge(f"stitchfleet_fleet_{name}", doc, registry=self.registry)
@@ -58,20 +58,3 @@ class FleetMetrics:
         for reason, count in revert_reasons.items():
             self.reverts.labels(reason=reason or "unspecified").set(count)
         self.rollup_time.set(at)
-
-    def exposition(self) -> bytes:
-        """The metrics in the Prometheus text format (what the HTTP endpoint serves)."""
-        return bytes(generate_latest(self.registry))
-
-    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Serves /metrics on `addr:port` in a daemon thread; returns the bound port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        self._server = server
-        return int(server.server_port)
-
-    def stop(self) -> None:
-        """Stops the HTTP server, if one runs."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None

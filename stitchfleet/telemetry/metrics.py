@@ -8,10 +8,10 @@ recorders and tests do not collide), served over HTTP by `serve(port)`.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client import Counter, Gauge, Histogram
 
+from stitchfleet.telemetry.exposition import Exposition
 from stitchfleet.telemetry.models import EventKind, Verdict
 from stitchfleet.telemetry.rows import ClusterVerdict, Event, Row, StepWindow
 
@@ -19,11 +19,11 @@ from stitchfleet.telemetry.rows import ClusterVerdict, Event, Row, StepWindow
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-class Metrics:
+class Metrics(Exposition):
     """The metrics of one recorder; `observe` is cheap and never touches the network."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        super().__init__()
         self.iterations = Counter(
             "stitchfleet_iterations", "Training iterations recorded, by mode.", ["mode"], registry=self.registry
         )
@@ -48,7 +48,6 @@ class Metrics:
         )
         self._enabled: set[str] = set()
         self._lock = threading.Lock()
-        self._server: Any = None
 
     def observe(self, row: Row) -> None:
         """Updates the metrics a row concerns."""
@@ -76,20 +75,3 @@ class Metrics:
             else:
                 self._enabled.discard(fingerprint)
             self.enabled.set(len(self._enabled))
-
-    def exposition(self) -> bytes:
-        """The metrics in the Prometheus text format (what the HTTP endpoint serves)."""
-        return bytes(generate_latest(self.registry))
-
-    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Serves /metrics on `addr:port` in a daemon thread; returns the bound port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        self._server = server
-        return int(server.server_port)
-
-    def stop(self) -> None:
-        """Stops the HTTP server, if one runs."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
