@@ -49,7 +49,9 @@ def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     parser.add_argument("path", help="graph file: IR .json or TensorFlow .pb")
     parser.add_argument("--report", choices=("json", "table"), default="table")
     parser.add_argument(
-        "--device", default=None, help="run the graph and check it; only 'reference' (numpy evaluate) for now"
+        "--device",
+        default=None,
+        help="run the graph and check it: 'reference' (numpy evaluate) or 'sim' (stitched kernels on the sim)",
     )
     parser.set_defaults(handler=_compile)
 

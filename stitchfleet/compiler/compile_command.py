@@ -2,24 +2,30 @@
 
 Input: the file path, report format, device and the two settings the CLI read
 (remote stitch budget, dump directory). Output: text on stdout/stderr and an exit
-status (0 ok, 1 the reference check failed, 2 bad input). Only the `reference`
-device exists until the sim backend lands: it evaluates the graph on random inputs
-natively and in float64 and checks the outputs with the tolerance rule.
+status (0 ok, 1 a check failed, 2 bad input). `reference` evaluates the graph on
+random inputs natively and in float64 and checks the outputs with the tolerance rule.
+`sim` evaluates the graph on random inputs, then runs every cluster's stitched kernels
+(planned for the h200 profile) on the sim backend with the cluster's inputs taken
+from that evaluation, and checks each cluster output against evaluate of the cluster.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from stitchfleet.compiler import ir
-from stitchfleet.compiler.evaluate import EvaluationError, evaluate, random_inputs
-from stitchfleet.compiler.pipeline import Options, compile_graph
+from stitchfleet.compiler.decision import Decision
+from stitchfleet.compiler.evaluate import EvaluationError, evaluate, evaluate_nodes, random_inputs
+from stitchfleet.compiler.lower import lower, run_lowered
+from stitchfleet.compiler.pipeline import Artifacts, Options, compile_graph
+from stitchfleet.compiler.plan import StitchPlan
 from stitchfleet.compiler.report import format_table
-from stitchfleet.compiler.tolerance import check
+from stitchfleet.compiler.tolerance import check, check_outputs
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
-DEVICES = ("reference",)
+DEVICES = ("reference", "sim")
 
 
 def _fail(message: str) -> int:
@@ -48,7 +54,7 @@ def run(path: str, report_format: str, device: str | None, remote_budget: int, d
     if source.suffix in (".pb", ".pbtxt"):
         return _fail(f"{path}: GraphDef input needs the TensorFlow frontend (stitchfleet.plugin); give IR JSON")
     if device is not None and device not in DEVICES:
-        return _fail(f"device {device!r} is not available: only 'reference' until the sim backend lands")
+        return _fail(f"device {device!r} is not available (devices: {', '.join(DEVICES)})")
     try:
         graph = ir.load(source)
     except OSError as err:
@@ -56,9 +62,39 @@ def run(path: str, report_format: str, device: str | None, remote_budget: int, d
     except ir.IRError as err:
         return _fail(str(err))
     options = Options(remote_budget=remote_budget, dump_dir=Path(dump_dir) if dump_dir else None)
-    report = compile_graph(graph, options).report
+    art = compile_graph(graph, options)
+    report = art.report
     assert report is not None  # the last stage always produces it
     print(
         report.dumps() if report_format == "json" else format_table(report), end="" if report_format != "json" else "\n"
     )
+    if device == "sim":
+        return _check_sim(art)
     return _check_reference(graph) if device == "reference" else EXIT_OK
+
+
+def _check_cluster(cluster: ir.Graph, plan: StitchPlan | Decision, values: list[Any]) -> int:
+    if isinstance(plan, Decision):
+        print(f"  cluster {cluster.metadata['cluster']}: {plan.reason}")
+        return EXIT_OK
+    sources = cluster.metadata.get_ints("source_inputs")
+    inputs = {str(p.attrs["name"]): values[s] for p, s in zip(cluster.parameters, sources, strict=True)}
+    got = run_lowered(lower(cluster, plan), cluster, inputs)
+    verdicts = check_outputs(got, evaluate(cluster, inputs), evaluate(cluster, inputs, "float64"))
+    status = EXIT_OK
+    for name, verdict in verdicts.items():
+        status = status if verdict.ok else EXIT_MISMATCH
+        state = "ok" if verdict.ok else f"FAIL: {verdict.reason}"
+        kernels = f"{plan.kernel_count} kernel(s)"
+        print(f"  cluster {plan.cluster} {name:<24} {kernels}  error {verdict.compiled_error:.3g}  {state}")
+    return status
+
+
+def _check_sim(art: Artifacts) -> int:
+    try:
+        values = evaluate_nodes(art.graph, random_inputs(art.graph, seed=0))
+    except EvaluationError as err:
+        return _fail(f"reference evaluation failed: {err}")
+    print("stitched kernels on the sim vs evaluate, per cluster, on random inputs:")
+    results = [_check_cluster(g, p, values) for g, p in zip(art.cluster_graphs, art.stitch, strict=True)]
+    return max(results, default=EXIT_OK)

@@ -5,8 +5,8 @@ reads them from settings). Output: `Artifacts`, every stage's product; `.report`
 the `CompileReport`. Each stage is a function named by the artifact it produces and
 reads only earlier artifacts; `STAGES` is the one list that orders them. With a dump
 directory, every artifact is written there as JSON (`NN_<artifact>.json`, clusters
-also as standalone IR graphs). The stitch planner is added as one more stage
-producing its artifact before `report`.
+also as standalone IR graphs). The `stitch` stage plans every cluster graph for the
+options' device (a cluster the planner refuses keeps its original ops, with the reason).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from typing import Any
 
 from stitchfleet.compiler import ir
 from stitchfleet.compiler.baselines import PLANNERS, Plan
+from stitchfleet.compiler.decision import Decision
+from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.report import ClusterSummary, CompileReport, KernelCount, StageTiming
 from stitchfleet.compiler.scope import Scope, find_clusters
 from stitchfleet.compiler.subgraph import extract
@@ -30,6 +32,7 @@ from stitchfleet.compiler.subgraph import extract
 class Options:
     remote_budget: int = 8
     dump_dir: Path | None = None
+    plan: PlanOptions = dataclasses.field(default_factory=PlanOptions)
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Artifacts:
     clusters: Scope | None = None
     cluster_graphs: tuple[ir.Graph, ...] = ()
     baseline_plans: tuple[Plan, ...] = ()
+    stitch: tuple[StitchPlan | Decision, ...] = ()
     report: CompileReport | None = None
     timings: tuple[StageTiming, ...] = ()
 
@@ -62,6 +66,36 @@ def baseline_plans(art: Artifacts, options: Options) -> tuple[Plan, ...]:
     return tuple(plan(art.graph, c) for c in art.need_clusters().clusters for plan in PLANNERS.values())
 
 
+def _plan_or_refusal(graph: ir.Graph, cluster: int, options: PlanOptions) -> StitchPlan | Decision:
+    try:
+        return plan_cluster(graph, cluster, options)
+    except ValueError as err:
+        return Decision("stitch", "refuse", f"cluster {cluster}", f"not stitched, keeps its original ops: {err}")
+
+
+def stitch(art: Artifacts, options: Options) -> tuple[StitchPlan | Decision, ...]:
+    """A StitchPlan per cluster graph, or the Decision saying why the planner refused it."""
+    return tuple(_plan_or_refusal(g, int(str(g.metadata["cluster"])), options.plan) for g in art.cluster_graphs)
+
+
+def _stitch_counts(art: Artifacts) -> tuple[KernelCount, ...]:
+    per_op = {p.cluster: p.kernel_count for p in art.baseline_plans if p.planner == "per_op"}
+    return tuple(
+        KernelCount("stitch", c.id, p.kernel_count if isinstance(p, StitchPlan) else per_op[c.id])
+        for c, p in zip(art.need_clusters().clusters, art.stitch, strict=True)
+    )
+
+
+def _stitch_decisions(art: Artifacts) -> tuple[Decision, ...]:
+    out: list[Decision] = []
+    for p in art.stitch:
+        if isinstance(p, Decision):
+            out.append(p)
+            continue
+        out += [Decision("stitch", c.action, f"cluster {p.cluster} {c.subject}", c.reason) for c in p.choices]
+    return tuple(out)
+
+
 def report(art: Artifacts, options: Options) -> CompileReport:
     scope = art.need_clusters()
     summaries = tuple(
@@ -74,8 +108,9 @@ def report(art: Artifacts, options: Options) -> CompileReport:
         node_count=len(art.graph.nodes),
         clusters=summaries,
         excluded=scope.excluded,
-        decisions=scope.decisions,
-        kernel_counts=tuple(KernelCount(p.planner, p.cluster, p.kernel_count) for p in art.baseline_plans),
+        decisions=scope.decisions + _stitch_decisions(art),
+        kernel_counts=tuple(KernelCount(p.planner, p.cluster, p.kernel_count) for p in art.baseline_plans)
+        + _stitch_counts(art),
         timings=art.timings,
     )
 
@@ -103,6 +138,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("clusters", clusters, _dump_scope),  # type: ignore[arg-type]
     Stage("cluster_graphs", cluster_graphs, lambda gs: [ir.to_json(g) for g in gs]),  # type: ignore[attr-defined]
     Stage("baseline_plans", baseline_plans, _dump_plans),  # type: ignore[arg-type]
+    Stage("stitch", stitch, lambda ps: [p.to_json() for p in ps]),  # type: ignore[attr-defined]
     Stage("report", report, lambda r: r.to_json()),  # type: ignore[attr-defined]
 )
 

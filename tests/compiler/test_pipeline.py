@@ -18,7 +18,7 @@ LAYERNORM = SUITE / "layernorm_fwd_128x768_f32.json"
 
 def test_stages_are_listed_once_in_data_flow_order() -> None:
     names = [s.artifact for s in pipeline.STAGES]
-    assert names == ["clusters", "cluster_graphs", "baseline_plans", "report"]
+    assert names == ["clusters", "cluster_graphs", "baseline_plans", "stitch", "report"]
     assert all(s.produce.__name__ == s.artifact for s in pipeline.STAGES)
 
 
@@ -26,8 +26,8 @@ def test_report_contents_and_json_round_trip() -> None:
     art = pipeline.compile_graph(load(LAYERNORM))
     report = art.report
     assert report is not None
-    assert report.totals() == {"per_op": 9, "xla_style": 3}
-    assert [t.stage for t in report.timings] == ["clusters", "cluster_graphs", "baseline_plans"]
+    assert report.totals() == {"per_op": 9, "xla_style": 3, "stitch": 1}
+    assert [t.stage for t in report.timings] == ["clusters", "cluster_graphs", "baseline_plans", "stitch"]
     assert report.clusters[0].fingerprint == pipeline.ir.fingerprint(art.cluster_graphs[0])
     again = CompileReport.loads(report.dumps())
     assert again == report
@@ -46,9 +46,10 @@ def test_artifacts_are_dumped(tmp_path: Path) -> None:
         "01_clusters.json",
         "02_cluster_graphs.json",
         "03_baseline_plans.json",
-        "04_report.json",
+        "04_stitch.json",
+        "05_report.json",
     ]
-    assert json.loads((tmp_path / "04_report.json").read_text())["format"] == "stitchfleet-compile-report"
+    assert json.loads((tmp_path / "05_report.json").read_text())["format"] == "stitchfleet-compile-report"
 
 
 def test_cli_compile_table_and_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,14 +79,14 @@ def test_cli_compile_dumps_where_the_setting_says(
         assert cli.main(["compile", str(LAYERNORM)]) == 0
     finally:
         settings.reset()
-    assert (tmp_path / "dump" / "04_report.json").exists()
+    assert (tmp_path / "dump" / "05_report.json").exists()
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["compile", "model.pb"], "GraphDef input needs the TensorFlow frontend"),
-        (["compile", str(LAYERNORM), "--device", "cuda"], "only 'reference' until the sim backend lands"),
+        (["compile", str(LAYERNORM), "--device", "cuda"], "is not available (devices: reference, sim)"),
         (["compile", "/nonexistent/g.json"], "cannot read /nonexistent/g.json"),
     ],
 )

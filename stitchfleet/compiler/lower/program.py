@@ -1,0 +1,173 @@
+"""Lowering: a `StitchPlan` and its cluster graph -> kernel IR kernels, plus how to call them.
+
+Input: the cluster graph (as planned) and its `StitchPlan`. Output: `Lowered`: the
+kernels in launch order, and the mapping from graph parameter/output names to
+buffer names; `run_lowered` runs them on a backend with graph-shaped arrays.
+
+Each planned launch becomes one kernel: its stages in order with a grid barrier
+between them; each loop of a stage is a task loop (block b runs tasks b, b+grid, ...:
+vertical packing) over its groups, with `__syncthreads` after each group (regional
+values are handed over in shared memory) and after each loop (shared memory is
+reused). Global values and split-reduction partials live in scratch buffers; when
+the plan splits a cluster into several kernels they are kernel outputs instead, so
+they survive from one launch to the next. Shared buffers: one array per regional
+value (rows-per-task elements) and one per-warp array per accumulator dtype; the
+planned offsets (reuse by liveness) are data for renderers that alias them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from stitchfleet.compiler.devices import device
+from stitchfleet.compiler.ir import DType, Graph
+from stitchfleet.compiler.kernel import ir as k
+from stitchfleet.compiler.lower.phases import Phase, finalize_task, group_task
+from stitchfleet.compiler.lower.values import Sources, accumulator
+from stitchfleet.compiler.plan import Launch, Loop, Scheme, StitchPlan
+
+
+@dataclass(frozen=True)
+class Lowered:
+    kernels: tuple[k.Kernel, ...]
+    inputs: tuple[tuple[str, str], ...]  # (graph parameter name, buffer name)
+    outputs: tuple[tuple[str, str], ...]  # (graph output name, buffer name)
+
+
+def _ident(prefix: str, name: str) -> str:
+    return prefix + re.sub(r"\W", "_", name)
+
+
+class _Namer:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, stem: str) -> str:
+        self.count += 1
+        return f"{stem}_{self.count}"
+
+
+@dataclass
+class _Buffers:
+    inputs: dict[int, k.Buffer]
+    outputs: dict[int, list[k.Buffer]]
+    scratch: dict[int, k.Buffer]
+    partials: dict[int, k.Buffer]
+    shared: dict[int, k.SharedBuffer]
+    reduce_smem: dict[DType, k.SharedBuffer]
+
+
+def _buffers(graph: Graph, plan: StitchPlan, persistent: bool) -> _Buffers:
+    temp = k.Role.OUTPUT if persistent else k.Role.SCRATCH
+    inputs = {
+        p.id: k.Buffer(_ident("in_", str(p.attrs["name"])), p.dtype, math.prod(p.shape), k.Role.INPUT)
+        for p in graph.parameters
+    }
+    outputs: dict[int, list[k.Buffer]] = {}
+    for name, node_id in graph.outputs:
+        node = graph.node(node_id)
+        outputs.setdefault(node_id, []).append(
+            k.Buffer(_ident("out_", name), node.dtype, math.prod(node.shape), k.Role.OUTPUT)
+        )
+    scratch: dict[int, k.Buffer] = {}
+    shared: dict[int, k.SharedBuffer] = {}
+    for e in plan.edges:
+        node = graph.node(e.node)
+        if e.scheme is Scheme.GLOBAL:
+            scratch[e.node] = k.Buffer(f"tmp_{e.node}", node.dtype, math.prod(node.shape), temp)
+        elif e.scheme is Scheme.REGIONAL:
+            per_task = plan.group(e.producer).mapping.rows_per_task
+            shared[e.node] = k.SharedBuffer(f"smem_{e.node}", node.dtype, per_task)
+    partials = {g.id: _partials(graph, g.id, plan, temp) for g in plan.groups if g.mapping.combines}
+    return _Buffers(inputs, outputs, scratch, partials, shared, {})
+
+
+def _partials(graph: Graph, group_id: int, plan: StitchPlan, role: k.Role) -> k.Buffer:
+    g = plan.group(group_id)
+    m = g.mapping
+    size = m.rows * m.blocks_per_row if m.blocks_per_row > 1 else m.row_splits * m.cols
+    return k.Buffer(f"part_{group_id}", accumulator(graph.node(g.dominant).dtype), size, role)
+
+
+def _loop_body(ph: Phase, plan: StitchPlan, loop: Loop) -> tuple[k.Stmt, ...]:
+    body: list[k.Stmt] = []
+    rows_per_task = plan.group(loop.groups[0]).mapping.rows_per_task if loop.groups else 1
+    row0 = k.Var(ph.names("row0"), DType.I64)
+    body.append(k.Assign(row0, k.mul(ph.task, k.i64(rows_per_task))))
+    ph.sources.row0 = row0
+    for gid in loop.groups:
+        body += [*group_task(ph, plan.group(gid)), k.SyncThreads()]
+    for gid in loop.finalize:
+        body += finalize_task(ph, plan.group(gid))
+    return tuple(body)
+
+
+def _stage(ph: Phase, plan: StitchPlan, stage: int) -> list[k.Stmt]:
+    out: list[k.Stmt] = []
+    for loop in (lp for lp in plan.loops if lp.stage == stage):
+        task = k.Var(ph.names("t"), DType.I64)
+        ph.task = task
+        body = _loop_body(ph, plan, loop)
+        out += [
+            k.Comment(f"loop {loop.id}: {loop.tasks} task(s)"),
+            k.For(task, k.BLOCK_IDX, k.i64(loop.tasks), k.GRID_DIM, body),
+            k.SyncThreads(),
+        ]
+    return out
+
+
+def _kernel(graph: Graph, plan: StitchPlan, launch: Launch, bufs: _Buffers, name: str) -> k.Kernel:
+    names = _Namer()
+
+    def reduce_smem(dtype: DType) -> k.SharedBuffer:
+        if dtype not in bufs.reduce_smem:
+            bufs.reduce_smem[dtype] = k.SharedBuffer(f"warp_{dtype.value}", dtype, launch.block_threads // 32)
+        return bufs.reduce_smem[dtype]
+
+    sources = Sources(bufs.inputs, bufs.shared, bufs.scratch)
+    task = k.Var("t", DType.I64)
+    ph = Phase(graph, plan, sources, bufs.outputs, bufs.partials, reduce_smem, names, task, launch.block_threads)
+    body: list[k.Stmt] = []
+    for i, stage in enumerate(launch.stages):
+        if i:
+            body.append(k.GridSync())
+        body += _stage(ph, plan, stage)
+    params = (
+        *bufs.inputs.values(),
+        *(b for bs in bufs.outputs.values() for b in bs),
+        *bufs.scratch.values(),
+        *bufs.partials.values(),
+    )
+    shared = (*bufs.shared.values(), *bufs.reduce_smem.values())
+    limit = device(plan.device).smem_per_block
+    cfg = k.Launch(launch.grid, launch.block_threads, launch.max_coresident_blocks, launch.registers, 0, limit)
+    return k.Kernel(name, tuple(params), shared, cfg, tuple(body), doc=launch.reason)
+
+
+def lower(graph: Graph, plan: StitchPlan) -> Lowered:
+    """Kernel IR for every launch of the plan."""
+    persistent = plan.kernel_count > 1
+    bufs = _buffers(graph, plan, persistent)
+    kernels = tuple(
+        _kernel(graph, plan, launch, bufs, f"stitch_c{plan.cluster}_k{launch.kernel}") for launch in plan.launches
+    )
+    inputs = tuple((str(graph.node(n).attrs["name"]), b.name) for n, b in bufs.inputs.items())
+    outputs = tuple((name, _ident("out_", name)) for name, _ in graph.outputs)
+    return Lowered(kernels, inputs, outputs)
+
+
+def run_lowered(lowered: Lowered, graph: Graph, inputs: Mapping[str, Any]) -> dict[str, npt.NDArray[Any]]:
+    """Runs the kernels on the sim with graph-shaped inputs; returns graph-shaped outputs by name."""
+    from stitchfleet.compiler.runtime import sim
+
+    buffers = {buf: np.asarray(inputs[name]).reshape(-1) for name, buf in lowered.inputs}
+    raw = sim.run(lowered.kernels, buffers)
+    shapes = {name: graph.node(node_id).shape for name, node_id in graph.outputs}
+    return {name: raw[buf].reshape(shapes[name]) for name, buf in lowered.outputs}

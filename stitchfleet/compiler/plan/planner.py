@@ -1,0 +1,188 @@
+"""The stitch planner: one cluster graph in, a `StitchPlan` with reasons out (AStitch §4).
+
+Input: a cluster as a standalone `Graph`, its cluster id, and `PlanOptions` (device
+profile name, forced row mapping for tests, grid barriers allowed, shared memory limit).
+Output: `StitchPlan`: groups with thread mappings, edges with schemes, loops and
+stages, shared buffers, and launches: one kernel wherever the resources allow;
+without grid barriers, one kernel per stage (the fewest that keep global edges safe).
+
+Launch configuration follows "assume, relax, apply": blocks of 1024 threads (or the
+device's maximum) with 32 registers/thread give the blocks per wave the mappings
+are planned with; the register cap is then relaxed to the largest value keeping the
+blocks per wave for the planned shared memory. The grid never exceeds one wave, so
+a grid barrier is always safe; blocks loop over tasks (vertical packing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from stitchfleet.compiler.devices import Device, device, occupancy, relax_registers
+from stitchfleet.compiler.ir import Graph
+from stitchfleet.compiler.plan import groups as grouping
+from stitchfleet.compiler.plan import mapping as mappings
+from stitchfleet.compiler.plan.locality import aligned
+from stitchfleet.compiler.plan.model import (
+    Choice,
+    Edge,
+    Group,
+    GroupKind,
+    Launch,
+    Loop,
+    Mapping,
+    MappingKind,
+    Scheme,
+    StitchPlan,
+)
+from stitchfleet.compiler.plan.structure import Structure, build
+
+BLOCK = 1024
+ASSUMED_REGISTERS = 32
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    device: str = "h200"
+    force_row_mapping: MappingKind | None = None  # tests: force one row-reduction path
+    grid_barrier: bool = True
+    smem_limit: int | None = None  # bytes; default: the device's per-block limit
+
+
+@dataclass(frozen=True)
+class _Context:
+    graph: Graph
+    dev: Device
+    block: int
+    wave: int
+    options: PlanOptions
+    owner: dict[int, int]  # node -> group, for dominants and tails
+
+
+def _reduce_group(ctx: _Context, raw: grouping.RawGroup) -> Mapping:
+    node = ctx.graph.node(raw.dominant)
+    operand = ctx.graph.node(node.inputs[0])
+    return mappings.reduce_mapping(node, operand, ctx.block, ctx.wave, ctx.options.force_row_mapping)
+
+
+def _imports_aligned(ctx: _Context, raw: grouping.RawGroup, producer: int, rows: int, owner: dict[int, int]) -> bool:
+    stops = [n for n, g in owner.items() if g != raw.id]
+    values = [v for p, v in raw.imports if p == producer]
+    return all(aligned(ctx.graph, raw.roots, stops, v, rows) for v in values)
+
+
+def _adopt(
+    ctx: _Context, raw: grouping.RawGroup, done: Sequence[Group], owner: dict[int, int]
+) -> tuple[Mapping, int | None]:
+    """Proactive adaptation: an element-wise group takes an aligned producer's row partition."""
+    elements = math.prod(ctx.graph.node(raw.dominant).shape)
+    for producer in sorted({p for p, _ in raw.imports}, reverse=True):
+        partition = done[producer].mapping.partition
+        if partition is None or elements % partition[0]:
+            continue
+        if _imports_aligned(ctx, raw, producer, partition[0], owner):
+            return mappings.rowwise_mapping(partition, elements, ctx.block, ctx.wave, producer), producer
+    return mappings.elementwise_mapping(elements, ctx.block, ctx.wave), None
+
+
+def _edge(ctx: _Context, raw: grouping.RawGroup, mapping: Mapping, producer: Group, value: int) -> Edge:
+    partition = producer.mapping.partition
+    if partition is None:
+        why = f"global: group {producer.id} ({producer.mapping.kind.value}) spreads a value over several blocks"
+        return Edge(producer.id, raw.id, value, Scheme.GLOBAL, why)
+    if mapping.partition != partition:
+        why = f"global: partitions differ (rows, rows/task) {partition} vs {mapping.partition}"
+        return Edge(producer.id, raw.id, value, Scheme.GLOBAL, why)
+    stops = [n for n, g in ctx.owner.items() if g != raw.id]
+    if not aligned(ctx.graph, raw.roots, stops, value, partition[0]):
+        why = "global: the consumer's rows read elements other blocks produce"
+        return Edge(producer.id, raw.id, value, Scheme.GLOBAL, why)
+    why = f"regional: the consumer reads only its block's {partition[1]} row(s) of this value"
+    return Edge(producer.id, raw.id, value, Scheme.REGIONAL, why)
+
+
+def _groups_and_edges(ctx: _Context, raw: grouping.Grouping) -> tuple[list[Group], list[Edge]]:
+    done: list[Group] = []
+    edges: list[Edge] = []
+    for r in raw.groups:
+        if r.kind is GroupKind.REDUCE:
+            mapping, reason = _reduce_group(ctx, r), r.reason
+        else:
+            mapping, adopted = _adopt(ctx, r, done, raw.owner)
+            reason = r.reason if adopted is None else f"{r.reason}; adapts to group {adopted}"
+        node = ctx.graph.node(r.dominant)
+        layout = None
+        if r.kind is GroupKind.REDUCE:
+            layout = mappings.reduce_view(ctx.graph.node(node.inputs[0]).shape, node.attrs.get_ints("axes"))[0]
+        exports = raw.exports.get(r.id, ())
+        done.append(Group(r.id, r.kind, r.dominant, r.tail, r.inlined, exports, r.outputs, layout, mapping, reason))
+        edges += [_edge(ctx, r, mapping, done[p], v) for p, v in r.imports]
+    return done, edges
+
+
+def _launches(ctx: _Context, structure: Structure) -> list[Launch]:
+    stages = sorted({loop.stage for loop in structure.loops})
+    if ctx.options.grid_barrier:
+        return [_launch(ctx, 0, stages, structure.loops, structure.smem_bytes)]
+    return [
+        _launch(ctx, i, [s], [lp for lp in structure.loops if lp.stage == s], structure.smem_bytes)
+        for i, s in enumerate(stages)
+    ]
+
+
+def _launch(ctx: _Context, kernel: int, stages: Sequence[int], loops: Sequence[Loop], smem: int) -> Launch:
+    occ = occupancy(ctx.dev, ctx.block, ASSUMED_REGISTERS, smem)
+    tasks = max(loop.tasks for loop in loops)
+    grid = min(tasks, occ.blocks_per_wave)
+    registers = relax_registers(ctx.dev, ctx.block, smem, ASSUMED_REGISTERS)
+    barriers = len(stages) - 1
+    why = f"{occ.reason}; {tasks} task(s) per loop at most -> grid {grid}"
+    why += f"; register cap relaxed to {registers} keeping {occ.blocks_per_sm} block(s)/SM"
+    if barriers:
+        why += f"; {barriers} grid barrier(s): grid within one wave"
+    return Launch(kernel, tuple(stages), grid, ctx.block, occ.blocks_per_wave, registers, smem, barriers, why)
+
+
+def _independent(structure: Structure) -> list[Choice]:
+    choices = []
+    for stage in sorted({lp.stage for lp in structure.loops}):
+        loops = [lp for lp in structure.loops if lp.stage == stage and lp.groups]
+        if len(loops) > 1:
+            ids = [list(lp.groups) for lp in loops]
+            choices.append(
+                Choice("independent", f"stage {stage}", f"group sets {ids} share no value: packed side by side")
+            )
+    return choices
+
+
+def plan_cluster(graph: Graph, cluster: int = 0, options: PlanOptions | None = None) -> StitchPlan:
+    """The stitch plan of one cluster graph (see the module docstring)."""
+    opts = options or PlanOptions()
+    if opts.force_row_mapping is not None and opts.force_row_mapping not in mappings.ROW_KINDS:
+        raise mappings.MappingError(f"cannot force {opts.force_row_mapping.value}: not a row-reduction mapping")
+    dev = device(opts.device)
+    block = min(BLOCK, dev.threads_per_block)
+    wave = occupancy(dev, block, ASSUMED_REGISTERS).blocks_per_wave
+    raw = grouping.group(graph)
+    ctx = _Context(graph, dev, block, wave, opts, raw.owner)
+    groups, edges = _groups_and_edges(ctx, raw)
+    limit = dev.smem_per_block if opts.smem_limit is None else min(opts.smem_limit, dev.smem_per_block)
+    structure = build(graph, groups, edges, limit)
+    launches = _launches(ctx, structure)
+    choices = [*raw.choices, *(Choice("map", f"group {g.id}", g.mapping.reason) for g in groups)]
+    choices += [Choice("scheme", f"edge {e.producer}->{e.consumer} value {e.node}", e.reason) for e in structure.edges]
+    choices += [*structure.choices, *_independent(structure)]
+    if not opts.grid_barrier and len(launches) > 1:
+        why = f"grid barriers are not allowed: {len(launches)} kernels, one per stage"
+        choices.append(Choice("split", f"cluster {cluster}", f"one kernel refused: {why}"))
+    return StitchPlan(
+        cluster,
+        dev.name,
+        tuple(groups),
+        structure.edges,
+        structure.loops,
+        structure.shared,
+        tuple(launches),
+        tuple(choices),
+    )

@@ -1,0 +1,136 @@
+"""End to end on the sim: every suite case, planned, lowered and run, matches evaluate (tolerance.check).
+
+Shapes are reduced but chosen with the `tiny` device profile (4 blocks of 128 threads per
+wave) so each path runs: warp per row with horizontal and vertical packing, block per row,
+task splitting with cross-block combine, column tiles, grid barriers, regional and global
+schemes, demotion, and one kernel per stage when grid barriers are refused.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.suite import CASES, build_case
+from stitchfleet.compiler.evaluate import evaluate, random_inputs
+from stitchfleet.compiler.ir import Graph
+from stitchfleet.compiler.kernel import GridSync, verify
+from stitchfleet.compiler.lower import lower, run_lowered
+from stitchfleet.compiler.plan import MappingKind, PlanOptions, StitchPlan, plan_cluster
+from stitchfleet.compiler.scope import find_clusters
+from stitchfleet.compiler.subgraph import extract
+from stitchfleet.compiler.tolerance import check_outputs
+
+SMALL: dict[str, tuple[int, ...]] = {
+    "layernorm_fwd": (24, 200),
+    "layernorm_bwd": (24, 200),
+    "rmsnorm_fwd": (20, 96),
+    "rmsnorm_bwd": (20, 96),
+    "softmax_fwd": (40, 64),
+    "softmax_bwd": (12, 300),
+    "attention_softmax": (2, 2, 8, 8),
+    "bias_gelu_fwd": (16, 48),
+    "gelu_bwd_bias_grad": (40, 24),
+    "dropout_residual_layernorm": (12, 40),
+    "cross_entropy_fwd": (64, 100),
+    "astitch_fig7": (2, 128),
+    "many_short_rows": (200, 32),
+    "few_long_rows": (2, 1500),
+    "bert_layernorm_residual": (8, 768),
+}
+DTYPES = {name: case.dtypes for name, case in CASES.items()}
+
+
+def clusters(graph: Graph) -> list[Graph]:
+    return [extract(graph, c.nodes) for c in find_clusters(graph, 8).clusters]
+
+
+def run_and_check(graph: Graph, options: PlanOptions, seed: int = 0) -> StitchPlan:
+    plan = plan_cluster(graph, 0, options)
+    lowered = lower(graph, plan)
+    for kernel in lowered.kernels:
+        verify(kernel)
+    inputs = random_inputs(graph, seed)
+    got = run_lowered(lowered, graph, inputs)
+    verdicts = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
+    bad = {name: v.reason for name, v in verdicts.items() if not v.ok}
+    assert not bad, f"{graph.metadata.get('case', '')}: {bad}"
+    return plan
+
+
+def test_every_suite_case_has_a_small_shape() -> None:
+    assert set(SMALL) == set(CASES)
+
+
+@pytest.mark.parametrize("dtype", ["first", "last"])
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_suite_case_on_sim(name: str, dtype: str) -> None:
+    chosen = DTYPES[name][0] if dtype == "first" else DTYPES[name][-1]
+    if dtype == "last" and chosen == DTYPES[name][0]:
+        pytest.skip(f"{name} has only {chosen} in the suite")
+    for graph in clusters(build_case(name, SMALL[name], chosen)):
+        plan = run_and_check(graph, PlanOptions(device="tiny"))
+        assert plan.kernel_count == 1
+
+
+ROW_CASES = ("layernorm_fwd", "softmax_bwd", "astitch_fig7", "cross_entropy_fwd", "layernorm_bwd")
+
+
+@pytest.mark.parametrize("kind", [MappingKind.WARP_PER_ROW, MappingKind.BLOCK_PER_ROW, MappingKind.SPLIT_ROW])
+@pytest.mark.parametrize("name", ROW_CASES)
+def test_forced_row_mapping_on_sim(name: str, kind: MappingKind) -> None:
+    for graph in clusters(build_case(name, SMALL[name], "f32")):
+        plan = run_and_check(graph, PlanOptions(device="tiny", force_row_mapping=kind))
+        row_groups = [g for g in plan.groups if g.mapping.kind in (kind,)]
+        assert row_groups, f"no group took the forced {kind.value}"
+
+
+def test_paths_reached_by_the_automatic_choice() -> None:
+    seen = set()
+    for name, shape in SMALL.items():
+        for graph in clusters(build_case(name, shape, DTYPES[name][0])):
+            plan = plan_cluster(graph, 0, PlanOptions(device="tiny"))
+            seen |= {g.mapping.kind for g in plan.groups}
+            if plan.launches[0].grid_barriers:
+                seen.add("grid barrier")
+    expected = {*MappingKind, "grid barrier"} - {MappingKind.THREAD_PER_OUTPUT}
+    assert expected <= seen
+
+
+def test_grid_barrier_kernel_stays_within_one_wave() -> None:
+    (graph,) = clusters(build_case("few_long_rows", (2, 1500), "f32"))
+    plan = run_and_check(graph, PlanOptions(device="tiny"))
+    (kernel,) = lower(graph, plan).kernels
+    assert any(isinstance(s, GridSync) for s in kernel.body)
+    assert kernel.launch.grid <= kernel.launch.max_coresident_blocks == 4
+
+
+def test_vertical_packing_more_tasks_than_blocks() -> None:
+    (graph,) = clusters(build_case("many_short_rows", (200, 32), "f32"))
+    plan = run_and_check(graph, PlanOptions(device="tiny"))
+    assert plan.groups[0].mapping.tasks == 50 and plan.launches[0].grid == 4
+
+
+def test_demoted_to_global_on_sim() -> None:
+    (graph,) = clusters(build_case("layernorm_fwd", (24, 200), "f32"))
+    plan = run_and_check(graph, PlanOptions(device="tiny", smem_limit=8))
+    assert not plan.shared and plan.launches[0].grid_barriers >= 1
+
+
+def test_one_kernel_per_stage_without_grid_barrier_on_sim() -> None:
+    (graph,) = clusters(build_case("layernorm_bwd", (96, 100), "f32"))
+    plan = run_and_check(graph, PlanOptions(device="tiny", grid_barrier=False))
+    assert plan.kernel_count == 2
+    (graph,) = clusters(build_case("few_long_rows", (2, 1500), "f32"))
+    assert run_and_check(graph, PlanOptions(device="tiny", grid_barrier=False)).kernel_count == 3
+
+
+def test_strided_reduction_thread_per_output() -> None:
+    from stitchfleet.compiler.ir import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.parameter("x", (4, 6, 5))
+    s = b.reduce_sum(b.exp(x), (1,), keepdims=True)
+    b.output("y", x / s)
+    (graph,) = clusters(b.build())
+    plan = run_and_check(graph, PlanOptions(device="tiny"))
+    assert plan.groups[0].mapping.kind is MappingKind.THREAD_PER_OUTPUT
