@@ -16,7 +16,7 @@ export CUDA_ROOT PATH="$CUDA_ROOT/bin:$PATH"
     || { echo "pycuda build failed"; exit 3; }
   export PYTHONPATH="/tmp/site:$PWD:${PYTHONPATH:-}"
   python3 -c "import pycuda.autoprimaryctx, pycuda.driver as d; print('pycuda sees', d.Context.get_device().name())"
-  python3 -m pytest tests/compiler/runtime/test_cuda_backend.py tests/compiler/render -m "gpu or not gpu" \
-    -p no:cacheprovider -q -rs --junitxml="$OUT/gpu_tier.xml"
+  python3 -m pytest tests/compiler/runtime/test_cuda_backend.py tests/compiler/render \
+    -q -rs --junitxml="$OUT/gpu_tier.xml"
 } 2>&1 | tee "$OUT/gpu_session.log"
 exit "${PIPESTATUS[0]}"
