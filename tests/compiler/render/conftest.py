@@ -27,9 +27,14 @@ def nvcc() -> Nvcc:
 
 
 @pytest.fixture(scope="session")
-def nvcc_cache(request: pytest.FixtureRequest) -> CubinCache:
-    """Compiled code cached across test runs by source hash (pytest's cache directory)."""
-    return CubinCache(Path(request.config.cache.mkdir("stitchfleet-nvcc")))
+def nvcc_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> CubinCache:
+    """Compiled code cached across test runs by source hash (pytest's cache directory).
+
+    With pytest's cache plugin off (-p no:cacheprovider) the cache lives for this run only.
+    """
+    cache = getattr(request.config, "cache", None)
+    folder = cache.mkdir("stitchfleet-nvcc") if cache is not None else tmp_path_factory.mktemp("nvcc")
+    return CubinCache(Path(folder))
 
 
 @pytest.fixture(scope="session")
