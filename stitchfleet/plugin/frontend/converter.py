@@ -4,7 +4,8 @@ Input: a `tf.Graph` (or a `GraphDef`, imported into a fresh graph first). Output
 `Conversion`. Per op, in topological order, the first rule that applies wins:
 constants and shape arithmetic are folded; control flow, stateful ops (variables,
 random, optimizer updates) and feedable placeholders are cut into PARAMETERs, and
-the tensors they read stay graph outputs; ops with control inputs, dynamic shapes,
+the tensors they read stay graph outputs; ops with control inputs (except those from
+side-effect-free ops that became IR, which only order execution), dynamic shapes,
 compute-intensive ops (MatMul, Conv...) and anything without a rule become OPAQUE
 nodes that keep their operands, type and reason; Identity-like ops alias their input;
 the rest is lowered by the element-wise and structure rules. Finally everything that
@@ -19,7 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from stitchfleet.compiler.ir import DType, Graph, Node, Op, ShapeError, TensorType
+from stitchfleet.compiler.ir import DType, Graph, Node, Op, ShapeError, TensorType, Value
 from stitchfleet.plugin.frontend import elementwise, structure
 from stitchfleet.plugin.frontend.context import Arg, Lowering, Rule, Site, Unsupported
 from stitchfleet.plugin.frontend.folding import fold
@@ -82,9 +83,17 @@ class _Walk:
         self.ops: dict[str, Disposition] = {}
 
     def site(self, op: Any) -> tuple[Site, list[TensorType | None]]:
-        args = [Arg(_ref(t), ir_dtype(t.dtype), _shape(t), self.low.known.get(_ref(t).name)) for t in op.inputs]
+        args = [self._arg(t) for t in op.inputs]
         outs = [_out_type(t) for t in op.outputs]
         return Site(op, args, [o for o in outs if o is not None], self.low), outs
+
+    def _arg(self, tensor: Any) -> Arg:
+        """An operand; its shape is the IR's when it has an IR value (folding may know more than TF)."""
+        ref = _ref(tensor)
+        known = self.low.known.get(ref.name)
+        value = self.low.values.get(ref.name)
+        shape = known.shape if known is not None else value.shape if value is not None else _shape(tensor)
+        return Arg(ref, ir_dtype(tensor.dtype), shape, known)
 
     def record(self, op: Any, fate: Fate, reason: str = "") -> None:
         self.ops[op.name] = Disposition(op.type, fate, reason)
@@ -121,12 +130,11 @@ class _Walk:
         self.record(op, "boundary", reason)
 
     def visit(self, op: Any) -> None:
-        if op.type == "Const":
-            self._constant(op)
-            return
         site, outs = self.site(op)
         if op.type in CONTROL_FLOW or getattr(op, "_control_flow_context", None) is not None:
             return self.cut(op, outs, "control flow")
+        if op.type == "Const":
+            return self._constant(op)
         if op.op_def.is_stateful:
             return self.cut(op, outs, f"stateful op {op.type}")
         if None not in outs and self._fold(site):
@@ -154,12 +162,14 @@ class _Walk:
         op = site.op
         if not outs or None in outs:
             return self._untyped(site, outs)
-        if op.control_inputs:
+        if op.control_inputs and not self._ordering_only(op):
             self._keep_controls(op)
             return self.opaque(site, outs, "control inputs")
         if op.type in FEEDABLE or not site.args:
             return self.cut(op, outs, "graph input")
-        if not all(a.is_static for a in site.args if a.dtype is not None) or not all(_static(o) for o in site.outs):
+        if not all(a.is_static for a in site.args if a.dtype is not None):
+            return self.opaque(site, outs, "dynamic shape")
+        if op.type in structure.NEEDS_RESULT_SHAPE and not all(_static(o) for o in site.outs):
             return self.opaque(site, outs, "dynamic shape")
         if op.type in ALIASES and all(_has_value(self.low, a) for a in site.args):
             return self._alias(site)
@@ -178,6 +188,12 @@ class _Walk:
             self.keep_inputs(site.op)
             return self.record(site.op, "dropped", "outputs of a type or rank the IR cannot hold")
         return self.opaque(site, outs, "some outputs have a type or rank the IR cannot hold")
+
+    def _ordering_only(self, op: Any) -> bool:
+        """Control inputs from side-effect-free ops that became IR only order execution (TF's gradient
+        functions add them to delay work); a dataflow graph keeps that order by itself."""
+        fates = [self.ops[c.name].fate if c.name in self.ops else "dropped" for c in op.control_inputs]
+        return all(fate in ("lowered", "folded", "alias") for fate in fates)
 
     def _keep_controls(self, op: Any) -> None:
         for control in op.control_inputs:
@@ -198,13 +214,20 @@ class _Walk:
         except (Unsupported, ShapeError) as err:
             return self.opaque(site, outs, str(err))
         for tensor, value, out in zip(op.outputs, values, site.outs, strict=True):
-            if (value.shape, value.dtype) != tuple(out):
+            if not _matches(value, out):
                 raise FrontendError(
                     f"{op.name} ({op.type}): lowered to {value.dtype.value}{list(value.shape)}, "
                     f"TF says {out.dtype.value}{list(out.shape)} (a frontend bug)"
                 )
             self.low.bind(_ref(tensor), value)
         self.record(op, "lowered")
+
+
+def _matches(value: Value, out: TensorType) -> bool:
+    """The lowered value has TF's type (TF's unknown dims match any size)."""
+    same_rank = len(value.shape) == len(out.shape)
+    dims = same_rank and all(t in (-1, v) for v, t in zip(value.shape, out.shape, strict=False))
+    return dims and value.dtype is out.dtype
 
 
 def _static(out: TensorType) -> bool:

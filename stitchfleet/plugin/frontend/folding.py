@@ -125,7 +125,26 @@ def _squeeze(site: Site, known: list[Array]) -> list[Array]:
     return [np.squeeze(known[0], axis=tuple(dims)) if dims else np.squeeze(known[0])]
 
 
+def _list_diff(site: Site, known: list[Array]) -> list[Array]:
+    x, y = known
+    keep = [i for i, v in enumerate(x) if v not in set(y.tolist())]
+    return [x[keep], np.asarray(keep)]
+
+
+def _concat_offset(site: Site, known: list[Array]) -> list[Array]:
+    axis, shapes = int(known[0]), known[1:]
+    starts = np.cumsum([0] + [int(s[axis]) for s in shapes[:-1]])
+    offsets = []
+    for start in starts:
+        offset = np.zeros_like(shapes[0])
+        offset[axis] = start
+        offsets.append(offset)
+    return offsets
+
+
 _FOLDERS: dict[str, _Folder] = {
+    "ListDiff": _list_diff,
+    "ConcatOffset": _concat_offset,
     **dict.fromkeys(("Shape", "ShapeN"), _shape),
     **dict.fromkeys(("Size", "Rank"), _size),
     **{name: (lambda s, k, f=f: [f(k[0])]) for name, f in _UNARY.items()},  # type: ignore[misc]

@@ -128,6 +128,55 @@ def slice_value(site: Site, x: Value, index: Sequence[object]) -> Value:
     return site.b.reshape(sliced, site.out.shape)
 
 
+def pad(site: Site, x: Value, before: Sequence[int], after: Sequence[int], fill: Value | None = None) -> Value:
+    """`x` with `before[i]`/`after[i]` elements of `fill` (default 0) added on each side of axis i."""
+    b = site.b
+    for axis, (lo, hi) in enumerate(zip(before, after, strict=True)):
+        parts = []
+        for count in (lo, hi):
+            shape = (*x.shape[:axis], count, *x.shape[axis + 1 :])
+            filler = b.splat(0.0, shape, x.dtype) if fill is None else b.broadcast_to(fill, shape)
+            parts.append([filler] if count else [])
+        if lo or hi:
+            x = b.concat([*parts[0], x, *parts[1]], axis)
+    return x
+
+
+def _pad(site: Site) -> list[Value]:
+    paddings = site.const(1, "paddings").reshape(-1, 2)
+    if (paddings < 0).any():
+        raise Unsupported("negative padding")
+    fill = site.value(2) if site.type == "PadV2" else None
+    return [pad(site, site.value(0), [int(p) for p in paddings[:, 0]], [int(p) for p in paddings[:, 1]], fill)]
+
+
+def _spread(site: Site, x: Value, axis: int, step: int) -> Value:
+    """Puts step-1 zeros after every element of `x` along `axis` (the last run trimmed)."""
+    b, count = site.b, x.shape[axis]
+    column = (*x.shape[: axis + 1], 1, *x.shape[axis + 1 :])
+    zeros = b.splat(0.0, (*x.shape[: axis + 1], step - 1, *x.shape[axis + 1 :]), x.dtype)
+    woven = b.concat([b.reshape(x, column), zeros], axis + 1)
+    flat = b.reshape(woven, (*x.shape[:axis], count * step, *x.shape[axis + 1 :]))
+    end = [*flat.shape]
+    end[axis] = (count - 1) * step + 1
+    return b.slice(flat, (0,) * len(end), end)
+
+
+def _strided_slice_grad(site: Site) -> list[Value]:
+    full = tuple(int(d) for d in site.const(0, "gradient shape"))
+    index = strided_index(site, site.const(1, "slice begin"), site.const(2, "slice end"), site.const(3, "strides"))
+    items = [item for item in _expand_ellipsis(index, len(full)) if item is not None]
+    bounds = [_bounds(item, dim) for item, dim in zip(items, full, strict=True)]
+    counts = [len(range(lo, hi, step)) for lo, hi, step in bounds]
+    grad = site.b.reshape(site.value(4), counts)
+    for axis, (_, _, step) in enumerate(bounds):
+        if step > 1:
+            grad = _spread(site, grad, axis, step)
+    before = [lo for lo, _, _ in bounds]
+    tail = [dim - lo - grad.shape[axis] for axis, (dim, lo) in enumerate(zip(full, before, strict=True))]
+    return [pad(site, grad, before, tail)]
+
+
 def _strided_slice(site: Site) -> list[Value]:
     begin, end = site.const(1, "slice begin"), site.const(2, "slice end")
     index = strided_index(site, begin, end, site.const(3, "slice strides"))
@@ -214,6 +263,12 @@ def _need_rank(rule: Rule, minimum: int) -> Rule:
     return checked
 
 
+# Rules that take the result shape from TF's static inference rather than from their operands.
+NEEDS_RESULT_SHAPE = frozenset(
+    {"Reshape", "ExpandDims", "Squeeze", "EnsureShape", "Tile", "BroadcastTo", "Fill", "ZerosLike", "OnesLike"}
+    | {"StridedSlice", "Slice", "Pack", "Split", "SplitV", "Unpack"}
+)
+
 RULES: dict[str, Rule] = {
     **dict.fromkeys(("Reshape", "ExpandDims", "Squeeze", "EnsureShape"), _reshape),
     **dict.fromkeys(REDUCTIONS, _reduce),
@@ -225,6 +280,9 @@ RULES: dict[str, Rule] = {
     "ZerosLike": _zeros_like,
     "OnesLike": _zeros_like,
     "StridedSlice": _strided_slice,
+    "StridedSliceGrad": _strided_slice_grad,
+    "Pad": _pad,
+    "PadV2": _pad,
     "Slice": _slice,
     "ConcatV2": _concat,
     "Concat": _concat,
