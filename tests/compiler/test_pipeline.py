@@ -84,7 +84,6 @@ def test_cli_compile_dumps_where_the_setting_says(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["compile", "model.pb"], "GraphDef input needs the TensorFlow frontend"),
         (["compile", str(LAYERNORM), "--device", "cuda"], "only 'reference' until the sim backend lands"),
         (["compile", "/nonexistent/g.json"], "cannot read /nonexistent/g.json"),
     ],

@@ -52,6 +52,8 @@ CONTROL_FLOW = frozenset(
 )
 FEEDABLE = frozenset({"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"})
 ALIASES = frozenset({"Identity", "StopGradient", "PreventGradient", "Snapshot", "IdentityN"})
+_PURE_FATES = ("lowered", "folded", "alias")
+_PURE_GROUP = "groups side-effect-free ops (ordering only)"
 _OPAQUE_ATTRS = ("transpose_a", "transpose_b", "adj_x", "adj_y")
 _IR_DTYPES = {d.numpy.name: d for d in DType if d is not DType.BF16} | {"bfloat16": DType.BF16}
 
@@ -133,10 +135,12 @@ class _Walk:
         site, outs = self.site(op)
         if op.type in CONTROL_FLOW or getattr(op, "_control_flow_context", None) is not None:
             return self.cut(op, outs, "control flow")
-        if op.type == "Const":
-            return self._constant(op)
         if op.op_def.is_stateful:
             return self.cut(op, outs, f"stateful op {op.type}")
+        if op.control_inputs and not self._ordering_only(op):
+            return self._controlled(site, outs)
+        if op.type == "Const":
+            return self._constant(op)
         if None not in outs and self._fold(site):
             return None
         return self._lower(site, outs)
@@ -162,9 +166,6 @@ class _Walk:
         op = site.op
         if not outs or None in outs:
             return self._untyped(site, outs)
-        if op.control_inputs and not self._ordering_only(op):
-            self._keep_controls(op)
-            return self.opaque(site, outs, "control inputs")
         if op.type in FEEDABLE or not site.args:
             return self.cut(op, outs, "graph input")
         if not all(a.is_static for a in site.args if a.dtype is not None):
@@ -183,7 +184,8 @@ class _Walk:
         if not outs:
             self.keep_inputs(site.op)
             self._keep_controls(site.op)
-            return self.record(site.op, "dropped", "no data outputs")
+            pure = site.op.type == "NoOp" and site.op.control_inputs and self._ordering_only(site.op)
+            return self.record(site.op, "dropped", _PURE_GROUP if pure else "no data outputs")
         if all(o is None for o in outs):
             self.keep_inputs(site.op)
             return self.record(site.op, "dropped", "outputs of a type or rank the IR cannot hold")
@@ -191,9 +193,24 @@ class _Walk:
 
     def _ordering_only(self, op: Any) -> bool:
         """Control inputs from side-effect-free ops that became IR only order execution (TF's gradient
-        functions add them to delay work); a dataflow graph keeps that order by itself."""
-        fates = [self.ops[c.name].fate if c.name in self.ops else "dropped" for c in op.control_inputs]
-        return all(fate in ("lowered", "folded", "alias") for fate in fates)
+        functions add them to delay work, gradient tuples group them in a NoOp); a dataflow graph
+        keeps that order by itself."""
+        return all(self._pure(c.name) for c in op.control_inputs)
+
+    def _pure(self, name: str) -> bool:
+        disposition = self.ops.get(name)
+        return disposition is not None and (disposition.fate in _PURE_FATES or disposition.reason == _PURE_GROUP)
+
+    def _controlled(self, site: Site, outs: list[TensorType | None]) -> None:
+        """An op ordered after side effects: a boundary, and what it waits for stays visible."""
+        op = site.op
+        self._keep_controls(op)
+        if not outs:
+            self.keep_inputs(op)
+            return self.record(op, "dropped", "control inputs; no data outputs")
+        if not site.args:
+            return self.cut(op, outs, "control inputs")
+        return self.opaque(site, outs, "control inputs")
 
     def _keep_controls(self, op: Any) -> None:
         for control in op.control_inputs:
