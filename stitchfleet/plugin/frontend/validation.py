@@ -6,7 +6,7 @@ every tensor the IR maps; the IR between its boundaries (PARAMETER and OPAQUE no
 is then evaluated in numpy from TF's values at those boundaries, and each IR node
 that stands for a TF tensor is compared with TF's value by the tolerance rule (the
 IR result may be at most `factor` times further from the fp64 evaluation than TF's
-is). `compare_clusters` does the same for each stitch cluster extracted alone.
+is, see FACTOR). `compare_clusters` does the same for each stitch cluster extracted alone.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ from stitchfleet.compiler.tolerance import check
 from stitchfleet.plugin.frontend.result import Conversion
 
 BOUNDARY_OPS = (Op.PARAMETER, Op.OPAQUE)
+# Looser than the backends' 8: the IR is evaluated along whole chains from TF's boundary values, so
+# reduction-order differences (numpy pairwise vs Eigen's blocked sums) compound along a chain while
+# TF's own error, the yardstick, is measured at each node.
+FACTOR = 32.0
 
 
 @dataclass
@@ -88,41 +92,64 @@ def _judge(
     return result
 
 
-def compare(session: Any, conversion: Conversion, feeds: Mapping[str, Any], factor: float = 8.0) -> Comparison:
-    """Every mapped IR value between boundaries against TF (see the module docstring)."""
+@dataclass(frozen=True)
+class _Run:
+    """TF's values of every mapped IR node, and the IR's native and fp64 values between boundaries."""
+
+    tf: dict[int, Array]
+    native: dict[int, Array]
+    exact: dict[int, Array]
+
+
+def _run(session: Any, conversion: Conversion, feeds: Mapping[str, Any]) -> _Run | None:
     graph = conversion.graph
     members = _interior(graph)
     if not members:
-        return Comparison()
+        return None
     cut, placed = _cut(graph, members)
     mapped = [i for i in (*cut.metadata.get_ints("source_inputs"), *members) if i in conversion.origins]
     tf_values = _fetch(session, conversion, mapped, feeds)
     inputs = _inputs(cut, placed, tf_values)
     native, exact = evaluate_nodes(cut, inputs), evaluate_nodes(cut, inputs, "float64")
-    ir_values = {old: native[new] for old, new in placed.items() if old in members}
-    reference = {old: exact[new] for old, new in placed.items()}
-    return _judge(conversion, ir_values, reference, tf_values, factor)
+    return _Run(
+        tf_values,
+        {old: native[new] for old, new in placed.items()},
+        {old: exact[new] for old, new in placed.items()},
+    )
+
+
+def compare(session: Any, conversion: Conversion, feeds: Mapping[str, Any], factor: float = FACTOR) -> Comparison:
+    """Every mapped IR value between boundaries against TF (see the module docstring)."""
+    run = _run(session, conversion, feeds)
+    if run is None:
+        return Comparison()
+    members = set(_interior(conversion.graph))
+    ir_values = {i: v for i, v in run.native.items() if i in members}
+    return _judge(conversion, ir_values, run.exact, run.tf, factor)
 
 
 def compare_clusters(
-    session: Any, conversion: Conversion, feeds: Mapping[str, Any], factor: float = 8.0
+    session: Any, conversion: Conversion, feeds: Mapping[str, Any], factor: float = FACTOR
 ) -> tuple[int, Comparison]:
-    """Each stitch cluster evaluated alone, on TF's values of its inputs; (cluster count, comparison)."""
+    """Each stitch cluster evaluated alone on its inputs' values, against TF; (cluster count, comparison).
+
+    A cluster input that stands for a TF tensor takes TF's value; one that does not (an
+    intermediate of a decomposed op computed in another cluster) takes the IR's value.
+    """
     graph = conversion.graph
     clusters = find_clusters(graph).clusters
-    wanted = {i for c in clusters for i in (*c.inputs, *c.outputs) if i in conversion.origins}
-    tf_values = _fetch(session, conversion, sorted(wanted), feeds) if wanted else {}
+    run = _run(session, conversion, feeds)
     result = Comparison()
+    if run is None:
+        return len(clusters), result
+    sources = {**run.native, **run.tf}
     for cluster in clusters:
-        if not all(i in tf_values for i in cluster.inputs):
-            result.failures.append((f"cluster {cluster.id}", "an input has no TF tensor"))
-            continue
         cut, placed = _cut(graph, cluster.nodes)
-        inputs = _inputs(cut, placed, tf_values)
+        inputs = _inputs(cut, placed, sources)
         native, exact = evaluate_nodes(cut, inputs), evaluate_nodes(cut, inputs, "float64")
         outs = {i: native[placed[i]] for i in cluster.outputs}
         reference = {i: exact[placed[i]] for i in cluster.outputs}
-        result.merge(_judge(conversion, outs, reference, tf_values, factor))
+        result.merge(_judge(conversion, outs, reference, run.tf, factor))
     return len(clusters), result
 
 
