@@ -50,8 +50,9 @@ def training_graph(build: Build, seed: int = 0) -> Any:
     return graph
 
 
-def check_graph(graph: Any, seed: int = 0) -> Checked:
-    conversion = convert(graph)
+def check_graph(graph: Any, seed: int = 0, conversion: Conversion | None = None) -> Checked:
+    """Checks `conversion` (default: `graph` converted whole) by running `graph` in TF."""
+    conversion = conversion or convert(graph)
     with tf.compat.v1.Session(graph=graph) as session:
         with graph.as_default():
             session.run(tf.compat.v1.global_variables_initializer())
