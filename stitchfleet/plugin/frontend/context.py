@@ -4,7 +4,7 @@ Input: filled by the converter as it walks the TF graph in topological order.
 Output: `Lowering` (the IR builder, the IR value or folded constant of every TF tensor
 seen so far, the IR node -> TF tensor map, the tensors that must stay graph outputs)
 and `Site` (one op: its attributes, operands and TF's static output types). Rules
-raise `Unsupported` with a reason; the converter then keeps the op as a boundary.
+raise `LoweringError` with a reason; the converter then keeps the op as a boundary.
 Folded constants become IR only when an IR op needs them: a splat becomes a scalar
 broadcast, a small array a CONSTANT, a large array a PARAMETER fed from its TF tensor.
 """
@@ -26,7 +26,7 @@ Array = npt.NDArray[Any]
 MAX_INLINE_CONSTANT = 256
 
 
-class Unsupported(Exception):
+class LoweringError(Exception):
     """A rule cannot lower this op; the message is the reason recorded for the boundary."""
 
 
@@ -69,7 +69,7 @@ class Lowering:
         if arg.ref.name in self.values:
             return self.values[arg.ref.name]
         if arg.known is None or arg.dtype is None:
-            raise Unsupported(f"operand {arg.ref.name} has no IR value")
+            raise LoweringError(f"operand {arg.ref.name} has no IR value")
         value = self._materialise(arg.ref, arg.known, arg.dtype)
         self.bind(arg.ref, value)
         return value
@@ -113,10 +113,10 @@ class Site:
         return [self.value(i) for i in range(len(self.args))]
 
     def const(self, index: int, what: str) -> Array:
-        """A constant operand (axes, permutation...); Unsupported naming `what` when it is not known."""
+        """A constant operand (axes, permutation...); LoweringError naming `what` when it is not known."""
         known = self.args[index].known
         if known is None:
-            raise Unsupported(f"{what} is not a constant")
+            raise LoweringError(f"{what} is not a constant")
         return known
 
     @property

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from stitchfleet.compiler.ir import DType, Graph, Node, Op, ShapeError, TensorType, Value
 from stitchfleet.plugin.frontend import elementwise, structure
-from stitchfleet.plugin.frontend.context import Arg, Lowering, Rule, Site, Unsupported
+from stitchfleet.plugin.frontend.context import Arg, Lowering, LoweringError, Rule, Site
 from stitchfleet.plugin.frontend.folding import fold
 from stitchfleet.plugin.frontend.result import Conversion, Disposition, Fate, FrontendError, TensorRef
 
@@ -168,17 +168,25 @@ class _Walk:
             return self._untyped(site, outs)
         if op.type in FEEDABLE or not site.args:
             return self.cut(op, outs, "graph input")
-        if not all(a.is_static for a in site.args if a.dtype is not None):
-            return self.opaque(site, outs, "dynamic shape")
-        if op.type in structure.NEEDS_RESULT_SHAPE and not all(_static(o) for o in site.outs):
-            return self.opaque(site, outs, "dynamic shape")
-        if op.type in ALIASES and all(_has_value(self.low, a) for a in site.args):
+        reason = self._opaque_reason(site)
+        if reason is not None:
+            return self.opaque(site, outs, reason)
+        if op.type in ALIASES:
             return self._alias(site)
-        if op.type in COMPUTE_INTENSIVE:
-            return self.opaque(site, outs, "compute-intensive")
-        if op.type not in RULES:
-            return self.opaque(site, outs, f"unsupported op {op.type}")
         return self._apply(site, outs)
+
+    def _opaque_reason(self, site: Site) -> str | None:
+        """Why this op, whose outputs the IR can hold, still stays an OPAQUE boundary (None: it does not)."""
+        kind = site.type
+        if not all(a.is_static for a in site.args if a.dtype is not None):
+            return "dynamic shape"
+        if kind in structure.NEEDS_RESULT_SHAPE and not all(_static(o) for o in site.outs):
+            return "dynamic shape"
+        if kind in COMPUTE_INTENSIVE:
+            return "compute-intensive"
+        if kind in ALIASES:
+            return None if all(_has_value(self.low, a) for a in site.args) else "an operand has no IR value"
+        return None if kind in RULES else f"unsupported op {kind}"
 
     def _untyped(self, site: Site, outs: list[TensorType | None]) -> None:
         if not outs:
@@ -228,7 +236,7 @@ class _Walk:
             return self.opaque(site, outs, "an operand has a type the IR cannot hold")
         try:
             values = RULES[op.type](site)
-        except (Unsupported, ShapeError) as err:
+        except (LoweringError, ShapeError) as err:
             return self.opaque(site, outs, str(err))
         for tensor, value, out in zip(op.outputs, values, site.outs, strict=True):
             if not _matches(value, out):
@@ -311,7 +319,9 @@ def _assemble(walk: _Walk, name: str) -> Conversion:
         raise FrontendError(f"graph {name!r}: no TF op could be converted to an IR op with an output")
     nodes, renumber = _prune(low.builder.nodes, outputs)
     graph = Graph.create(
-        nodes, {k: renumber[v] for k, v in outputs.items()}, {"name": name, "source": "tensorflow", "tf_ops": len(walk.ops)}
+        nodes,
+        {k: renumber[v] for k, v in outputs.items()},
+        {"name": name, "source": "tensorflow", "tf_ops": len(walk.ops)},
     )
     origins = {renumber[i]: ref for i, ref in low.origins.items() if i in renumber}
     tensors = {t: renumber[v.id] for t, v in low.values.items() if v.id in renumber}
@@ -339,4 +349,3 @@ def convert_graph_def(graph_def: Any, name: str = "graph") -> Conversion:
 
 def _first_lines(text: str) -> str:
     return " ".join(line.strip() for line in text.strip().splitlines()[:4])
-

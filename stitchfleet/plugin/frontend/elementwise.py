@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import reduce
 
 from stitchfleet.compiler.ir import DType, Op, Value
-from stitchfleet.plugin.frontend.context import Rule, Site, Unsupported
+from stitchfleet.plugin.frontend.context import LoweringError, Rule, Site
 
 UNARY: dict[str, Op] = {
     "Neg": Op.NEG,
@@ -63,7 +63,7 @@ def _binary(site: Site) -> list[Value]:
     x, y = site.value(0), site.value(1)
     if op is Op.DIV and not x.dtype.is_float:
         # TF's integer Div truncates; the IR's DIV is defined on floats only.
-        raise Unsupported(f"integer division ({x.dtype.value})")
+        raise LoweringError(f"integer division ({x.dtype.value})")
     return [site.b.binary(op, x, y)]
 
 
@@ -87,7 +87,6 @@ def _relu_grad(site: Site) -> list[Value]:
 
 
 def _tanh_grad(site: Site) -> list[Value]:
-    b = site.b
     y, dy = site.value(0), site.value(1)
     return [dy * (1.0 - y * y)]
 
@@ -160,7 +159,7 @@ def _bool_guard(rule: Rule) -> Rule:
 
     def guarded(site: Site) -> list[Value]:
         if any(a.dtype is DType.BOOL for a in site.args) and site.type not in _BOOL_OK:
-            raise Unsupported(f"{site.type} on bool tensors")
+            raise LoweringError(f"{site.type} on bool tensors")
         return rule(site)
 
     return guarded

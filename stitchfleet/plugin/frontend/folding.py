@@ -11,6 +11,7 @@ folded: such ops are real computation and become IR ops instead.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,13 @@ _BINARY: dict[str, Callable[[Array, Array], Array]] = {
     "LogicalAnd": np.logical_and,
     "LogicalOr": np.logical_or,
 }
-_REDUCE: dict[str, Callable[..., Array]] = {"Sum": np.sum, "Prod": np.prod, "Max": np.max, "Min": np.min, "Mean": np.mean}
+_REDUCE: dict[str, Callable[..., Array]] = {
+    "Sum": np.sum,
+    "Prod": np.prod,
+    "Max": np.max,
+    "Min": np.min,
+    "Mean": np.mean,
+}
 
 
 def _shape(site: Site, known: list[Array]) -> list[Array]:
@@ -106,7 +113,8 @@ def _dynamic_stitch(site: Site, known: list[Array]) -> list[Array]:
 
 def _strided_slice(site: Site, known: list[Array]) -> list[Array]:
     x, begin, end, strides = known
-    return [np.asarray(x[tuple(strided_index(site, begin, end, strides))])]
+    index: Any = tuple(strided_index(site, begin, end, strides))
+    return [np.asarray(x[index])]
 
 
 def _slice(site: Site, known: list[Array]) -> list[Array]:

@@ -30,11 +30,11 @@ class TensorRef(NamedTuple):
     """One TF tensor: the producing op's name and the output index."""
 
     op: str
-    index: int
+    output: int
 
     @property
     def name(self) -> str:
-        return f"{self.op}:{self.index}"
+        return f"{self.op}:{self.output}"
 
 
 @dataclass(frozen=True)

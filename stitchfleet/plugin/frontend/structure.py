@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from stitchfleet.compiler.ir import Op, Shape, Value
-from stitchfleet.plugin.frontend.context import Array, Rule, Site, Unsupported
+from stitchfleet.plugin.frontend.context import Array, LoweringError, Rule, Site
 
 REDUCTIONS = {
     "Sum": Op.REDUCE_SUM,
@@ -29,7 +29,7 @@ def axes_of(array: Array, rank: int) -> tuple[int, ...]:
     axes = [int(a) for a in np.ravel(array)]
     bad = [a for a in axes if not -max(rank, 1) <= a < max(rank, 1)]
     if bad:
-        raise Unsupported(f"axis {bad[0]} is out of range for rank {rank}")
+        raise LoweringError(f"axis {bad[0]} is out of range for rank {rank}")
     return tuple(sorted({a % rank for a in axes})) if rank else ()
 
 
@@ -54,7 +54,7 @@ def _transpose(site: Site) -> list[Value]:
 def _tile(site: Site) -> list[Value]:
     b, x, out = site.b, site.value(0), site.out.shape
     if any(d == 0 for d in x.shape):
-        raise Unsupported("tiling an empty tensor")
+        raise LoweringError("tiling an empty tensor")
     multiples = [o // d for o, d in zip(out, x.shape, strict=True)]
     if all(m == 1 or d == 1 for m, d in zip(multiples, x.shape, strict=True)):
         return [b.broadcast(x, out, tuple(range(len(out))))]
@@ -112,9 +112,9 @@ def _bounds(item: object, dim: int) -> tuple[int, int, int]:
     start, stop, step = item.indices(dim)
     count = len(range(start, stop, step))
     if step < 1:
-        raise Unsupported("slice with a negative stride")
+        raise LoweringError("slice with a negative stride")
     if count == 0:
-        raise Unsupported("empty slice")
+        raise LoweringError("empty slice")
     return start, start + (count - 1) * step + 1, step
 
 
@@ -145,7 +145,7 @@ def pad(site: Site, x: Value, before: Sequence[int], after: Sequence[int], fill:
 def _pad(site: Site) -> list[Value]:
     paddings = site.const(1, "paddings").reshape(-1, 2)
     if (paddings < 0).any():
-        raise Unsupported("negative padding")
+        raise LoweringError("negative padding")
     fill = site.value(2) if site.type == "PadV2" else None
     return [pad(site, site.value(0), [int(p) for p in paddings[:, 0]], [int(p) for p in paddings[:, 1]], fill)]
 
@@ -257,7 +257,7 @@ def _need_rank(rule: Rule, minimum: int) -> Rule:
     def checked(site: Site) -> list[Value]:
         shape: Shape | None = site.args[0].shape if site.args else None
         if shape is None or len(shape) < minimum:
-            raise Unsupported(f"{site.type} needs an operand of rank >= {minimum}")
+            raise LoweringError(f"{site.type} needs an operand of rank >= {minimum}")
         return rule(site)
 
     return checked

@@ -77,7 +77,11 @@ def _inputs(cut: Graph, placed: Mapping[int, int], values: Mapping[int, Array]) 
 
 
 def _judge(
-    conversion: Conversion, ir_values: Mapping[int, Array], reference: Mapping[int, Array], tf_values: Mapping[int, Array], factor: float
+    conversion: Conversion,
+    ir_values: Mapping[int, Array],
+    reference: Mapping[int, Array],
+    tf_values: Mapping[int, Array],
+    factor: float,
 ) -> Comparison:
     result = Comparison()
     for node_id, got in ir_values.items():
@@ -160,7 +164,9 @@ def compare_folded(session: Any, conversion: Conversion, feeds: Mapping[str, Any
     for name, value in zip(names, session.run(names, feed_dict=dict(feeds)) if names else [], strict=True):
         result.checked += 1
         want = _as_ir(value)
-        if want.shape != conversion.folded[name].shape or not np.allclose(want, conversion.folded[name], equal_nan=True):
+        if want.shape != conversion.folded[name].shape or not np.allclose(
+            want, conversion.folded[name], equal_nan=True
+        ):
             result.failures.append((name, f"folded {conversion.folded[name]!r}, TF computes {want!r}"))
     return result
 
