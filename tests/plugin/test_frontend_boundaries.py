@@ -183,3 +183,37 @@ def test_gradient_tuples_group_pure_ops_and_stay_in_the_ir() -> None:
     tuples = [n for n, d in ops.items() if "tuple/control_dependency" in n]
     assert tuples and all(ops[n].fate == "alias" for n in tuples)
     assert any(d.reason == "groups side-effect-free ops (ordering only)" for d in ops.values())
+
+
+def test_multi_output_boundaries_get_one_node_per_output() -> None:
+    def build() -> None:
+        x = P(tf.float32, [4, 8], name="x")
+        values, indices = tf.math.top_k(tf.exp(x), k=3, name="top")
+        tf.tanh(values, name="after")
+        tf.cast(indices, tf.float32, name="idx")
+
+    conversion = convert(_graph(build))
+    graph = conversion.graph
+    values, indices = graph.node(conversion.node_of("top:0")), graph.node(conversion.node_of("top:1"))
+    assert (values.op, values.attrs["output"], values.dtype.value, values.shape) == (Op.OPAQUE, 0, "f32", (4, 3))
+    assert (indices.attrs["output"], indices.dtype.value) == (1, "i32")
+    assert conversion.ops["top"].reason == "unsupported op TopKV2"
+    assert conversion.origins[indices.id].output == 1
+
+
+def test_constants_become_scalars_small_arrays_or_fed_parameters() -> None:
+    def build() -> None:
+        x = P(tf.float32, [64, 8], name="x")
+        tf.multiply(x, tf.constant(np.full((64, 8), 3.0, np.float32)), name="splat")
+        tf.add(x, tf.constant(np.arange(8, dtype=np.float32)), name="small")
+        tf.subtract(x, tf.constant(np.arange(512, dtype=np.float32).reshape(64, 8)), name="large")
+
+    checked = check_graph(_graph(build))
+    checked.assert_ok()
+    conversion, graph = checked.conversion, checked.conversion.graph
+    splat = graph.node(graph.node(conversion.node_of("splat:0")).inputs[1])
+    assert splat.op is Op.BROADCAST and graph.node(splat.inputs[0]).attrs["value"] == 3.0
+    small = graph.node(conversion.node_of("Const_1:0"))
+    assert small.op is Op.CONSTANT and len(small.attrs["value"]) == 8  # type: ignore[arg-type]
+    large = graph.node(conversion.node_of("Const_2:0"))
+    assert large.op is Op.PARAMETER and large.attrs["name"] == "Const_2:0"

@@ -121,6 +121,8 @@ CASES: list[tuple[str, Callable[[], tuple[list[Any], Any]], set[str]]] = [
     ("L2Loss", _xy(lambda x, y: tf.nn.l2_loss(x * y) * tf.ones([2])), {"L2Loss"}),
     ("Softmax_f16", _xy(lambda x, y: tf.nn.softmax(x * y), tf.float16), {"Softmax"}),
     ("Mul_f64", _xy(lambda x, y: tf.tanh(x) * y, tf.float64), {"Mul", "Tanh"}),
+    ("Mul_bf16", _xy(lambda x, y: tf.nn.relu(x) * y + x, tf.bfloat16), {"Mul", "Relu"}),
+    ("Div", _xy(lambda x, y: tf.raw_ops.Div(x=x, y=_pos(y))), {"Div"}),
 ]
 
 

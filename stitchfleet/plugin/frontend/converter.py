@@ -15,12 +15,12 @@ no graph output needs is pruned.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import tensorflow as tf
 
-from stitchfleet.compiler.ir import DType, Graph, Node, Op, ShapeError, TensorType, Value
+from stitchfleet.compiler.ir import DType, Graph, Node, Op, TensorType, Value
 from stitchfleet.plugin.frontend import elementwise, structure
 from stitchfleet.plugin.frontend.context import Arg, Lowering, LoweringError, Rule, Site
 from stitchfleet.plugin.frontend.folding import fold
@@ -236,16 +236,21 @@ class _Walk:
             return self.opaque(site, outs, "an operand has a type the IR cannot hold")
         try:
             values = RULES[op.type](site)
-        except (LoweringError, ShapeError) as err:
+        except LoweringError as err:
             return self.opaque(site, outs, str(err))
-        for tensor, value, out in zip(op.outputs, values, site.outs, strict=True):
-            if not _matches(value, out):
-                raise FrontendError(
-                    f"{op.name} ({op.type}): lowered to {value.dtype.value}{list(value.shape)}, "
-                    f"TF says {out.dtype.value}{list(out.shape)} (a frontend bug)"
-                )
+        except (ValueError, IndexError, TypeError, KeyError) as err:  # ShapeError included: never fail a job
+            return self.opaque(site, outs, f"not lowered: {err}")
+        wrong = [(v, o) for v, o in zip(values, site.outs, strict=True) if not _matches(v, o)]
+        if wrong or len(values) != len(site.outs):
+            # a rule bug; the nodes it built are pruned as nothing reads them
+            return self.opaque(site, outs, f"not lowered: the rule gave {_types(values)}, TF says {_types(site.outs)}")
+        for tensor, value in zip(op.outputs, values, strict=True):
             self.low.bind(_ref(tensor), value)
         self.record(op, "lowered")
+
+
+def _types(values: Sequence[Value | TensorType]) -> str:
+    return ", ".join(f"{v.dtype.value}{list(v.shape)}" for v in values)
 
 
 def _matches(value: Value, out: TensorType) -> bool:

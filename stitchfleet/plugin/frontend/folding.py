@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from stitchfleet.compiler.evaluate import round_bf16
+from stitchfleet.compiler.ir import DType
 from stitchfleet.plugin.frontend.context import Array, Site
 from stitchfleet.plugin.frontend.structure import axes_of, strided_index
 
@@ -182,6 +184,12 @@ _FOLDERS: dict[str, _Folder] = {
 }
 
 
+def _as_type(array: Array, dtype: DType) -> Array:
+    """Stored as TF stores `dtype` (bf16 rounded, held in float32 like the IR does)."""
+    converted = array.astype(dtype.numpy)
+    return round_bf16(converted) if dtype is DType.BF16 else converted
+
+
 def foldable(site: Site) -> bool:
     """Whether `fold` may compute this op: a folder exists and every operand it reads is known."""
     if site.type not in _FOLDERS or not site.outs or len(site.outs) != len(site.op.outputs):
@@ -200,7 +208,7 @@ def fold(site: Site) -> list[Array] | None:
     known = [a.known if a.known is not None else np.zeros(0) for a in site.args]
     with np.errstate(all="ignore"):
         results = _FOLDERS[site.type](site, known)
-    arrays = [np.asarray(r).astype(out.dtype.numpy) for r, out in zip(results, site.outs, strict=True)]
+    arrays = [_as_type(np.asarray(r), out.dtype) for r, out in zip(results, site.outs, strict=True)]
     if any(a.size > FOLD_LIMIT for a in arrays):
         return None
     if any(a.shape != out.shape for a, out in zip(arrays, site.outs, strict=True) if -1 not in out.shape):
