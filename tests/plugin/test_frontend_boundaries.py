@@ -214,6 +214,6 @@ def test_constants_become_scalars_small_arrays_or_fed_parameters() -> None:
     splat = graph.node(graph.node(conversion.node_of("splat:0")).inputs[1])
     assert splat.op is Op.BROADCAST and graph.node(splat.inputs[0]).attrs["value"] == 3.0
     small = graph.node(conversion.node_of("Const_1:0"))
-    assert small.op is Op.CONSTANT and len(small.attrs["value"]) == 8  # type: ignore[arg-type]
+    assert small.op is Op.CONSTANT and len(small.attrs["value"]) == 8
     large = graph.node(conversion.node_of("Const_2:0"))
     assert large.op is Op.PARAMETER and large.attrs["name"] == "Const_2:0"
