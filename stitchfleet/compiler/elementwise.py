@@ -23,9 +23,11 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 
 
 def sigmoid(x: Array) -> Array:
-    """1 / (1 + exp(-x)) without overflow for large |x|."""
-    positive = 1.0 / (1.0 + np.exp(-np.abs(x)))
-    result: Array = np.where(x >= 0, positive, 1.0 - positive)
+    """1 / (1 + exp(-x)), without overflow and with full relative precision for negative x."""
+    # exp(-|x|) never overflows; z / (1 + z) keeps full precision for negative x, where
+    # 1 - 1 / (1 + z) would cancel (sigmoid(-10) lost ~10 bits in f32)
+    z = np.exp(-np.abs(x))
+    result: Array = np.where(x >= 0, 1.0 / (1.0 + z), z / (1.0 + z))
     return result
 
 

@@ -85,7 +85,6 @@ def test_cli_compile_dumps_where_the_setting_says(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["compile", "model.pb"], "GraphDef input needs the TensorFlow frontend"),
         (["compile", str(LAYERNORM), "--device", "cuda"], "is not available (devices: reference, sim)"),
         (["compile", "/nonexistent/g.json"], "cannot read /nonexistent/g.json"),
     ],
