@@ -126,10 +126,28 @@ def _task_select(week: Week) -> Select[Any]:
 def task_rows(connection: Connection, week: Week) -> list[TaskRow]:
     """Every task active in the week (see the module docstring), ordered by id."""
     rows = connection.execute(_task_select(week).order_by(J.id)).all()
-    return [
-        TaskRow(*row[:12], bool(row[12]), int(row[13]), int(row[14]), float(row[15]))  # type: ignore[misc]
-        for row in rows
-    ]
+    return [_task_row(row) for row in rows]
+
+
+def _task_row(row: Any) -> TaskRow:
+    return TaskRow(
+        job_id=int(row[0]),
+        cluster=str(row[1]),
+        namespace=str(row[2]),
+        job_name=str(row[3]),
+        job_uid=str(row[4]),
+        team=str(row[5] or ""),
+        model=str(row[6] or ""),
+        world_size=int(row[7]),
+        gpus_per_rank=int(row[8]),
+        status=str(row[9]),
+        reason=str(row[10] or ""),
+        compile_seconds=float(row[11] or 0.0),
+        compile_charged=bool(row[12]),
+        windows=int(row[13]),
+        iterations=int(row[14]),
+        saved_seconds=float(row[15]),
+    )
 
 
 def _series(week: Week) -> Any:
@@ -163,7 +181,7 @@ def medians(connection: Connection, week: Week) -> dict[tuple[int, str], float]:
         func.row_number().over(partition_by=partition, order_by=series.c.value).label("position"),
         func.count().over(partition_by=partition).label("size"),
     ).subquery("ranked")
-    middle = or_(ranked.c.position == (ranked.c.size + 1) / 2, ranked.c.position == (ranked.c.size + 2) / 2)
+    middle = or_(ranked.c.position == (ranked.c.size + 1) // 2, ranked.c.position == (ranked.c.size + 2) // 2)
     query = (
         select(ranked.c.job_id, ranked.c.series, func.avg(ranked.c.value))
         .where(middle)
