@@ -98,8 +98,8 @@ class TaskPlan:
 def _ranks(rng: random.Random, spec: FleetSpec) -> int:
     if rng.random() >= spec.distributed_share:
         return 1
-    sizes, weights = zip(*DISTRIBUTED_RANKS, strict=True)
-    return int(rng.choices(sizes, weights)[0])
+    sizes, weights = [size for size, _ in DISTRIBUTED_RANKS], [weight for _, weight in DISTRIBUTED_RANKS]
+    return rng.choices(sizes, weights)[0]
 
 
 def _speedup(rng: random.Random, reason: str) -> float:
@@ -112,8 +112,8 @@ def _speedup(rng: random.Random, reason: str) -> float:
 def _revert_reason(rng: random.Random, spec: FleetSpec) -> str:
     if rng.random() >= spec.reverted_share:
         return ""
-    reasons, weights = zip(*REVERT_REASONS, strict=True)
-    return str(rng.choices(reasons, weights)[0])
+    reasons, weights = [reason for reason, _ in REVERT_REASONS], [weight for _, weight in REVERT_REASONS]
+    return rng.choices(reasons, weights)[0]
 
 
 def _plan(rng: random.Random, spec: FleetSpec, index: int) -> TaskPlan:
