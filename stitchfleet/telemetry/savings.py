@@ -233,8 +233,9 @@ def _compute(engine: Engine, week: Week) -> WeeklyReport:
                 f"no telemetry schema (missing {', '.join(missing)}): run `stitchfleet db upgrade` first"
             )
         rows = savings_sql.task_rows(connection, week)
-        medians = savings_sql.medians(connection, week)
-        reverts = savings_sql.first_revert_reasons(connection, week)
+        ids = [row.job_id for row in rows]
+        medians = savings_sql.medians(connection, week, ids)
+        reverts = savings_sql.first_revert_reasons(connection, ids)
         daily_seconds = savings_sql.daily_saved_gpu_seconds(connection, week)
     jobs = sorted((_job(row, medians, reverts) for row in rows), key=_order)
     daily = tuple(

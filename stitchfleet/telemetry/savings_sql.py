@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Float, Select, and_, case, cast, func, literal, or_, select, union_all
+from sqlalchemy import Connection, Float, Select, and_, case, cast, func, literal, or_, select
 
 from stitchfleet.telemetry import models
 from stitchfleet.telemetry.weeks import Week
@@ -29,7 +29,8 @@ from stitchfleet.telemetry.weeks import Week
 J = models.Job
 W = models.StepWindow
 E = models.Event
-MEDIAN_SERIES = ("baseline", "stitched", "reference")
+# Ids per IN (...) list: well under the bound-parameter limits of SQLite and PostgreSQL.
+ID_CHUNK = 5000
 
 
 @dataclass(frozen=True)
@@ -126,66 +127,101 @@ def _task_select(week: Week) -> Select[Any]:
 def task_rows(connection: Connection, week: Week) -> list[TaskRow]:
     """Every task active in the week (see the module docstring), ordered by id."""
     rows = connection.execute(_task_select(week).order_by(J.id)).all()
-    return [
-        TaskRow(*row[:12], bool(row[12]), int(row[13]), int(row[14]), float(row[15]))  # type: ignore[misc]
-        for row in rows
-    ]
+    return [_task_row(row) for row in rows]
 
 
-def _series(week: Week) -> Any:
-    """(job, series, value): per-window mean step seconds, by mode, and the plugin's reference."""
+def _task_row(row: Any) -> TaskRow:
+    return TaskRow(
+        job_id=int(row[0]),
+        cluster=str(row[1]),
+        namespace=str(row[2]),
+        job_name=str(row[3]),
+        job_uid=str(row[4]),
+        team=str(row[5] or ""),
+        model=str(row[6] or ""),
+        world_size=int(row[7]),
+        gpus_per_rank=int(row[8]),
+        status=str(row[9]),
+        reason=str(row[10] or ""),
+        compile_seconds=float(row[11] or 0.0),
+        compile_charged=bool(row[12]),
+        windows=int(row[13]),
+        iterations=int(row[14]),
+        saved_seconds=float(row[15]),
+    )
+
+
+def _mean_step(week: Week, mode: models.WindowMode) -> Select[Any]:
+    """(job, value): each window's mean step seconds, for the week's windows of one mode."""
     mean = cast(W.step_seconds_sum, Float) / W.iterations
-    in_week = _in_week(W.recorded_at, week)
-    baseline = select(W.job_id, literal("baseline").label("series"), mean.label("value")).where(
-        in_week, W.mode == models.WindowMode.BASELINE.value
+    return select(W.job_id.label("job_id"), mean.label("value")).where(
+        _in_week(W.recorded_at, week), W.mode == mode.value
     )
-    stitched = select(W.job_id, literal("stitched").label("series"), mean.label("value")).where(
-        in_week, W.mode == models.WindowMode.STITCHED.value
-    )
-    reference = select(W.job_id, literal("reference").label("series"), W.baseline_step_seconds.label("value")).where(
-        in_week, W.mode == models.WindowMode.STITCHED.value, W.baseline_step_seconds.is_not(None)
-    )
-    return union_all(baseline, stitched, reference).subquery("series")
 
 
-def medians(connection: Connection, week: Week) -> dict[tuple[int, str], float]:
-    """Median per (task, series) over the week's windows, by row_number in the database.
+def _reference(week: Week, job_ids: Sequence[int]) -> Select[Any]:
+    """(job, value): the plugin's reference baseline carried by the stitched windows of `job_ids`."""
+    query = _mean_step(week, models.WindowMode.STITCHED).with_only_columns(
+        W.job_id.label("job_id"), W.baseline_step_seconds.label("value")
+    )
+    return query.where(W.job_id.in_(job_ids), W.baseline_step_seconds.is_not(None))
+
+
+def _median(connection: Connection, values: Select[Any]) -> dict[int, float]:
+    """Median per job of `values` (job_id, value), ranked by row_number in the database.
 
     The middle row (odd count) or the mean of the two middle rows (even count) of each
-    partition: (n+1)//2 and (n+2)//2 are the same row when n is odd.
+    job: (n+1)//2 and (n+2)//2 are the same position when n is odd.
     """
-    series = _series(week)
-    partition = (series.c.job_id, series.c.series)
+    series = values.subquery("series")
     ranked = select(
         series.c.job_id,
-        series.c.series,
         series.c.value,
-        func.row_number().over(partition_by=partition, order_by=series.c.value).label("position"),
-        func.count().over(partition_by=partition).label("size"),
+        func.row_number().over(partition_by=series.c.job_id, order_by=series.c.value).label("position"),
+        func.count().over(partition_by=series.c.job_id).label("size"),
     ).subquery("ranked")
-    middle = or_(ranked.c.position == (ranked.c.size + 1) / 2, ranked.c.position == (ranked.c.size + 2) / 2)
-    query = (
-        select(ranked.c.job_id, ranked.c.series, func.avg(ranked.c.value))
-        .where(middle)
-        .group_by(ranked.c.job_id, ranked.c.series)
-    )
-    return {(int(job), str(name)): float(value) for job, name, value in connection.execute(query)}
+    middle = or_(ranked.c.position == (ranked.c.size + 1) // 2, ranked.c.position == (ranked.c.size + 2) // 2)
+    query = select(ranked.c.job_id, func.avg(ranked.c.value)).where(middle).group_by(ranked.c.job_id)
+    return {int(job): float(value) for job, value in connection.execute(query)}
 
 
-def first_revert_reasons(connection: Connection, week: Week) -> dict[int, str]:
-    """Per task active in the week: the reason label of its earliest revert event (any time)."""
-    tasks = _task_select(week).with_only_columns(J.id).subquery("tasks")
-    ranked = (
-        select(
-            E.job_id,
-            E.reason,
-            func.row_number().over(partition_by=E.job_id, order_by=(E.occurred_at, E.id)).label("position"),
+def _chunks(ids: Sequence[int]) -> list[Sequence[int]]:
+    return [ids[start : start + ID_CHUNK] for start in range(0, len(ids), ID_CHUNK)]
+
+
+def medians(connection: Connection, week: Week, job_ids: Sequence[int]) -> dict[tuple[int, str], float]:
+    """Median step seconds per (task, series) over the week's windows.
+
+    Series: `baseline` and `stitched` (mean step time of each window of that mode), and, only for
+    tasks in `job_ids` without a baseline window this week, `reference` (the baseline the
+    plugin measured before, carried by the stitched windows).
+    """
+    found: dict[tuple[int, str], float] = {}
+    for mode in (models.WindowMode.BASELINE, models.WindowMode.STITCHED):
+        series = _median(connection, _mean_step(week, mode))
+        found |= {(job, mode.value): value for job, value in series.items()}
+    lacking = [job for job in job_ids if (job, "baseline") not in found]
+    for chunk in _chunks(lacking):
+        found |= {(job, "reference"): value for job, value in _median(connection, _reference(week, chunk)).items()}
+    return found
+
+
+def first_revert_reasons(connection: Connection, job_ids: Sequence[int]) -> dict[int, str]:
+    """Per task of `job_ids`: the reason label of its earliest revert event (any time)."""
+    found: dict[int, str] = {}
+    for chunk in _chunks(job_ids):
+        ranked = (
+            select(
+                E.job_id,
+                E.reason,
+                func.row_number().over(partition_by=E.job_id, order_by=(E.occurred_at, E.id)).label("position"),
+            )
+            .where(E.kind == models.EventKind.REVERT.value, E.job_id.in_(chunk))
+            .subquery("reverts")
         )
-        .where(E.kind == models.EventKind.REVERT.value, E.job_id.in_(select(tasks.c.id)))
-        .subquery("reverts")
-    )
-    query = select(ranked.c.job_id, ranked.c.reason).where(ranked.c.position == 1)
-    return {int(job): str(reason) for job, reason in connection.execute(query)}
+        query = select(ranked.c.job_id, ranked.c.reason).where(ranked.c.position == 1)
+        found |= {int(job): str(reason) for job, reason in connection.execute(query)}
+    return found
 
 
 def daily_saved_gpu_seconds(connection: Connection, week: Week) -> list[float]:

@@ -1,0 +1,106 @@
+"""Renderers of the weekly report: Markdown aligned, CSV parses back to the figures, HTML has its PNG."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import re
+
+import pytest
+
+from stitchfleet.telemetry import report_html, report_text, savings
+from tests.telemetry.tiny_fleet import write_fleet
+
+
+@pytest.fixture
+def report(sqlite_url: str) -> savings.WeeklyReport:
+    write_fleet(sqlite_url)
+    return savings.weekly_summary(sqlite_url, "2026-W47")
+
+
+def _tables(markdown: str) -> list[list[str]]:
+    blocks: list[list[str]] = [[]]
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            blocks[-1].append(line)
+        elif blocks[-1]:
+            blocks.append([])
+    return [block for block in blocks if block]
+
+
+def test_markdown_tables_are_aligned(report: savings.WeeklyReport) -> None:
+    markdown = report_text.render_markdown(report)
+    tables = _tables(markdown)
+    assert len(tables) == 7  # totals, reasons, days, namespace, team, model, tasks
+    for table in tables:
+        assert len({len(line) for line in table}) == 1, table  # every line equally wide
+        assert re.fullmatch(r"\|(-+:?\|)+", table[1])
+    tasks = tables[-1]
+    assert len(tasks) == 2 + 4
+    assert tasks[2].split("|")[4].strip() == "bert-b"
+    assert "1.250x" in tasks[2]
+    assert "| numeric_mismatch |" in markdown
+    assert "Net GPU-hours saved" in markdown and "0.14 |" in markdown  # 486 GPU-seconds
+    assert markdown.rstrip().splitlines()[-1].startswith("How figures are attributed: A step window counts")
+
+
+def test_markdown_top_limits_the_task_table(report: savings.WeeklyReport) -> None:
+    markdown = report_text.render_markdown(report, top=2)
+    assert "top 2 of 4 tasks" in markdown
+    assert len(_tables(markdown)[-1]) == 2 + 2
+
+
+def test_jobs_csv_parses_back(report: savings.WeeklyReport) -> None:
+    parsed = list(csv.DictReader(io.StringIO(report_text.jobs_csv(report))))
+    assert len(parsed) == len(report.jobs) == 4
+    for row, job in zip(parsed, report.jobs, strict=True):
+        assert row["week"] == "2026-W47"
+        assert (row["job_name"], row["job_uid"], int(row["gpus"])) == (job.job_name, job.job_uid, job.gpus)
+        assert float(row["net_gpu_hours"]) == job.net_gpu_hours
+        assert row["revert_reason"] == job.revert_reason
+    assert float(parsed[0]["speedup"]) == pytest.approx(1.25)
+
+
+def test_rollups_csv_ends_with_the_fleet(report: savings.WeeklyReport) -> None:
+    parsed = list(csv.DictReader(io.StringIO(report_text.rollups_csv(report))))
+    assert [(row["dimension"], row["key"]) for row in parsed][-1] == ("fleet", "all")
+    assert len(parsed) == len(report.rollups) + 1
+    fleet = parsed[-1]
+    assert (int(fleet["tasks"]), int(fleet["reverted_tasks"])) == (4, 1)
+    assert float(fleet["net_gpu_hours"]) == report.totals.net_gpu_hours
+    assert sum(int(row["tasks"]) for row in parsed if row["dimension"] == "team") == 4
+
+
+def test_html_embeds_the_chart(report: savings.WeeklyReport) -> None:
+    page = report_html.render_html(report)
+    match = re.search(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert match is not None
+    png = base64.b64decode(match.group(1))
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    assert page.count("<table>") == 6  # totals, reasons, three rollups, tasks
+    assert "<td>bert-b</td>" in page and "numeric_mismatch" in page
+    assert "How figures are attributed" in page
+
+
+def test_html_escapes_names(sqlite_url: str) -> None:
+    from stitchfleet.telemetry import database, store
+    from stitchfleet.telemetry import rows as r
+    from tests.telemetry.tiny_fleet import at, window
+
+    database.upgrade(sqlite_url)
+    odd = r.JobKey("c", "ns", "<script>x</script>", "u")
+    engine = database.connect(sqlite_url)
+    with engine.begin() as connection:
+        store.write_rows(connection, [window((odd, 0, 0), at(17, 1), (10, 1.0, 2.0), "baseline")])
+    engine.dispose()
+    page = report_html.render_html(savings.weekly_summary(sqlite_url, "2026-W47"))
+    assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
+
+
+def test_an_empty_week_renders(sqlite_url: str) -> None:
+    write_fleet(sqlite_url)
+    report = savings.weekly_summary(sqlite_url, "2026-W30")
+    assert "No task was reverted." in report_text.render_markdown(report)
+    assert report_text.jobs_csv(report).splitlines()[0].startswith("week,cluster,namespace")
+    assert "data:image/png;base64," in report_html.render_html(report)

@@ -1,0 +1,131 @@
+"""weekly_summary: the tiny fleet's figures, worked out by hand (see tiny_fleet), on both backends."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from stitchfleet.telemetry import database, savings, weeks
+from tests.telemetry.tiny_fleet import write_fleet
+
+H = 3600.0
+
+
+def _by_run(report: savings.WeeklyReport) -> dict[tuple[str, str], savings.JobSavings]:
+    return {(job.job_name, job.job_uid): job for job in report.jobs}
+
+
+def test_tasks_of_the_week(any_url: str) -> None:
+    write_fleet(any_url)
+    report = savings.weekly_summary(any_url, "2026-W47")
+    jobs = _by_run(report)
+    assert set(jobs) == {("resnet-a", "run-1"), ("resnet-a", "run-2"), ("bert-b", "run-1"), ("vit-c", "run-1")}
+    # Ordered by net GPU-hours saved: B 340 s, A 150 s, A2 36 s, C -40 s (GPU-seconds).
+    assert [job.job_name for job in report.jobs] == ["bert-b", "resnet-a", "resnet-a", "vit-c"]
+
+    a = jobs[("resnet-a", "run-1")]
+    assert (a.gpus, a.windows, a.iterations, a.status, a.revert_reason) == (1, 5, 5000, "finished", "")
+    assert a.baseline_step_seconds == pytest.approx(0.2, rel=1e-12)
+    assert a.stitched_step_seconds == pytest.approx((0.15 + 0.16) / 2, rel=1e-12)  # even count: mean of middle two
+    assert a.speedup == pytest.approx(0.2 / 0.155, rel=1e-12)
+    assert (a.gross_gpu_hours, a.compile_gpu_hours) == (180 / H, 30 / H)
+    assert a.net_gpu_hours == 180 / H - 30 / H
+
+    b = jobs[("bert-b", "run-1")]
+    assert (b.world_size, b.gpus_per_rank, b.gpus, b.windows, b.iterations) == (4, 2, 8, 9, 1500)
+    assert (b.baseline_step_seconds, b.stitched_step_seconds) == (pytest.approx(0.5), pytest.approx(0.4))
+    # 5 stitched windows x 50 s over ranks, x 2 GPUs per rank; compile: slowest rank (20 s) x 8 GPUs.
+    assert (b.gross_gpu_hours, b.compile_gpu_hours) == (500 / H, 160 / H)
+
+    a2 = jobs[("resnet-a", "run-2")]
+    assert (a2.baseline_step_seconds, a2.stitched_step_seconds) == (pytest.approx(0.2), pytest.approx(0.16))
+    assert (a2.gross_gpu_hours, a2.compile_gpu_hours, a2.status) == (36 / H, 0.0, "running")
+
+
+def test_a_task_crossing_the_week_boundary(any_url: str) -> None:
+    write_fleet(any_url)
+    c47 = _by_run(savings.weekly_summary(any_url, "2026-W47"))[("vit-c", "run-1")]
+    assert (c47.windows, c47.iterations, c47.gross_gpu_hours, c47.compile_gpu_hours) == (4, 400, 40 / H, 80 / H)
+    assert (c47.status, c47.revert_reason) == ("reverted", "numeric_mismatch")
+    week48 = savings.weekly_summary(any_url, weeks.parse_week("2026-W48"))
+    assert [job.job_name for job in week48.jobs] == ["vit-c"]
+    c48 = week48.jobs[0]
+    # The compile was charged to W47, where the task started; W48 has no baseline window, so the
+    # stitched windows' reference (0.5 s) stands in.
+    assert (c48.windows, c48.iterations, c48.gross_gpu_hours, c48.compile_gpu_hours) == (4, 400, 40 / H, 0.0)
+    assert (c48.baseline_step_seconds, c48.stitched_step_seconds) == (pytest.approx(0.5), pytest.approx(0.4))
+
+
+def test_totals_rollups_and_days(any_url: str) -> None:
+    write_fleet(any_url)
+    report = savings.weekly_summary(any_url, "2026-W47")
+    t = report.totals
+    assert (t.tasks, t.jobs, t.distributed_tasks, t.gpus, t.iterations) == (4, 3, 2, 12, 5000 + 100 + 1500 + 400)
+    assert t.gross_gpu_hours == pytest.approx(756 / H, rel=1e-12)
+    assert t.compile_gpu_hours == pytest.approx(270 / H, rel=1e-12)
+    assert t.net_gpu_hours == pytest.approx(486 / H, rel=1e-12)
+    assert (t.reverted_tasks, t.reverted_share, t.revert_reasons) == (1, 0.25, (("numeric_mismatch", 1),))
+
+    rollups = {(r.dimension, r.key): r for r in report.rollups}
+    assert set(rollups) == {
+        ("namespace", "vision"),
+        ("namespace", "nlp"),
+        ("team", "ml"),
+        ("team", "nlp"),
+        ("model", "resnet50"),
+        ("model", "bert"),
+        ("model", "vit"),
+    }
+    vision = rollups[("namespace", "vision")]
+    assert (vision.tasks, vision.gpus, vision.reverted_tasks) == (3, 4, 1)
+    assert vision.gross_gpu_hours == pytest.approx(256 / H, rel=1e-12)
+    assert vision.net_gpu_hours == pytest.approx(146 / H, rel=1e-12)
+    assert rollups[("model", "resnet50")].net_gpu_hours == pytest.approx(186 / H, rel=1e-12)
+
+    assert [d.day for d in report.daily] == [dt.date(2026, 11, day) for day in range(16, 23)]
+    expected = [500, 40, 140, 0, 36, 0, 40]  # GPU-seconds per day, Monday first
+    assert [d.gross_gpu_hours for d in report.daily] == pytest.approx([s / H for s in expected], rel=1e-12)
+
+
+def test_a_task_with_no_recorded_start(tmp_path: object, sqlite_url: str) -> None:
+    from stitchfleet.telemetry import rows as r
+    from stitchfleet.telemetry import store
+    from tests.telemetry.tiny_fleet import at, key, window
+
+    database.upgrade(sqlite_url)
+    late = key("vision", "late")
+    engine = database.connect(sqlite_url)
+    with engine.begin() as connection:
+        store.write_rows(
+            connection, [r.JobCompiled(late, 0, 36.0), window((late, 0, 0), at(19, 3), (10, 2.0, 0.0), "baseline")]
+        )
+    engine.dispose()
+    # Its compile is charged to the week of its first window.
+    job = savings.weekly_summary(sqlite_url, "2026-W47").jobs[0]
+    assert (job.job_name, job.compile_gpu_hours, job.net_gpu_hours) == ("late", 36 / H, -36 / H)
+
+
+def test_an_empty_week(sqlite_url: str) -> None:
+    write_fleet(sqlite_url)
+    report = savings.weekly_summary(sqlite_url, "2026-W40")
+    assert (report.jobs, report.rollups, report.totals.tasks, report.totals.reverted_share) == ((), (), 0, 0.0)
+    assert [d.gross_gpu_hours for d in report.daily] == [0.0] * 7
+
+
+@pytest.mark.parametrize("label", ["2026-47", "2026W47", "26-W47", "2026-W54", "2025-W53", "next week", ""])
+def test_a_bad_week_label_names_the_format(label: str) -> None:
+    with pytest.raises(weeks.WeekError, match="expected an ISO week YYYY-Www"):
+        weeks.parse_week(label)
+
+
+def test_week_bounds() -> None:
+    week = weeks.parse_week("2026-W53")
+    assert (week.start, week.end) == (dt.datetime(2026, 12, 28, tzinfo=dt.UTC), dt.datetime(2027, 1, 4, tzinfo=dt.UTC))
+    assert weeks.week_of(dt.datetime(2027, 1, 3, 23, 59, tzinfo=dt.UTC)) == week
+    assert not week.contains(week.end)
+
+
+def test_no_schema_is_a_clear_error(sqlite_url: str) -> None:
+    with pytest.raises(database.DatabaseError, match="run `stitchfleet db upgrade`"):
+        savings.weekly_summary(sqlite_url, "2026-W47")
