@@ -77,14 +77,16 @@ def build_workload(name: str, size: str, out: Path, check: bool) -> dict[str, ob
 
 def table(summary: dict[str, dict[str, Any]]) -> str:
     lines = [
-        "| workload | TF ops (step) | IR nodes | clusters | MI ops | per_op kernels | xla_style kernels |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| workload | TF ops (step) | IR nodes | clusters | MI ops | per_op kernels | xla_style kernels "
+        "| stitch kernels | stitch / xla_style |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, row in summary.items():
         kernels = row["kernels"]
         lines.append(
             f"| {name} | {row['tf_ops']} | {row['ir_nodes']} | {row['clusters']} | {row['mi_ops']} "
-            f"| {kernels.get('per_op', 0)} | {kernels.get('xla_style', 0)} |"
+            f"| {kernels.get('per_op', 0)} | {kernels.get('xla_style', 0)} | {kernels.get('stitch', 0)} "
+            f"| {kernels.get('stitch', 0) / max(kernels.get('xla_style', 0), 1):.0%} |"
         )
     return "\n".join(lines)
 

@@ -99,7 +99,6 @@ def run(path: str, report_format: str, device: str | None, remote_budget: int, d
     return run_graph(graph, report_format, device, remote_budget, dump_dir)
 
 
-
 def _check_cluster(cluster: ir.Graph, plan: StitchPlan | Decision, values: list[Any]) -> int:
     if isinstance(plan, Decision):
         print(f"  cluster {cluster.metadata['cluster']}: {plan.reason}")
