@@ -11,8 +11,12 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stitchfleet import __version__, settings
+
+if TYPE_CHECKING:
+    from stitchfleet.compiler import ir
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -46,7 +50,7 @@ def _add_settings(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("compile", help="compile a graph (IR JSON or GraphDef) and report clusters and kernels")
-    parser.add_argument("path", help="graph file: IR .json or TensorFlow .pb")
+    parser.add_argument("path", help="graph file: IR .json, or a TensorFlow GraphDef .pb (binary) or .pbtxt (text)")
     parser.add_argument("--report", choices=("json", "table"), default="table")
     parser.add_argument(
         "--device",
@@ -56,12 +60,34 @@ def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     parser.set_defaults(handler=_compile)
 
 
+def _graph_from_graphdef(path: str) -> ir.Graph | int:
+    """IR from a TensorFlow GraphDef file through the plugin's frontend, or an exit status."""
+    try:
+        from stitchfleet.plugin.frontend import FrontendError, graphdef_file
+    except ImportError as err:
+        print(f"stitchfleet compile: {path}: GraphDef input needs TensorFlow ({err})", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return graphdef_file.convert_file(path).graph
+    except FrontendError as err:
+        print(f"stitchfleet compile: {err}", file=sys.stderr)
+        return EXIT_USAGE
+
+
 def _compile(args: argparse.Namespace) -> int:
     from stitchfleet.compiler import compile_command
 
     current = settings.current()
-    dump_dir = current.dump_dir or None
-    return compile_command.run(args.path, args.report, args.device, current.remote_stitch_budget, dump_dir)
+    budget, dump_dir = current.remote_stitch_budget, current.dump_dir or None
+    if not args.path.endswith(compile_command.GRAPHDEF_SUFFIXES):
+        return compile_command.run(args.path, args.report, args.device, budget, dump_dir)
+    bad_device = compile_command.check_device(args.device)
+    if bad_device is not None:
+        return bad_device
+    graph = _graph_from_graphdef(args.path)
+    if isinstance(graph, int):
+        return graph
+    return compile_command.run_graph(graph, args.report, args.device, budget, dump_dir)
 
 
 def _migrate_db(args: argparse.Namespace) -> int:

@@ -1,12 +1,14 @@
 """What `stitchfleet compile FILE` does: load, run the pipeline, print, optionally evaluate.
 
-Input: the file path, report format, device and the two settings the CLI read
-(remote stitch budget, dump directory). Output: text on stdout/stderr and an exit
-status (0 ok, 1 a check failed, 2 bad input). `reference` evaluates the graph on
-random inputs natively and in float64 and checks the outputs with the tolerance rule.
-`sim` evaluates the graph on random inputs, then runs every cluster's stitched kernels
-(planned for the h200 profile) on the sim backend with the cluster's inputs taken
-from that evaluation, and checks each cluster output against evaluate of the cluster.
+Input: the file path (or, from the CLI's GraphDef path through the TF frontend, a
+`Graph`), report format, device and the two settings the CLI read (remote stitch
+budget, dump directory). Output: text on stdout/stderr and an exit status (0 ok, 1 a
+check failed, 2 bad input). `reference` evaluates the graph on random inputs natively
+and in float64 and checks the outputs with the tolerance rule. `sim` and `cpu` evaluate
+the graph on random inputs, then run every cluster's stitched code (planned for the
+h200 profile) on that backend (the kernel IR on the sim; C + OpenMP compiled with the
+system C compiler for `cpu`) with the cluster's inputs taken from that evaluation, and
+check each cluster output against evaluate of the cluster.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from stitchfleet.compiler.tolerance import check, check_outputs
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 DEVICES = ("reference", "sim")
+GRAPHDEF_SUFFIXES = (".pb", ".pbtxt")
 
 
 def _fail(message: str) -> int:
@@ -49,18 +52,33 @@ def _check_reference(graph: ir.Graph) -> int:
     return status
 
 
-def run(path: str, report_format: str, device: str | None, remote_budget: int, dump_dir: str | None) -> int:
+def load(path: str) -> ir.Graph | int:
+    """The IR graph in an IR JSON file, or the exit status after saying why it cannot be read."""
     source = Path(path)
-    if source.suffix in (".pb", ".pbtxt"):
+    if source.suffix in GRAPHDEF_SUFFIXES:
         return _fail(f"{path}: GraphDef input needs the TensorFlow frontend (stitchfleet.plugin); give IR JSON")
-    if device is not None and device not in DEVICES:
-        return _fail(f"device {device!r} is not available (devices: {', '.join(DEVICES)})")
+DEVICES = ("reference", "sim")
+GRAPHDEF_SUFFIXES = (".pb", ".pbtxt")
     try:
-        graph = ir.load(source)
+        return ir.load(source)
     except OSError as err:
         return _fail(f"cannot read {path}: {err.strerror}")
     except ir.IRError as err:
         return _fail(str(err))
+
+
+def check_device(device: str | None) -> int | None:
+    """None when the device can be used, else the exit status after saying why not."""
+    if device is not None and device not in DEVICES:
+        return _fail(f"device {device!r} is not available (devices: {', '.join(DEVICES)})")
+    return None
+
+
+def run_graph(graph: ir.Graph, report_format: str, device: str | None, remote_budget: int, dump_dir: str | None) -> int:
+    """Compiles a graph already in memory (from IR JSON or from the TF frontend) and prints the report."""
+    bad_device = check_device(device)
+    if bad_device is not None:
+        return bad_device
     options = Options(remote_budget=remote_budget, dump_dir=Path(dump_dir) if dump_dir else None)
     art = compile_graph(graph, options)
     report = art.report
@@ -102,3 +120,14 @@ def _check_sim(art: Artifacts) -> int:
     print("stitched kernels on the sim vs evaluate, per cluster, on random inputs:")
     results = [_check_cluster(g, p, values) for g, p in zip(art.cluster_graphs, art.stitch, strict=True)]
     return max(results, default=EXIT_OK)
+
+
+def run(path: str, report_format: str, device: str | None, remote_budget: int, dump_dir: str | None) -> int:
+    """`stitchfleet compile` on an IR JSON file."""
+    bad_device = check_device(device)
+    if bad_device is not None:
+        return bad_device
+    graph = load(path)
+    if isinstance(graph, int):
+        return graph
+    return run_graph(graph, report_format, device, remote_budget, dump_dir)

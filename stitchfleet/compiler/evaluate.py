@@ -66,8 +66,10 @@ def _accumulator(array: Array) -> np.dtype[np.generic]:
 
 
 def _sigmoid(x: Array) -> Array:
-    positive = 1.0 / (1.0 + np.exp(-np.abs(x)))
-    return np.where(x >= 0, positive, 1.0 - positive)
+    # exp(-|x|) never overflows; z / (1 + z) keeps full relative precision for negative x,
+    # where 1 - 1 / (1 + z) would cancel (sigmoid(-10) lost ~10 bits in f32)
+    z = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + z), z / (1.0 + z))
 
 
 _ERF = np.frompyfunc(math.erf, 1, 1)

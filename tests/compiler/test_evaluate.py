@@ -246,3 +246,13 @@ def test_random_chains_native_close_to_f64(ops: list[Op], seed: int) -> None:
     assert native.dtype == np.float32
     np.testing.assert_allclose(native, ref, rtol=1e-4, atol=1e-5)
     assert check(native, native, ref).ok
+
+
+def test_sigmoid_keeps_relative_precision_for_negative_inputs() -> None:
+    # regression: 1 - sigmoid(|x|) cancelled for negative x (found by the TF frontend check on an LSTM)
+    b = GraphBuilder()
+    b.output("y", b.sigmoid(b.parameter("x", (6,), "f32")))
+    graph = b.build()
+    x = np.array([-30.0, -17.0, -10.0, -4.5, 0.0, 12.0], np.float32)
+    native, exact = evaluate(graph, {"x": x})["y"], evaluate(graph, {"x": x}, "float64")["y"]
+    assert np.all(np.abs(native - exact) <= 8 * 2**-24 * np.abs(exact))  # a few roundings, no cancellation
