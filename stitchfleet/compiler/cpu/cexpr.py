@@ -6,7 +6,7 @@ refused), plus the loop bounds of the index variables the caller created. Output
 text. Meanings follow `evaluate`: f16 and bf16 values are computed in float and
 rounded to their type after every op (each node's value is one Assign), so a CAST to
 an integer sees the value numpy would; NaN propagates through MAXIMUM, MINIMUM and
-RELU as numpy's do. Storage: f16 as `_Float16`, bf16 in float holding bf16 values (the
+RELU as numpy's do, and SIGMOID is evaluate's cancellation-free form. Storage: f16 as `_Float16`, bf16 in float holding bf16 values (the
 project's numpy representation, so no conversion copies), bool as 1-byte `bool`.
 
 Index math is simplified before rendering: `(r*n + c) / n` is `r` and `% n` is `c` when
@@ -68,12 +68,12 @@ SF_ORDERED(double)
 SF_ORDERED(int32_t)
 SF_ORDERED(int64_t)
 static inline float sf_sigmoid_float(float x) {
-    float p = 1.0f / (1.0f + expf(-fabsf(x)));
-    return x >= 0 ? p : 1.0f - p;
+    float z = expf(-fabsf(x));
+    return x >= 0 ? 1.0f / (1.0f + z) : z / (1.0f + z);
 }
 static inline double sf_sigmoid_double(double x) {
-    double p = 1.0 / (1.0 + exp(-fabs(x)));
-    return x >= 0 ? p : 1.0 - p;
+    double z = exp(-fabs(x));
+    return x >= 0 ? 1.0 / (1.0 + z) : z / (1.0 + z);
 }
 """
 

@@ -9,7 +9,7 @@ Layout, from the plan (AStitch's structure on a CPU):
   implicit barrier at its end stands for the grid barrier between stages;
 - a task's groups run in plan order in one thread; a reduction accumulates in
   registers (16 lanes, so the inner loop vectorises without reassociating: no
-  fast-math needed), its tail and stores follow; element-wise groups loop over the
+  fast-math needed; floats in double, see `accumulator`), its tail and stores follow; element-wise groups loop over the
   task's rows, columns innermost;
 - regional values live in a stack array of rows-per-task elements, declared in the
   task; global values and split-reduction partials in heap scratch allocated per call
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower.phases import Phase, store_results
-from stitchfleet.compiler.lower.values import Sources, accumulator, coords, flat
+from stitchfleet.compiler.lower.values import Sources, coords, flat
 from stitchfleet.compiler.plan import Group, Loop, MappingKind, Scheme, StitchPlan
 from stitchfleet.compiler.cpu import cexpr as c
 
@@ -118,6 +118,12 @@ def _partials(graph: Graph, plan: StitchPlan) -> dict[int, k.Buffer]:
             size = m.rows * m.blocks_per_row if m.blocks_per_row > 1 else m.row_splits * m.cols
             out[g.id] = k.Buffer(f"part_{g.id}", accumulator(graph.node(g.dominant).dtype), size, k.Role.SCRATCH)
     return out
+
+
+def accumulator(dtype: DType) -> DType:
+    """Float reductions accumulate in double: free on a memory-bound CPU loop, and the result then
+    no longer depends on the summation order the plan's task split imposes (one rounding at the end)."""
+    return DType.F64 if dtype.is_float else dtype
 
 
 def _no_shared_reduce(dtype: DType) -> k.SharedBuffer:
