@@ -80,6 +80,7 @@ def run_graph(
     device: str | None,
     remote_budget: int,
     dump_dir: str | None,
+    *,
     cache_dir: Path | None = None,
 ) -> int:
     """Compiles a graph already in memory (from IR JSON or from the TF frontend) and prints the report."""
@@ -154,6 +155,7 @@ def run(
     device: str | None,
     remote_budget: int,
     dump_dir: str | None,
+    *,
     cache_dir: Path | None = None,
 ) -> int:
     """`stitchfleet compile` on an IR JSON file."""
@@ -163,4 +165,4 @@ def run(
     graph = load(path)
     if isinstance(graph, int):
         return graph
-    return run_graph(graph, report_format, device, remote_budget, dump_dir, cache_dir)
+    return run_graph(graph, report_format, device, remote_budget, dump_dir, cache_dir=cache_dir)

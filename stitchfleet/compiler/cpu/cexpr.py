@@ -6,8 +6,9 @@ refused), plus the loop bounds of the index variables the caller created. Output
 text. Meanings follow `evaluate`: f16 and bf16 values are computed in float and
 rounded to their type after every op (each node's value is one Assign), so a CAST to
 an integer sees the value numpy would; NaN propagates through MAXIMUM, MINIMUM and
-RELU as numpy's do, and SIGMOID is evaluate's cancellation-free form. Storage: f16 as `_Float16`, bf16 in float holding bf16 values (the
-project's numpy representation, so no conversion copies), bool as 1-byte `bool`.
+RELU as numpy's do, and SIGMOID is evaluate's cancellation-free form. Storage: f16 as
+`_Float16`, bf16 in float holding bf16 values (the project's numpy representation, so
+no conversion copies), bool as 1-byte `bool`.
 
 Index math is simplified before rendering: `(r*n + c) / n` is `r` and `% n` is `c` when
 `c` is known to lie in [0, n). That keeps per-element div/mod out of inner loops (what
@@ -125,7 +126,7 @@ def _rounded(value: float, dtype: DType) -> float:
     if dtype is DType.F16:
         return float(np.float16(value))
     if dtype is DType.BF16:
-        return float(round_bf16(np.float32(value)))
+        return float(round_bf16(np.array([value], dtype=np.float32))[0])
     if dtype is DType.F32:
         return float(np.float32(value))
     return float(value)
@@ -145,18 +146,19 @@ def const_text(value: float | int | bool, dtype: DType) -> str:
     return f"({text})" if number < 0 else text
 
 
+_PREFIX = {
+    Op.NEG: "(-{x})",
+    Op.LOGICAL_NOT: "(!{x})",
+    Op.SQUARE: "({x} * {x})",
+    Op.RSQRT: "(({t})1 / sqrt{f}({x}))",
+    Op.RECIPROCAL: "(({t})1 / {x})",
+}
+
+
 def unary_text(op: Op, x: str, dtype: DType) -> str:
     ctype = COMPUTE[dtype]
-    if op is Op.NEG:
-        return f"(-{x})"
-    if op is Op.LOGICAL_NOT:
-        return f"(!{x})"
-    if op is Op.SQUARE:
-        return f"({x} * {x})"
-    if op is Op.RSQRT:
-        return f"(({ctype})1 / sqrt{_suffix(dtype)}({x}))"
-    if op is Op.RECIPROCAL:
-        return f"(({ctype})1 / {x})"
+    if op in _PREFIX:
+        return _PREFIX[op].format(x=x, t=ctype, f=_suffix(dtype))
     if op in _LIBM:
         return f"{_LIBM[op]}{_suffix(dtype)}({x})"
     if op in _HELPER:
@@ -206,8 +208,8 @@ def upper(e: k.Expr, bounds: Mapping[str, int]) -> int | None:
             return int(_const(e.b) or 0) - 1
         if a is None or b is None:
             return None
-        table = {Op.ADD: a + b, Op.MUL: a * b, Op.DIV: a // max(_const(e.b) or 1, 1)}
-        return table.get(e.op)  # type: ignore[call-overload, no-any-return]
+        table: dict[Op | k.IndexOp, int] = {Op.ADD: a + b, Op.MUL: a * b, Op.DIV: a // max(_const(e.b) or 1, 1)}
+        return table.get(e.op)
     return None
 
 
@@ -272,10 +274,8 @@ def render(e: k.Expr, bounds: Mapping[str, int]) -> str:
 
 
 def _render(e: k.Expr, bounds: Mapping[str, int]) -> str:
-    if isinstance(e, k.Const):
-        return const_text(e.value, e.dtype)
-    if isinstance(e, k.Var):
-        return e.name
+    if isinstance(e, k.Const | k.Var):
+        return const_text(e.value, e.dtype) if isinstance(e, k.Const) else e.name
     if isinstance(e, k.Unary):
         return unary_text(e.op, _render(e.x, bounds), e.dtype)
     if isinstance(e, k.Binary):

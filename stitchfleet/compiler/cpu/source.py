@@ -25,12 +25,12 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from stitchfleet.compiler.cpu import cexpr as c
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower.phases import Phase, store_results
 from stitchfleet.compiler.lower.values import Sources, coords, flat
 from stitchfleet.compiler.plan import Group, Loop, MappingKind, Scheme, StitchPlan
-from stitchfleet.compiler.cpu import cexpr as c
 
 LANES = 16
 PARALLEL_ELEMENTS = 1 << 15  # below this many elements touched, one thread does the whole cluster
@@ -126,6 +126,11 @@ def accumulator(dtype: DType) -> DType:
     return DType.F64 if dtype.is_float else dtype
 
 
+def _range(var: str, start: str, count: int, limit: int) -> str:
+    """`for` over [start, min(start + count, limit))."""
+    return f"for (int64_t {var} = {start}; {var} < sf_min_int64_t({start} + {count}L, {limit}L); ++{var})"
+
+
 def _no_shared_reduce(dtype: DType) -> k.SharedBuffer:
     raise c.CRenderError("CPU code reduces in registers; it has no per-warp shared arrays")
 
@@ -165,8 +170,11 @@ class _Reduce:
         text = c.cast_text(c.render(value, bounds), self.operand.dtype, self.acc)
         return [*c.block(em.stmts, bounds, frozenset(), pad), pad + self.fold(into, text)]
 
-    def lanes(self, acc: str, start: str, stop: str, index: Callable[[k.Var], k.Expr], bound: int, pad: str) -> Iterator[str]:
-        """acc = the fold of index(i) for i in [start, stop), over 16 lanes combined as a tree."""
+    def lanes(
+        self, acc: str, span: tuple[str, str], index: Callable[[k.Var], k.Expr], bound: int, pad: str
+    ) -> Iterator[str]:
+        """acc = the fold of index(i) for i in span = [start, stop), over 16 lanes combined as a tree."""
+        start, stop = span
         lane, i = self.gen.names("lane"), self.gen.names("i")
         var = k.Var(self.gen.names("c"), DType.I64)
         bounds = self.gen.group_bounds(**{var.name: bound})
@@ -207,8 +215,8 @@ def _rows(gen: _Gen, r: _Reduce, pad: str) -> list[str]:
     row = k.Var(gen.names("row"), DType.I64)
     acc = gen.names("acc")
     bounds = gen.group_bounds(**{row.name: m.rows})
-    lines = [f"{pad}for (int64_t {row.name} = row0; {row.name} < sf_min_int64_t(row0 + {m.rows_per_task}L, {m.rows}L); ++{row.name}) {{"]
-    lines += r.lanes(acc, "0", f"{m.cols}L", lambda col: k.add(k.mul(row, k.i64(m.cols)), col), m.cols, pad + "    ")
+    lines = [f"{pad}{_range(row.name, 'row0', m.rows_per_task, m.rows)} {{"]
+    lines += r.lanes(acc, ("0", f"{m.cols}L"), lambda col: k.add(k.mul(row, k.i64(m.cols)), col), m.cols, pad + "    ")
     lines += r.finish(acc, row, bounds, pad + "    ")
     return [*lines, f"{pad}}}"]
 
@@ -223,7 +231,7 @@ def _split_row(gen: _Gen, r: _Reduce, pad: str) -> list[str]:
         f"{pad}const int64_t {first} = (t % {m.blocks_per_row}L) * {chunk}L;",
     ]
     stop = f"sf_min_int64_t({first} + {chunk}L, {m.cols}L)"
-    lines += r.lanes(acc, first, stop, lambda col: k.add(k.mul(row, k.i64(m.cols)), col), m.cols, pad)
+    lines += r.lanes(acc, (first, stop), lambda col: k.add(k.mul(row, k.i64(m.cols)), col), m.cols, pad)
     return [*lines, f"{pad}{gen.ph.partials[r.group.id].name}[t] = {acc};"]
 
 
@@ -272,7 +280,7 @@ def _thread_per_output(gen: _Gen, r: _Reduce, pad: str) -> list[str]:
     bounds = gen.group_bounds(**{out.name: m.rows, i.name: m.cols})
     first = f"t * {m.block_threads}L"
     return [
-        f"{pad}for (int64_t {out.name} = {first}; {out.name} < sf_min_int64_t({first} + {m.block_threads}L, {m.rows}L); ++{out.name}) {{",
+        f"{pad}{_range(out.name, first, m.block_threads, m.rows)} {{",
         f"{pad}    {r.ctype} {acc} = {r.identity()};",
         f"{pad}    for (int64_t {i.name} = 0; {i.name} < {m.cols}L; ++{i.name}) {{",
         *r.element(index, bounds, acc, pad + "        "),
@@ -300,7 +308,7 @@ def _elementwise(gen: _Gen, group: Group, pad: str) -> list[str]:
     index = row if m.cols == 1 else k.add(k.mul(row, k.i64(m.cols)), col)
     store_results(gen.ph, em, group, index)
     body = c.block(em.stmts, bounds, frozenset(), pad + "        ")
-    head = f"for (int64_t {row.name} = row0; {row.name} < sf_min_int64_t(row0 + {m.rows_per_task}L, {m.rows}L); ++{row.name})"
+    head = _range(row.name, "row0", m.rows_per_task, m.rows)
     if m.cols == 1:
         return [f"{pad}{head} {{", *(line[4:] for line in body), f"{pad}}}"]
     inner = f"for (int64_t {col.name} = 0; {col.name} < {m.cols}L; ++{col.name})"
@@ -319,7 +327,7 @@ def _finalize(gen: _Gen, group: Group, pad: str) -> list[str]:
     first = f"t * {m.block_threads}L"
     part = gen.ph.partials[group.id].name
     return [
-        f"{pad}for (int64_t {v.name} = {first}; {v.name} < sf_min_int64_t({first} + {m.block_threads}L, {values}L); ++{v.name}) {{",
+        f"{pad}{_range(v.name, first, m.block_threads, values)} {{",
         f"{pad}    {r.ctype} {acc} = {r.identity()};",
         f"{pad}    for (int64_t p = 0; p < {parts}L; ++p) {r.fold(acc, f'{part}[{where}]')}",
         *r.finish(acc, v, gen.group_bounds(**{v.name: values}), pad + "    "),
@@ -373,13 +381,13 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     sources = Sources(inputs, shared, scratch, k.Var("row0", DType.I64))
     ph = Phase(graph, plan, sources, outputs, partials, _no_shared_reduce, names, k.Var("t", DType.I64), 0)
     gen = _Gen(graph, plan, ph, names, {"t": max((lp.tasks for lp in plan.loops), default=1)})
-    args = ", ".join(
-        f"{'' if p.output else 'const '}{c.STORAGE[p.dtype]} *restrict {p.cname}" for p in params
-    )
+    args = ", ".join(f"{'' if p.output else 'const '}{c.STORAGE[p.dtype]} *restrict {p.cname}" for p in params)
     heap = [*scratch.values(), *partials.values()]
     lines = [c.PRELUDE, f"int {function}({args}) {{"]
     for buf in heap:
-        lines.append(f"    {c.STORAGE[buf.dtype]} *restrict {buf.name} = malloc({max(buf.size, 1)} * sizeof(*{buf.name}));")
+        lines.append(
+            f"    {c.STORAGE[buf.dtype]} *restrict {buf.name} = malloc({max(buf.size, 1)} * sizeof(*{buf.name}));"
+        )
     if heap:
         lines.append(f"    if ({' || '.join(f'!{b.name}' for b in heap)}) {{")
         lines += [f"        free({b.name});" for b in heap] + ["        return 1;", "    }"]

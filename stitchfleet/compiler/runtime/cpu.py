@@ -145,7 +145,9 @@ def _prepare(param: Param, value: object) -> Array:
     if array.dtype != param.dtype.numpy:
         raise CpuInputError(f"input {param.name!r}: dtype {array.dtype} does not match the parameter's {expected}")
     if array.shape != param.shape:
-        raise CpuInputError(f"input {param.name!r}: shape {list(array.shape)} does not match the parameter's {expected}")
+        raise CpuInputError(
+            f"input {param.name!r}: shape {list(array.shape)} does not match the parameter's {expected}"
+        )
     return np.ascontiguousarray(array)
 
 

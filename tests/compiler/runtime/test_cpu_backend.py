@@ -23,7 +23,6 @@ from stitchfleet.compiler.runtime.cpu import CpuBackend, CpuOptions
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
 from stitchfleet.compiler.tolerance import check_outputs
-
 from tests.compiler.test_stitch_property import graphs
 from tests.compiler.test_stitch_sim import SMALL
 

@@ -157,7 +157,9 @@ def test_backend_reports_its_name_and_plan(tmp_path: Path) -> None:
     assert "#pragma omp for" in executable.source.text
 
 
-def test_cli_compile_device_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_compile_device_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("STITCHFLEET_CACHE_DIR", str(tmp_path))
     assert cli.main(["compile", str(SUITE / "astitch_fig7_2x128_f32.json"), "--device", "cpu"]) == 0
     out = capsys.readouterr().out
