@@ -55,7 +55,10 @@ def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     parser.add_argument(
         "--device",
         default=None,
-        help="run the graph and check it: 'reference' (numpy evaluate) or 'sim' (stitched kernels on the sim)",
+        help=(
+            "run the graph and check it: 'reference' (numpy evaluate), 'sim' (stitched kernels on the sim)"
+            " or 'cpu' (stitched C + OpenMP compiled here, cached in STITCHFLEET_CACHE_DIR)"
+        ),
     )
     parser.set_defaults(handler=_compile)
 
@@ -80,14 +83,14 @@ def _compile(args: argparse.Namespace) -> int:
     current = settings.current()
     budget, dump_dir = current.remote_stitch_budget, current.dump_dir or None
     if not args.path.endswith(compile_command.GRAPHDEF_SUFFIXES):
-        return compile_command.run(args.path, args.report, args.device, budget, dump_dir)
+        return compile_command.run(args.path, args.report, args.device, budget, dump_dir, cache_dir=current.cache_dir)
     bad_device = compile_command.check_device(args.device)
     if bad_device is not None:
         return bad_device
     graph = _graph_from_graphdef(args.path)
     if isinstance(graph, int):
         return graph
-    return compile_command.run_graph(graph, args.report, args.device, budget, dump_dir)
+    return compile_command.run_graph(graph, args.report, args.device, budget, dump_dir, cache_dir=current.cache_dir)
 
 
 def _migrate_db(args: argparse.Namespace) -> int:

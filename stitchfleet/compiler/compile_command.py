@@ -1,18 +1,21 @@
 """What `stitchfleet compile FILE` does: load, run the pipeline, print, optionally evaluate.
 
 Input: the file path (or, from the CLI's GraphDef path through the TF frontend, a
-`Graph`), report format, device and the two settings the CLI read (remote stitch
-budget, dump directory). Output: text on stdout/stderr and an exit
-status (0 ok, 1 a check failed, 2 bad input). `reference` evaluates the graph on
-random inputs natively and in float64 and checks the outputs with the tolerance rule.
-`sim` evaluates the graph on random inputs, then runs every cluster's stitched kernels
-(planned for the h200 profile) on the sim backend with the cluster's inputs taken
-from that evaluation, and checks each cluster output against evaluate of the cluster.
+`Graph`), report format, device and the settings the CLI read (remote stitch budget,
+dump directory, and the kernel cache directory for `cpu`). Output: text on stdout/stderr
+and an exit status (0 ok, 1 a check failed, 2 bad input). `reference` evaluates the graph on random inputs natively
+and in float64 and checks the outputs with the tolerance rule. `sim` and `cpu` evaluate
+the graph on random inputs, then run every cluster's stitched code (planned for the
+h200 profile) on that backend (the kernel IR on the sim; C + OpenMP compiled with the
+system C compiler for `cpu`) with the cluster's inputs taken from that evaluation, and
+check each cluster output against evaluate of the cluster.
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ from stitchfleet.compiler.report import format_table
 from stitchfleet.compiler.tolerance import check, check_outputs
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
-DEVICES = ("reference", "sim")
+DEVICES = ("reference", "sim", "cpu")
 GRAPHDEF_SUFFIXES = (".pb", ".pbtxt")
 
 
@@ -71,7 +74,15 @@ def check_device(device: str | None) -> int | None:
     return None
 
 
-def run_graph(graph: ir.Graph, report_format: str, device: str | None, remote_budget: int, dump_dir: str | None) -> int:
+def run_graph(
+    graph: ir.Graph,
+    report_format: str,
+    device: str | None,
+    remote_budget: int,
+    dump_dir: str | None,
+    *,
+    cache_dir: Path | None = None,
+) -> int:
     """Compiles a graph already in memory (from IR JSON or from the TF frontend) and prints the report."""
     bad_device = check_device(device)
     if bad_device is not None:
@@ -83,31 +94,38 @@ def run_graph(graph: ir.Graph, report_format: str, device: str | None, remote_bu
     print(
         report.dumps() if report_format == "json" else format_table(report), end="" if report_format != "json" else "\n"
     )
-    if device == "sim":
-        return _check_sim(art)
+    if device in ("sim", "cpu"):
+        return _check_clusters(art, _cpu_runner(cache_dir) if device == "cpu" else _sim_runner, device)
     return _check_reference(graph) if device == "reference" else EXIT_OK
 
 
-def run(path: str, report_format: str, device: str | None, remote_budget: int, dump_dir: str | None) -> int:
-    """`stitchfleet compile` on an IR JSON file."""
-    bad_device = check_device(device)
-    if bad_device is not None:
-        return bad_device
-    graph = load(path)
-    if isinstance(graph, int):
-        return graph
-    return run_graph(graph, report_format, device, remote_budget, dump_dir)
+Runner = Callable[[ir.Graph, StitchPlan, dict[str, Any]], dict[str, Any]]
 
 
-def _check_cluster(cluster: ir.Graph, plan: StitchPlan | Decision, values: list[Any]) -> int:
+def _sim_runner(cluster: ir.Graph, plan: StitchPlan, inputs: dict[str, Any]) -> dict[str, Any]:
+    return run_lowered(lower(cluster, plan), cluster, inputs)
+
+
+def _cpu_runner(cache_dir: Path | None) -> Runner:
+    from stitchfleet.compiler.runtime.cpu import compile_cluster
+
+    where = cache_dir if cache_dir is not None else Path(tempfile.mkdtemp(prefix="stitchfleet-cpu-"))
+
+    def run_cpu(cluster: ir.Graph, plan: StitchPlan, inputs: dict[str, Any]) -> dict[str, Any]:
+        return compile_cluster(cluster, where, plan)(inputs)
+
+    return run_cpu
+
+
+def _check_cluster(cluster: ir.Graph, plan: StitchPlan | Decision, values: list[Any], runner: Runner) -> int:
     if isinstance(plan, Decision):
         print(f"  cluster {cluster.metadata['cluster']}: {plan.reason}")
         return EXIT_OK
     sources = cluster.metadata.get_ints("source_inputs")
     inputs = {str(p.attrs["name"]): values[s] for p, s in zip(cluster.parameters, sources, strict=True)}
     try:
-        got = run_lowered(lower(cluster, plan), cluster, inputs)
-    except NotImplementedError as err:
+        got = runner(cluster, plan, inputs)
+    except (NotImplementedError, RuntimeError) as err:
         print(f"  cluster {plan.cluster}: not lowered: {err}")
         return EXIT_MISMATCH
     verdicts = check_outputs(got, evaluate(cluster, inputs), evaluate(cluster, inputs, "float64"))
@@ -120,11 +138,31 @@ def _check_cluster(cluster: ir.Graph, plan: StitchPlan | Decision, values: list[
     return status
 
 
-def _check_sim(art: Artifacts) -> int:
+def _check_clusters(art: Artifacts, runner: Runner, device: str) -> int:
     try:
         values = evaluate_nodes(art.graph, random_inputs(art.graph, seed=0))
     except EvaluationError as err:
         return _fail(f"reference evaluation failed: {err}")
-    print("stitched kernels on the sim vs evaluate, per cluster, on random inputs:")
-    results = [_check_cluster(g, p, values) for g, p in zip(art.cluster_graphs, art.stitch, strict=True)]
+    what = "kernels on the sim" if device == "sim" else "C + OpenMP code on this CPU"
+    print(f"stitched {what} vs evaluate, per cluster, on random inputs:")
+    results = [_check_cluster(g, p, values, runner) for g, p in zip(art.cluster_graphs, art.stitch, strict=True)]
     return max(results, default=EXIT_OK)
+
+
+def run(
+    path: str,
+    report_format: str,
+    device: str | None,
+    remote_budget: int,
+    dump_dir: str | None,
+    *,
+    cache_dir: Path | None = None,
+) -> int:
+    """`stitchfleet compile` on an IR JSON file."""
+    bad_device = check_device(device)
+    if bad_device is not None:
+        return bad_device
+    graph = load(path)
+    if isinstance(graph, int):
+        return graph
+    return run_graph(graph, report_format, device, remote_budget, dump_dir, cache_dir=cache_dir)

@@ -1,0 +1,222 @@
+"""The cpu backend: a cluster graph -> stitch plan -> C + OpenMP -> shared object -> ctypes call.
+
+Input: a cluster `Graph` (plus, optionally, its `StitchPlan`) and `CpuOptions` (cache
+directory, fast-math, portable code). Output: `CpuExecutable`, a callable taking numpy
+arrays by the cluster's parameter names and returning arrays by its output names.
+
+- Compilation: the system C compiler (`cc`, or `CpuOptions.compiler`) with -O3 -fopenmp
+  -fwrapv (integer overflow wraps, as numpy's does) -ffp-contract=off (no fused
+  multiply-add: IEEE results op by op, like numpy) and -fno-math-errno (errno only;
+  lets sqrt inline). Fast-math is off unless asked for.
+- -march=native by default: stitched code is memory-bound, but f16 conversions and the
+  16-lane reductions gain from AVX2/F16C. Because a cache directory may be shared by
+  machines with different CPUs, the cache key then includes this CPU's model and flag
+  line from /proc/cpuinfo; `portable=True` drops -march=native and the CPU from the key.
+- Cache: content-addressed shared objects (key = sha256 of source, compiler version,
+  flags, CPU) written with temp file + atomic rename (`cubin_cache`), so concurrent
+  processes never load a partial file; a process loads each object once.
+- Calls: inputs are used in place when already contiguous with the right dtype
+  (pointers via `arr.ctypes.data`, no copies); outputs are fresh numpy arrays the C code
+  fills. ctypes releases the GIL during the call; an executable holds no per-call state,
+  so threads may call it concurrently.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import shlex
+import subprocess
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from stitchfleet.compiler.cpu.source import CSource, Param, cluster_source
+from stitchfleet.compiler.ir import Graph, fingerprint
+from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
+from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
+
+Array = npt.NDArray[Any]
+BASE_FLAGS = ("-O3", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-ffp-contract=off", "-fno-math-errno")
+COMPILE_TIMEOUT_S = 300
+
+
+class CpuCompileError(RuntimeError):
+    """The C compiler is missing or rejected the generated source (its message included)."""
+
+
+class CpuInputError(ValueError):
+    """An input is missing, unexpected, or of the wrong shape or dtype."""
+
+
+@dataclass(frozen=True)
+class CpuOptions:
+    cache_dir: Path
+    fast_math: bool = False
+    portable: bool = False
+    compiler: str = "cc"
+    plan: PlanOptions = field(default_factory=PlanOptions)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        extra = () if self.portable else ("-march=native",)
+        return (*BASE_FLAGS, *extra, *(("-ffast-math",) if self.fast_math else ()))
+
+
+def _cpu_description() -> str:
+    """Model name and ISA flags of this CPU (what -march=native compiles for)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown cpu"
+    wanted = [line for line in text.splitlines() if line.startswith(("model name", "flags"))]
+    return "\n".join(dict.fromkeys(wanted))
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (for labelling figures)."""
+    for line in _cpu_description().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown cpu"
+
+
+_VERSIONS: dict[str, str] = {}
+_VERSIONS_LOCK = threading.Lock()
+
+
+def compiler_version(compiler: str) -> str:
+    """`cc --version`'s first line (cached per process); CpuCompileError when there is no compiler."""
+    with _VERSIONS_LOCK:
+        if compiler not in _VERSIONS:
+            try:
+                done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30, check=True)
+            except (OSError, subprocess.SubprocessError) as err:
+                raise CpuCompileError(f"C compiler {compiler!r} is not usable: {err}") from None
+            _VERSIONS[compiler] = done.stdout.splitlines()[0] if done.stdout else "unknown"
+        return _VERSIONS[compiler]
+
+
+def _build(source: CSource, options: CpuOptions) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="stitchfleet-cc-") as tmp:
+        c_file, so_file = Path(tmp) / "cluster.c", Path(tmp) / "cluster.so"
+        c_file.write_text(source.text)
+        argv = [options.compiler, *options.flags, str(c_file), "-o", str(so_file), "-lm"]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError) as err:
+            raise CpuCompileError(f"{shlex.join(argv)}: {err}") from None
+        if done.returncode != 0:
+            raise CpuCompileError(f"{shlex.join(argv)} failed:\n{done.stderr[-4000:]}")
+        return so_file.read_bytes()
+
+
+def library_key(source: CSource, options: CpuOptions) -> str:
+    machine = "portable" if options.portable else _cpu_description()
+    versions = {"cc": compiler_version(options.compiler)}
+    return cache_key(source.text, hashlib.sha256(machine.encode()).hexdigest(), versions, options.flags)
+
+
+_LOADED: dict[Path, ctypes.CDLL] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def load_library(source: CSource, options: CpuOptions) -> tuple[ctypes.CDLL, bool]:
+    """The compiled shared object (built on a cache miss) and whether it came from the cache."""
+    cache = CubinCache(Path(options.cache_dir) / "cpu", suffix="so")
+    key = library_key(source, options)
+    hit = cache.get(key) is not None
+    path = cache.path(key) if hit else cache.put(key, _build(source, options))
+    with _LOAD_LOCK:
+        if path not in _LOADED:
+            _LOADED[path] = ctypes.CDLL(str(path))
+        return _LOADED[path], hit
+
+
+def _prepare(param: Param, value: object) -> Array:
+    array = np.asarray(value)
+    expected = f"{param.dtype.value}{list(param.shape)}"
+    if array.dtype != param.dtype.numpy:
+        raise CpuInputError(f"input {param.name!r}: dtype {array.dtype} does not match the parameter's {expected}")
+    if array.shape != param.shape:
+        raise CpuInputError(
+            f"input {param.name!r}: shape {list(array.shape)} does not match the parameter's {expected}"
+        )
+    return np.ascontiguousarray(array)
+
+
+class CpuExecutable:
+    """A compiled cluster: `__call__(inputs by parameter name) -> outputs by output name`."""
+
+    def __init__(self, graph: Graph, plan: StitchPlan, source: CSource, library: ctypes.CDLL, cached: bool) -> None:
+        self.graph, self.plan, self.source, self.cached = graph, plan, source, cached
+        self._fn = getattr(library, source.function)
+        self._fn.restype = ctypes.c_int
+        self._fn.argtypes = [ctypes.c_void_p] * len(source.params)
+        self._inputs = [p for p in source.params if not p.output]
+        self._outputs = [p for p in source.params if p.output]
+        self._passthrough = {
+            name: str(graph.node(node_id).attrs["name"])
+            for name, node_id in graph.outputs
+            if graph.node(node_id).op.value == "PARAMETER"
+        }
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self._inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self._outputs)
+
+    def _check_names(self, inputs: Mapping[str, object]) -> None:
+        missing = sorted(set(self.input_names) - set(inputs))
+        if missing:
+            raise CpuInputError(f"missing input(s): {', '.join(missing)}")
+        extra = sorted(set(inputs) - set(self.input_names))
+        if extra:
+            raise CpuInputError(f"unexpected input(s): {', '.join(extra)} (parameters: {', '.join(self.input_names)})")
+
+    def __call__(self, inputs: Mapping[str, object]) -> dict[str, Array]:
+        self._check_names(inputs)
+        arrays = [_prepare(p, inputs[p.name]) for p in self._inputs]
+        results = {p.name: np.empty(p.shape, p.dtype.numpy) for p in self._outputs}
+        pointers = [a.ctypes.data for a in arrays] + [results[p.name].ctypes.data for p in self._outputs]
+        if self._fn(*pointers) != 0:
+            raise MemoryError(f"cluster {self.plan.cluster}: the C code could not allocate its scratch buffers")
+        given = dict(zip(self.input_names, arrays, strict=True))
+        for name, param in self._passthrough.items():
+            results[name] = given[param].copy()
+        return results
+
+
+class CpuBackend:
+    """Compiles cluster graphs for this CPU.
+
+    Unlike the sim and cuda backends (`base.Backend.compile(program)` on SIMT kernels),
+    it starts from the cluster graph and its plan: CPU code from a plan keeps a task in
+    one thread with reductions in registers, where translating SIMT kernels (barriers,
+    shuffles) would simulate threads one by one.
+    """
+
+    name = "cpu"
+
+    def __init__(self, options: CpuOptions) -> None:
+        self.options = options
+
+    def compile_graph(self, graph: Graph, plan: StitchPlan | None = None) -> CpuExecutable:
+        chosen = plan if plan is not None else plan_cluster(graph, 0, self.options.plan)
+        source = cluster_source(graph, chosen, f"stitch_{fingerprint(graph)[:16]}")
+        library, cached = load_library(source, self.options)
+        return CpuExecutable(graph, chosen, source, library, cached)
+
+
+def compile_cluster(graph: Graph, cache_dir: Path, plan: StitchPlan | None = None, **options: Any) -> CpuExecutable:
+    """One-call form for the plugin: compile (or load from the cache) a cluster graph."""
+    return CpuBackend(CpuOptions(cache_dir=cache_dir, **options)).compile_graph(graph, plan)
