@@ -3,22 +3,21 @@
 Input: a `Fault` (what to corrupt, in which cluster, on which rank) handed to the hook's
 constructor; never read from the environment by library code. Output: a corrupted cluster
 graph (the IR the backend compiles: a wrong constant, a dropped term) or corrupted backend
-outputs (an off-by-one index, a NaN). The fp64 reference always uses the real graph.
+outputs (an off-by-one index, a NaN) or a backend that raises. The fp64 reference always uses the real graph.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from stitchfleet.compiler.ir import Attrs, Graph, Node, Op
 
-Kind = Literal["constant", "drop_term", "off_by_one", "nan"]
-KINDS: tuple[str, ...] = ("constant", "drop_term", "off_by_one", "nan")
+KINDS: tuple[str, ...] = ("constant", "drop_term", "off_by_one", "nan", "raise")
 Array = npt.NDArray[Any]
 
 
@@ -51,6 +50,8 @@ class Fault:
 
     def corrupt_outputs(self, outputs: dict[str, Array]) -> dict[str, Array]:
         """The backend's results as a buggy kernel would return them."""
+        if self.kind == "raise":
+            raise RuntimeError("injected backend failure")
         if self.kind not in ("off_by_one", "nan"):
             return outputs
         name = _first_float(outputs)

@@ -40,7 +40,12 @@ class Installed:
 @dataclass
 class Rewired:
     switches: Any
-    clusters: list[Installed]
+    clusters: list[Installed | str]
+    replaced: dict[str, Any]
+
+    def current(self, tensor: Any) -> Any:
+        """The tensor that now carries `tensor`'s value (its switched output if a cluster produced it)."""
+        return self.replaced.get(tensor.name, tensor)
 
 
 def _tensor_name(text: str) -> str:
@@ -117,10 +122,23 @@ def _install(site: Site, kernel: Kernel, switch: Any, replaced: dict[str, Any]) 
 
 
 def rewire(graph: Any, sites: Sequence[Site], kernels: Sequence[Kernel]) -> Rewired:
-    """Installs every site (see the module docstring); the graph must not be finalized."""
+    """Installs every site (see the module docstring); the graph must not be finalized.
+
+    A site whose cond cannot be built is left as it was (its entry in `clusters` is the
+    error text) before anything of it is rerouted; the others are installed.
+    """
     with graph.as_default(), tf.name_scope(SCOPE):
         default = np.zeros(len(sites), dtype=bool)
         switches = tf.compat.v1.placeholder_with_default(default, [len(sites)], name="switches")
         replaced: dict[str, Any] = {}
-        clusters = [_install(s, k, switches[i], replaced) for i, (s, k) in enumerate(zip(sites, kernels, strict=True))]
-    return Rewired(switches, clusters)
+        clusters: list[Installed | str] = []
+        for i, (site, kernel) in enumerate(zip(sites, kernels, strict=True)):
+            try:
+                clusters.append(_install(site, kernel, switches[i], replaced))
+            except (ValueError, TypeError, KeyError, tf.errors.OpError) as err:
+                clusters.append(f"graph rewrite failed: {type(err).__name__}: {err}")
+    for done in clusters:
+        if isinstance(done, Installed):
+            # A later site may have rerouted this one's inputs: check the values its cond reads.
+            done.inputs = [replaced.get(t.name, t) for t in done.site.inputs]
+    return Rewired(switches, clusters, replaced)
