@@ -39,15 +39,15 @@ def _with_hook(hooks: Any) -> list[Any]:
 
 def _wrap(init: Any) -> Any:
     @functools.wraps(init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def init_with_hook(self: Any, *args: Any, **kwargs: Any) -> None:
         try:
             kwargs["hooks"] = _with_hook(kwargs.get("hooks"))
         except Exception as err:  # never fail the session: run it without the hook
             log.warning("stitchfleet: could not attach the hook: %s", err)
         init(self, *args, **kwargs)
 
-    setattr(__init__, PATCHED, True)
-    return __init__
+    setattr(init_with_hook, PATCHED, True)
+    return init_with_hook
 
 
 def patch(module: ModuleType) -> None:

@@ -80,12 +80,9 @@ def _replace(graph: Graph, node: Node) -> Graph:
 def _wrong_constant(graph: Graph) -> Node:
     for node in graph.nodes:
         if node.op is Op.CONSTANT and node.dtype.is_float:
-            value = node.attrs.get("value")
-            if isinstance(value, tuple):
-                wrong: object = tuple(float(v) * 1.5 + 0.25 for v in value)
-            else:
-                wrong = float(value) * 1.5 + 0.25  # type: ignore[arg-type]
-            return dataclasses.replace(node, attrs=Attrs(**{**dict(node.attrs), "value": wrong}))
+            values = np.asarray(node.attrs.get("value"), dtype=np.float64) * 1.5 + 0.25
+            wrong = tuple(values.tolist()) if values.ndim else float(values)
+            return dataclasses.replace(node, attrs=Attrs({**dict(node.attrs), "value": wrong}))
     raise FaultError("the cluster has no floating-point constant to corrupt")
 
 

@@ -44,7 +44,9 @@ class Finding:
         return self.compiled_error / self.allowed
 
 
-def judge(graph: Graph, inputs: Sequence[Any], original: Sequence[Any], stitched: Sequence[Any], factor: float) -> Finding:
+def judge(
+    graph: Graph, inputs: Sequence[Any], original: Sequence[Any], stitched: Sequence[Any], factor: float
+) -> Finding:
     """The worst output of the cluster on this step (see the module docstring)."""
     names = [str(p.attrs["name"]) for p in graph.parameters]
     outputs = [name for name, _ in graph.outputs]
@@ -55,7 +57,10 @@ def judge(graph: Graph, inputs: Sequence[Any], original: Sequence[Any], stitched
         for name, got, want in zip(outputs, stitched, original, strict=True)
     }
     bound = _reduction_length(graph)
-    verdicts = {n: _summation_allowance(v, np.asarray(s).dtype, bound, factor) for (n, v), s in zip(verdicts.items(), stitched)}
+    verdicts = {
+        n: _summation_allowance(v, np.asarray(s).dtype, bound, factor)
+        for (n, v), s in zip(verdicts.items(), stitched, strict=True)
+    }
     name, worst = max(verdicts.items(), key=lambda item: (not item[1].ok, item[1].compiled_error))
     return Finding(worst.ok, name, worst.compiled_error, worst.allowed, worst.reason)
 

@@ -136,7 +136,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._adopt(rewired, clusters)
         self.controller = Controller([c for c, _ in self.installed], Timing.from_settings(current), self.ledger)
         self.controller.size = self.consensus.size
-        self.controller.pending.update({k: "reverted by an earlier job" for k, (c, _) in enumerate(self.installed) if not c.enabled})
+        self.controller.pending.update(
+            {k: "reverted by an earlier job" for k, (c, _) in enumerate(self.installed) if not c.enabled}
+        )
         self.consensus.build(graph, self.controller.length)
         self.switches = rewired.switches
         self.loss_tensor = self._find_loss(graph, rewired)
@@ -153,7 +155,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def _off(self, index: int, fingerprint: str, reason: str) -> None:
         self.off[index] = reason
-        self._event("compile_failure", fingerprint, reason.split(":")[0], reason)
+        self._event("compile_failure", fingerprint, reason.split(":", maxsplit=1)[0], reason)
 
     def _event(self, kind: str, fingerprint: str | None, reason: str, detail: str) -> None:
         if self.ledger is not None:
@@ -184,7 +186,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._checking = controller.checks(self.step)
         if self._checking:
             fetches["checks"] = {
-                k: (done.inputs, done.original, done.switched) for k, (c, done) in enumerate(self.installed) if c.enabled
+                k: (done.inputs, done.original, done.switched)
+                for k, (c, done) in enumerate(self.installed)
+                if c.enabled
             }
         self._started = time.perf_counter()
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
@@ -208,7 +212,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if loss is not None and not math.isfinite(float(loss)) and controller.mode(self.step) == "stitched":
             controller.loss_bad = True
         for k, (inputs, original, stitched) in results.get("checks", {}).items():
-            cluster, done = self.installed[k]
+            _, done = self.installed[k]
             finding = judge(done.site.graph, inputs, original, stitched, self.settings.tolerance_factor)
             controller.checked(self.step, k, finding)
         controller.decide(self.step, self.consensus.result(self._local, results))

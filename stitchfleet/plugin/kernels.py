@@ -93,7 +93,9 @@ class ClusterKernel:
             got = self._run(inputs)
             if self.fault is not None:
                 got = self.fault.corrupt_outputs(got)
-            values = tuple(np.asarray(got[n]).astype(d, copy=False) for n, d in zip(self.outputs, self.dtypes))
+            values = tuple(
+                np.asarray(got[n]).astype(d, copy=False) for n, d in zip(self.outputs, self.dtypes, strict=True)
+            )
         except Exception as err:  # a backend failure must not reach TensorFlow
             log.warning("stitchfleet: cluster %s backend failed: %s", self.graph.metadata.get("cluster"), err)
             return self._fallback(inputs, f"backend error: {type(err).__name__}")
@@ -103,7 +105,9 @@ class ClusterKernel:
 
     def _native(self, inputs: Mapping[str, Array]) -> tuple[Array, ...]:
         native = evaluate(self.graph, inputs)
-        return tuple(np.asarray(native[n]).astype(d, copy=False) for n, d in zip(self.outputs, self.dtypes))
+        return tuple(
+            np.asarray(native[n]).astype(d, copy=False) for n, d in zip(self.outputs, self.dtypes, strict=True)
+        )
 
     def _fallback(self, inputs: Mapping[str, Array], reason: str) -> tuple[Array, ...]:
         self.bad = self.bad or reason

@@ -68,7 +68,9 @@ def _clone(site: Site, inputs: Sequence[Any]) -> list[Any]:
     for op in site.internal:
         node = graph_def.node.add()
         node.CopyFrom(op.node_def)
-        kept = [feeds[_tensor_name(n)][0] if _tensor_name(n) in feeds else n for n in node.input if not n.startswith("^")]
+        kept = [
+            feeds[_tensor_name(n)][0] if _tensor_name(n) in feeds else n for n in node.input if not n.startswith("^")
+        ]
         del node.input[:]
         node.input.extend(kept)
         if "_class" in node.attr:

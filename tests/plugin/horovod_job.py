@@ -18,7 +18,9 @@ from tests.plugin.hook_harness import make_settings, train
 hvd.init()
 tmp = Path(sys.argv[1])
 current = make_settings(tmp / f"rank{hvd.rank()}", "horovod-job", STITCHFLEET_FLUSH_SECONDS="30")
-hook = StitchHook(current, backend="cpu", fault=Fault("constant", cluster=5, rank=1), db_url=f"sqlite:///{tmp / 'db.sqlite'}")
+hook = StitchHook(
+    current, backend="cpu", fault=Fault("constant", cluster=5, rank=1), db_url=f"sqlite:///{tmp / 'db.sqlite'}"
+)
 run = train(16, hook)
 assert hook.controller is not None
 cluster = next(c for c in hook.controller.clusters if c.index == 5)

@@ -49,7 +49,7 @@ def test_corrupted_kernel_is_reverted_within_k_steps(tmp_path: Path, kind: str) 
 def test_reverted_fingerprint_starts_off_in_a_later_job(tmp_path: Path) -> None:
     first, _ = hooked(tmp_path, "first", Fault("constant", cluster=5))
     train(12, first)
-    later, url = hooked(tmp_path, "later")
+    later, _ = hooked(tmp_path, "later")
     train(8, later)
     assert later.controller is not None
     cluster = next(c for c in later.controller.clusters if c.index == 5)

@@ -21,7 +21,17 @@ pytestmark = [pytest.mark.horovod, pytest.mark.tf, pytest.mark.slow]
 def test_one_corrupted_rank_reverts_both_ranks_at_the_same_step(tmp_path: Path) -> None:
     horovodrun = shutil.which("horovodrun") or str(Path(sys.executable).with_name("horovodrun"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    command = [horovodrun, "-np", "2", "-H", "localhost:2", sys.executable, "-m", "tests.plugin.horovod_job", str(tmp_path)]
+    command = [
+        horovodrun,
+        "-np",
+        "2",
+        "-H",
+        "localhost:2",
+        sys.executable,
+        "-m",
+        "tests.plugin.horovod_job",
+        str(tmp_path),
+    ]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = re.findall(r"rank (\d) reverted_at (\S+) fingerprint (\S+) losses (\d+)", done.stdout)
