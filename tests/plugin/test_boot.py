@@ -44,3 +44,12 @@ def test_enabled_job_gets_the_hook_without_code_changes(tmp_path: Path) -> None:
     on = [float(v) for v in out["losses"].split()]
     off = [float(v) for v in plain["losses"].split()]
     assert on == pytest.approx(off, rel=1e-4)
+
+
+@pytest.mark.tf
+def test_plugin_package_exposes_the_hook_lazily() -> None:
+    code = (
+        "import sys, stitchfleet.plugin as p; assert 'tensorflow' not in sys.modules;"
+        " assert p.StitchHook.__name__ == 'StitchHook'"
+    )
+    subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, timeout=120)
