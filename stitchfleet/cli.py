@@ -178,9 +178,20 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("demo", help="train a small model with the plugin on and print the savings report")
-    parser.set_defaults(
-        handler=_not_yet("demo", "TensorFlow plugin: per-job auto-enable, graph rewrite, fallback guard")
-    )
+    parser.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
+    parser.add_argument("--every", type=int, default=20, help="a progress line every N steps (default 20)")
+    parser.add_argument("--dir", default="stitchfleet-demo", help="where each run's directory is made")
+    parser.add_argument("--backend", default="cpu", choices=("cpu", "sim"), help="kernel backend (default cpu)")
+    parser.set_defaults(handler=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.steps < 1 or args.every < 1:
+        print("stitchfleet demo: --steps and --every must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    from stitchfleet.plugin import demo
+
+    return demo.run(args)
 
 
 def _install_shim(args: argparse.Namespace) -> int:

@@ -122,8 +122,8 @@ def test_enabled_job_imports_the_plugin_boot(tmp_path: Path, opt: Path) -> None:
     assert "PLUGIN BOOTED" not in off.stdout + unset.stdout
 
 
-def test_without_the_plugin_boot_module_the_shim_is_silent(tmp_path: Path, opt: Path) -> None:
-    assert not (opt / "stitchfleet" / "plugin" / "boot.py").exists()
+def test_with_the_real_plugin_boot_module_the_shim_is_silent(tmp_path: Path, opt: Path) -> None:
+    assert (opt / "stitchfleet" / "plugin" / "boot.py").exists()
     result = python(tmp_path, opt / "shim", STITCHFLEET_ENABLED="1")
     assert result.returncode == 0
     assert "DONE" in result.stdout

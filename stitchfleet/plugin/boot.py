@@ -1,0 +1,97 @@
+"""Auto-attach: with STITCHFLEET_ENABLED=1 every MonitoredSession of the job gets a StitchHook.
+
+Input: the settings (the boot shim imports this module only when enabled; a direct import
+checks again). Output: side effects only: `MonitoredSession` and `SingularMonitoredSession`
+(and so `MonitoredTrainingSession`, which builds a MonitoredSession with its `hooks`) append
+a `StitchHook` to their hooks unless one is already there. TensorFlow is not imported here:
+if it is not loaded yet, an import hook patches `tensorflow.python.training.monitored_session`
+right after TensorFlow itself loads it, so a job that never uses TF pays nothing. Every step
+is guarded: a failure prints one warning and leaves the job as it was.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import logging
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from stitchfleet import settings
+
+log = logging.getLogger("stitchfleet.plugin")
+TARGET = "tensorflow.python.training.monitored_session"
+SESSION_CLASSES = ("MonitoredSession", "SingularMonitoredSession")
+PATCHED = "_stitchfleet_patched"
+
+
+def _with_hook(hooks: Any) -> list[Any]:
+    from stitchfleet.plugin.hook import StitchHook
+
+    chosen = list(hooks or [])
+    if not any(isinstance(h, StitchHook) for h in chosen):
+        chosen.append(StitchHook())
+    return chosen
+
+
+def _wrap(init: Any) -> Any:
+    @functools.wraps(init)
+    def init_with_hook(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            kwargs["hooks"] = _with_hook(kwargs.get("hooks"))
+        except Exception as err:  # never fail the session: run it without the hook
+            log.warning("stitchfleet: could not attach the hook: %s", err)
+        init(self, *args, **kwargs)
+
+    setattr(init_with_hook, PATCHED, True)
+    return init_with_hook
+
+
+def patch(module: ModuleType) -> None:
+    """Wraps the session classes' constructors in `module` (idempotent)."""
+    for name in SESSION_CLASSES:
+        cls = getattr(module, name, None)
+        if cls is not None and not getattr(cls.__init__, PATCHED, False):
+            cls.__init__ = _wrap(cls.__init__)
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patches TARGET right after it is executed, whoever imports it."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
+        if fullname != TARGET:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        run = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run(module)
+            try:
+                patch(module)
+            except Exception as err:
+                log.warning("stitchfleet: could not patch %s: %s", TARGET, err)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> bool:
+    """Patches now if TF's session module is loaded, else on its import; False when disabled."""
+    if not settings.current().enabled:
+        return False
+    if TARGET in sys.modules:
+        patch(sys.modules[TARGET])
+    elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
+    return True
+
+
+try:
+    install()
+except Exception as error:  # importing this module must never break the interpreter
+    print(f"stitchfleet: plugin boot failed, continuing without it: {error}", file=sys.stderr)

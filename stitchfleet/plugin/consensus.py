@@ -1,0 +1,62 @@
+"""Agreement between ranks: each decision step's local figures, summed over all ranks.
+
+Input: the graph (in `begin`) and, per step, this rank's vector of figures (bad flags per
+cluster, fault and loss flags, step-time medians). Output: the vector summed over ranks,
+which every rank then turns into the same switch decisions. With Horovod initialised and
+more than one rank, the sum is an `hvd.allreduce` op in the graph, fed and fetched in
+every step: every rank runs it at every step, so no rank ever waits for a decision the
+others do not take. Without Horovod the local vector is the sum.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from stitchfleet import settings as settings_module
+
+Vector = npt.NDArray[np.float64]
+
+
+def _horovod() -> Any:
+    """horovod.tensorflow when the job imported and initialised it with several ranks, else None."""
+    hvd = sys.modules.get("horovod.tensorflow")
+    if hvd is None:
+        return None
+    try:
+        return hvd if hvd.is_initialized() and hvd.size() > 1 else None
+    except Exception:  # an uninitialised Horovod raises rather than answering
+        return None
+
+
+class Consensus:
+    def __init__(self, current: settings_module.Settings) -> None:
+        self.hvd = _horovod()
+        self.rank = int(self.hvd.rank()) if self.hvd is not None else current.rank
+        self.size = int(self.hvd.size()) if self.hvd is not None else current.world_size
+        self.feed: Any = None
+        self.summed: Any = None
+
+    def build(self, graph: Any, length: int) -> None:
+        """Adds the allreduce of a `length` vector to the graph (Horovod only)."""
+        if self.hvd is None:
+            return
+        import tensorflow as tf
+
+        with graph.as_default(), tf.name_scope("stitchfleet"):
+            self.feed = tf.compat.v1.placeholder(tf.float64, [length], name="consensus_in")
+            self.summed = self.hvd.allreduce(self.feed, op=self.hvd.Sum, name="stitchfleet_consensus")
+
+    def args(self, local: Vector) -> tuple[dict[Any, Any], dict[str, Any]]:
+        """(feeds, fetches) to add to a step."""
+        if self.summed is None:
+            return {}, {}
+        return {self.feed: local}, {"consensus": self.summed}
+
+    def result(self, local: Vector, fetched: dict[str, Any]) -> Vector:
+        if self.summed is None:
+            return local
+        return np.asarray(fetched["consensus"], dtype=np.float64)

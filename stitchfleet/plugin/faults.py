@@ -1,0 +1,96 @@
+"""Test-only fault injection: a deliberately corrupted kernel, to prove the guard catches it.
+
+Input: a `Fault` (what to corrupt, in which cluster, on which rank) handed to the hook's
+constructor; never read from the environment by library code. Output: a corrupted cluster
+graph (the IR the backend compiles: a wrong constant, a dropped term) or corrupted backend
+outputs (an off-by-one index, a NaN) or a backend that raises. The fp64 reference always uses the real graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from stitchfleet.compiler.ir import Attrs, Graph, Node, Op
+
+KINDS: tuple[str, ...] = ("constant", "drop_term", "off_by_one", "nan", "raise")
+Array = npt.NDArray[Any]
+
+
+class FaultError(ValueError):
+    """The fault cannot be applied to this cluster (no constant, no addition to drop...)."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Corrupts cluster `cluster` (index in the compile report) on `rank` (None: every rank)."""
+
+    kind: str
+    cluster: int
+    rank: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise FaultError(f"fault kind {self.kind!r}: expected one of {', '.join(KINDS)}")
+
+    def applies(self, cluster: int, rank: int) -> bool:
+        return cluster == self.cluster and self.rank in (None, rank)
+
+    def corrupt_graph(self, graph: Graph) -> Graph:
+        """The graph the backend compiles; unchanged for output-level faults."""
+        if self.kind == "constant":
+            return _replace(graph, _wrong_constant(graph))
+        if self.kind == "drop_term":
+            return _replace(graph, _dropped_term(graph))
+        return graph
+
+    def corrupt_outputs(self, outputs: dict[str, Array]) -> dict[str, Array]:
+        """The backend's results as a buggy kernel would return them."""
+        if self.kind == "raise":
+            raise RuntimeError("injected backend failure")
+        if self.kind not in ("off_by_one", "nan"):
+            return outputs
+        name = _first_float(outputs)
+        value = np.array(outputs[name])
+        flat = value.reshape(-1)
+        if self.kind == "nan":
+            flat[0] = np.nan
+        else:
+            # Every element reads its neighbour's value: an index off by one.
+            flat[:] = np.roll(flat.copy(), 1)
+        return {**outputs, name: value}
+
+
+def _first_float(outputs: dict[str, Array]) -> str:
+    for name, value in outputs.items():
+        if np.issubdtype(np.asarray(value).dtype, np.floating) and np.asarray(value).size > 1:
+            return name
+    raise FaultError("no floating-point output with more than one element to corrupt")
+
+
+def _replace(graph: Graph, node: Node) -> Graph:
+    nodes = tuple(node if n.id == node.id else n for n in graph.nodes)
+    return dataclasses.replace(graph, nodes=nodes)
+
+
+def _wrong_constant(graph: Graph) -> Node:
+    for node in graph.nodes:
+        if node.op is Op.CONSTANT and node.dtype.is_float:
+            values = np.asarray(node.attrs.get("value"), dtype=np.float64) * 1.5 + 0.25
+            wrong = tuple(values.tolist()) if values.ndim else float(values)
+            return dataclasses.replace(node, attrs=Attrs({**dict(node.attrs), "value": wrong}))
+    raise FaultError("the cluster has no floating-point constant to corrupt")
+
+
+def _dropped_term(graph: Graph) -> Node:
+    for node in graph.nodes:
+        if node.op is Op.ADD and node.dtype.is_float:
+            kept = next((i for i in node.inputs if graph.node(i).shape == node.shape), None)
+            if kept is not None:
+                # max(a, a) == a: the sum's other term is gone, the graph keeps its structure.
+                return dataclasses.replace(node, op=Op.MAXIMUM, inputs=(kept, kept))
+    raise FaultError("the cluster has no floating-point addition whose term can be dropped")

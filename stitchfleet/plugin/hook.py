@@ -1,0 +1,230 @@
+"""`StitchHook`: the session hook that stitches a TF1 training graph, guards it and proves savings.
+
+Input: the default graph when the session is created (`begin`, before it is finalized),
+settings (backend, timing, guard, job identity, database) and, optionally, the loss
+tensor and a test-only `Fault`. Output: the rewired graph (see `rewrite`), the switch
+vector and check fetches added to each step, telemetry rows and metrics. Every entry
+point is guarded: an error in `begin` leaves the graph's stitching off (nothing of a
+failed cluster is rerouted) and records why; an error in a step reverts stitching for
+the job at the next decision. The user's job never fails because of this hook.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from stitchfleet import settings as settings_module
+from stitchfleet.compiler.decision import Decision
+from stitchfleet.compiler.pipeline import Options, compile_graph
+from stitchfleet.plugin.consensus import Consensus
+from stitchfleet.plugin.controller import Cluster, Controller
+from stitchfleet.plugin.faults import Fault
+from stitchfleet.plugin.frontend.converter import convert
+from stitchfleet.plugin.guard import judge
+from stitchfleet.plugin.kernels import ClusterKernel, resolve_backend
+from stitchfleet.plugin.ledger import Ledger
+from stitchfleet.plugin.rewrite import Installed, Rewired, rewire
+from stitchfleet.plugin.schedule import Timing
+from stitchfleet.plugin.sites import Site, StepOps, UnmappableError, map_cluster
+
+log = logging.getLogger("stitchfleet.plugin")
+
+
+class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
+    def __init__(
+        self,
+        settings: settings_module.Settings | None = None,
+        *,
+        backend: str | None = None,
+        loss: Any = None,
+        fault: Fault | None = None,
+        db_url: str | None = None,
+    ) -> None:
+        self.settings = settings or settings_module.current()
+        self.backend = backend or self.settings.backend
+        self.loss, self.fault, self.db_url = loss, fault, db_url
+        self.active = False
+        self.step = 0
+        self.off: dict[int, str] = {}
+        self.installed: list[tuple[Cluster, Installed]] = []
+        self.controller: Controller | None = None
+        self.ledger: Ledger | None = None
+        self.consensus: Consensus | None = None
+        self._started = 0.0
+        self._checking = False
+        self._local = np.zeros(0)
+
+    # --- SessionRunHook -------------------------------------------------------------------
+
+    def begin(self) -> None:
+        try:
+            self._begin()
+        except Exception as err:  # never fail the job: stitching stays off
+            log.exception("stitchfleet: stitching is off for this job")
+            self.active = False
+            self._event("compile_failure", None, f"plugin setup failed: {type(err).__name__}", str(err))
+
+    def before_run(self, run_context: Any) -> Any:
+        if not self.active:
+            return None
+        try:
+            return self._before_run()
+        except Exception as err:
+            self._fault(err)
+            return self._consensus_only()
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if not self.active:
+            return
+        try:
+            self._after_run(run_values.results or {})
+        except Exception as err:
+            self._fault(err)
+        self.step += 1
+
+    def end(self, session: Any) -> None:
+        try:
+            if self.controller is not None:
+                self.controller.finish()
+        except Exception:
+            log.exception("stitchfleet: could not close the job's telemetry")
+        if self.ledger is not None:
+            self.ledger.close()
+
+    # --- begin ----------------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        current = self.settings
+        self.consensus = Consensus(current)
+        self.ledger = Ledger(current, self.consensus.rank, self.consensus.size, self.db_url)
+        self.ledger.started()
+        started = time.perf_counter()
+        graph = tf.compat.v1.get_default_graph()
+        conversion = convert(StepOps(graph), name=current.job_name or "graph")
+        dump = Path(current.dump_dir) if current.dump_dir else None
+        art = compile_graph(conversion.graph, Options(remote_budget=current.remote_stitch_budget, dump_dir=dump))
+        assert art.report is not None
+        backend = resolve_backend(self.backend)
+        known_bad = self.ledger.reverted()
+        sites: list[Site] = []
+        clusters: list[Cluster] = []
+        for i, (cg, plan, summary) in enumerate(zip(art.cluster_graphs, art.stitch, art.report.clusters, strict=True)):
+            fingerprint = summary.fingerprint
+            if isinstance(plan, Decision):
+                self._off(i, fingerprint, plan.reason)
+                continue
+            try:
+                site = map_cluster(graph, conversion, i, cg)
+                fault = self.fault if self.fault is not None and self.fault.applies(i, self.consensus.rank) else None
+                kernel = ClusterKernel(cg, plan, backend, current.cache_dir, fault)
+            except UnmappableError as err:
+                self._off(i, fingerprint, f"not mapped: {err}")
+                continue
+            except Exception as err:
+                self._off(i, fingerprint, f"{backend} compile failed: {type(err).__name__}: {err}")
+                continue
+            sites.append(site)
+            clusters.append(Cluster(i, fingerprint, kernel, len(cg.nodes), fingerprint not in known_bad))
+        rewired = rewire(graph, sites, [c.kernel for c in clusters])
+        self._adopt(rewired, clusters)
+        self.controller = Controller([c for c, _ in self.installed], Timing.from_settings(current), self.ledger)
+        self.controller.size = self.consensus.size
+        self.controller.pending.update(
+            {k: "reverted by an earlier job" for k, (c, _) in enumerate(self.installed) if not c.enabled}
+        )
+        self.consensus.build(graph, self.controller.length)
+        self.switches = rewired.switches
+        self.loss_tensor = self._find_loss(graph, rewired)
+        self.ledger.compiled(time.perf_counter() - started)
+        self.active = bool(self.installed)
+        log.info("stitchfleet: %d cluster(s) stitched, %d left off", len(self.installed), len(self.off))
+
+    def _adopt(self, rewired: Rewired, clusters: list[Cluster]) -> None:
+        for cluster, done in zip(clusters, rewired.clusters, strict=True):
+            if isinstance(done, str):
+                self._off(cluster.index, cluster.fingerprint, done)
+            else:
+                self.installed.append((cluster, done))
+
+    def _off(self, index: int, fingerprint: str, reason: str) -> None:
+        self.off[index] = reason
+        self._event("compile_failure", fingerprint, reason.split(":", maxsplit=1)[0], reason)
+
+    def _event(self, kind: str, fingerprint: str | None, reason: str, detail: str) -> None:
+        if self.ledger is not None:
+            self.ledger.event(kind, None, fingerprint, reason, detail=detail)
+
+    def _find_loss(self, graph: Any, rewired: Rewired) -> Any:
+        loss = self.loss
+        if loss is None:
+            losses = graph.get_collection(tf.compat.v1.GraphKeys.LOSSES)
+            loss = losses[-1] if losses else None
+        if loss is None:
+            try:
+                loss = graph.get_tensor_by_name("loss:0")
+            except KeyError:
+                return None
+        return rewired.current(loss)
+
+    # --- steps ----------------------------------------------------------------------------
+
+    def _before_run(self) -> Any:
+        assert self.controller is not None and self.consensus is not None
+        controller = self.controller
+        self._local = controller.local()
+        feeds, fetches = self.consensus.args(self._local)
+        feeds[self.switches] = controller.switches(self.step)
+        if self.loss_tensor is not None:
+            fetches["loss"] = self.loss_tensor
+        self._checking = controller.checks(self.step)
+        if self._checking:
+            fetches["checks"] = {
+                k: (done.inputs, done.original, done.switched)
+                for k, (c, done) in enumerate(self.installed)
+                if c.enabled
+            }
+        self._started = time.perf_counter()
+        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
+
+    def _consensus_only(self) -> Any:
+        """A step whose preparation failed still takes part in the consensus (no rank may wait)."""
+        if self.consensus is None or self.controller is None or self.consensus.summed is None:
+            return None
+        self._local = np.zeros(self.controller.length)
+        self._local[len(self.controller.clusters)] = 1.0
+        feeds, fetches = self.consensus.args(self._local)
+        self._checking = False
+        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
+
+    def _after_run(self, results: dict[str, Any]) -> None:
+        assert self.controller is not None and self.consensus is not None
+        seconds = time.perf_counter() - self._started
+        controller = self.controller
+        controller.timed(self.step, seconds, self._checking)
+        loss = results.get("loss")
+        if loss is not None and not math.isfinite(float(loss)) and controller.mode(self.step) == "stitched":
+            controller.loss_bad = True
+        for k, (inputs, original, stitched) in results.get("checks", {}).items():
+            _, done = self.installed[k]
+            finding = judge(done.site.graph, inputs, original, stitched, self.settings.tolerance_factor)
+            controller.checked(self.step, k, finding)
+        controller.decide(self.step, self.consensus.result(self._local, results))
+
+    def _fault(self, err: Exception) -> None:
+        log.exception("stitchfleet: plugin error at step %d; stitching reverts", self.step)
+        if self.controller is not None:
+            self.controller.fault = self.controller.fault or f"{type(err).__name__}: {err}"
+
+    # --- figures for tests and scripts ----------------------------------------------------
+
+    @property
+    def backend_calls(self) -> dict[int, int]:
+        """Backend runs per cluster index (the stitched path really executing)."""
+        return {c.index: c.kernel.calls for c, _ in self.installed}

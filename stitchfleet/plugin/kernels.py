@@ -1,0 +1,124 @@
+"""One stitched cluster as a numpy callable: the bridge's target inside `tf.numpy_function`.
+
+Input: a cluster graph (compiler artifact), its stitch plan, a backend name (`cpu`: C +
+OpenMP, `sim`: the kernel-IR interpreter; `auto` means `cpu`, the only backend a TF CPU
+job can call) and an optional test-only `Fault`. Output: `ClusterKernel`, called with the
+cluster's input arrays in parameter order, returning its outputs in output order. It
+never raises into TensorFlow: when the backend fails, or returns non-finite values where
+the unfused computation is finite, the call answers with the unfused numpy result for
+this one step (so the training step is not poisoned) and flags the cluster; the hook
+reverts flagged clusters at its next decision step.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from stitchfleet.compiler.evaluate import evaluate
+from stitchfleet.compiler.ir import Graph
+from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
+from stitchfleet.plugin.faults import Fault
+
+log = logging.getLogger("stitchfleet.plugin")
+Array = npt.NDArray[Any]
+Run = Callable[[Mapping[str, Any]], dict[str, Array]]
+
+
+class BackendUnavailableError(RuntimeError):
+    """The requested backend cannot run clusters in this process; the message says why."""
+
+
+def resolve_backend(name: str) -> str:
+    """The backend a TF job uses: `auto` -> `cpu` (a GPU bridge op does not exist yet)."""
+    if name == "auto":
+        return "cpu"
+    if name == "cuda":
+        raise BackendUnavailableError("the cuda bridge (a TF custom op on TF's stream) is not built yet")
+    if name not in ("cpu", "sim"):
+        raise BackendUnavailableError(f"unknown backend {name!r} (expected auto, cpu or sim)")
+    return name
+
+
+def compile_run(graph: Graph, plan: StitchPlan, backend: str, cache_dir: Path) -> Run:
+    """Compiles one cluster for `backend`; returns inputs-by-name -> outputs-by-name."""
+    if backend == "cpu":
+        from stitchfleet.compiler.runtime.cpu import compile_cluster
+
+        return compile_cluster(graph, cache_dir, plan)
+    from stitchfleet.compiler.lower import lower, run_lowered
+
+    lowered = lower(graph, plan)
+    return lambda inputs: run_lowered(lowered, graph, inputs)
+
+
+class ClusterKernel:
+    """See the module docstring. `calls` counts backend runs; `bad` holds why it must be reverted."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        plan: StitchPlan,
+        backend: str,
+        cache_dir: Path,
+        fault: Fault | None = None,
+    ) -> None:
+        self.graph = graph
+        self.names = tuple(str(p.attrs["name"]) for p in graph.parameters)
+        self.outputs = tuple(name for name, _ in graph.outputs)
+        self.dtypes = tuple(graph.node(i).dtype.numpy for _, i in graph.outputs)
+        self.fault = fault
+        compiled_graph, compiled_plan = graph, plan
+        if fault is not None:
+            compiled_graph = fault.corrupt_graph(graph)
+            if compiled_graph is not graph:
+                compiled_plan = plan_cluster(compiled_graph, plan.cluster, PlanOptions())
+        self._run = compile_run(compiled_graph, compiled_plan, backend, cache_dir)
+        self.calls = 0
+        self.fallbacks = 0
+        self.bad: str | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, *arrays: Array) -> tuple[Array, ...]:
+        inputs = dict(zip(self.names, arrays, strict=True))
+        with self._lock:
+            self.calls += 1
+        try:
+            got = self._run(inputs)
+            if self.fault is not None:
+                got = self.fault.corrupt_outputs(got)
+            values = tuple(
+                np.asarray(got[n]).astype(d, copy=False) for n, d in zip(self.outputs, self.dtypes, strict=True)
+            )
+        except Exception as err:  # a backend failure must not reach TensorFlow
+            log.warning("stitchfleet: cluster %s backend failed: %s", self.graph.metadata.get("cluster"), err)
+            return self._fallback(inputs, f"backend error: {type(err).__name__}")
+        if not all(np.isfinite(v).all() for v in values if np.issubdtype(v.dtype, np.floating)):
+            return self._nonfinite(inputs, values)
+        return values
+
+    def _native(self, inputs: Mapping[str, Array]) -> tuple[Array, ...]:
+        native = evaluate(self.graph, inputs)
+        return tuple(
+            np.asarray(native[n]).astype(d, copy=False) for n, d in zip(self.outputs, self.dtypes, strict=True)
+        )
+
+    def _fallback(self, inputs: Mapping[str, Array], reason: str) -> tuple[Array, ...]:
+        self.bad = self.bad or reason
+        self.fallbacks += 1
+        return self._native(inputs)
+
+    def _nonfinite(self, inputs: Mapping[str, Array], values: tuple[Array, ...]) -> tuple[Array, ...]:
+        native = self._native(inputs)
+        for got, want in zip(values, native, strict=True):
+            if np.issubdtype(got.dtype, np.floating) and (np.isfinite(want) & ~np.isfinite(got)).any():
+                self.bad = self.bad or "non-finite stitched output"
+                self.fallbacks += 1
+                return native
+        return values  # the unfused computation is non-finite too: not the kernel's fault

@@ -1,0 +1,102 @@
+"""The plugin's view of telemetry: one job rank's rows, recorded without ever failing the job.
+
+Input: the settings (job identity, database URL, metrics port), the rank and world size,
+and what the hook reports (compile results, windows, reverts, the end). Output: rows for
+the `Recorder` (database or spool, Prometheus metrics). Every method swallows and logs
+its own errors: telemetry must never stop training. `reverted()` reads the fleet's
+reverted cluster fingerprints with a bounded wait (a database that is down answers
+"none known" after `timeout` seconds).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from stitchfleet import settings as settings_module
+from stitchfleet.telemetry.rows import (
+    ClusterVerdict,
+    Event,
+    JobCompiled,
+    JobFinished,
+    JobKey,
+    JobStarted,
+    Row,
+    StepWindow,
+    new_job_uid,
+)
+
+log = logging.getLogger("stitchfleet.plugin")
+
+
+class Ledger:
+    def __init__(self, current: settings_module.Settings, rank: int, world_size: int, url: str | None = None) -> None:
+        self.settings, self.rank, self.world_size = current, rank, world_size
+        self.url = url or current.database_url
+        self.key = JobKey.from_settings(current, new_job_uid())
+        self.recorder: Any = None
+        try:
+            from stitchfleet.telemetry.recorder import Recorder
+
+            self.recorder = Recorder(self.url, settings=current)
+        except Exception as err:
+            log.warning("stitchfleet: telemetry is off for this job: %s", err)
+
+    def record(self, row: Row) -> None:
+        if self.recorder is not None:
+            self.recorder.record(row)
+
+    def safely(self, make: Any, *args: Any, **kwargs: Any) -> None:
+        """Builds a row and records it; a bad figure is logged, never raised."""
+        try:
+            self.record(make(*args, **kwargs))
+        except Exception as err:
+            log.warning("stitchfleet: telemetry row %s dropped: %s", getattr(make, "__name__", make), err)
+
+    def started(self) -> None:
+        s = self.settings
+        self.safely(
+            JobStarted, self.key, self.rank, s.team, s.model, s.pod_name, self.world_size, s.gpus_per_rank, s.gpu_type
+        )
+
+    def compiled(self, seconds: float) -> None:
+        self.safely(JobCompiled, self.key, self.rank, seconds)
+
+    def event(self, kind: str, step: int | None, fingerprint: str | None, reason: str, **figures: Any) -> None:
+        short = reason if len(reason) <= Event.MAX_REASON else reason[: Event.MAX_REASON - 3] + "..."
+        detail = figures.pop("detail", reason)
+        self.safely(Event, self.key, kind, self.rank, step, fingerprint, short, detail, **figures)
+
+    def verdict(self, fingerprint: str, verdict: str, reason: str = "", op_count: int | None = None) -> None:
+        self.safely(ClusterVerdict, fingerprint, verdict, reason[:200], op_count)
+
+    def window(self, **fields: Any) -> None:
+        self.safely(StepWindow, self.key, self.rank, **fields)
+
+    def finished(self, status: str, reason: str = "") -> None:
+        self.safely(JobFinished, self.key, status, reason[:200], self.rank)
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            try:
+                self.recorder.close()
+            except Exception as err:
+                log.warning("stitchfleet: telemetry close failed: %s", err)
+
+    def reverted(self, timeout: float = 5.0) -> set[str]:
+        """Fingerprints the fleet has reverted; empty when the database does not answer in time."""
+        found: list[set[str]] = []
+
+        def read() -> None:
+            try:
+                from stitchfleet.telemetry.queries import reverted_fingerprints
+
+                found.append(reverted_fingerprints(self.url))
+            except Exception as err:
+                log.info("stitchfleet: no reverted clusters known (%s)", type(err).__name__)
+
+        reader = threading.Thread(target=read, name="stitchfleet-verdicts", daemon=True)
+        reader.start()
+        reader.join(timeout)
+        return found[0] if found else set()

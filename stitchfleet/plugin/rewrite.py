@@ -1,0 +1,146 @@
+"""Graph surgery: per mapped cluster a switch between the stitched op and a clone of its TF ops.
+
+Input: the (not yet finalized) `tf.Graph`, the mapped `Site`s and one callable per site
+(the `ClusterKernel`). Output: `Rewired`: the switch vector placeholder (a bool per
+cluster, default all off, fed each step through SessionRunArgs), and per cluster the
+tensors the guard fetches on check steps. For each site the graph gets
+`tf.cond(switch[k], stitched, original)`: the true branch is a `tf.numpy_function` calling
+the kernel, the false branch a clone of the cluster's TF ops (so only the chosen path
+runs), and every outside reader of every cluster output (forward, gradient and optimizer
+ops alike) is rerouted to the cond's result; control edges on the cluster's ops move to
+the cond; outside ops that only read interior shapes are replaced by their folded
+constants. The original ops stay in the graph, unread, as the check path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from stitchfleet.plugin.sites import Site
+
+Kernel = Callable[..., tuple[Any, ...]]
+SCOPE = "stitchfleet"
+
+
+@dataclass
+class Installed:
+    """One rewired cluster: what the guard fetches to compare both paths on the same inputs."""
+
+    site: Site
+    inputs: list[Any]
+    original: list[Any]
+    switched: list[Any]
+
+
+@dataclass
+class Rewired:
+    switches: Any
+    clusters: list[Installed | str]
+    replaced: dict[str, Any]
+
+    def current(self, tensor: Any) -> Any:
+        """The tensor that now carries `tensor`'s value (its switched output if a cluster produced it)."""
+        return self.replaced.get(tensor.name, tensor)
+
+
+def _tensor_name(text: str) -> str:
+    return text if ":" in text else f"{text}:0"
+
+
+def _clone(site: Site, inputs: Sequence[Any]) -> list[Any]:
+    """The cluster's TF ops again, reading `inputs` (inside a cond branch: they run only there)."""
+    # tf.identity captures each outer tensor into the branch; import_graph_def cannot capture.
+    captured = [tf.identity(x) for x in inputs]
+    feeds = {t.name: (f"in_{j}", x) for j, (t, x) in enumerate(zip(site.inputs, captured, strict=True))}
+    # An interior op may already read an earlier cluster's switched output in place of the original.
+    feeds.update({outer.name: feeds[t.name] for t, outer in zip(site.inputs, inputs, strict=True)})
+    for j, (name, value) in enumerate(site.folded.items()):
+        feeds[name] = (f"folded_{j}", tf.constant(value))
+    graph_def = tf.compat.v1.GraphDef()
+    for placeholder, value in dict(feeds.values()).items():
+        node = graph_def.node.add(name=placeholder, op="Placeholder")
+        node.attr["dtype"].type = value.dtype.as_datatype_enum
+    for op in site.internal:
+        node = graph_def.node.add()
+        node.CopyFrom(op.node_def)
+        kept = [
+            feeds[_tensor_name(n)][0] if _tensor_name(n) in feeds else n for n in node.input if not n.startswith("^")
+        ]
+        del node.input[:]
+        node.input.extend(kept)
+        if "_class" in node.attr:
+            del node.attr["_class"]  # colocation with ops that are not cloned
+    input_map = {f"{placeholder}:0": value for placeholder, value in feeds.values()}
+    names = [t.name for t in site.outputs]
+    return list(tf.graph_util.import_graph_def(graph_def, input_map=input_map, return_elements=names, name="off"))
+
+
+def _stitched(site: Site, kernel: Kernel, inputs: Sequence[Any]) -> list[Any]:
+    dtypes = [t.dtype for t in site.outputs]
+    results = tf.numpy_function(kernel, list(inputs), dtypes, stateful=True, name="stitched")
+    for value, original in zip(results, site.outputs, strict=True):
+        value.set_shape(original.shape)
+    return list(results)
+
+
+def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
+    names = site.internal_names
+    for original, replacement in zip(site.outputs, switched, strict=True):
+        for reader in list(original.consumers()):
+            if reader.name in names:
+                continue
+            for position, tensor in enumerate(reader.inputs):
+                if tensor is original:
+                    reader._update_input(position, replacement)
+    for reader in site.shape_readers:
+        for tensor in reader.outputs:
+            constant = tf.constant(site.folded.get(tensor.name, np.asarray(0)), name="folded")
+            for user in list(tensor.consumers()):
+                for position, read in enumerate(user.inputs):
+                    if read is tensor:
+                        user._update_input(position, constant)
+    for reader in site.control_readers:
+        kept = [c for c in reader.control_inputs if c.name not in names]
+        reader._remove_all_control_inputs()
+        reader._add_control_inputs([*kept, anchor])
+
+
+def _install(site: Site, kernel: Kernel, switch: Any, replaced: dict[str, Any]) -> Installed:
+    inputs = [replaced.get(t.name, t) for t in site.inputs]
+    with tf.name_scope(f"cluster_{site.index}"):
+        results = tf.cond(switch, lambda: _stitched(site, kernel, inputs), lambda: _clone(site, inputs))
+        results = results if isinstance(results, (list, tuple)) else [results]
+        switched = [tf.identity(r, name="switched") for r in results]
+    for value, original in zip(switched, site.outputs, strict=True):
+        value.set_shape(original.shape)
+    _reroute(site, switched, switched[0].op.inputs[0].op)
+    replaced.update({t.name: s for t, s in zip(site.outputs, switched, strict=True)})
+    return Installed(site, inputs, list(site.outputs), switched)
+
+
+def rewire(graph: Any, sites: Sequence[Site], kernels: Sequence[Kernel]) -> Rewired:
+    """Installs every site (see the module docstring); the graph must not be finalized.
+
+    A site whose cond cannot be built is left as it was (its entry in `clusters` is the
+    error text) before anything of it is rerouted; the others are installed.
+    """
+    with graph.as_default(), tf.name_scope(SCOPE):
+        default = np.zeros(len(sites), dtype=bool)
+        switches = tf.compat.v1.placeholder_with_default(default, [len(sites)], name="switches")
+        replaced: dict[str, Any] = {}
+        clusters: list[Installed | str] = []
+        for i, (site, kernel) in enumerate(zip(sites, kernels, strict=True)):
+            try:
+                clusters.append(_install(site, kernel, switches[i], replaced))
+            except (ValueError, TypeError, KeyError, tf.errors.OpError) as err:
+                clusters.append(f"graph rewrite failed: {type(err).__name__}: {err}")
+    for done in clusters:
+        if isinstance(done, Installed):
+            # A later site may have rerouted this one's inputs: check the values its cond reads.
+            done.inputs = [replaced.get(t.name, t) for t in done.site.inputs]
+    return Rewired(switches, clusters, replaced)

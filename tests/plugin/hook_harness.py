@@ -1,0 +1,81 @@
+"""Shared by the hook tests: train the small BERT encoder with and without a StitchHook.
+
+Input: settings overrides, an optional Fault, a database URL. Output: `Run` with the
+losses per step, the hook (backend calls, controller state) and the events in the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+import tensorflow as tf
+
+from benchmarks import models
+from stitchfleet import settings
+from stitchfleet.plugin.faults import Fault
+from stitchfleet.plugin.hook import StitchHook
+from stitchfleet.telemetry import models as tables
+
+FAST = {
+    "STITCHFLEET_WARMUP_STEPS": "2",
+    "STITCHFLEET_BASELINE_STEPS": "3",
+    "STITCHFLEET_WINDOW_STEPS": "5",
+    "STITCHFLEET_CHECK_EVERY": "4",
+    "STITCHFLEET_CHECK_FIRST": "2",
+    "STITCHFLEET_SLOWDOWN_MARGIN": "1000",  # tiny graphs: numpy_function overhead dominates; tested apart
+    "STITCHFLEET_FLUSH_SECONDS": "10",
+}
+
+
+@dataclass
+class Run:
+    losses: list[float]
+    hook: StitchHook | None
+
+
+def make_settings(tmp: Path, uid: str, **extra: str) -> settings.Settings:
+    env = {**FAST, "STITCHFLEET_STATE_DIR": str(tmp / "state"), "STITCHFLEET_JOB_UID": uid}
+    env["STITCHFLEET_CACHE_DIR"] = str(Path(__file__).resolve().parents[2] / ".pytest_cache" / "stitchfleet-cpu")
+    env.update(extra)
+    return settings.load(env)
+
+
+def _feeds(graph: Any) -> dict[Any, Any]:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for name in ("input:0", "target:0"):
+        tensor = graph.get_tensor_by_name(name)
+        feeds[tensor] = rng.standard_normal(tensor.shape.as_list()).astype(np.float32)
+    feeds[graph.get_tensor_by_name("attention_mask:0")] = np.ones((2, 8), np.float32)
+    return feeds
+
+
+def train(steps: int, hook: StitchHook | None) -> Run:
+    graph = models.build("bert_encoder", "small", seed=1)
+    with graph.as_default():
+        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
+        feeds = _feeds(graph)
+        losses = []
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook] if hook else []) as session:
+            for _ in range(steps):
+                value, _ = session.run([loss, train_op], feeds)
+                losses.append(float(value))
+    return Run(losses, hook)
+
+
+def events(url: str, kind: str) -> list[Any]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return list(connection.execute(sa.select(tables.Event).where(tables.Event.kind == kind)))
+    finally:
+        engine.dispose()
+
+
+def hooked(tmp: Path, uid: str, fault: Fault | None = None, **extra: str) -> tuple[StitchHook, str]:
+    url = f"sqlite:///{tmp / 'telemetry.db'}"
+    return StitchHook(make_settings(tmp, uid, **extra), backend="cpu", fault=fault, db_url=url), url

@@ -1,0 +1,55 @@
+"""Auto-attach through stitchfleet.plugin.boot, in a fresh interpreter per case."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = Path(__file__).with_name("boot_job.py")
+
+
+def _run(tmp_path: Path, enabled: str, steps: int = 12) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STITCHFLEET_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        STITCHFLEET_ENABLED=enabled,
+        STITCHFLEET_STATE_DIR=str(tmp_path),
+        STITCHFLEET_CACHE_DIR=str(ROOT / ".pytest_cache" / "stitchfleet-cpu"),
+        STITCHFLEET_JOB_UID="boot",
+        STITCHFLEET_WARMUP_STEPS="1",
+        STITCHFLEET_BASELINE_STEPS="2",
+        STITCHFLEET_SLOWDOWN_MARGIN="1000",
+        TF_CPP_MIN_LOG_LEVEL="3",
+    )
+    done = subprocess.run(
+        [sys.executable, str(JOB), str(steps)], env=env, capture_output=True, text=True, timeout=240, check=True
+    )
+    return dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+
+
+@pytest.mark.tf
+def test_enabled_job_gets_the_hook_without_code_changes(tmp_path: Path) -> None:
+    out = _run(tmp_path, "1")
+    assert out["tf-imported-by-boot"] == "False"
+    assert "StitchHook" in out["hooks"].split(",")
+    assert int(out["calls"]) > 0
+    assert (tmp_path / "telemetry.db").exists()
+    plain = _run(tmp_path / "off", "0")
+    assert "StitchHook" not in plain["hooks"].split(",") and plain["calls"] == "0"
+    on = [float(v) for v in out["losses"].split()]
+    off = [float(v) for v in plain["losses"].split()]
+    assert on == pytest.approx(off, rel=1e-4)
+
+
+@pytest.mark.tf
+def test_plugin_package_exposes_the_hook_lazily() -> None:
+    code = (
+        "import sys, stitchfleet.plugin as p; assert 'tensorflow' not in sys.modules;"
+        " assert p.StitchHook.__name__ == 'StitchHook'"
+    )
+    subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, timeout=120)

@@ -1,0 +1,25 @@
+"""`stitchfleet demo`: trains with the plugin, records to a fresh SQLite file, prints the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitchfleet import cli
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_demo_trains_records_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["demo", "--steps", "40", "--every", "10", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "stitched clusters:" in out and out.count("\nstep ") == 4
+    databases = list(tmp_path.glob("run-*/telemetry.db"))
+    assert len(databases) == 1 and f"telemetry recorded in {databases[0]}" in out
+    assert "# stitchfleet weekly savings report" in out and "demo-bert-encoder" in out
+
+
+def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["demo", "--steps", "0"]) == 2
+    assert "--steps and --every must be at least 1" in capsys.readouterr().err

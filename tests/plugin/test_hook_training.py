@@ -1,0 +1,72 @@
+"""StitchHook on a real training run (small BERT encoder, TF CPU, cpu backend through numpy_function)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stitchfleet.plugin.faults import Fault, FaultError
+from tests.plugin.hook_harness import events, hooked, train
+
+pytestmark = pytest.mark.tf
+
+STEPS = 24
+FIRST_STITCHED = 5  # warmup 2 + baseline 3
+CHECK_EVERY = 4
+
+
+def test_stitched_training_matches_plain_training(tmp_path: Path) -> None:
+    plain = train(STEPS, None)
+    hook, _ = hooked(tmp_path, "same-losses")
+    stitched = train(STEPS, hook)
+    np.testing.assert_allclose(stitched.losses, plain.losses, rtol=2e-5)
+    stitched_steps = STEPS - FIRST_STITCHED
+    assert hook.installed and all(calls == stitched_steps for calls in hook.backend_calls.values())
+    interiors = [op.name for _, done in hook.installed for op in done.site.internal]
+    assert any(n.startswith("gradients/") for n in interiors), "no backward cluster was stitched"
+    assert any(not n.startswith("gradients/") for n in interiors), "no forward cluster was stitched"
+    assert hook.controller is not None and hook.controller.job_reverted is None
+    assert all(c.enabled for c in hook.controller.clusters)
+
+
+@pytest.mark.parametrize("kind", ["constant", "drop_term", "off_by_one", "nan", "raise"])
+def test_corrupted_kernel_is_reverted_within_k_steps(tmp_path: Path, kind: str) -> None:
+    hook, url = hooked(tmp_path, f"fault-{kind}", Fault(kind, cluster=5))
+    run = train(STEPS, hook)
+    assert len(run.losses) == STEPS and all(np.isfinite(run.losses))
+    assert hook.controller is not None
+    cluster = next(c for c in hook.controller.clusters if c.index == 5)
+    assert cluster.reverted_at is not None and cluster.reverted_at <= FIRST_STITCHED + CHECK_EVERY
+    others = [c for c in hook.controller.clusters if c.index != 5]
+    assert all(c.enabled for c in others)
+    reverts = events(url, "revert")
+    assert [e.step for e in reverts] == [cluster.reverted_at]
+    assert reverts[0].cluster_fingerprint == cluster.fingerprint and reverts[0].reason
+
+
+def test_reverted_fingerprint_starts_off_in_a_later_job(tmp_path: Path) -> None:
+    first, _ = hooked(tmp_path, "first", Fault("constant", cluster=5))
+    train(12, first)
+    later, _ = hooked(tmp_path, "later")
+    train(8, later)
+    assert later.controller is not None
+    cluster = next(c for c in later.controller.clusters if c.index == 5)
+    assert not cluster.enabled and later.backend_calls[5] == 0
+    assert all(calls > 0 for index, calls in later.backend_calls.items() if index != 5)
+
+
+@pytest.mark.slow
+def test_no_false_revert_over_a_long_run(tmp_path: Path) -> None:
+    hook, url = hooked(tmp_path, "long", STITCHFLEET_CHECK_EVERY="3", STITCHFLEET_REBASELINE_EVERY="40")
+    run = train(160, hook)
+    assert hook.controller is not None and hook.controller.job_reverted is None
+    assert all(c.enabled for c in hook.controller.clusters)
+    assert events(url, "revert") == [] and events(url, "guard_check") == []
+    assert np.all(np.isfinite(run.losses))
+
+
+def test_fault_kinds_are_validated() -> None:
+    with pytest.raises(FaultError, match="fault kind 'typo'"):
+        Fault("typo", cluster=0)

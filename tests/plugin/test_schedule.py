@@ -1,0 +1,78 @@
+"""The A/B schedule, step windows and job-level decisions (TF-free)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stitchfleet import settings
+from stitchfleet.plugin.controller import Controller
+from stitchfleet.plugin.ledger import Ledger
+from stitchfleet.plugin.schedule import BASELINE, STITCHED, WARMUP, Timing, Windows
+
+
+def test_phases_follow_the_step_number() -> None:
+    timing = Timing(warmup_steps=2, baseline_steps=3, rebaseline_every=10)
+    phases = [timing.phase(s) for s in range(16)]
+    assert phases[:2] == [WARMUP] * 2
+    assert phases[2:5] == [BASELINE] * 3 and phases[5:12] == [STITCHED] * 7
+    assert phases[12:15] == [BASELINE] * 3 and phases[15] == STITCHED
+
+
+def test_checks_in_the_first_stitched_steps_and_every_k() -> None:
+    timing = Timing(warmup_steps=2, baseline_steps=3, rebaseline_every=100, check_every=10, check_first=2)
+    checked = [s for s in range(40) if timing.checks(s)]
+    assert checked == [5, 6, 10, 20, 30]
+
+
+def test_windows_close_on_mode_change_and_size_and_save_against_the_baseline() -> None:
+    windows = Windows(size=3)
+    closed = []
+    for step, (mode, seconds) in enumerate([(BASELINE, 2.0), (BASELINE, 4.0), (STITCHED, 1.0), (STITCHED, 1.5)]):
+        closed += windows.add(step, mode, seconds, timed=True)
+    closed += windows.add(4, STITCHED, 9.0, timed=False)  # a check step: booked, not timed
+    assert [(w.mode, w.first_step, w.last_step) for w in closed] == [(BASELINE, 0, 1), (STITCHED, 2, 4)]
+    assert windows.baseline_median == 3.0 and windows.stitched_median == 1.25
+    assert closed[1].baseline == 3.0 and closed[1].saved_seconds == pytest.approx(3 * 3.0 - 11.5)
+
+
+def test_window_size_one_closes_both_windows() -> None:
+    windows = Windows(size=1)
+    assert len(windows.add(0, BASELINE, 1.0, timed=True)) == 1
+    assert [w.mode for w in windows.add(1, STITCHED, 1.0, timed=True)] == [STITCHED]
+
+
+def _controller(tmp_path: Path, size: int = 1) -> Controller:
+    current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path), "STITCHFLEET_JOB_UID": "sched"})
+    ledger = Ledger(current, 0, size, f"sqlite:///{tmp_path / 't.db'}")
+    return Controller([], Timing(warmup_steps=0, baseline_steps=2, slowdown_margin=0.05), ledger, size)
+
+
+def test_slowdown_beyond_the_margin_reverts_the_job(tmp_path: Path) -> None:
+    controller = _controller(tmp_path, size=2)
+    # two ranks, both with fresh medians: stitched 1.1 s and 1.2 s, baseline 1.0 s each
+    controller.decide(10, np.array([0, 0, 2, 2.3, 2.0]))
+    assert controller.job_reverted is not None and controller.job_reverted.startswith("slowdown")
+    assert controller.mode(10) == "reverted" and not controller.switches(11).any()
+    controller.ledger.close()
+
+
+def test_slowdown_within_the_margin_or_without_every_rank_keeps_stitching(tmp_path: Path) -> None:
+    controller = _controller(tmp_path, size=2)
+    controller.decide(10, np.array([0, 0, 2, 2.08, 2.0]))
+    controller.decide(11, np.array([0, 0, 1, 5.0, 2.0]))  # only one rank has fresh figures
+    assert controller.job_reverted is None
+    controller.ledger.close()
+
+
+def test_a_fault_or_a_nonfinite_loss_on_any_rank_reverts_the_job(tmp_path: Path) -> None:
+    controller = _controller(tmp_path)
+    controller.decide(3, np.array([0, 1, 0, 0, 0]))
+    assert controller.job_reverted is not None and controller.job_reverted.startswith("non-finite loss")
+    other = _controller(tmp_path / "b")
+    other.decide(3, np.array([1, 0, 0, 0, 0]))
+    assert other.job_reverted is not None and other.job_reverted.startswith("plugin error")
+    controller.ledger.close()
+    other.ledger.close()
