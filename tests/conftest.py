@@ -6,8 +6,11 @@ tf, horovod and postgres tests run by default: `make test` installs what they ne
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 import pytest
+
+from stitchfleet import settings
 
 
 @functools.cache
@@ -24,6 +27,14 @@ def gpu_unavailable_reason() -> str | None:
     except Exception as err:  # pycuda raises its own error types for a missing driver
         return f"no usable CUDA driver: {err}"
     return None
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings() -> Iterator[None]:
+    """Each test sees the environment it sets: the process-wide settings cache is dropped around it."""
+    settings.reset()
+    yield
+    settings.reset()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
