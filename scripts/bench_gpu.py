@@ -21,7 +21,7 @@ from pathlib import Path
 # JAX takes 75% of the GPU at start unless told otherwise; torch and our kernels need room.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-from benchmarks.harness import bench, cases, results  # noqa: E402
+from benchmarks.harness import bench, cases, results
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -77,7 +77,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.profile, args.runs, args.warmup, 1e-3, int(args.check_max_bytes), not args.no_frameworks
     )
     record = bench.run(chosen, _runner(args), opts, lambda line: print(line, flush=True))
-    out = args.out or (Path(tempfile.mkdtemp(prefix="stitchfleet-dryrun-")) if args.dry_run else Path("benchmarks/results"))
+    out = args.out or (
+        Path(tempfile.mkdtemp(prefix="stitchfleet-dryrun-")) if args.dry_run else Path("benchmarks/results")
+    )
     json_path, md_path = results.write(record, out)
     print(f"wrote {json_path} and {md_path}")
     failed = [r["case"] for r in record["cases"] if "variants" not in r]

@@ -64,7 +64,9 @@ class BenchOptions:
     seed: int = 0
 
 
-def _variants(case: BenchCase, runner: Runner, opts: BenchOptions, inputs: Mapping[str, Array]) -> tuple[list[Variant], dict[str, str]]:
+def _variants(
+    case: BenchCase, runner: Runner, opts: BenchOptions, inputs: Mapping[str, Array]
+) -> tuple[list[Variant], dict[str, str]]:
     """Every variant that could be built, and why the others could not."""
     built: list[Variant] = []
     missing: dict[str, str] = {}
@@ -92,7 +94,13 @@ def _check(variant: Variant, refs: tuple[str, dict[str, Array], dict[str, Array]
         return {"ok": False, "reference": refs[0], "reason": f"{type(err).__name__}: {err}"}
     bad = {n: v.reason for n, v in verdicts.items() if not v.ok}
     errors = {n: {"error": v.compiled_error, "native_error": v.native_error} for n, v in verdicts.items()}
-    return {"ok": not bad, "reference": refs[0], "factor": factor, "reason": "; ".join(f"{n}: {r}" for n, r in bad.items()), "outputs": errors}
+    return {
+        "ok": not bad,
+        "reference": refs[0],
+        "factor": factor,
+        "reason": "; ".join(f"{n}: {r}" for n, r in bad.items()),
+        "outputs": errors,
+    }
 
 
 def _figures(timings: dict[str, Timing], io: int, copy_gbps: float, kernels: dict[str, int | None]) -> dict[str, Any]:
@@ -127,14 +135,17 @@ def bench_case(case: BenchCase, runner: Runner, opts: BenchOptions, copy_gbps: f
 
 def progress_line(record: Mapping[str, Any]) -> str:
     if "variants" not in record:
-        return f"{record['case']}: {record.get('skipped', 'not timed')} {record.get('checks', {}).get('stitch', {}).get('reason', '')}"
+        reason = record.get("checks", {}).get("stitch", {}).get("reason", "")
+        return f"{record['case']}: {record.get('skipped', 'not timed')} {reason}"
     figures = record["variants"]
     parts = [f"{n} {f['median_s'] * 1e6:.1f}us" for n, f in figures.items()]
     s = figures["stitch"]
     return f"{record['case']}: {', '.join(parts)}; stitch {s['gbps']:.0f} GB/s ({s['pct_copy']:.0f}% of copy)"
 
 
-def run(cases: list[BenchCase], runner: Runner, opts: BenchOptions, log: Callable[[str], None] = print) -> dict[str, Any]:
+def run(
+    cases: list[BenchCase], runner: Runner, opts: BenchOptions, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """The whole run's record; a case that raises is recorded with its traceback and the run goes on."""
     started = time.time()
     copy = runner.copy_bandwidth()
@@ -145,7 +156,12 @@ def run(cases: list[BenchCase], runner: Runner, opts: BenchOptions, log: Callabl
         try:
             record = bench_case(case, runner, opts, copy["gbps"])
         except Exception as err:
-            record = {"case": case.name, "source": case.source, "error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+            record = {
+                "case": case.name,
+                "source": case.source,
+                "error": f"{type(err).__name__}: {err}",
+                "traceback": traceback.format_exc(),
+            }
         record["wall_s"] = time.perf_counter() - t0
         records.append(record)
         log(f"[{i}/{len(cases)} {record['wall_s']:.1f}s] " + (record.get("error") or progress_line(record)))

@@ -23,7 +23,11 @@ Array = npt.NDArray[Any]
 
 
 def available(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    """Whether `module` can be imported here (without importing it: jax and torch take seconds)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _jax_host(value: Any) -> Array:
@@ -37,7 +41,8 @@ def torch_host(value: Any) -> Array:
     import torch
 
     tensor = value.detach()
-    return (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).cpu().numpy()
+    host: Array = (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).cpu().numpy()
+    return host
 
 
 def jax_variant(graph: Graph, inputs: Mapping[str, Array]) -> Variant | None:

@@ -54,7 +54,8 @@ class GpuRunner:
         self.backend = CudaBackend(cache_dir)
         self.torch_backend = torch_backend
         self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-        self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        self.end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
     @property
     def device_name(self) -> str:

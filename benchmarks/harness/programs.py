@@ -91,11 +91,23 @@ def op_graph(graph: Graph, root: int) -> tuple[Graph, list[int]]:
     for source in inputs:
         origin = graph.node(source)
         new_id[source] = len(nodes)
-        nodes.append(Node(len(nodes), Op.PARAMETER, (), origin.shape, origin.dtype, f"a{source}", Attrs(name=f"a{source}")))
+        nodes.append(
+            Node(len(nodes), Op.PARAMETER, (), origin.shape, origin.dtype, f"a{source}", Attrs(name=f"a{source}"))
+        )
     for member in members:
         node = graph.node(member)
         new_id[member] = len(nodes)
-        nodes.append(Node(len(nodes), node.op, tuple(new_id[i] for i in node.inputs), node.shape, node.dtype, node.name, node.attrs))
+        nodes.append(
+            Node(
+                len(nodes),
+                node.op,
+                tuple(new_id[i] for i in node.inputs),
+                node.shape,
+                node.dtype,
+                node.name,
+                node.attrs,
+            )
+        )
     return Graph.create(nodes, {"r": new_id[root]}), inputs
 
 

@@ -57,7 +57,11 @@ def markdown(run: dict[str, Any]) -> str:
     lines += [_row(r) for r in run["cases"]]
     summary = run.get("geomean_speedup", {})
     if summary:
-        lines += ["", "Geometric mean speedup of stitch: " + ", ".join(f"{k.removeprefix('speedup_vs_')} {v:.2f}x" for k, v in summary.items())]
+        lines += [
+            "",
+            "Geometric mean speedup of stitch: "
+            + ", ".join(f"{k.removeprefix('speedup_vs_')} {v:.2f}x" for k, v in summary.items()),
+        ]
     failed = [(r["case"], n, c["reason"]) for r in run["cases"] for n, c in r.get("checks", {}).items() if not c["ok"]]
     if failed:
         lines += ["", "Failed correctness checks (not timed):", ""] + [f"- {c} {n}: {why}" for c, n, why in failed]

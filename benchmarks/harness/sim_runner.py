@@ -83,5 +83,7 @@ class SimRunner:
         best = float(np.median(times))
         return {"bytes": float(2 * src.nbytes), "median_s": best, "gbps": 2 * src.nbytes / best / 1e9}
 
-    def references(self, graph: Graph, inputs: Mapping[str, Array], check_max_bytes: int, io: int) -> tuple[str, dict[str, Array], dict[str, Array]]:
+    def references(
+        self, graph: Graph, inputs: Mapping[str, Array], check_max_bytes: int, io: int
+    ) -> tuple[str, dict[str, Array], dict[str, Array]]:
         return "evaluate", evaluate(graph, inputs), evaluate(graph, inputs, "float64")

@@ -42,7 +42,13 @@ class Timing:
     reps: int
 
     def to_json(self) -> dict[str, float | int]:
-        return {"median_s": self.median_s, "p10_s": self.p10_s, "p90_s": self.p90_s, "samples": self.samples, "reps": self.reps}
+        return {
+            "median_s": self.median_s,
+            "p10_s": self.p10_s,
+            "p90_s": self.p90_s,
+            "samples": self.samples,
+            "reps": self.reps,
+        }
 
 
 def run_once(variant: Variant) -> None:

@@ -12,7 +12,6 @@ f16/bf16 sums and means accumulate in float32 and round once.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import torch
 

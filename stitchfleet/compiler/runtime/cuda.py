@@ -218,7 +218,9 @@ class CudaBackend:
         key = cache_key(k.source, target.arch, target.versions, OPTIONS)
         options = [o for o in OPTIONS if o != "-O3"]
         compile_ = target.compiler.compile
-        return key, lambda: bytes(compile_(k.source, arch=target.arch, options=options, no_extern_c=True, cache_dir=False))
+        return key, lambda: bytes(
+            compile_(k.source, arch=target.arch, options=options, no_extern_c=True, cache_dir=False)
+        )
 
     def _load(self, target: _Target, k: CudaKernel) -> _Loaded:
         drv = target.drv
