@@ -62,6 +62,7 @@ class BenchOptions:
     check_max_bytes: int = 64 << 20
     frameworks: bool = True
     seed: int = 0
+    time_budget_s: float | None = None  # no new case starts after this many seconds
 
 
 def _variants(
@@ -150,8 +151,13 @@ def run(
     started = time.time()
     copy = runner.copy_bandwidth()
     log(f"device {runner.device_name}: copy bandwidth {copy['gbps']:.0f} GB/s; {len(cases)} case(s)")
-    records = []
+    records: list[dict[str, Any]] = []
+    deadline = None if opts.time_budget_s is None else time.monotonic() + opts.time_budget_s
     for i, case in enumerate(cases, 1):
+        if deadline is not None and time.monotonic() > deadline:
+            records += [{"case": c.name, "source": c.source, "skipped": "time budget spent"} for c in cases[i - 1 :]]
+            log(f"time budget of {opts.time_budget_s:.0f}s spent: {len(cases) - i + 1} case(s) left out")
+            break
         t0 = time.perf_counter()
         try:
             record = bench_case(case, runner, opts, copy["gbps"])

@@ -2,8 +2,8 @@
 
 Input: the suite table (`benchmarks.suite.CASES`), the workload folders, and filters
 (case-name substrings, an IO-bytes ceiling). Output: `BenchCase` items, each a
-standalone graph with its name, label and IO bytes, in a stable order (small first
-within a case, so a run cut short still covers every case at some size).
+standalone graph with its name, source and IO bytes, in a stable order (smallest
+shapes of all cases first, so a run cut short still covers every case at some size).
 """
 
 from __future__ import annotations
@@ -50,13 +50,17 @@ class BenchCase:
 
 
 def suite_cases(tiny: bool = False) -> Iterator[BenchCase]:
-    """Every suite case at every listed shape and dtype (or once per dtype at its tiny shape)."""
-    for case in CASES.values():
+    """Every suite case at every listed shape and dtype (or once per dtype at its tiny shape).
+
+    Round by round: first every case at its smallest shape, then every case at its next
+    one..., so a run cut short by its time budget still covers every case.
+    """
+    plan: list[tuple[int, int, str, tuple[int, ...], str]] = []
+    for order, case in enumerate(CASES.values()):
         shapes: Sequence[tuple[int, ...]] = (TINY[case.name],) if tiny else sorted(case.shapes, key=math.prod)
-        for shape in shapes:
-            for dtype in case.dtypes:
-                graph = build_case(case.name, shape, dtype)
-                yield BenchCase(file_name(case.name, shape, dtype).removesuffix(".json"), "suite", graph)
+        plan += [(rank, order, case.name, shape, dtype) for rank, shape in enumerate(shapes) for dtype in case.dtypes]
+    for _, _, name, shape, dtype in sorted(plan, key=lambda item: item[:2]):
+        yield BenchCase(file_name(name, shape, dtype).removesuffix(".json"), "suite", build_case(name, shape, dtype))
 
 
 def workload_cases(root: Path = WORKLOADS) -> Iterator[BenchCase]:

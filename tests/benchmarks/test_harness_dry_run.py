@@ -100,3 +100,20 @@ def test_failed_check_is_reported_and_not_timed(tmp_path: Path) -> None:
     assert json_path.name == "nvidia-h200_2026-11-21.json"
     text = md_path.read_text()
     assert "not timed" in text and "- softmax_fwd_4096x256_f32 stitch: y: error 0.1" in text
+
+
+def test_time_budget_leaves_later_cases_out_and_says_so(tmp_path: Path) -> None:
+    assert bench_gpu.main(["--dry-run", "--cases", "softmax", "--time-budget", "0", "--out", str(tmp_path)]) == 0
+    run = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert len(run["cases"]) == 5 and all(c["skipped"] == "time budget spent" for c in run["cases"])
+    assert "not timed: time budget spent" in next(tmp_path.glob("*.md")).read_text()
+
+
+def test_suite_order_covers_every_case_before_larger_shapes() -> None:
+    from benchmarks.harness.cases import suite_cases
+    from benchmarks.suite import CASES
+
+    names = [c.name for c in suite_cases()]
+    first_round = names[: sum(len(c.dtypes) for c in CASES.values())]
+    assert {n.split("_")[0] for n in first_round} == {n.split("_")[0] for n in CASES}
+    assert first_round[0] == "layernorm_fwd_128x768_f32" and "layernorm_fwd_4096x1024_f32" not in first_round
