@@ -14,6 +14,7 @@ over time), % of copy bandwidth, speedup of stitch over every other variant, ker
 
 from __future__ import annotations
 
+import gc
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -71,11 +72,12 @@ def _variants(
     """Every variant that could be built, and why the others could not."""
     built: list[Variant] = []
     missing: dict[str, str] = {}
-    for program in programs(case.graph, opts.profile):
+    for kind in ("stitch", "per_op"):
         try:
+            (program,) = programs(case.graph, opts.profile, (kind,))
             built.append(runner.program(program, case.graph, inputs))
         except Exception as err:  # a planner/lowering/compile failure is a result to report
-            missing[program.name] = f"{type(err).__name__}: {err}"
+            missing[kind] = f"{type(err).__name__}: {err}"
     if opts.frameworks:
         for name, variant in zip(("jax_jit", "torch_compile"), runner.frameworks(case.graph, inputs), strict=True):
             if variant is None:
@@ -136,7 +138,7 @@ def bench_case(case: BenchCase, runner: Runner, opts: BenchOptions, copy_gbps: f
 
 def progress_line(record: Mapping[str, Any]) -> str:
     if "variants" not in record:
-        reason = record.get("checks", {}).get("stitch", {}).get("reason", "")
+        reason = record.get("checks", {}).get("stitch", {}).get("reason") or record.get("not_run", {}).get("stitch", "")
         return f"{record['case']}: {record.get('skipped', 'not timed')} {reason}"
     figures = record["variants"]
     parts = [f"{n} {f['median_s'] * 1e6:.1f}us" for n, f in figures.items()]
@@ -168,6 +170,7 @@ def run(
                 "error": f"{type(err).__name__}: {err}",
                 "traceback": traceback.format_exc(),
             }
+        gc.collect()  # the case's device buffers go before the next case allocates its own
         record["wall_s"] = time.perf_counter() - t0
         records.append(record)
         log(f"[{i}/{len(cases)} {record['wall_s']:.1f}s] " + (record.get("error") or progress_line(record)))

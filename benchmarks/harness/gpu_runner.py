@@ -67,7 +67,8 @@ class GpuRunner:
     def program(self, program: Program, graph: Graph, inputs: Mapping[str, Array]) -> Variant:
         values: dict[str, torch.Tensor] = {f"in:{n}": t for n, t in self.tensors(graph, inputs).items()}
         for name, (shape, dtype) in program.values.items():
-            values.setdefault(name, torch.empty(shape, dtype=DTYPES[dtype], device="cuda"))
+            if name not in values:
+                values[name] = torch.empty(shape, dtype=DTYPES[dtype], device="cuda")
         self.backend.prebuild([k for step in program.steps for k in step.kernels], workers=os.cpu_count() or 4)
         keep: list[torch.Tensor] = []
         bound: list[tuple[Any, dict[str, int]]] = []
