@@ -21,7 +21,8 @@ using it without pycuda raises `CudaUnavailableError` saying what is missing.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,21 +180,51 @@ class CudaBackend:
 
             cache_dir = settings.current().cache_dir / "cubin"
         self.cache = CubinCache(cache_dir)
+        self._current: _Target | None = None
+
+    def _target(self) -> _Target:
+        """The device and toolchain, asked once per backend (`nvcc --version` is a subprocess)."""
+        if self._current is None:
+            drv = _pycuda()
+            compiler = importlib.import_module("pycuda.compiler")
+            profile, arch, reserved = _device_profile(drv)
+            versions = {"nvcc": str(compiler.get_nvcc_version("nvcc")), "pycuda": str(_pycuda_version())}
+            self._current = _Target(drv, compiler, arch, versions, profile, reserved)
+        return self._current
 
     def compile(self, program: Sequence[ir.Kernel]) -> CudaProgram:
         verify_program(program)
-        drv = _pycuda()
-        compiler = importlib.import_module("pycuda.compiler")
-        profile, arch, reserved = _device_profile(drv)
-        versions = {"nvcc": str(compiler.get_nvcc_version("nvcc")), "pycuda": str(_pycuda_version())}
-        target = _Target(drv, compiler, arch, versions, profile, reserved)
-        return CudaProgram(drv, [self._load(target, render_kernel(k)) for k in program], buffer_layout(program))
+        target = self._target()
+        return CudaProgram(target.drv, [self._load(target, render_kernel(k)) for k in program], buffer_layout(program))
+
+    def prebuild(self, kernels: Sequence[ir.Kernel], workers: int = 8) -> int:
+        """Builds the cubins of `kernels` missing from the cache, `workers` nvcc runs at a time; returns how many.
+
+        A benchmark compiles hundreds of small kernels (per_op); nvcc runs are independent
+        subprocesses, so they overlap. `compile` then finds every cubin in the cache.
+        """
+        target = self._target()
+        todo: dict[str, Callable[[], bytes]] = {}
+        for kernel in kernels:
+            key, build = self._builder(target, render_kernel(kernel))
+            if self.cache.get(key) is None:
+                todo[key] = build
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            list(pool.map(lambda item: self.cache.get_or_build(*item), todo.items()))
+        return len(todo)
+
+    @staticmethod
+    def _builder(target: _Target, k: CudaKernel) -> tuple[str, Callable[[], bytes]]:
+        key = cache_key(k.source, target.arch, target.versions, OPTIONS)
+        options = [o for o in OPTIONS if o != "-O3"]
+        compile_ = target.compiler.compile
+        return key, lambda: bytes(
+            compile_(k.source, arch=target.arch, options=options, no_extern_c=True, cache_dir=False)
+        )
 
     def _load(self, target: _Target, k: CudaKernel) -> _Loaded:
-        drv, compiler, arch = target.drv, target.compiler, target.arch
-        key = cache_key(k.source, arch, target.versions, OPTIONS)
-        options = [o for o in OPTIONS if o != "-O3"]
-        build = lambda: bytes(compiler.compile(k.source, arch=arch, options=options, no_extern_c=True, cache_dir=False))  # noqa: E731
+        drv = target.drv
+        key, build = self._builder(target, k)
         module = drv.module_from_buffer(self.cache.get_or_build(key, build))
         function = module.get_function(k.name)
         function.prepare("P" * (len(k.params) + int(k.grid_barrier)))
