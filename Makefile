@@ -15,7 +15,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 .PHONY: demo test lint install clean-venv
 
 demo: $(DEPS) $(SYSTEM)
-	$(PY) -m stitchfleet.cli demo
+	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m stitchfleet.cli demo
 
 test: $(DEPS) $(HOROVOD) $(SYSTEM)
 	lint-imports
