@@ -27,15 +27,14 @@ from dataclasses import dataclass
 
 from stitchfleet.compiler.cpu import cexpr as c
 from stitchfleet.compiler.ir import DType, Graph, Op
+from stitchfleet.compiler.kernel import blocks
 from stitchfleet.compiler.kernel import ir as k
-from stitchfleet.compiler.lower.phases import Phase, store_results
+from stitchfleet.compiler.lower.phases import COMBINE, Phase, store_results
 from stitchfleet.compiler.lower.values import Sources, coords, flat
 from stitchfleet.compiler.plan import Group, Loop, MappingKind, Scheme, StitchPlan
 
 LANES = 16
 PARALLEL_ELEMENTS = 1 << 15  # below this many elements touched, one thread does the whole cluster
-_COMBINE = {Op.REDUCE_SUM: Op.ADD, Op.REDUCE_MEAN: Op.ADD, Op.REDUCE_MAX: Op.MAXIMUM, Op.REDUCE_MIN: Op.MINIMUM}
-_COMBINE[Op.REDUCE_PROD] = Op.MUL
 
 
 @dataclass(frozen=True)
@@ -150,18 +149,10 @@ class _Reduce:
         self.count = math.prod(self.operand.shape) // max(math.prod(self.node.shape), 1)
 
     def identity(self) -> str:
-        op, dtype = self.node.op, self.acc
-        if op in (Op.REDUCE_SUM, Op.REDUCE_MEAN):
-            return c.const_text(0, dtype)
-        if op is Op.REDUCE_PROD:
-            return c.const_text(1, dtype)
-        if dtype.is_float:
-            return c.const_text(-math.inf if op is Op.REDUCE_MAX else math.inf, dtype)
-        bits = 8 * dtype.itemsize - 1
-        return c.const_text(-(2**bits) if op is Op.REDUCE_MAX else 2**bits - 1, dtype)
+        return c.const_text(blocks.identity(COMBINE[self.node.op], self.acc).value, self.acc)
 
     def fold(self, acc: str, value: str) -> str:
-        return f"{acc} = {c.binary_text(_COMBINE[self.node.op], acc, value, self.acc)};"
+        return f"{acc} = {c.binary_text(COMBINE[self.node.op], acc, value, self.acc)};"
 
     def element(self, index: k.Expr, bounds: dict[str, int], into: str, pad: str) -> list[str]:
         """Statements folding the operand at `index` into `into`."""

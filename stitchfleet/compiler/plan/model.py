@@ -144,9 +144,10 @@ class Launch:
     block_threads: int
     max_coresident_blocks: int
     registers: int
-    smem_bytes: int
+    smem_bytes: int  # regional values of its loops, then the block-reduce scratch (if any)
     grid_barriers: int
     reason: str
+    scratch_offset: int = 0  # byte offset of the block-reduce scratch in the kernel's shared arena
 
 
 @dataclass(frozen=True)
