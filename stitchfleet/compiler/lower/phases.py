@@ -6,7 +6,8 @@ that group runs. Reductions accumulate in registers (f32 for f16/bf16) in the
 kernel building blocks' stride loops, and combine with `blocks.warp_reduce` (xor
 shuffles) or `blocks.block_reduce` (per-warp partials in the shared view the plan
 placed at its scratch offset); split reductions write per-task partials to global
-scratch, and a finalize loop after the next grid barrier folds them (not
+scratch, and a finalize loop after the next grid barrier folds them, or (atomic
+combine) add their share to the value's scratch with `blocks.atomic_combine` (not
 `blocks.grid_reduce`: that one needs every block at its own grid barrier, while here
 blocks run different numbers of tasks and share the plan's barrier between stages).
 Results (the dominant, then its tail) are written by one thread per value to the
@@ -24,7 +25,7 @@ from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import blocks
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower.values import Emitter, Sources, coords, flat
-from stitchfleet.compiler.plan import Group, MappingKind, Scheme, StitchPlan
+from stitchfleet.compiler.plan import Combine, Group, MappingKind, Scheme, StitchPlan
 from stitchfleet.compiler.plan.structure import accumulator
 
 COMBINE = {Op.REDUCE_SUM: Op.ADD, Op.REDUCE_MEAN: Op.ADD, Op.REDUCE_MAX: Op.MAXIMUM, Op.REDUCE_MIN: Op.MINIMUM}
@@ -99,6 +100,15 @@ class _Reduction:
     def fold(self, acc: k.Var, value: k.Expr) -> k.Assign:
         return k.Assign(acc, blocks.combine(self.op, acc, value))
 
+    def share(self, acc: k.Var) -> k.Expr:
+        """What one block adds to the value on the atomic path (a mean's share is already divided)."""
+        return k.div(acc, k.const(self.count, self.acc_dtype)) if self.node.op is Op.REDUCE_MEAN else acc
+
+    def target(self) -> k.Buffer:
+        """The exported value's global scratch (the dominant or a reshape of it), zeroed per launch."""
+        (exported,) = self.group.exports
+        return self.ph.sources.scratch[exported]
+
     def block_reduce(self, acc: k.Var, into: list[k.Stmt]) -> None:
         into += blocks.block_reduce(acc, self.op, self.ph.reduce_smem(self.acc_dtype), self.ph.block)
 
@@ -159,6 +169,9 @@ def _split_row(ph: Phase, r: _Reduction, into: list[k.Stmt]) -> None:
 
     into.append(r.loop(acc, threads, lambda c: k.add(k.mul(row, k.i64(m.cols)), c)))
     r.block_reduce(acc, into)
+    if r.group.combine is Combine.ATOMIC:
+        into.append(blocks.atomic_combine(r.share(acc), Op.ADD, r.target(), row))
+        return
     store = k.Store(ph.partials[r.group.id], ph.task, acc)
     into.append(k.If(k.eq(k.THREAD_IDX, k.i64(0)), (store,)))
 
@@ -179,6 +192,9 @@ def _column_tiles(ph: Phase, r: _Reduction, into: list[k.Stmt]) -> None:
     into.append(r.loop(acc, rows, lambda i: k.add(k.mul(i, k.i64(m.cols)), col)))
     if m.row_splits == 1:
         r.finish(acc, col, valid, into)
+        return
+    if r.group.combine is Combine.ATOMIC:
+        into.append(blocks.atomic_combine(r.share(acc), Op.ADD, r.target(), col, writer=valid))
         return
     store = k.Store(ph.partials[r.group.id], k.add(k.mul(split, k.i64(m.cols)), col), acc)
     into.append(k.If(valid, (store,)))

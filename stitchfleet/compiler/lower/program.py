@@ -34,8 +34,8 @@ from stitchfleet.compiler.ir import DType, Graph
 from stitchfleet.compiler.kernel import blocks
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower.phases import Phase, finalize_task, group_task
-from stitchfleet.compiler.lower.values import Sources
-from stitchfleet.compiler.plan import Launch, Loop, Scheme, SharedBuffer, StitchPlan
+from stitchfleet.compiler.lower.values import Namer, Sources
+from stitchfleet.compiler.plan import Combine, Launch, Loop, Scheme, SharedBuffer, StitchPlan
 from stitchfleet.compiler.plan.structure import accumulator
 
 
@@ -48,15 +48,6 @@ class Lowered:
 
 def _ident(prefix: str, name: str) -> str:
     return prefix + re.sub(r"\W", "_", name)
-
-
-class _Namer:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, stem: str) -> str:
-        self.count += 1
-        return f"{stem}_{self.count}"
 
 
 @dataclass
@@ -86,7 +77,7 @@ def _buffers(graph: Graph, plan: StitchPlan, persistent: bool) -> _Buffers:
         if e.scheme is Scheme.GLOBAL:
             scratch[e.node] = k.Buffer(f"tmp_{e.node}", node.dtype, math.prod(node.shape), temp)
     shared = {b.node: _view(graph, b) for b in plan.shared}
-    partials = {g.id: _partials(graph, g.id, plan, temp) for g in plan.groups if g.mapping.combines}
+    partials = {g.id: _partials(graph, g.id, plan, temp) for g in plan.groups if g.combine is Combine.PARTIALS}
     return _Buffers(inputs, outputs, scratch, partials, shared)
 
 
@@ -98,9 +89,7 @@ def _view(graph: Graph, planned: SharedBuffer) -> k.SharedBuffer:
 
 def _partials(graph: Graph, group_id: int, plan: StitchPlan, role: k.Role) -> k.Buffer:
     g = plan.group(group_id)
-    m = g.mapping
-    size = m.rows * m.blocks_per_row if m.blocks_per_row > 1 else m.row_splits * m.cols
-    return k.Buffer(f"part_{group_id}", accumulator(graph.node(g.dominant).dtype), size, role)
+    return k.Buffer(f"part_{group_id}", accumulator(graph.node(g.dominant).dtype), g.mapping.partial_count, role)
 
 
 def _loop_body(ph: Phase, plan: StitchPlan, loop: Loop) -> tuple[k.Stmt, ...]:
@@ -131,7 +120,7 @@ def _stage(ph: Phase, plan: StitchPlan, stage: int) -> list[k.Stmt]:
 
 
 def _kernel(graph: Graph, plan: StitchPlan, launch: Launch, bufs: _Buffers, name: str) -> k.Kernel:
-    names = _Namer()
+    names = Namer()
     reduce_smem: dict[DType, k.SharedBuffer] = {}
 
     def warp_partials(dtype: DType) -> k.SharedBuffer:

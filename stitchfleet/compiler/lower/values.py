@@ -22,6 +22,17 @@ from stitchfleet.compiler.kernel import ir as k
 Index = k.Expr
 
 
+class Namer:
+    """Fresh variable names: `stem_N`, N counting up per kernel (or C function)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, stem: str) -> str:
+        self.count += 1
+        return f"{stem}_{self.count}"
+
+
 @dataclass
 class Sources:
     """Where values computed outside the current group are read from."""

@@ -15,6 +15,7 @@ a grid barrier is always safe; blocks loop over tasks (vertical packing).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from stitchfleet.compiler.devices import Device, device, occupancy, relax_regist
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.plan import groups as grouping
 from stitchfleet.compiler.plan import mapping as mappings
+from stitchfleet.compiler.plan.combine import combine_choice
 from stitchfleet.compiler.plan.locality import aligned
 from stitchfleet.compiler.plan.model import (
     Choice,
@@ -48,6 +50,7 @@ class PlanOptions:
     force_row_mapping: MappingKind | None = None  # tests: force one row-reduction path
     grid_barrier: bool = True
     smem_limit: int | None = None  # bytes; default: the device's per-block limit
+    deterministic: bool = False  # refuse atomic cross-block combines (bitwise reproducible sums)
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,20 @@ def _groups_and_edges(ctx: _Context, raw: grouping.Grouping) -> tuple[list[Group
     return done, edges
 
 
+def _combines(ctx: _Context, groups: list[Group]) -> tuple[list[Group], list[Choice]]:
+    """Each split reduction's cross-block combine (partials or atomics), and why."""
+    out, choices = [], []
+    opts = ctx.options
+    for group in groups:
+        if not group.mapping.combines:
+            out.append(group)
+            continue
+        how, why = combine_choice(ctx.graph, group, one_kernel=opts.grid_barrier, deterministic=opts.deterministic)
+        out.append(dataclasses.replace(group, combine=how))
+        choices.append(Choice("combine", f"group {group.id}", why))
+    return out, choices
+
+
 def _launches(ctx: _Context, structure: Structure, groups: Sequence[Group]) -> list[Launch]:
     stages = sorted({loop.stage for loop in structure.loops})
     per_kernel = [stages] if ctx.options.grid_barrier else [[s] for s in stages]
@@ -187,10 +204,12 @@ def plan_cluster(graph: Graph, cluster: int = 0, options: PlanOptions | None = N
     raw = grouping.group(graph)
     ctx = _Context(graph, dev, block, wave, opts, raw.owner)
     groups, edges = _groups_and_edges(ctx, raw)
+    groups, combined = _combines(ctx, groups)
     limit = dev.smem_per_block if opts.smem_limit is None else min(opts.smem_limit, dev.smem_per_block)
     structure = build(graph, groups, edges, limit)
     launches = _launches(ctx, structure, groups)
     choices = [*raw.choices, *(Choice("map", f"group {g.id}", g.mapping.reason) for g in groups)]
+    choices += combined
     choices += [Choice("scheme", f"edge {e.producer}->{e.consumer} value {e.node}", e.reason) for e in structure.edges]
     choices += [*structure.choices, *_independent(structure)]
     if not opts.grid_barrier and len(launches) > 1:

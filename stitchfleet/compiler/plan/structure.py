@@ -6,7 +6,7 @@ them), `Loop`s by stage, `SharedBuffer`s with offsets reused by liveness, the
 kernel's shared memory bytes, and `Choice` records for every demotion.
 
 A group's stage is the first after the grid barrier that makes its global inputs
-ready (a combining producer needs one more stage to finalize its partials); a
+ready (a producer combining by partials needs one more stage to finalize them); a
 regional edge needs producer and consumer in the same stage and partition, so they
 share one task loop. Shared memory: each regional value takes rows-per-task elements
 in its loop from its producer to its last consumer; buffers whose lifetimes do not
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stitchfleet.compiler.ir import DType, Graph
-from stitchfleet.compiler.plan.model import Choice, Edge, Group, Loop, MappingKind, Scheme, SharedBuffer
+from stitchfleet.compiler.plan.model import Choice, Combine, Edge, Group, Loop, MappingKind, Scheme, SharedBuffer
 
 WARP = 32
 _BLOCK_REDUCE = frozenset({MappingKind.BLOCK_PER_ROW, MappingKind.SPLIT_ROW})
@@ -50,7 +50,7 @@ def _stages(groups: Sequence[Group], edges: list[Edge]) -> tuple[list[int], list
         stage = [0] * len(groups)
         for g in groups:
             for e in (e for e in edges if e.consumer == g.id):
-                ready = stage[e.producer] + (2 if groups[e.producer].mapping.combines else 1)
+                ready = stage[e.producer] + (2 if groups[e.producer].combine is Combine.PARTIALS else 1)
                 stage[g.id] = max(stage[g.id], ready if e.scheme is Scheme.GLOBAL else stage[e.producer])
         late = next((e for e in edges if e.scheme is Scheme.REGIONAL and stage[e.producer] != stage[e.consumer]), None)
         if late is None:
@@ -78,7 +78,7 @@ def _loops(groups: Sequence[Group], edges: list[Edge], stage: list[int]) -> list
         (stage[ids[0]], tuple(ids), groups[ids[0]].mapping.tasks, ()) for ids in members.values()
     ]
     for g in groups:
-        if g.mapping.combines:
+        if g.combine is Combine.PARTIALS:
             loops.append((stage[g.id] + 1, (), _finalize_tasks(g), (g.id,)))
     loops.sort(key=lambda item: (item[0], min(item[1] or item[3])))
     return [Loop(i, s, ids, tasks, fin) for i, (s, ids, tasks, fin) in enumerate(loops)]

@@ -1,12 +1,11 @@
 
 // kernel stitch_c0_k0: grid 4 x block 128
-// 2 block(s)/SM x SMs = 4 per wave, limited by threads per SM; 24 task(s) per loop at most -> grid 4; register cap relaxed to 64 keeping 2 block(s)/SM; 2 grid barrier(s): grid within one wave
+// 2 block(s)/SM x SMs = 4 per wave, limited by threads per SM; 24 task(s) per loop at most -> grid 4; register cap relaxed to 64 keeping 2 block(s)/SM; 1 grid barrier(s): grid within one wave
 extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
     const float* __restrict__ in_x,
     const float* __restrict__ in_scale,
     float* __restrict__ out_mul_7,
     float* __restrict__ tmp_3,
-    float* __restrict__ part_0,
     unsigned int* __restrict__ sf_grid_counter) {
   const long long sf_tid = threadIdx.x;
   const long long sf_bid = blockIdx.x;
@@ -64,57 +63,37 @@ extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
     acc_5 = (acc_5 + acc_5_shfl);
     __syncthreads();
     if ((sf_tid == 0LL)) {
-      part_0[t_1] = acc_5;
+      sf_atomic_add(&tmp_3[row_3], (acc_5 / 1500.0f));
     }
     __syncthreads();
   }
   __syncthreads();
   sf_grid_sync(sf_grid_counter);
-  // loop 1: 1 task(s)
-  for (long long t_8 = sf_bid; t_8 < 1LL; t_8 += sf_gdim) {
+  // loop 1: 24 task(s)
+  for (long long t_8 = sf_bid; t_8 < 24LL; t_8 += sf_gdim) {
     long long row0_9;
-    long long v_10;
-    float acc_11;
-    row0_9 = (t_8 * 1LL);
-    // group 0: combine partials of split_row
-    v_10 = ((t_8 * 128LL) + sf_tid);
-    acc_11 = 0.0f;
-    for (long long p_12 = 0LL; p_12 < ((v_10 < 2LL) ? 2LL : 0LL); p_12 += 1LL) {
-      acc_11 = (acc_11 + part_0[((v_10 * 2LL) + p_12)]);
-    }
-    if ((v_10 < 2LL)) {
-      float red_13;
-      red_13 = (acc_11 / 1500.0f);
-      tmp_3[v_10] = red_13;
-    }
-  }
-  __syncthreads();
-  sf_grid_sync(sf_grid_counter);
-  // loop 2: 24 task(s)
-  for (long long t_14 = sf_bid; t_14 < 24LL; t_14 += sf_gdim) {
-    long long row0_15;
-    row0_15 = (t_14 * 128LL);
+    row0_9 = (t_8 * 128LL);
     // group 1: output, elementwise
     // 4 elements per thread: in_x, out_mul_7 as vectors
-    for (long long e_16_v = ((row0_15 * 1LL) + (sf_tid * 4LL)); e_16_v < (sf_min((row0_15 + 128LL), 3000LL) * 1LL); e_16_v += (sf_bdim * 4LL)) {
-      const sf_vec<float, 4> in_x_v = *reinterpret_cast<const sf_vec<float, 4>*>(in_x + e_16_v);
+    for (long long e_10_v = ((row0_9 * 1LL) + (sf_tid * 4LL)); e_10_v < (sf_min((row0_9 + 128LL), 3000LL) * 1LL); e_10_v += (sf_bdim * 4LL)) {
+      const sf_vec<float, 4> in_x_v = *reinterpret_cast<const sf_vec<float, 4>*>(in_x + e_10_v);
       sf_vec<float, 4> out_mul_7_v;
       #pragma unroll
-      for (int e_16_k = 0; e_16_k < 4; ++e_16_k) {
-        const long long e_16 = e_16_v + e_16_k;
-        float n0_17;
-        float n3_18;
-        float n5_19;
-        float n1_20;
-        float n7_21;
-        n0_17 = in_x_v.v[e_16_k];
-        n3_18 = tmp_3[(0LL + (e_16 / 1500LL))];
-        n5_19 = (n0_17 - n3_18);
-        n1_20 = in_scale[(0LL + (e_16 % 1500LL))];
-        n7_21 = (n5_19 * n1_20);
-        out_mul_7_v.v[e_16_k] = n7_21;
+      for (int e_10_k = 0; e_10_k < 4; ++e_10_k) {
+        const long long e_10 = e_10_v + e_10_k;
+        float n0_11;
+        float n3_12;
+        float n5_13;
+        float n1_14;
+        float n7_15;
+        n0_11 = in_x_v.v[e_10_k];
+        n3_12 = tmp_3[(0LL + (e_10 / 1500LL))];
+        n5_13 = (n0_11 - n3_12);
+        n1_14 = in_scale[(0LL + (e_10 % 1500LL))];
+        n7_15 = (n5_13 * n1_14);
+        out_mul_7_v.v[e_10_k] = n7_15;
       }
-      *reinterpret_cast<sf_vec<float, 4>*>(out_mul_7 + e_16_v) = out_mul_7_v;
+      *reinterpret_cast<sf_vec<float, 4>*>(out_mul_7 + e_10_v) = out_mul_7_v;
     }
     __syncthreads();
   }
