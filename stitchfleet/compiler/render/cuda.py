@@ -13,11 +13,9 @@ Pure string generation: no CUDA toolkit or pycuda needed.
 - Warp shuffles use the mask of the lanes that are really there: all 32 at
   warp-uniform control flow, `__ballot_sync` of the branch condition under a
   lane-divergent `if`. A shuffle in a loop with lane-divergent bounds is refused.
-- Shared memory: static `__shared__` arrays up to 48 KiB, and arena views (buffers
-  with a byte offset, which may overlap) as typed pointers into one static byte
-  array; beyond 48 KiB (or with dynamic bytes in the launch) one `extern __shared__`
-  array carved into the buffers, whose size the launcher passes and raises the
-  function's limit to.
+- Shared memory (cuda_shared): static arrays, arena views as typed pointers into one
+  byte array; beyond 48 KiB one `extern __shared__` array carved into the buffers,
+  whose size the launcher passes and raises the function's limit to.
 - `GridSync` -> `sf_grid_sync(sf_grid_counter)`, a hand-written barrier (see the
   prelude for why): the launcher appends a zeroed counter as the last parameter.
 - `__launch_bounds__(block, min_blocks)` where min_blocks makes the planner's register
@@ -41,13 +39,12 @@ from stitchfleet.compiler.render.cuda_expr import (
 )
 from stitchfleet.compiler.render.cuda_prelude import PRELUDE
 from stitchfleet.compiler.render.cuda_scope import BlockId, Declarations, children, declarations, stmt_exprs
+from stitchfleet.compiler.render.cuda_shared import shared_lines
 from stitchfleet.compiler.render.cuda_vector import VARIANT, KernelFacts, VectorPlan, plan_vector
 
-STATIC_SHARED_LIMIT = 48 * 1024
 REGISTERS_PER_SM = 64 * 1024
 MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90 (sm_75/sm_86/sm_89 hold fewer: ptxas then ignores the minimum)
 GRID_COUNTER = "sf_grid_counter"
-ARENA = "sf_arena"
 FULL_MASK = "0xffffffffu"
 _ATOMIC = {Op.ADD: "sf_atomic_add", Op.MAXIMUM: "sf_atomic_max", Op.MINIMUM: "sf_atomic_min"}
 _INDENT = "  "
@@ -357,34 +354,6 @@ def _launch_bounds(launch: ir.Launch) -> str:
     return f"__launch_bounds__({launch.block}, {min_blocks})"
 
 
-def _view_line(view: ir.SharedBuffer, base: str, offset: int) -> str:
-    ctype = C_TYPE[view.dtype]
-    return f"{ctype}* const {view.name} = reinterpret_cast<{ctype}*>({base} + {offset});"
-
-
-def _shared_lines(kernel: ir.Kernel) -> tuple[list[str], int]:
-    """Shared declarations, and the dynamic shared bytes the launch must pass (0: all static).
-
-    Arena views are typed pointers into one byte array (the arena first when carved
-    from dynamic shared memory, then the arrays of their own, each 16-byte aligned).
-    """
-    views = [s for s in kernel.shared if s.offset is not None]
-    arrays = [s for s in kernel.shared if s.offset is None]
-    arena = kernel.arena_bytes
-    static = sum(s.nbytes for s in arrays) + arena
-    if static <= STATIC_SHARED_LIMIT and kernel.launch.dynamic_smem_bytes == 0:
-        lines = [f"__shared__ __align__(16) unsigned char {ARENA}[{arena}];"] if views else []
-        lines += [_view_line(v, ARENA, v.offset or 0) for v in views]
-        return lines + [f"__shared__ __align__(16) {C_TYPE[s.dtype]} {s.name}[{s.size}];" for s in arrays], 0
-    lines = ["extern __shared__ __align__(16) unsigned char sf_smem[];"]
-    lines += [_view_line(v, "sf_smem", v.offset or 0) for v in views]
-    offset = -(-arena // 16) * 16
-    for s in arrays:
-        lines.append(_view_line(s, "sf_smem", offset))
-        offset += -(-s.nbytes // 16) * 16
-    return lines, offset + kernel.launch.dynamic_smem_bytes
-
-
 def _specials(kernel: ir.Kernel) -> list[str]:
     used: set[ir.Special] = set()
     for stmt in _statements(kernel.body):
@@ -408,7 +377,7 @@ def render_kernel(kernel: ir.Kernel) -> CudaKernel:
     barrier = _has_grid_sync(kernel.body)
     params = [_param(b) for b in kernel.params] + ([f"unsigned int* __restrict__ {GRID_COUNTER}"] if barrier else [])
     state = _State(kernel, declarations(kernel.body), KernelFacts.of(kernel))
-    shared, dynamic = _shared_lines(kernel)
+    shared, dynamic = shared_lines(kernel)
     where = _Where((), 1, FULL_MASK, frozenset(VARIANT), ExprRenderer())
     head = [PRELUDE, f"// kernel {kernel.name}: grid {kernel.launch.grid} x block {kernel.launch.block}"]
     head += [f"// {line}" for line in kernel.doc.splitlines()]
