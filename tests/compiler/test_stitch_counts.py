@@ -50,7 +50,9 @@ def test_workload_clusters_on_sim(model: str) -> None:
             assert isinstance(plan, StitchPlan), (path.name, plan)
             sources = cluster.metadata.get_ints("source_inputs")
             inputs = {str(p.attrs["name"]): values[s] for p, s in zip(cluster.parameters, sources, strict=True)}
-            got = run_lowered(lower(cluster, plan), cluster, inputs)
+            lowered = lower(cluster, plan)
+            assert [k.shared_bytes for k in lowered.kernels] == [lc.smem_bytes for lc in plan.launches], path.name
+            got = run_lowered(lowered, cluster, inputs)
             verdicts = check_outputs(got, evaluate(cluster, inputs), evaluate(cluster, inputs, "float64"))
             assert all(v.ok for v in verdicts.values()), (path.name, {n: v.reason for n, v in verdicts.items()})
 

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from benchmarks.suite import build_case
-from stitchfleet.compiler.ir import Graph, GraphBuilder
-from stitchfleet.compiler.plan import GroupKind, Layout, MappingKind, PlanOptions, Scheme, StitchPlan, plan_cluster
+from stitchfleet.compiler.ir import Graph, GraphBuilder, Value
+from stitchfleet.compiler.plan import (
+    Combine,
+    GroupKind,
+    Layout,
+    MappingKind,
+    PlanOptions,
+    Scheme,
+    StitchPlan,
+    plan_cluster,
+)
 from stitchfleet.compiler.plan.mapping import MappingError
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
@@ -39,16 +50,47 @@ def test_many_short_rows_warp_per_row_packed() -> None:
 
 
 def test_few_long_rows_task_splitting() -> None:
-    plan = plan_case("few_long_rows", (64, 30000))
+    plan = plan_case("few_long_rows", (64, 30000), deterministic=True)
     reduce = plan.groups[0]
     m = reduce.mapping
     assert (m.kind, m.blocks_per_row, m.tasks) == (MappingKind.SPLIT_ROW, 4, 256)
-    assert m.combines and m.partition is None
+    assert m.combines and m.partition is None and reduce.combine is Combine.PARTIALS
     assert plan.edges[0].scheme is Scheme.GLOBAL and "spreads a value over several blocks" in plan.edges[0].reason
     (launch,) = plan.launches
     assert launch.grid_barriers == 2 and launch.grid <= launch.max_coresident_blocks
     assert any(loop.finalize == (0,) and loop.stage == 1 for loop in plan.loops)
     assert plan.kernel_count == 1
+    assert reasons(plan, "combine") == [
+        "partials + finalize loop: deterministic results asked for (atomic float adds vary in order run to run)"
+    ]
+
+
+def test_split_mean_combines_atomically_one_grid_barrier_sooner() -> None:
+    plan = plan_case("few_long_rows", (64, 30000))
+    assert plan.groups[0].combine is Combine.ATOMIC and plan.groups[0].mapping.blocks_per_row == 4
+    assert plan.launches[0].grid_barriers == 1 and not any(loop.finalize for loop in plan.loops)
+    (why,) = reasons(plan, "combine")
+    assert why.startswith("atomic add of each block's reduce_mean share") and "ready after one grid barrier" in why
+
+
+@pytest.mark.parametrize(
+    ("build", "grid_barrier", "why"),
+    [
+        (lambda b, x: b.reduce_max(x, (1,), keepdims=True), True, "reduce_max has no atomic path"),
+        (lambda b, x: b.reduce_sum(x, (1,), keepdims=True), False, "one kernel per stage"),
+        (lambda b, x: b.rsqrt(b.reduce_sum(x, (1,), keepdims=True)), True, "tail ops need the combined value"),
+    ],
+)
+def test_split_reduction_keeps_partials_where_atomics_do_not_fit(
+    build: Callable[[GraphBuilder, Value], Value], grid_barrier: bool, why: str
+) -> None:
+    b = GraphBuilder()
+    x = b.parameter("x", (2, 30000))
+    b.output("y", x - build(b, x))
+    plan = plan_cluster(cluster_graph(b.build()), 0, PlanOptions(grid_barrier=grid_barrier))
+    assert plan.groups[0].combine is Combine.PARTIALS and plan.groups[0].mapping.combines
+    (reason,) = reasons(plan, "combine")
+    assert reason.startswith("partials + finalize loop: ") and why in reason
 
 
 @pytest.mark.parametrize(("shape", "grid", "packing"), [((128, 768), 128, ""), ((16384, 4096), 264, "63 per block")])
@@ -80,11 +122,12 @@ def test_layernorm_backward_row_and_column_reductions_in_one_kernel() -> None:
 
 def test_smem_overflow_demotes_regional_to_global() -> None:
     fits = plan_case("layernorm_fwd", (128, 768))
-    assert fits.launches[0].smem_bytes == 288
-    plan = plan_case("layernorm_fwd", (128, 768), smem_limit=270)
+    # two f32 row values (4 B each, at offsets 0 and 16), then 32 warps x 4 B of f32 block-reduce partials
+    assert (fits.launches[0].smem_bytes, fits.launches[0].scratch_offset) == (160, 32)
+    plan = plan_case("layernorm_fwd", (128, 768), smem_limit=140)
     assert all(e.scheme is Scheme.GLOBAL for e in plan.edges)
     demotions = reasons(plan, "demote")
-    assert sum("exceeds the 270 B limit" in d for d in demotions) == 2
+    assert sum("exceeds the 140 B limit" in d for d in demotions) == 2
     assert sum("only ready after a grid barrier" in d for d in demotions) == 1
     assert plan.shared == () and plan.launches[0].grid_barriers == 2 and plan.kernel_count == 1
 

@@ -71,7 +71,9 @@ def graphs(draw: st.DrawFn) -> Graph:
 def compile_and_check(graph: Graph, options: PlanOptions) -> None:
     for cluster in find_clusters(graph, 8).clusters:
         sub = extract(graph, cluster.nodes)
-        lowered = lower(sub, plan_cluster(sub, cluster.id, options))
+        plan = plan_cluster(sub, cluster.id, options)
+        lowered = lower(sub, plan)
+        assert [k.shared_bytes for k in lowered.kernels] == [launch.smem_bytes for launch in plan.launches]
         inputs = random_inputs(sub, 3)
         got = run_lowered(lowered, sub, inputs)
         verdicts = check_outputs(got, evaluate(sub, inputs), evaluate(sub, inputs, "float64"))

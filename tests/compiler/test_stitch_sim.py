@@ -13,9 +13,10 @@ import pytest
 from benchmarks.suite import CASES, build_case
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.ir import Graph
-from stitchfleet.compiler.kernel import GridSync, verify
+from stitchfleet.compiler.kernel import Atomic, For, GridSync, If, Kernel, verify
+from stitchfleet.compiler.kernel.ir import Stmt
 from stitchfleet.compiler.lower import lower, run_lowered
-from stitchfleet.compiler.plan import MappingKind, PlanOptions, StitchPlan, plan_cluster
+from stitchfleet.compiler.plan import Combine, MappingKind, PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
 from stitchfleet.compiler.tolerance import check_outputs
@@ -47,8 +48,9 @@ def clusters(graph: Graph) -> list[Graph]:
 def run_and_check(graph: Graph, options: PlanOptions, seed: int = 0) -> StitchPlan:
     plan = plan_cluster(graph, 0, options)
     lowered = lower(graph, plan)
-    for kernel in lowered.kernels:
+    for kernel, launch in zip(lowered.kernels, plan.launches, strict=True):
         verify(kernel)
+        assert kernel.shared_bytes == launch.smem_bytes, "the kernel's shared memory is not the planned layout"
     inputs = random_inputs(graph, seed)
     got = run_lowered(lowered, graph, inputs)
     verdicts = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
@@ -122,6 +124,84 @@ def test_one_kernel_per_stage_without_grid_barrier_on_sim() -> None:
     assert plan.kernel_count == 2
     (graph,) = clusters(build_case("few_long_rows", (2, 1500), "f32"))
     assert run_and_check(graph, PlanOptions(device="tiny", grid_barrier=False)).kernel_count == 3
+
+
+def test_kernel_shares_arena_bytes_as_planned() -> None:
+    """Three chained row sums: the first and third values never live together, so they share bytes."""
+    from stitchfleet.compiler.ir import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.parameter("x", (64, 256))
+    m = b.reduce_sum(x, (1,), keepdims=True)
+    for _ in range(2):
+        m = b.reduce_sum(x * m * 0.01, (1,), keepdims=True)
+    b.output("y", x * m)
+    (graph,) = clusters(b.build())
+    for kind, arena in ((MappingKind.WARP_PER_ROW, 16 + 16), (MappingKind.BLOCK_PER_ROW, 32 + 4 * 4)):
+        plan = run_and_check(graph, PlanOptions(device="tiny", force_row_mapping=kind))
+        (kernel,) = lower(graph, plan).kernels
+        views = {s.name: s for s in kernel.shared}
+        planned = {f"smem_{s.node}": s.offset for s in plan.shared}
+        assert {name: views[name].offset for name in planned} == planned and sorted(planned.values()) == [0, 0, 16]
+        assert kernel.arena_bytes == kernel.shared_bytes == arena
+        if kind is MappingKind.BLOCK_PER_ROW:  # 4 warps' f32 partials after the 16-byte aligned values
+            assert views["warp_f32"].offset == plan.launches[0].scratch_offset == 32
+        else:  # 4 rows of f32 per task: the first and third values share their 16 bytes
+            assert "warp_f32" not in views and kernel.arena_bytes < sum(s.nbytes for s in kernel.shared)
+
+
+def test_split_plan_kernels_declare_only_their_loops_shared_memory() -> None:
+    (graph,) = clusters(build_case("layernorm_bwd", (96, 100), "f32"))
+    plan = run_and_check(graph, PlanOptions(device="tiny", grid_barrier=False))
+    kernels = lower(graph, plan).kernels
+    assert [k.shared_bytes for k in kernels] == [lc.smem_bytes for lc in plan.launches]
+    assert len({k.shared_bytes for k in kernels}) == 2  # the per-stage kernels need different amounts
+
+
+def _atomics(kernel: Kernel) -> int:
+    def count(body: tuple[Stmt, ...]) -> int:
+        return sum(isinstance(s, Atomic) + sum(count(b) for b in _inner(s)) for s in body)
+
+    return count(kernel.body)
+
+
+def _inner(stmt: Stmt) -> tuple[tuple[Stmt, ...], ...]:
+    if isinstance(stmt, For):
+        return (stmt.body,)
+    return (stmt.then, stmt.orelse) if isinstance(stmt, If) else ()
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_split_row_mean_combines_by_atomics_or_partials_on_sim(deterministic: bool) -> None:
+    (graph,) = clusters(build_case("few_long_rows", (2, 1500), "f32"))
+    plan = run_and_check(graph, PlanOptions(device="tiny", deterministic=deterministic))
+    (kernel,) = lower(graph, plan).kernels
+    barriers = sum(isinstance(s, GridSync) for s in kernel.body)
+    partials = [b.name for b in kernel.params if b.name.startswith("part_")]
+    if deterministic:
+        assert plan.groups[0].combine is Combine.PARTIALS and (barriers, partials, _atomics(kernel)) == (
+            2,
+            ["part_0"],
+            0,
+        )
+    else:
+        assert plan.groups[0].combine is Combine.ATOMIC and (barriers, partials, _atomics(kernel)) == (1, [], 1)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("dtype", ["f32", "i32"])
+def test_column_sum_over_row_splits_by_atomics_or_partials_on_sim(dtype: str, deterministic: bool) -> None:
+    from stitchfleet.compiler.ir import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.parameter("x", (512, 20), dtype)
+    b.output("y", x * b.reduce_sum(x, (0,), keepdims=True))
+    (graph,) = clusters(b.build())
+    plan = run_and_check(graph, PlanOptions(device="tiny", deterministic=deterministic))
+    column = plan.groups[0]
+    assert column.mapping.kind is MappingKind.COLUMN_TILES and column.mapping.row_splits > 1
+    assert column.combine is (Combine.PARTIALS if deterministic else Combine.ATOMIC)
+    assert _atomics(lower(graph, plan).kernels[0]) == (0 if deterministic else 1)
 
 
 def test_strided_reduction_thread_per_output() -> None:

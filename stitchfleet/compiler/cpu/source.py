@@ -13,7 +13,9 @@ Layout, from the plan (AStitch's structure on a CPU):
   task's rows, columns innermost;
 - regional values live in a stack array of rows-per-task elements, declared in the
   task; global values and split-reduction partials in heap scratch allocated per call
-  (so concurrent calls share nothing); a split reduction's finalize loop folds them.
+  (so concurrent calls share nothing); a split reduction's finalize loop folds them,
+  or, where the plan combines atomically, each task adds its share (`omp atomic`) to
+  the value's scratch (calloc'd: it starts at zero).
 Element values (broadcast/transpose/slice/concat index math, inlined producers) come
 from the lowering's value emitter, so CPU and GPU code share one definition of them.
 """
@@ -27,15 +29,14 @@ from dataclasses import dataclass
 
 from stitchfleet.compiler.cpu import cexpr as c
 from stitchfleet.compiler.ir import DType, Graph, Op
+from stitchfleet.compiler.kernel import blocks
 from stitchfleet.compiler.kernel import ir as k
-from stitchfleet.compiler.lower.phases import Phase, store_results
-from stitchfleet.compiler.lower.values import Sources, coords, flat
-from stitchfleet.compiler.plan import Group, Loop, MappingKind, Scheme, StitchPlan
+from stitchfleet.compiler.lower.phases import COMBINE, Phase, store_results
+from stitchfleet.compiler.lower.values import Namer, Sources, coords, flat
+from stitchfleet.compiler.plan import Combine, Group, Loop, MappingKind, Scheme, StitchPlan
 
 LANES = 16
 PARALLEL_ELEMENTS = 1 << 15  # below this many elements touched, one thread does the whole cluster
-_COMBINE = {Op.REDUCE_SUM: Op.ADD, Op.REDUCE_MEAN: Op.ADD, Op.REDUCE_MAX: Op.MAXIMUM, Op.REDUCE_MIN: Op.MINIMUM}
-_COMBINE[Op.REDUCE_PROD] = Op.MUL
 
 
 @dataclass(frozen=True)
@@ -56,15 +57,6 @@ class CSource:
     params: tuple[Param, ...]
 
 
-class _Names:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, stem: str) -> str:
-        self.count += 1
-        return f"{stem}_{self.count}"
-
-
 def _ident(prefix: str, index: int, name: str) -> str:
     return f"{prefix}{index}_{re.sub(r'[^0-9A-Za-z_]', '_', name)}"
 
@@ -74,7 +66,7 @@ class _Gen:
     graph: Graph
     plan: StitchPlan
     ph: Phase
-    names: _Names
+    names: Namer
     bounds: dict[str, int]
 
     def group_bounds(self, **extra: int) -> dict[str, int]:
@@ -113,10 +105,9 @@ def _scratch(graph: Graph, plan: StitchPlan) -> tuple[dict[int, k.Buffer], dict[
 def _partials(graph: Graph, plan: StitchPlan) -> dict[int, k.Buffer]:
     out = {}
     for g in plan.groups:
-        m = g.mapping
-        if m.combines:
-            size = m.rows * m.blocks_per_row if m.blocks_per_row > 1 else m.row_splits * m.cols
-            out[g.id] = k.Buffer(f"part_{g.id}", accumulator(graph.node(g.dominant).dtype), size, k.Role.SCRATCH)
+        if g.combine is Combine.PARTIALS:
+            dtype = accumulator(graph.node(g.dominant).dtype)
+            out[g.id] = k.Buffer(f"part_{g.id}", dtype, g.mapping.partial_count, k.Role.SCRATCH)
     return out
 
 
@@ -150,18 +141,10 @@ class _Reduce:
         self.count = math.prod(self.operand.shape) // max(math.prod(self.node.shape), 1)
 
     def identity(self) -> str:
-        op, dtype = self.node.op, self.acc
-        if op in (Op.REDUCE_SUM, Op.REDUCE_MEAN):
-            return c.const_text(0, dtype)
-        if op is Op.REDUCE_PROD:
-            return c.const_text(1, dtype)
-        if dtype.is_float:
-            return c.const_text(-math.inf if op is Op.REDUCE_MAX else math.inf, dtype)
-        bits = 8 * dtype.itemsize - 1
-        return c.const_text(-(2**bits) if op is Op.REDUCE_MAX else 2**bits - 1, dtype)
+        return c.const_text(blocks.identity(COMBINE[self.node.op], self.acc).value, self.acc)
 
     def fold(self, acc: str, value: str) -> str:
-        return f"{acc} = {c.binary_text(_COMBINE[self.node.op], acc, value, self.acc)};"
+        return f"{acc} = {c.binary_text(COMBINE[self.node.op], acc, value, self.acc)};"
 
     def element(self, index: k.Expr, bounds: dict[str, int], into: str, pad: str) -> list[str]:
         """Statements folding the operand at `index` into `into`."""
@@ -195,6 +178,14 @@ class _Reduce:
             yield f"{pad}for (int l = 0; l < {width}; ++l) {self.fold(f'{lane}[l]', f'{lane}[l + {width}]')}"
             width //= 2
         yield f"{pad}{self.ctype} {acc} = {lane}[0];"
+
+    def atomic_add(self, index: str, acc: str, pad: str) -> list[str]:
+        """The plan's atomic combine: this task's share (a mean's already divided) added to the value."""
+        share = f"{acc} / {self.count}" if self.node.op is Op.REDUCE_MEAN else acc
+        (exported,) = self.group.exports
+        target = self.gen.ph.sources.scratch[exported]
+        value = c.cast_text(share, self.acc, target.dtype)
+        return [f"{pad}#pragma omp atomic", f"{pad}{target.name}[{index}] += {value};"]
 
     def finish(self, acc: str, index: k.Expr, bounds: dict[str, int], pad: str) -> list[str]:
         """The reduced value (mean divided), rounded to its dtype, then the tail and the stores."""
@@ -232,6 +223,8 @@ def _split_row(gen: _Gen, r: _Reduce, pad: str) -> list[str]:
     ]
     stop = f"sf_min_int64_t({first} + {chunk}L, {m.cols}L)"
     lines += r.lanes(acc, (first, stop), lambda col: k.add(k.mul(row, k.i64(m.cols)), col), m.cols, pad)
+    if r.group.combine is Combine.ATOMIC:
+        return [*lines, *r.atomic_add(row.name, acc, pad)]
     return [*lines, f"{pad}{gen.ph.partials[r.group.id].name}[t] = {acc};"]
 
 
@@ -260,6 +253,8 @@ def _column_tiles(gen: _Gen, r: _Reduce, pad: str) -> list[str]:
     if m.row_splits == 1:
         acc = gen.names("acc")
         lines += [f"{pad}    {r.ctype} {acc} = {accs}[{col.name} - {c0}];", *r.finish(acc, col, bounds, pad + "    ")]
+    elif r.group.combine is Combine.ATOMIC:
+        lines += r.atomic_add(col.name, f"{accs}[{col.name} - {c0}]", pad + "    ")
     else:
         part = gen.ph.partials[r.group.id].name
         lines.append(f"{pad}    {part}[{split} * {m.cols}L + {col.name}] = {accs}[{col.name} - {c0}];")
@@ -377,17 +372,18 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     inputs, outputs, params = _params(graph)
     scratch, shared = _scratch(graph, plan)
     partials = _partials(graph, plan)
-    names = _Names()
+    names = Namer()
     sources = Sources(inputs, shared, scratch, k.Var("row0", DType.I64))
     ph = Phase(graph, plan, sources, outputs, partials, _no_shared_reduce, names, k.Var("t", DType.I64), 0)
     gen = _Gen(graph, plan, ph, names, {"t": max((lp.tasks for lp in plan.loops), default=1)})
     args = ", ".join(f"{'' if p.output else 'const '}{c.STORAGE[p.dtype]} *restrict {p.cname}" for p in params)
     heap = [*scratch.values(), *partials.values()]
     lines = [c.PRELUDE, f"int {function}({args}) {{"]
+    atomic = {scratch[g.exports[0]].name for g in plan.groups if g.combine is Combine.ATOMIC}
     for buf in heap:
-        lines.append(
-            f"    {c.STORAGE[buf.dtype]} *restrict {buf.name} = malloc({max(buf.size, 1)} * sizeof(*{buf.name}));"
-        )
+        count, size = max(buf.size, 1), f"sizeof(*{buf.name})"
+        alloc = f"calloc({count}, {size})" if buf.name in atomic else f"malloc({count} * {size})"  # atomics add to 0
+        lines.append(f"    {c.STORAGE[buf.dtype]} *restrict {buf.name} = {alloc};")
     if heap:
         lines.append(f"    if ({' || '.join(f'!{b.name}' for b in heap)}) {{")
         lines += [f"        free({b.name});" for b in heap] + ["        return 1;", "    }"]

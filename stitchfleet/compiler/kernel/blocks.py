@@ -96,12 +96,16 @@ def warp_task_loop(task: Var, num_tasks: Expr, warps_per_block: int, body: tuple
 
 def block_stride_loop(var: Var, start: Expr, stop: Expr, body: tuple[Stmt, ...]) -> For:
     """The threads of a block stride over [start, stop)."""
-    return For(var, add(start, THREAD_IDX), stop, BLOCK_DIM, body)
+    return For(var, _plus(start, THREAD_IDX), stop, BLOCK_DIM, body)
 
 
 def lane_stride_loop(var: Var, start: Expr, stop: Expr, body: tuple[Stmt, ...]) -> For:
     """The lanes of a warp stride over [start, stop)."""
-    return For(var, add(start, LANE), stop, i64(WARP_SIZE), body)
+    return For(var, _plus(start, LANE), stop, i64(WARP_SIZE), body)
+
+
+def _plus(start: Expr, index: Expr) -> Expr:
+    return index if start == i64(0) else add(start, index)
 
 
 # ---- reductions ----------------------------------------------------------------------------

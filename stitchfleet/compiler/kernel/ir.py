@@ -67,15 +67,26 @@ class Buffer:
 
 @dataclass(frozen=True)
 class SharedBuffer:
-    """A per-block `__shared__` array of `size` elements."""
+    """A per-block `__shared__` array of `size` elements.
+
+    With `offset` (bytes) it is a typed view of the kernel's shared arena instead of an
+    array of its own: views may overlap, which is how a planner reuses space for values
+    whose lifetimes do not overlap (the sim checks that a view only reads bytes it wrote).
+    """
 
     name: str
     dtype: DType
     size: int
+    offset: int | None = None
 
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
+
+    @property
+    def end(self) -> int:
+        """One past the last arena byte of a view (its own size for an array)."""
+        return (self.offset or 0) + self.nbytes
 
 
 AnyBuffer: TypeAlias = Buffer | SharedBuffer
@@ -270,8 +281,14 @@ class Kernel:
         raise KeyError(f"kernel {self.name!r} has no parameter {name!r}")
 
     @property
+    def arena_bytes(self) -> int:
+        """Bytes of the shared arena: up to the end of its last view (0 without views)."""
+        return max((s.end for s in self.shared if s.offset is not None), default=0)
+
+    @property
     def shared_bytes(self) -> int:
-        return sum(s.nbytes for s in self.shared) + self.launch.dynamic_smem_bytes
+        own = sum(s.nbytes for s in self.shared if s.offset is None)
+        return self.arena_bytes + own + self.launch.dynamic_smem_bytes
 
 
 # ---- constructors --------------------------------------------------------------------------

@@ -124,6 +124,11 @@ def _param_text(buf: ir.Buffer) -> str:
     return f"{buf.role.value} {buf.dtype.value} {buf.name}[{buf.size}]"
 
 
+def _shared_text(buf: ir.SharedBuffer) -> str:
+    where = "" if buf.offset is None else f" @ arena+{buf.offset}"
+    return f"__shared__ {buf.dtype.value} {buf.name}[{buf.size}]{where}"
+
+
 def print_kernel(kernel: ir.Kernel) -> str:
     """The whole kernel: signature, launch, shared declarations and body."""
     launch = kernel.launch
@@ -135,6 +140,8 @@ def print_kernel(kernel: ir.Kernel) -> str:
         "{",
     ]
     lines += [f"{_INDENT}// {line}" for line in kernel.doc.splitlines()]
-    lines += [f"{_INDENT}__shared__ {s.dtype.value} {s.name}[{s.size}];" for s in kernel.shared]
+    if kernel.arena_bytes:
+        lines.append(f"{_INDENT}__shared__ u8 arena[{kernel.arena_bytes}];")
+    lines += [f"{_INDENT}{_shared_text(s)};" for s in kernel.shared]
     lines += _block_lines(kernel.body, 1, set())
     return "\n".join([*lines, "}"])

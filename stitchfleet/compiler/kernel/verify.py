@@ -4,8 +4,9 @@ Input: a `Kernel`. Output: None, or a `KernelError` naming the kernel and the
 statement (its one-line text and its path, e.g. `body[2].then[0]`). Checks: launch
 shape (1-D, block a multiple of 32), unique and declared buffers, no stores into
 inputs, variables assigned before use with one dtype each, operand dtypes, shared
-memory within the limit, barriers outside divergent control flow (when visible
-statically), and a grid barrier only with at most `max_coresident_blocks` blocks.
+memory within the limit, shared arena views aligned to their element size, barriers
+outside divergent control flow (when visible statically), and a grid barrier only
+with at most `max_coresident_blocks` blocks.
 """
 
 from __future__ import annotations
@@ -70,7 +71,20 @@ def _check_buffers(scope: _Scope) -> None:
             raise scope.fail(f"buffer {buf.name!r} declared twice")
         if buf.size < 1:
             raise scope.fail(f"buffer {buf.name!r} has size {buf.size}; must be >= 1")
+        if isinstance(buf, ir.SharedBuffer) and buf.offset is not None:
+            _check_view(scope, buf)
         scope.buffers[buf.name] = buf
+
+
+def _check_view(scope: _Scope, view: ir.SharedBuffer) -> None:
+    """An arena view starts inside the arena at a multiple of its element size (aligned loads)."""
+    assert view.offset is not None
+    size = view.dtype.itemsize
+    if view.offset < 0 or view.offset % size:
+        raise scope.fail(
+            f"shared view {view.name!r} at byte offset {view.offset}: must be >= 0 and a multiple of {size}"
+            f" (its {view.dtype.value} element size)"
+        )
 
 
 def _check_body(scope: _Scope, body: tuple[ir.Stmt, ...], path: str, block_div: bool, grid_div: bool) -> None:

@@ -2,12 +2,17 @@
 
 Input: a `Phase` context (cluster graph, plan, buffers, the task variable `t` and the
 task's first row `row0`) and a planned `Group`. Output: the statements one task of
-that group runs. Reductions accumulate in registers (f32 for f16/bf16), combine
-across a warp with xor shuffles and across a block through a per-warp shared array;
-split reductions write per-task partials to global scratch, and a finalize loop
-after the next grid barrier folds them. Results (the dominant, then its tail) are
-written by one thread per value to the cluster outputs and to the group's exports:
-shared memory at `value index - row0` (regional) or global scratch (global).
+that group runs. Reductions accumulate in registers (f32 for f16/bf16) in the
+kernel building blocks' stride loops, and combine with `blocks.warp_reduce` (xor
+shuffles) or `blocks.block_reduce` (per-warp partials in the shared view the plan
+placed at its scratch offset); split reductions write per-task partials to global
+scratch, and a finalize loop after the next grid barrier folds them, or (atomic
+combine) add their share to the value's scratch with `blocks.atomic_combine` (not
+`blocks.grid_reduce`: that one needs every block at its own grid barrier, while here
+blocks run different numbers of tasks and share the plan's barrier between stages).
+Results (the dominant, then its tail) are written by one thread per value to the
+cluster outputs and to the group's exports: shared memory at `value index - row0`
+(regional) or global scratch (global).
 """
 
 from __future__ import annotations
@@ -16,15 +21,17 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from stitchfleet.compiler.ir import DType, Graph, Op
+from stitchfleet.compiler.kernel import blocks
 from stitchfleet.compiler.kernel import ir as k
-from stitchfleet.compiler.lower.values import Emitter, Sources, accumulator, coords, flat
-from stitchfleet.compiler.plan import Group, MappingKind, Scheme, StitchPlan
+from stitchfleet.compiler.lower.values import Emitter, Sources, coords, flat
+from stitchfleet.compiler.plan import Combine, Group, MappingKind, Scheme, StitchPlan
+from stitchfleet.compiler.plan.structure import accumulator
 
-_COMBINE = {Op.REDUCE_SUM: Op.ADD, Op.REDUCE_MEAN: Op.ADD, Op.REDUCE_MAX: Op.MAXIMUM, Op.REDUCE_MIN: Op.MINIMUM}
-_COMBINE[Op.REDUCE_PROD] = Op.MUL
+COMBINE = {Op.REDUCE_SUM: Op.ADD, Op.REDUCE_MEAN: Op.ADD, Op.REDUCE_MAX: Op.MAXIMUM, Op.REDUCE_MIN: Op.MINIMUM}
+COMBINE[Op.REDUCE_PROD] = Op.MUL
+Body = tuple[k.Stmt, ...]
+LoopBuilder = Callable[[k.Var, Body], k.For]
 
 
 @dataclass
@@ -54,19 +61,6 @@ class Phase:
         return v
 
 
-def _identity(op: Op, dtype: DType) -> k.Const:
-    if op in (Op.REDUCE_SUM, Op.REDUCE_MEAN):
-        return k.const(0, dtype)
-    if op is Op.REDUCE_PROD:
-        return k.const(1, dtype)
-    big: float = float("inf") if dtype.is_float else int(np.iinfo(dtype.numpy).max)  # type: ignore[type-var]
-    return k.const(-big if op is Op.REDUCE_MAX else big, dtype)
-
-
-def _combine(op: Op, acc: k.Expr, value: k.Expr) -> k.Expr:
-    return k.Binary(_COMBINE[op], acc, value)
-
-
 def store_results(ph: Phase, em: Emitter, group: Group, index: k.Expr) -> None:
     """Writes the group's roots at `index` to outputs and exports (statements into `em`)."""
     for node_id in group.roots:
@@ -82,44 +76,41 @@ def store_results(ph: Phase, em: Emitter, group: Group, index: k.Expr) -> None:
 
 
 class _Reduction:
-    """Accumulation of one reduction group."""
+    """Accumulation of one reduction group, combined with the kernel building blocks."""
 
     def __init__(self, ph: Phase, group: Group) -> None:
         self.ph, self.group = ph, group
         self.node = ph.graph.node(group.dominant)
         self.operand = ph.graph.node(self.node.inputs[0])
         self.acc_dtype = accumulator(self.node.dtype)
+        self.op = COMBINE[self.node.op]
         self.count = math.prod(self.operand.shape) // max(math.prod(self.node.shape), 1)
 
     def start(self, into: list[k.Stmt]) -> k.Var:
-        return self.ph.var("acc", self.acc_dtype, _identity(self.node.op, self.acc_dtype), into)
+        return self.ph.var("acc", self.acc_dtype, blocks.identity(self.op, self.acc_dtype), into)
 
-    def loop(self, acc: k.Var, start: k.Expr, stop: k.Expr, step: k.Expr, index: Callable[[k.Var], k.Expr]) -> k.For:
+    def loop(self, acc: k.Var, make: LoopBuilder, index: Callable[[k.Var], k.Expr]) -> k.For:
+        """`make(i, body)` loops over the elements this thread folds; `index(i)` is the operand's index."""
         i = k.Var(self.ph.names("i"), DType.I64)
         em = self.ph.emitter(self.group)
         value = em.value(self.operand.id, index(i))
-        em.stmts.append(k.Assign(acc, _combine(self.node.op, acc, k.Cast(value, self.acc_dtype))))
-        return k.For(i, start, stop, step, tuple(em.stmts))
+        em.stmts.append(self.fold(acc, k.Cast(value, self.acc_dtype)))
+        return make(i, tuple(em.stmts))
 
     def fold(self, acc: k.Var, value: k.Expr) -> k.Assign:
-        return k.Assign(acc, _combine(self.node.op, acc, value))
+        return k.Assign(acc, blocks.combine(self.op, acc, value))
 
-    def warp_reduce(self, acc: k.Var, into: list[k.Stmt]) -> None:
-        other = k.Var(self.ph.names("shfl"), self.acc_dtype)
-        for offset in (16, 8, 4, 2, 1):
-            into += [k.Shuffle(other, acc, offset, k.ShuffleMode.XOR), self.fold(acc, other)]
+    def share(self, acc: k.Var) -> k.Expr:
+        """What one block adds to the value on the atomic path (a mean's share is already divided)."""
+        return k.div(acc, k.const(self.count, self.acc_dtype)) if self.node.op is Op.REDUCE_MEAN else acc
+
+    def target(self) -> k.Buffer:
+        """The exported value's global scratch (the dominant or a reshape of it), zeroed per launch."""
+        (exported,) = self.group.exports
+        return self.ph.sources.scratch[exported]
 
     def block_reduce(self, acc: k.Var, into: list[k.Stmt]) -> None:
-        self.warp_reduce(acc, into)
-        red = self.ph.reduce_smem(self.acc_dtype)
-        w = k.Var(self.ph.names("w"), DType.I64)
-        into += [
-            k.If(k.eq(k.LANE, k.i64(0)), (k.Store(red, k.WARP, acc),)),
-            k.SyncThreads(),
-            k.Assign(acc, _identity(self.node.op, self.acc_dtype)),
-            k.For(w, k.i64(0), k.i64(self.ph.block // 32), k.i64(1), (self.fold(acc, k.Load(red, w)),)),
-            k.SyncThreads(),
-        ]
+        into += blocks.block_reduce(acc, self.op, self.ph.reduce_smem(self.acc_dtype), self.ph.block)
 
     def finish(self, acc: k.Var, index: k.Expr, guard: k.Expr, into: list[k.Stmt]) -> None:
         """Final value, tail, stores: all under `guard` (one thread per value)."""
@@ -143,16 +134,23 @@ def _warp_per_row(ph: Phase, r: _Reduction, into: list[k.Stmt]) -> None:
     valid = k.lt(row, k.i64(m.rows))
     acc = r.start(into)
     stop = k.Select(valid, k.i64(m.cols), k.i64(0))
-    into.append(r.loop(acc, k.LANE, stop, k.i64(32), lambda c: k.add(k.mul(row, k.i64(m.cols)), c)))
-    r.warp_reduce(acc, into)
+
+    def lanes(i: k.Var, body: Body) -> k.For:
+        return blocks.lane_stride_loop(i, k.i64(0), stop, body)
+
+    into.append(r.loop(acc, lanes, lambda c: k.add(k.mul(row, k.i64(m.cols)), c)))
+    into += blocks.warp_reduce(acc, r.op)
     r.finish(acc, row, k.Binary(Op.LOGICAL_AND, valid, k.eq(k.LANE, k.i64(0))), into)
 
 
 def _block_per_row(ph: Phase, r: _Reduction, into: list[k.Stmt]) -> None:
     m = r.group.mapping
     acc = r.start(into)
-    step = k.i64(m.block_threads)
-    into.append(r.loop(acc, k.THREAD_IDX, k.i64(m.cols), step, lambda c: k.add(k.mul(ph.task, k.i64(m.cols)), c)))
+
+    def threads(i: k.Var, body: Body) -> k.For:
+        return blocks.block_stride_loop(i, k.i64(0), k.i64(m.cols), body)
+
+    into.append(r.loop(acc, threads, lambda c: k.add(k.mul(ph.task, k.i64(m.cols)), c)))
     r.block_reduce(acc, into)
     r.finish(acc, ph.task, k.eq(k.THREAD_IDX, k.i64(0)), into)
 
@@ -165,9 +163,15 @@ def _split_row(ph: Phase, r: _Reduction, into: list[k.Stmt]) -> None:
     first = ph.var("c0", DType.I64, k.mul(part, k.i64(chunk)), into)
     stop = _min(k.add(first, k.i64(chunk)), k.i64(m.cols))
     acc = r.start(into)
-    start = k.add(first, k.THREAD_IDX)
-    into.append(r.loop(acc, start, stop, k.i64(m.block_threads), lambda c: k.add(k.mul(row, k.i64(m.cols)), c)))
+
+    def threads(i: k.Var, body: Body) -> k.For:
+        return blocks.block_stride_loop(i, first, stop, body)
+
+    into.append(r.loop(acc, threads, lambda c: k.add(k.mul(row, k.i64(m.cols)), c)))
     r.block_reduce(acc, into)
+    if r.group.combine is Combine.ATOMIC:
+        into.append(blocks.atomic_combine(r.share(acc), Op.ADD, r.target(), row))
+        return
     store = k.Store(ph.partials[r.group.id], ph.task, acc)
     into.append(k.If(k.eq(k.THREAD_IDX, k.i64(0)), (store,)))
 
@@ -181,9 +185,16 @@ def _column_tiles(ph: Phase, r: _Reduction, into: list[k.Stmt]) -> None:
     first = ph.var("r0", DType.I64, k.mul(split, k.i64(chunk)), into)
     stop = k.Select(valid, _min(k.add(first, k.i64(chunk)), k.i64(m.rows)), k.i64(0))
     acc = r.start(into)
-    into.append(r.loop(acc, first, stop, k.i64(1), lambda i: k.add(k.mul(i, k.i64(m.cols)), col)))
+
+    def rows(i: k.Var, body: Body) -> k.For:
+        return k.For(i, first, stop, k.i64(1), body)
+
+    into.append(r.loop(acc, rows, lambda i: k.add(k.mul(i, k.i64(m.cols)), col)))
     if m.row_splits == 1:
         r.finish(acc, col, valid, into)
+        return
+    if r.group.combine is Combine.ATOMIC:
+        into.append(blocks.atomic_combine(r.share(acc), Op.ADD, r.target(), col, writer=valid))
         return
     store = k.Store(ph.partials[r.group.id], k.add(k.mul(split, k.i64(m.cols)), col), acc)
     into.append(k.If(valid, (store,)))
@@ -203,7 +214,11 @@ def _thread_per_output(ph: Phase, r: _Reduction, into: list[k.Stmt]) -> None:
         return flat([next(reduced) if d in axes else next(kept) for d in range(len(shape))], shape)
 
     acc = r.start(into)
-    into.append(r.loop(acc, k.i64(0), k.Select(valid, k.i64(m.cols), k.i64(0)), k.i64(1), index))
+
+    def reduced(i: k.Var, body: Body) -> k.For:
+        return k.For(i, k.i64(0), k.Select(valid, k.i64(m.cols), k.i64(0)), k.i64(1), body)
+
+    into.append(r.loop(acc, reduced, index))
     r.finish(acc, out, valid, into)
 
 
@@ -225,7 +240,7 @@ def _rowwise(ph: Phase, group: Group, into: list[k.Stmt]) -> None:
     e = k.Var(ph.names("e"), DType.I64)
     em = ph.emitter(group)
     store_results(ph, em, group, e)
-    into.append(k.For(e, k.add(begin, k.THREAD_IDX), stop, k.i64(m.block_threads), tuple(em.stmts)))
+    into.append(blocks.block_stride_loop(e, begin, stop, tuple(em.stmts)))
 
 
 def group_task(ph: Phase, group: Group) -> list[k.Stmt]:

@@ -10,9 +10,12 @@ vertical packing) over its groups, with `__syncthreads` after each group (region
 values are handed over in shared memory) and after each loop (shared memory is
 reused). Global values and split-reduction partials live in scratch buffers; when
 the plan splits a cluster into several kernels they are kernel outputs instead, so
-they survive from one launch to the next. Shared buffers: one array per regional
-value (rows-per-task elements) and one per-warp array per accumulator dtype; the
-planned offsets (reuse by liveness) are data for renderers that alias them.
+they survive from one launch to the next. Shared memory follows the plan's layout
+exactly: one arena per kernel, a typed view per regional value at its planned offset
+(values whose lifetimes do not overlap share bytes), and a per-warp view per
+accumulator dtype at the launch's scratch offset (block reductions leave it free, so
+all dtypes share it); a kernel declares only the views its own loops use, so its
+shared bytes are the launch's `smem_bytes`, which the occupancy model assumed.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ import numpy.typing as npt
 
 from stitchfleet.compiler.devices import device
 from stitchfleet.compiler.ir import DType, Graph
+from stitchfleet.compiler.kernel import blocks
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower.phases import Phase, finalize_task, group_task
-from stitchfleet.compiler.lower.values import Sources, accumulator
-from stitchfleet.compiler.plan import Launch, Loop, Scheme, StitchPlan
+from stitchfleet.compiler.lower.values import Namer, Sources
+from stitchfleet.compiler.plan import Combine, Launch, Loop, Scheme, SharedBuffer, StitchPlan
+from stitchfleet.compiler.plan.structure import accumulator
 
 
 @dataclass(frozen=True)
@@ -45,23 +50,13 @@ def _ident(prefix: str, name: str) -> str:
     return prefix + re.sub(r"\W", "_", name)
 
 
-class _Namer:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, stem: str) -> str:
-        self.count += 1
-        return f"{stem}_{self.count}"
-
-
 @dataclass
 class _Buffers:
     inputs: dict[int, k.Buffer]
     outputs: dict[int, list[k.Buffer]]
     scratch: dict[int, k.Buffer]
     partials: dict[int, k.Buffer]
-    shared: dict[int, k.SharedBuffer]
-    reduce_smem: dict[DType, k.SharedBuffer]
+    shared: dict[int, k.SharedBuffer]  # regional value -> its arena view
 
 
 def _buffers(graph: Graph, plan: StitchPlan, persistent: bool) -> _Buffers:
@@ -77,23 +72,24 @@ def _buffers(graph: Graph, plan: StitchPlan, persistent: bool) -> _Buffers:
             k.Buffer(_ident("out_", name), node.dtype, math.prod(node.shape), k.Role.OUTPUT)
         )
     scratch: dict[int, k.Buffer] = {}
-    shared: dict[int, k.SharedBuffer] = {}
     for e in plan.edges:
         node = graph.node(e.node)
         if e.scheme is Scheme.GLOBAL:
             scratch[e.node] = k.Buffer(f"tmp_{e.node}", node.dtype, math.prod(node.shape), temp)
-        elif e.scheme is Scheme.REGIONAL:
-            per_task = plan.group(e.producer).mapping.rows_per_task
-            shared[e.node] = k.SharedBuffer(f"smem_{e.node}", node.dtype, per_task)
-    partials = {g.id: _partials(graph, g.id, plan, temp) for g in plan.groups if g.mapping.combines}
-    return _Buffers(inputs, outputs, scratch, partials, shared, {})
+    shared = {b.node: _view(graph, b) for b in plan.shared}
+    partials = {g.id: _partials(graph, g.id, plan, temp) for g in plan.groups if g.combine is Combine.PARTIALS}
+    return _Buffers(inputs, outputs, scratch, partials, shared)
+
+
+def _view(graph: Graph, planned: SharedBuffer) -> k.SharedBuffer:
+    """A regional value's rows-per-task elements at its planned arena offset."""
+    dtype = graph.node(planned.node).dtype
+    return k.SharedBuffer(f"smem_{planned.node}", dtype, planned.bytes // dtype.itemsize, planned.offset)
 
 
 def _partials(graph: Graph, group_id: int, plan: StitchPlan, role: k.Role) -> k.Buffer:
     g = plan.group(group_id)
-    m = g.mapping
-    size = m.rows * m.blocks_per_row if m.blocks_per_row > 1 else m.row_splits * m.cols
-    return k.Buffer(f"part_{group_id}", accumulator(graph.node(g.dominant).dtype), size, role)
+    return k.Buffer(f"part_{group_id}", accumulator(graph.node(g.dominant).dtype), g.mapping.partial_count, role)
 
 
 def _loop_body(ph: Phase, plan: StitchPlan, loop: Loop) -> tuple[k.Stmt, ...]:
@@ -117,23 +113,25 @@ def _stage(ph: Phase, plan: StitchPlan, stage: int) -> list[k.Stmt]:
         body = _loop_body(ph, plan, loop)
         out += [
             k.Comment(f"loop {loop.id}: {loop.tasks} task(s)"),
-            k.For(task, k.BLOCK_IDX, k.i64(loop.tasks), k.GRID_DIM, body),
+            blocks.block_task_loop(task, k.i64(loop.tasks), body),
             k.SyncThreads(),
         ]
     return out
 
 
 def _kernel(graph: Graph, plan: StitchPlan, launch: Launch, bufs: _Buffers, name: str) -> k.Kernel:
-    names = _Namer()
+    names = Namer()
+    reduce_smem: dict[DType, k.SharedBuffer] = {}
 
-    def reduce_smem(dtype: DType) -> k.SharedBuffer:
-        if dtype not in bufs.reduce_smem:
-            bufs.reduce_smem[dtype] = k.SharedBuffer(f"warp_{dtype.value}", dtype, launch.block_threads // 32)
-        return bufs.reduce_smem[dtype]
+    def warp_partials(dtype: DType) -> k.SharedBuffer:
+        if dtype not in reduce_smem:
+            warps = launch.block_threads // k.WARP_SIZE
+            reduce_smem[dtype] = k.SharedBuffer(f"warp_{dtype.value}", dtype, warps, launch.scratch_offset)
+        return reduce_smem[dtype]
 
     sources = Sources(bufs.inputs, bufs.shared, bufs.scratch)
     task = k.Var("t", DType.I64)
-    ph = Phase(graph, plan, sources, bufs.outputs, bufs.partials, reduce_smem, names, task, launch.block_threads)
+    ph = Phase(graph, plan, sources, bufs.outputs, bufs.partials, warp_partials, names, task, launch.block_threads)
     body: list[k.Stmt] = []
     for i, stage in enumerate(launch.stages):
         if i:
@@ -145,10 +143,11 @@ def _kernel(graph: Graph, plan: StitchPlan, launch: Launch, bufs: _Buffers, name
         *bufs.scratch.values(),
         *bufs.partials.values(),
     )
-    shared = (*bufs.shared.values(), *bufs.reduce_smem.values())
+    loops = {lp.id for lp in plan.loops if lp.stage in launch.stages}
+    regional = tuple(bufs.shared[b.node] for b in plan.shared if b.loop in loops)
     limit = device(plan.device).smem_per_block
     cfg = k.Launch(launch.grid, launch.block_threads, launch.max_coresident_blocks, launch.registers, 0, limit)
-    return k.Kernel(name, tuple(params), shared, cfg, tuple(body), doc=launch.reason)
+    return k.Kernel(name, tuple(params), (*regional, *reduce_smem.values()), cfg, tuple(body), doc=launch.reason)
 
 
 def lower(graph: Graph, plan: StitchPlan) -> Lowered:

@@ -16,10 +16,21 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from stitchfleet.compiler.ir import DType, Graph, Node, Op
+from stitchfleet.compiler.ir import Graph, Node, Op
 from stitchfleet.compiler.kernel import ir as k
 
 Index = k.Expr
+
+
+class Namer:
+    """Fresh variable names: `stem_N`, N counting up per kernel (or C function)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, stem: str) -> str:
+        self.count += 1
+        return f"{stem}_{self.count}"
 
 
 @dataclass
@@ -193,8 +204,3 @@ _RULES: dict[str, Callable[[Emitter, Node, Index], k.Expr]] = {
     "opaque": _unsupported,
     "parameter": _unsupported,
 }
-
-
-def accumulator(dtype: DType) -> DType:
-    """f16 and bf16 reductions accumulate in f32, as evaluate (and TensorFlow's GPU kernels) do."""
-    return DType.F32 if dtype in (DType.F16, DType.BF16) else dtype

@@ -6,6 +6,7 @@ Input: a cluster as a standalone IR `Graph` and `PlanOptions`. Output: a `Stitch
 
 from stitchfleet.compiler.plan.model import (
     Choice,
+    Combine,
     Edge,
     Group,
     GroupKind,
@@ -22,6 +23,7 @@ from stitchfleet.compiler.plan.planner import PlanOptions, plan_cluster
 
 __all__ = [
     "Choice",
+    "Combine",
     "Edge",
     "Group",
     "GroupKind",

@@ -43,6 +43,13 @@ class MappingKind(enum.Enum):
     ELEMENTWISE = "elementwise"  # element-wise, block_threads elements per task
 
 
+class Combine(enum.Enum):
+    """How a split reduction's blocks combine (only for mappings that `combines`)."""
+
+    PARTIALS = "partials"  # per-task partials in global scratch, folded after a grid barrier by a finalize loop
+    ATOMIC = "atomic"  # each task adds its partial to the value atomically: ready after one grid barrier
+
+
 class Scheme(enum.Enum):
     LOCAL = "local"
     REGIONAL = "regional"
@@ -75,6 +82,11 @@ class Mapping:
         return self.blocks_per_row > 1 or self.row_splits > 1
 
     @property
+    def partial_count(self) -> int:
+        """How many cross-block partials a combining mapping writes (one per task slice of each value)."""
+        return self.rows * self.blocks_per_row if self.blocks_per_row > 1 else self.row_splits * self.cols
+
+    @property
     def partition(self) -> tuple[int, int] | None:
         """(rows, rows per task) when every row is computed by exactly one block, else None."""
         if self.combines or self.kind is MappingKind.COLUMN_TILES:
@@ -96,6 +108,7 @@ class Group:
     layout: Layout | None
     mapping: Mapping
     reason: str
+    combine: Combine | None = None  # set when the mapping combines partial results of several blocks
 
     @property
     def roots(self) -> tuple[int, ...]:
@@ -144,9 +157,10 @@ class Launch:
     block_threads: int
     max_coresident_blocks: int
     registers: int
-    smem_bytes: int
+    smem_bytes: int  # regional values of its loops, then the block-reduce scratch (if any)
     grid_barriers: int
     reason: str
+    scratch_offset: int = 0  # byte offset of the block-reduce scratch in the kernel's shared arena
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ a grid barrier is always safe; blocks loop over tasks (vertical packing).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from stitchfleet.compiler.devices import Device, device, occupancy, relax_regist
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.plan import groups as grouping
 from stitchfleet.compiler.plan import mapping as mappings
+from stitchfleet.compiler.plan.combine import combine_choice
 from stitchfleet.compiler.plan.locality import aligned
 from stitchfleet.compiler.plan.model import (
     Choice,
@@ -36,7 +38,7 @@ from stitchfleet.compiler.plan.model import (
     Scheme,
     StitchPlan,
 )
-from stitchfleet.compiler.plan.structure import Structure, build
+from stitchfleet.compiler.plan.structure import Structure, build, reduce_scratch_bytes, smem_layout
 
 BLOCK = 1024
 ASSUMED_REGISTERS = 32
@@ -48,6 +50,7 @@ class PlanOptions:
     force_row_mapping: MappingKind | None = None  # tests: force one row-reduction path
     grid_barrier: bool = True
     smem_limit: int | None = None  # bytes; default: the device's per-block limit
+    deterministic: bool = False  # refuse atomic cross-block combines (bitwise reproducible sums)
 
 
 @dataclass(frozen=True)
@@ -121,27 +124,61 @@ def _groups_and_edges(ctx: _Context, raw: grouping.Grouping) -> tuple[list[Group
     return done, edges
 
 
-def _launches(ctx: _Context, structure: Structure) -> list[Launch]:
+def _combines(ctx: _Context, groups: list[Group]) -> tuple[list[Group], list[Choice]]:
+    """Each split reduction's cross-block combine (partials or atomics), and why."""
+    out, choices = [], []
+    opts = ctx.options
+    for group in groups:
+        if not group.mapping.combines:
+            out.append(group)
+            continue
+        how, why = combine_choice(ctx.graph, group, one_kernel=opts.grid_barrier, deterministic=opts.deterministic)
+        out.append(dataclasses.replace(group, combine=how))
+        choices.append(Choice("combine", f"group {group.id}", why))
+    return out, choices
+
+
+def _launches(ctx: _Context, structure: Structure, groups: Sequence[Group]) -> list[Launch]:
     stages = sorted({loop.stage for loop in structure.loops})
-    if ctx.options.grid_barrier:
-        return [_launch(ctx, 0, stages, structure.loops, structure.smem_bytes)]
+    per_kernel = [stages] if ctx.options.grid_barrier else [[s] for s in stages]
     return [
-        _launch(ctx, i, [s], [lp for lp in structure.loops if lp.stage == s], structure.smem_bytes)
-        for i, s in enumerate(stages)
+        _launch(ctx, i, ks, [lp for lp in structure.loops if lp.stage in ks], _smem(ctx, structure, groups, ks))
+        for i, ks in enumerate(per_kernel)
     ]
 
 
-def _launch(ctx: _Context, kernel: int, stages: Sequence[int], loops: Sequence[Loop], smem: int) -> Launch:
-    occ = occupancy(ctx.dev, ctx.block, ASSUMED_REGISTERS, smem)
+def _smem(ctx: _Context, structure: Structure, groups: Sequence[Group], stages: Sequence[int]) -> tuple[int, int]:
+    """(block-reduce scratch offset, shared bytes) of the kernel running `stages`: what its loops use."""
+    loops = [lp for lp in structure.loops if lp.stage in stages]
+    ids = {lp.id for lp in loops}
+    reducing = [groups[g] for lp in loops for g in lp.groups]
+    scratch = reduce_scratch_bytes(ctx.graph, reducing)
+    return smem_layout([b for b in structure.shared if b.loop in ids], scratch)
+
+
+def _launch(ctx: _Context, kernel: int, stages: Sequence[int], loops: Sequence[Loop], smem: tuple[int, int]) -> Launch:
+    scratch_offset, smem_bytes = smem
+    occ = occupancy(ctx.dev, ctx.block, ASSUMED_REGISTERS, smem_bytes)
     tasks = max(loop.tasks for loop in loops)
     grid = min(tasks, occ.blocks_per_wave)
-    registers = relax_registers(ctx.dev, ctx.block, smem, ASSUMED_REGISTERS)
+    registers = relax_registers(ctx.dev, ctx.block, smem_bytes, ASSUMED_REGISTERS)
     barriers = len(stages) - 1
     why = f"{occ.reason}; {tasks} task(s) per loop at most -> grid {grid}"
     why += f"; register cap relaxed to {registers} keeping {occ.blocks_per_sm} block(s)/SM"
     if barriers:
         why += f"; {barriers} grid barrier(s): grid within one wave"
-    return Launch(kernel, tuple(stages), grid, ctx.block, occ.blocks_per_wave, registers, smem, barriers, why)
+    return Launch(
+        kernel,
+        tuple(stages),
+        grid,
+        ctx.block,
+        occ.blocks_per_wave,
+        registers,
+        smem_bytes,
+        barriers,
+        why,
+        scratch_offset,
+    )
 
 
 def _independent(structure: Structure) -> list[Choice]:
@@ -167,10 +204,12 @@ def plan_cluster(graph: Graph, cluster: int = 0, options: PlanOptions | None = N
     raw = grouping.group(graph)
     ctx = _Context(graph, dev, block, wave, opts, raw.owner)
     groups, edges = _groups_and_edges(ctx, raw)
+    groups, combined = _combines(ctx, groups)
     limit = dev.smem_per_block if opts.smem_limit is None else min(opts.smem_limit, dev.smem_per_block)
     structure = build(graph, groups, edges, limit)
-    launches = _launches(ctx, structure)
+    launches = _launches(ctx, structure, groups)
     choices = [*raw.choices, *(Choice("map", f"group {g.id}", g.mapping.reason) for g in groups)]
+    choices += combined
     choices += [Choice("scheme", f"edge {e.producer}->{e.consumer} value {e.node}", e.reason) for e in structure.edges]
     choices += [*structure.choices, *_independent(structure)]
     if not opts.grid_barrier and len(launches) > 1:

@@ -6,11 +6,13 @@ them), `Loop`s by stage, `SharedBuffer`s with offsets reused by liveness, the
 kernel's shared memory bytes, and `Choice` records for every demotion.
 
 A group's stage is the first after the grid barrier that makes its global inputs
-ready (a combining producer needs one more stage to finalize its partials); a
+ready (a producer combining by partials needs one more stage to finalize them); a
 regional edge needs producer and consumer in the same stage and partition, so they
 share one task loop. Shared memory: each regional value takes rows-per-task elements
 in its loop from its producer to its last consumer; buffers whose lifetimes do not
-overlap share space; loops run one after another, so they all start at offset 0.
+overlap share space; loops run one after another, so they all start at offset 0;
+block reductions' per-warp partials (accumulator dtype) follow, 16-byte aligned. The
+lowering places its shared views at exactly these offsets.
 When the largest loop does not fit the limit, the largest regional buffer is demoted
 to global and the plan is redone (one by one, as AStitch does).
 """
@@ -21,8 +23,8 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from stitchfleet.compiler.ir import Graph
-from stitchfleet.compiler.plan.model import Choice, Edge, Group, Loop, MappingKind, Scheme, SharedBuffer
+from stitchfleet.compiler.ir import DType, Graph
+from stitchfleet.compiler.plan.model import Choice, Combine, Edge, Group, Loop, MappingKind, Scheme, SharedBuffer
 
 WARP = 32
 _BLOCK_REDUCE = frozenset({MappingKind.BLOCK_PER_ROW, MappingKind.SPLIT_ROW})
@@ -48,7 +50,7 @@ def _stages(groups: Sequence[Group], edges: list[Edge]) -> tuple[list[int], list
         stage = [0] * len(groups)
         for g in groups:
             for e in (e for e in edges if e.consumer == g.id):
-                ready = stage[e.producer] + (2 if groups[e.producer].mapping.combines else 1)
+                ready = stage[e.producer] + (2 if groups[e.producer].combine is Combine.PARTIALS else 1)
                 stage[g.id] = max(stage[g.id], ready if e.scheme is Scheme.GLOBAL else stage[e.producer])
         late = next((e for e in edges if e.scheme is Scheme.REGIONAL and stage[e.producer] != stage[e.consumer]), None)
         if late is None:
@@ -76,7 +78,7 @@ def _loops(groups: Sequence[Group], edges: list[Edge], stage: list[int]) -> list
         (stage[ids[0]], tuple(ids), groups[ids[0]].mapping.tasks, ()) for ids in members.values()
     ]
     for g in groups:
-        if g.mapping.combines:
+        if g.combine is Combine.PARTIALS:
             loops.append((stage[g.id] + 1, (), _finalize_tasks(g), (g.id,)))
     loops.sort(key=lambda item: (item[0], min(item[1] or item[3])))
     return [Loop(i, s, ids, tasks, fin) for i, (s, ids, tasks, fin) in enumerate(loops)]
@@ -122,27 +124,40 @@ def _align(offset: int) -> int:
     return -(-offset // 16) * 16
 
 
-def reduce_scratch_bytes(groups: Sequence[Group]) -> int:
-    """A block reduction's per-warp partials (8 bytes each covers f64); one buffer reused by all groups."""
-    block = max((g.mapping.block_threads for g in groups if g.mapping.kind in _BLOCK_REDUCE), default=0)
-    return block // WARP * 8
+def accumulator(dtype: DType) -> DType:
+    """f16 and bf16 reductions accumulate in f32, as evaluate (and TensorFlow's GPU kernels) do."""
+    return DType.F32 if dtype in (DType.F16, DType.BF16) else dtype
 
 
-def _peak(shared: list[SharedBuffer]) -> int:
-    return max((b.offset + b.bytes for b in shared), default=0)
+def reduce_scratch_bytes(graph: Graph, groups: Sequence[Group]) -> int:
+    """A block reduction's per-warp partials in its accumulator dtype; one space reused by all groups."""
+    sizes = [
+        g.mapping.block_threads // WARP * accumulator(graph.node(g.dominant).dtype).itemsize
+        for g in groups
+        if g.mapping.kind in _BLOCK_REDUCE
+    ]
+    return max(sizes, default=0)
+
+
+def smem_layout(shared: Sequence[SharedBuffer], scratch: int) -> tuple[int, int]:
+    """(byte offset of the block-reduce scratch, total bytes): the scratch goes after the regional values."""
+    peak = max((b.offset + b.bytes for b in shared), default=0)
+    if not scratch:
+        return peak, peak
+    return _align(peak), _align(peak) + scratch
 
 
 def build(graph: Graph, groups: Sequence[Group], edges: Sequence[Edge], smem_limit: int) -> Structure:
     """Stages, loops and shared memory within `smem_limit` bytes, demoting regional edges as needed."""
     current = list(edges)
     choices: list[Choice] = []
-    scratch = reduce_scratch_bytes(groups)
+    scratch = reduce_scratch_bytes(graph, groups)
     while True:
         stage, current, demoted = _stages(groups, current)
         choices += demoted
         loops = _loops(groups, current, stage)
         shared = _buffers(graph, groups, current, loops)
-        total = _align(_peak(shared)) + scratch if shared else scratch
+        total = smem_layout(shared, scratch)[1]
         if total <= smem_limit or not shared:
             return Structure(tuple(current), tuple(loops), tuple(shared), total, tuple(choices))
         largest = max(shared, key=lambda b: (b.bytes, b.node))

@@ -13,9 +13,9 @@ Pure string generation: no CUDA toolkit or pycuda needed.
 - Warp shuffles use the mask of the lanes that are really there: all 32 at
   warp-uniform control flow, `__ballot_sync` of the branch condition under a
   lane-divergent `if`. A shuffle in a loop with lane-divergent bounds is refused.
-- Shared memory: static `__shared__` arrays up to 48 KiB; beyond that (or with
-  dynamic bytes in the launch) one `extern __shared__` array carved into the
-  buffers, whose size the launcher passes and raises the function's limit to.
+- Shared memory (cuda_shared): static arrays, arena views as typed pointers into one
+  byte array; beyond 48 KiB one `extern __shared__` array carved into the buffers,
+  whose size the launcher passes and raises the function's limit to.
 - `GridSync` -> `sf_grid_sync(sf_grid_counter)`, a hand-written barrier (see the
   prelude for why): the launcher appends a zeroed counter as the last parameter.
 - `__launch_bounds__(block, min_blocks)` where min_blocks makes the planner's register
@@ -39,9 +39,9 @@ from stitchfleet.compiler.render.cuda_expr import (
 )
 from stitchfleet.compiler.render.cuda_prelude import PRELUDE
 from stitchfleet.compiler.render.cuda_scope import BlockId, Declarations, children, declarations, stmt_exprs
+from stitchfleet.compiler.render.cuda_shared import shared_lines
 from stitchfleet.compiler.render.cuda_vector import VARIANT, KernelFacts, VectorPlan, plan_vector
 
-STATIC_SHARED_LIMIT = 48 * 1024
 REGISTERS_PER_SM = 64 * 1024
 MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90 (sm_75/sm_86/sm_89 hold fewer: ptxas then ignores the minimum)
 GRID_COUNTER = "sf_grid_counter"
@@ -354,19 +354,6 @@ def _launch_bounds(launch: ir.Launch) -> str:
     return f"__launch_bounds__({launch.block}, {min_blocks})"
 
 
-def _shared_lines(kernel: ir.Kernel) -> tuple[list[str], int]:
-    """Shared declarations, and the dynamic shared bytes the launch must pass (0: all static)."""
-    static = sum(s.nbytes for s in kernel.shared)
-    if static <= STATIC_SHARED_LIMIT and kernel.launch.dynamic_smem_bytes == 0:
-        return [f"__shared__ __align__(16) {C_TYPE[s.dtype]} {s.name}[{s.size}];" for s in kernel.shared], 0
-    lines = ["extern __shared__ __align__(16) unsigned char sf_smem[];"]
-    offset = 0
-    for s in kernel.shared:
-        lines.append(f"{C_TYPE[s.dtype]}* const {s.name} = reinterpret_cast<{C_TYPE[s.dtype]}*>(sf_smem + {offset});")
-        offset += -(-s.nbytes // 16) * 16
-    return lines, offset + kernel.launch.dynamic_smem_bytes
-
-
 def _specials(kernel: ir.Kernel) -> list[str]:
     used: set[ir.Special] = set()
     for stmt in _statements(kernel.body):
@@ -390,7 +377,7 @@ def render_kernel(kernel: ir.Kernel) -> CudaKernel:
     barrier = _has_grid_sync(kernel.body)
     params = [_param(b) for b in kernel.params] + ([f"unsigned int* __restrict__ {GRID_COUNTER}"] if barrier else [])
     state = _State(kernel, declarations(kernel.body), KernelFacts.of(kernel))
-    shared, dynamic = _shared_lines(kernel)
+    shared, dynamic = shared_lines(kernel)
     where = _Where((), 1, FULL_MASK, frozenset(VARIANT), ExprRenderer())
     head = [PRELUDE, f"// kernel {kernel.name}: grid {kernel.launch.grid} x block {kernel.launch.block}"]
     head += [f"// {line}" for line in kernel.doc.splitlines()]

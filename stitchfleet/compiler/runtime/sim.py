@@ -23,7 +23,14 @@ from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.kernel.printer import format_stmt
 from stitchfleet.compiler.kernel.verify import KernelError, verify
 from stitchfleet.compiler.runtime import sim_math
-from stitchfleet.compiler.runtime.sim_memory import AccessError, Array, GlobalBuffer, Ints, SharedBuffer
+from stitchfleet.compiler.runtime.sim_memory import (
+    AccessError,
+    Array,
+    GlobalBuffer,
+    Ints,
+    SharedBuffer,
+    SharedMemory,
+)
 
 _ATOMIC_UFUNC: dict[Op, np.ufunc] = {Op.ADD: np.add, Op.MAXIMUM: np.maximum, Op.MINIMUM: np.minimum}
 
@@ -45,11 +52,23 @@ class _Launch:
             )
             for b in kernel.params
         }
-        self.shared = {
-            s.name: SharedBuffer(s.name, s.dtype.numpy, s.size, self.grid, self.block) for s in kernel.shared
-        }
+        self.shared = self._shared(kernel)
         self.vars: dict[str, Array] = {}
         self.defined: dict[str, Array] = {}
+
+    def _shared(self, kernel: ir.Kernel) -> dict[str, SharedBuffer]:
+        """Arrays of their own, and typed views of one byte arena per block."""
+        arena = (np.zeros((self.grid, kernel.arena_bytes), np.uint8), SharedMemory(self.grid, kernel.arena_bytes))
+        out = {}
+        for s in kernel.shared:
+            if s.offset is None:
+                out[s.name] = SharedBuffer.array(s.name, s.dtype.numpy, s.size, self.grid, self.block)
+            else:
+                out[s.name] = SharedBuffer.view(
+                    s.name, arena, s.dtype.numpy, offset=s.offset, size=s.size, block=self.block
+                )
+        self.shared_memories = [arena[1], *(b.memory for b in out.values() if b.memory is not arena[1])]
+        return out
 
     def run(self) -> None:
         with np.errstate(all="ignore"):  # inf/nan are data here, as on the GPU
@@ -153,8 +172,8 @@ class _Launch:
             raise AccessError(f"divergent barrier: only {int(counts[b])} of {self.block} threads of block {b} reach it")
         blocks = np.nonzero(counts)[0]
         self.block_epoch[blocks] += 1
-        for shared in self.shared.values():
-            shared.barrier(blocks)
+        for memory in self.shared_memories:
+            memory.barrier(blocks)
 
     def _grid_sync(self, stmt: ir.GridSync, path: str, idx: Ints) -> None:
         limit = self.kernel.launch.max_coresident_blocks
@@ -166,8 +185,8 @@ class _Launch:
             buf.new_epoch()
         self.block_epoch += 1
         everyone = np.arange(self.grid)
-        for shared in self.shared.values():
-            shared.barrier(everyone)
+        for memory in self.shared_memories:
+            memory.barrier(everyone)
 
     def _shuffle(self, stmt: ir.Shuffle, path: str, idx: Ints) -> None:
         values = np.zeros(self.threads, stmt.var.dtype.numpy)

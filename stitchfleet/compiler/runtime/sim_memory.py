@@ -8,8 +8,10 @@ went wrong and for which thread. Tracking, per element, since the last barrier:
   read or write of an element another block wrote (or, for a write, read) in this
   grid epoch is a race; so is one by another thread of the same block with no
   `__syncthreads` between.
-- shared (per block): whether the element was ever written, its writer and its
-  readers since the last `__syncthreads` (read-after-write, write-after-read and
+- shared (per block, per element of an array or per byte of the arena that typed
+  views share): which view last wrote it (a view reading bytes it did not write
+  reads a value whose space was reused, or nothing), its writer and its readers
+  since the last `__syncthreads` (read-after-write, write-after-read and
   write-after-write between different threads are races).
 """
 
@@ -154,50 +156,97 @@ class GlobalBuffer:
         self.dirty = True
 
 
-class SharedBuffer:
-    """One `__shared__` array per block, with per-element init, writer and reader records."""
+class SharedMemory:
+    """Per-block shared cells (an array's elements, or an arena's bytes) and their records.
 
-    def __init__(self, name: str, dtype: np.dtype[Any], size: int, grid: int, block: int) -> None:
-        self.name, self.size, self.block = name, size, block
-        self.data = np.zeros((grid, size), dtype)
-        self.init = np.zeros((grid, size), bool)
-        self.writer = np.full((grid, size), NONE, np.int64)
-        self.reader = np.full((grid, size), NONE, np.int64)
+    `owner` is the view that last wrote a cell (NONE: never written): a view may read
+    only cells it wrote itself, so reusing arena space while a value is live is caught.
+    """
+
+    def __init__(self, grid: int, cells: int) -> None:
+        self.owner = np.full((grid, cells), NONE, np.int64)
+        self.writer = np.full((grid, cells), NONE, np.int64)
+        self.reader = np.full((grid, cells), NONE, np.int64)
+        self.names: list[str] = []
+
+    def register(self, name: str) -> int:
+        self.names.append(name)
+        return len(self.names) - 1
 
     def barrier(self, blocks: Ints) -> None:
         self.writer[blocks] = NONE
         self.reader[blocks] = NONE
 
-    def _keys(self, tids: Ints, addr: Ints) -> tuple[Ints, Ints]:
+
+class SharedBuffer:
+    """A `__shared__` array per block, or a typed view of a per-block arena (`arena_view`)."""
+
+    def __init__(self, name: str, data: Array, memory: SharedMemory, cells: tuple[int, int], block: int) -> None:
+        self.name, self.data, self.memory, self.block = name, data, memory, block
+        self.size = data.shape[1]
+        self.first, self.width = cells  # the first cell, and cells per element
+        self.id = memory.register(name)
+
+    @classmethod
+    def array(cls, name: str, dtype: np.dtype[Any], size: int, grid: int, block: int) -> SharedBuffer:
+        """An array of its own: one cell per element."""
+        return cls(name, np.zeros((grid, size), dtype), SharedMemory(grid, size), (0, 1), block)
+
+    @classmethod
+    def view(
+        cls, name: str, arena: tuple[Array, SharedMemory], dtype: np.dtype[Any], *, offset: int, size: int, block: int
+    ) -> SharedBuffer:
+        """`size` elements of `dtype` at byte `offset` of a (grid x bytes) uint8 arena: one cell per byte."""
+        data, memory = arena
+        typed = data[:, offset : offset + size * dtype.itemsize].view(dtype)
+        return cls(name, typed, memory, (offset, dtype.itemsize), block)
+
+    def barrier(self, blocks: Ints) -> None:
+        self.memory.barrier(blocks)
+
+    def _keys(self, tids: Ints, addr: Ints) -> tuple[Ints, Ints, Ints, Ints]:
+        """Blocks, local thread ids, and the (accesses x cells) indices of the records."""
         check_bounds(self.name, self.size, tids, addr)
-        return tids // self.block, tids % self.block
+        blocks = tids // self.block
+        cells = self.first + addr[:, None] * self.width + np.arange(self.width)
+        return blocks, tids % self.block, blocks[:, None], cells
 
     def load(self, tids: Ints, addr: Ints) -> Array:
-        blocks, local = self._keys(tids, addr)
-        if not self.init[blocks, addr].all():
-            k = int(np.argmax(~self.init[blocks, addr]))
+        blocks, local, rows, cells = self._keys(tids, addr)
+        owner = self.memory.owner[rows, cells]
+        if (owner == NONE).any():
+            k = int(np.argmax((owner == NONE).any(axis=1)))
             raise AccessError(
                 f"read of uninitialised shared {self.name}[{int(addr[k])}] by thread {int(local[k])} of block "
                 f"{int(blocks[k])} (no thread wrote it before this read; missing write or barrier)"
             )
-        w = self.writer[blocks, addr]
-        self._fail_if((w != NONE) & (w != local), blocks, local, addr, verb="reads", other=w)
-        self._note_readers(blocks, local, addr)
+        if (owner != self.id).any():
+            k = int(np.argmax((owner != self.id).any(axis=1)))
+            other = self.memory.names[int(owner[k][owner[k] != self.id][0])]
+            raise AccessError(
+                f"read of shared {self.name}[{int(addr[k])}] by thread {int(local[k])} of block {int(blocks[k])}: "
+                f"its bytes were last written through {other} (arena space reused while {self.name} was live)"
+            )
+        w = self.memory.writer[rows, cells]
+        self._fail_if((w != NONE) & (w != local[:, None]), blocks, local, addr, verb="reads", other=w)
+        self._note_readers(rows, local[:, None], cells)
         return self.data[blocks, addr]
 
-    def _note_readers(self, blocks: Ints, local: Ints, addr: Ints) -> None:
-        current = self.reader[blocks, addr]
+    def _note_readers(self, rows: Ints, local: Ints, cells: Ints) -> None:
+        reader = self.memory.reader
+        current = reader[rows, cells]
         wanted = np.where((current == NONE) | (current == local), local, MANY)
-        self.reader[blocks, addr] = wanted
-        clash = self.reader[blocks, addr] != wanted  # two threads read one element in this access
-        self.reader[blocks[clash], addr[clash]] = MANY
+        reader[rows, cells] = wanted
+        clash = reader[rows, cells] != wanted  # two threads read one element in this access
+        reader[np.broadcast_to(rows, clash.shape)[clash], cells[clash]] = MANY
 
     def _fail_if(
         self, bad: npt.NDArray[np.bool_], blocks: Ints, local: Ints, addr: Ints, *, verb: str, other: Ints
     ) -> None:
         if bad.any():
-            k = int(np.argmax(bad))
-            who = "several threads" if other[k] == MANY else f"thread {int(other[k])}"
+            k = int(np.argmax(bad.any(axis=1)))
+            who_id = int(other[k][bad[k]][0])
+            who = "several threads" if who_id == MANY else f"thread {who_id}"
             what = "written" if verb == "reads" else "accessed"
             raise AccessError(
                 f"shared memory race: thread {int(local[k])} of block {int(blocks[k])} {verb} {self.name}"
@@ -205,24 +254,26 @@ class SharedBuffer:
             )
 
     def store(self, tids: Ints, addr: Ints, values: Array) -> None:
-        blocks, local = self._keys(tids, addr)
-        self._check_write(blocks, local, addr, atomic=False)
-        self.writer[blocks, addr] = local
-        raise_if_duplicate(self.name, self.writer[blocks, addr], local, addr)
+        blocks, local, rows, cells = self._keys(tids, addr)
+        self._check_write(blocks, local, addr, rows, cells, atomic=False)
+        self.memory.writer[rows, cells] = local[:, None]
+        lost = (self.memory.writer[rows, cells] != local[:, None]).any(axis=1)
+        if lost.any():
+            a = int(addr[int(np.argmax(lost))])
+            raise AccessError(f"write-write race: several threads store {self.name}[{a}] in one step")
         self.data[blocks, addr] = values
-        self.init[blocks, addr] = True
+        self.memory.owner[rows, cells] = self.id
 
-    def _check_write(self, blocks: Ints, local: Ints, addr: Ints, atomic: bool) -> None:
-        w, r = self.writer[blocks, addr], self.reader[blocks, addr]
-        w_ok = (w == NONE) | (w == local) | ((w == ATOMIC) & atomic)
+    def _check_write(self, blocks: Ints, local: Ints, addr: Ints, rows: Ints, cells: Ints, *, atomic: bool) -> None:
+        w, r, me = self.memory.writer[rows, cells], self.memory.reader[rows, cells], local[:, None]
+        w_ok = (w == NONE) | (w == me) | ((w == ATOMIC) & atomic)
         self._fail_if(~w_ok, blocks, local, addr, verb="writes", other=w)
-        self._fail_if((r != NONE) & (r != local), blocks, local, addr, verb="writes", other=r)
+        self._fail_if((r != NONE) & (r != me), blocks, local, addr, verb="writes", other=r)
 
     def atomic(self, tids: Ints, addr: Ints, values: Array, ufunc: np.ufunc) -> None:
-        blocks, local = self._keys(tids, addr)
-        if not self.init[blocks, addr].all():
+        blocks, local, rows, cells = self._keys(tids, addr)
+        if (self.memory.owner[rows, cells] != self.id).any():
             raise AccessError(f"atomic update of uninitialised shared {self.name} (shared memory is not zeroed)")
-        self._check_write(blocks, local, addr, atomic=True)
+        self._check_write(blocks, local, addr, rows, cells, atomic=True)
         ufunc.at(self.data, (blocks, addr), values)
-        self.writer[blocks, addr] = ATOMIC
-        self.init[blocks, addr] = True
+        self.memory.writer[rows, cells] = ATOMIC

@@ -118,3 +118,21 @@ def test_cancellation_chain_is_as_accurate_as_native(cache_dir: Path) -> None:
     got = CpuBackend(CpuOptions(cache_dir=cache_dir)).compile_graph(graph, plan)(inputs)["y"]
     native, reference = evaluate(graph, inputs)["y"], evaluate(graph, inputs, "float64")["y"]
     assert np.abs(got - reference).max() <= 1.5 * np.abs(native - reference).max()
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_split_reductions_combine_by_omp_atomics_or_partials(cache_dir: Path, deterministic: bool) -> None:
+    """The plan's atomic combine becomes `omp atomic` adds into calloc'd scratch, in parallel threads."""
+    from stitchfleet.compiler.cpu.source import cluster_source
+
+    b = GraphBuilder()
+    x = b.parameter("x", (8192, 40))
+    b.output("y", x * b.reduce_sum(x, (0,), keepdims=True))
+    for graph, device in [
+        (clusters(b.build())[0], "tiny"),
+        (clusters(build_case("few_long_rows", (4, 262144), "f32"))[0], "h200"),
+    ]:
+        options = PlanOptions(device=device, deterministic=deterministic)
+        text = cluster_source(graph, plan_cluster(graph, 0, options)).text
+        assert ("#pragma omp atomic" in text) is not deterministic and ("calloc(" in text) is not deterministic
+        check_on_cpu(graph, cache_dir, options)

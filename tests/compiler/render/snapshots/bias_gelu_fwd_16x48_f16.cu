@@ -7,6 +7,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
     __half* __restrict__ out_cast_16) {
   const long long sf_tid = threadIdx.x;
   const long long sf_bid = blockIdx.x;
+  const long long sf_bdim = blockDim.x;
   const long long sf_gdim = gridDim.x;
   // loop 0: 6 task(s)
   for (long long t_1 = sf_bid; t_1 < 6LL; t_1 += sf_gdim) {
@@ -14,7 +15,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
     row0_2 = (t_1 * 128LL);
     // group 0: output, elementwise
     // 8 elements per thread: in_x, out_cast_16 as vectors
-    for (long long e_3_v = ((row0_2 * 1LL) + (sf_tid * 8LL)); e_3_v < (sf_min((row0_2 + 128LL), 768LL) * 1LL); e_3_v += (128LL * 8LL)) {
+    for (long long e_3_v = ((row0_2 * 1LL) + (sf_tid * 8LL)); e_3_v < (sf_min((row0_2 + 128LL), 768LL) * 1LL); e_3_v += (sf_bdim * 8LL)) {
       const sf_vec<__half, 8> in_x_v = *reinterpret_cast<const sf_vec<__half, 8>*>(in_x + e_3_v);
       sf_vec<__half, 8> out_cast_16_v;
       #pragma unroll

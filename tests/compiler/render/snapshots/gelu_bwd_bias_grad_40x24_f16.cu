@@ -11,6 +11,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
     unsigned int* __restrict__ sf_grid_counter) {
   const long long sf_tid = threadIdx.x;
   const long long sf_bid = blockIdx.x;
+  const long long sf_bdim = blockDim.x;
   const long long sf_gdim = gridDim.x;
   // loop 0: 8 task(s)
   for (long long t_1 = sf_bid; t_1 < 8LL; t_1 += sf_gdim) {
@@ -18,7 +19,7 @@ extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
     row0_2 = (t_1 * 128LL);
     // group 0: output, elementwise
     // 8 elements per thread: in_dy, in_x, out_cast_28 as vectors
-    for (long long e_3_v = ((row0_2 * 1LL) + (sf_tid * 8LL)); e_3_v < (sf_min((row0_2 + 128LL), 960LL) * 1LL); e_3_v += (128LL * 8LL)) {
+    for (long long e_3_v = ((row0_2 * 1LL) + (sf_tid * 8LL)); e_3_v < (sf_min((row0_2 + 128LL), 960LL) * 1LL); e_3_v += (sf_bdim * 8LL)) {
       const sf_vec<__half, 8> in_dy_v = *reinterpret_cast<const sf_vec<__half, 8>*>(in_dy + e_3_v);
       const sf_vec<__half, 8> in_x_v = *reinterpret_cast<const sf_vec<__half, 8>*>(in_x + e_3_v);
       sf_vec<__half, 8> out_cast_28_v;

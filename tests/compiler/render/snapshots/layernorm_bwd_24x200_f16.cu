@@ -12,11 +12,13 @@ extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
     __half* __restrict__ out_cast_30) {
   const long long sf_tid = threadIdx.x;
   const long long sf_bid = blockIdx.x;
+  const long long sf_bdim = blockDim.x;
   const long long sf_gdim = gridDim.x;
   const long long sf_lane = threadIdx.x & 31u;
   const long long sf_warp = threadIdx.x >> 5;
-  __shared__ __align__(16) float smem_19[4];
-  __shared__ __align__(16) float smem_22[4];
+  __shared__ __align__(16) unsigned char sf_arena[32];
+  float* const smem_19 = reinterpret_cast<float*>(sf_arena + 0);
+  float* const smem_22 = reinterpret_cast<float*>(sf_arena + 16);
   // loop 0: 2 task(s)
   for (long long t_1 = sf_bid; t_1 < 2LL; t_1 += sf_gdim) {
     long long row0_2;
@@ -88,10 +90,10 @@ extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
     long long row0_27;
     long long row_28;
     float acc_29;
-    float shfl_35;
-    long long row_37;
-    float acc_38;
-    float shfl_51;
+    float acc_29_shfl;
+    long long row_36;
+    float acc_37;
+    float acc_37_shfl;
     row0_27 = (t_26 * 4LL);
     // group 2: reduce, warp_per_row
     row_28 = ((t_26 * 4LL) + sf_warp);
@@ -107,112 +109,112 @@ extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
       n17_34 = (n5_32 * n2_33);
       acc_29 = (acc_29 + n17_34);
     }
-    shfl_35 = __shfl_xor_sync(0xffffffffu, acc_29, 16, 32);
-    acc_29 = (acc_29 + shfl_35);
-    shfl_35 = __shfl_xor_sync(0xffffffffu, acc_29, 8, 32);
-    acc_29 = (acc_29 + shfl_35);
-    shfl_35 = __shfl_xor_sync(0xffffffffu, acc_29, 4, 32);
-    acc_29 = (acc_29 + shfl_35);
-    shfl_35 = __shfl_xor_sync(0xffffffffu, acc_29, 2, 32);
-    acc_29 = (acc_29 + shfl_35);
-    shfl_35 = __shfl_xor_sync(0xffffffffu, acc_29, 1, 32);
-    acc_29 = (acc_29 + shfl_35);
+    acc_29_shfl = __shfl_xor_sync(0xffffffffu, acc_29, 16, 32);
+    acc_29 = (acc_29 + acc_29_shfl);
+    acc_29_shfl = __shfl_xor_sync(0xffffffffu, acc_29, 8, 32);
+    acc_29 = (acc_29 + acc_29_shfl);
+    acc_29_shfl = __shfl_xor_sync(0xffffffffu, acc_29, 4, 32);
+    acc_29 = (acc_29 + acc_29_shfl);
+    acc_29_shfl = __shfl_xor_sync(0xffffffffu, acc_29, 2, 32);
+    acc_29 = (acc_29 + acc_29_shfl);
+    acc_29_shfl = __shfl_xor_sync(0xffffffffu, acc_29, 1, 32);
+    acc_29 = (acc_29 + acc_29_shfl);
     if (((row_28 < 24LL) && (sf_lane == 0LL))) {
-      float red_36;
-      red_36 = (acc_29 / 200.0f);
-      smem_19[(row_28 - row0_27)] = red_36;
+      float red_35;
+      red_35 = (acc_29 / 200.0f);
+      smem_19[(row_28 - row0_27)] = red_35;
     }
     __syncthreads();
     // group 3: reduce, warp_per_row
-    row_37 = ((t_26 * 4LL) + sf_warp);
-    acc_38 = 0.0f;
-    for (long long i_39 = sf_lane; i_39 < ((row_37 < 24LL) ? 200LL : 0LL); i_39 += 32LL) {
-      __half n0_40;
-      float n5_41;
-      float n2_42;
-      float n17_43;
-      __half n1_44;
-      float n6_45;
-      float n3_46;
-      float n10_47;
-      float n4_48;
-      float n12_49;
-      float n20_50;
-      n0_40 = in_dy[((row_37 * 200LL) + i_39)];
-      n5_41 = static_cast<float>(sf_f(n0_40));
-      n2_42 = in_gamma[(0LL + (((row_37 * 200LL) + i_39) % 200LL))];
-      n17_43 = (n5_41 * n2_42);
-      n1_44 = in_x[((row_37 * 200LL) + i_39)];
-      n6_45 = static_cast<float>(sf_f(n1_44));
-      n3_46 = in_mean[(0LL + (((row_37 * 200LL) + i_39) / 200LL))];
-      n10_47 = (n6_45 - n3_46);
-      n4_48 = in_rstd[(0LL + (((row_37 * 200LL) + i_39) / 200LL))];
-      n12_49 = (n10_47 * n4_48);
-      n20_50 = (n17_43 * n12_49);
-      acc_38 = (acc_38 + n20_50);
+    row_36 = ((t_26 * 4LL) + sf_warp);
+    acc_37 = 0.0f;
+    for (long long i_38 = sf_lane; i_38 < ((row_36 < 24LL) ? 200LL : 0LL); i_38 += 32LL) {
+      __half n0_39;
+      float n5_40;
+      float n2_41;
+      float n17_42;
+      __half n1_43;
+      float n6_44;
+      float n3_45;
+      float n10_46;
+      float n4_47;
+      float n12_48;
+      float n20_49;
+      n0_39 = in_dy[((row_36 * 200LL) + i_38)];
+      n5_40 = static_cast<float>(sf_f(n0_39));
+      n2_41 = in_gamma[(0LL + (((row_36 * 200LL) + i_38) % 200LL))];
+      n17_42 = (n5_40 * n2_41);
+      n1_43 = in_x[((row_36 * 200LL) + i_38)];
+      n6_44 = static_cast<float>(sf_f(n1_43));
+      n3_45 = in_mean[(0LL + (((row_36 * 200LL) + i_38) / 200LL))];
+      n10_46 = (n6_44 - n3_45);
+      n4_47 = in_rstd[(0LL + (((row_36 * 200LL) + i_38) / 200LL))];
+      n12_48 = (n10_46 * n4_47);
+      n20_49 = (n17_42 * n12_48);
+      acc_37 = (acc_37 + n20_49);
     }
-    shfl_51 = __shfl_xor_sync(0xffffffffu, acc_38, 16, 32);
-    acc_38 = (acc_38 + shfl_51);
-    shfl_51 = __shfl_xor_sync(0xffffffffu, acc_38, 8, 32);
-    acc_38 = (acc_38 + shfl_51);
-    shfl_51 = __shfl_xor_sync(0xffffffffu, acc_38, 4, 32);
-    acc_38 = (acc_38 + shfl_51);
-    shfl_51 = __shfl_xor_sync(0xffffffffu, acc_38, 2, 32);
-    acc_38 = (acc_38 + shfl_51);
-    shfl_51 = __shfl_xor_sync(0xffffffffu, acc_38, 1, 32);
-    acc_38 = (acc_38 + shfl_51);
-    if (((row_37 < 24LL) && (sf_lane == 0LL))) {
-      float red_52;
-      red_52 = (acc_38 / 200.0f);
-      smem_22[(row_37 - row0_27)] = red_52;
+    acc_37_shfl = __shfl_xor_sync(0xffffffffu, acc_37, 16, 32);
+    acc_37 = (acc_37 + acc_37_shfl);
+    acc_37_shfl = __shfl_xor_sync(0xffffffffu, acc_37, 8, 32);
+    acc_37 = (acc_37 + acc_37_shfl);
+    acc_37_shfl = __shfl_xor_sync(0xffffffffu, acc_37, 4, 32);
+    acc_37 = (acc_37 + acc_37_shfl);
+    acc_37_shfl = __shfl_xor_sync(0xffffffffu, acc_37, 2, 32);
+    acc_37 = (acc_37 + acc_37_shfl);
+    acc_37_shfl = __shfl_xor_sync(0xffffffffu, acc_37, 1, 32);
+    acc_37 = (acc_37 + acc_37_shfl);
+    if (((row_36 < 24LL) && (sf_lane == 0LL))) {
+      float red_50;
+      red_50 = (acc_37 / 200.0f);
+      smem_22[(row_36 - row0_27)] = red_50;
     }
     __syncthreads();
     // group 4: output, rowwise
     // 8 elements per thread: in_dy, in_x, out_cast_30 as vectors
-    for (long long e_53_v = ((row0_27 * 200LL) + (sf_tid * 8LL)); e_53_v < (sf_min((row0_27 + 4LL), 24LL) * 200LL); e_53_v += (128LL * 8LL)) {
-      const sf_vec<__half, 8> in_dy_v = *reinterpret_cast<const sf_vec<__half, 8>*>(in_dy + e_53_v);
-      const sf_vec<__half, 8> in_x_v = *reinterpret_cast<const sf_vec<__half, 8>*>(in_x + e_53_v);
+    for (long long e_51_v = ((row0_27 * 200LL) + (sf_tid * 8LL)); e_51_v < (sf_min((row0_27 + 4LL), 24LL) * 200LL); e_51_v += (sf_bdim * 8LL)) {
+      const sf_vec<__half, 8> in_dy_v = *reinterpret_cast<const sf_vec<__half, 8>*>(in_dy + e_51_v);
+      const sf_vec<__half, 8> in_x_v = *reinterpret_cast<const sf_vec<__half, 8>*>(in_x + e_51_v);
       sf_vec<__half, 8> out_cast_30_v;
       #pragma unroll
-      for (int e_53_k = 0; e_53_k < 8; ++e_53_k) {
-        const long long e_53 = e_53_v + e_53_k;
-        float n4_54;
-        __half n0_55;
-        float n5_56;
-        float n2_57;
-        float n17_58;
-        float n19_59;
-        float n24_60;
-        __half n1_61;
-        float n6_62;
-        float n3_63;
-        float n10_64;
-        float n12_65;
-        float n22_66;
-        float n26_67;
-        float n27_68;
-        float n29_69;
-        __half n30_70;
-        n4_54 = in_rstd[(0LL + (e_53 / 200LL))];
-        n0_55 = in_dy_v.v[e_53_k];
-        n5_56 = static_cast<float>(sf_f(n0_55));
-        n2_57 = in_gamma[(0LL + (e_53 % 200LL))];
-        n17_58 = (n5_56 * n2_57);
-        n19_59 = smem_19[((0LL + (e_53 / 200LL)) - row0_27)];
-        n24_60 = (n17_58 - n19_59);
-        n1_61 = in_x_v.v[e_53_k];
-        n6_62 = static_cast<float>(sf_f(n1_61));
-        n3_63 = in_mean[(0LL + (e_53 / 200LL))];
-        n10_64 = (n6_62 - n3_63);
-        n12_65 = (n10_64 * n4_54);
-        n22_66 = smem_22[((0LL + (e_53 / 200LL)) - row0_27)];
-        n26_67 = (n12_65 * n22_66);
-        n27_68 = (n24_60 - n26_67);
-        n29_69 = (n4_54 * n27_68);
-        n30_70 = sf_h(static_cast<float>(n29_69));
-        out_cast_30_v.v[e_53_k] = n30_70;
+      for (int e_51_k = 0; e_51_k < 8; ++e_51_k) {
+        const long long e_51 = e_51_v + e_51_k;
+        float n4_52;
+        __half n0_53;
+        float n5_54;
+        float n2_55;
+        float n17_56;
+        float n19_57;
+        float n24_58;
+        __half n1_59;
+        float n6_60;
+        float n3_61;
+        float n10_62;
+        float n12_63;
+        float n22_64;
+        float n26_65;
+        float n27_66;
+        float n29_67;
+        __half n30_68;
+        n4_52 = in_rstd[(0LL + (e_51 / 200LL))];
+        n0_53 = in_dy_v.v[e_51_k];
+        n5_54 = static_cast<float>(sf_f(n0_53));
+        n2_55 = in_gamma[(0LL + (e_51 % 200LL))];
+        n17_56 = (n5_54 * n2_55);
+        n19_57 = smem_19[((0LL + (e_51 / 200LL)) - row0_27)];
+        n24_58 = (n17_56 - n19_57);
+        n1_59 = in_x_v.v[e_51_k];
+        n6_60 = static_cast<float>(sf_f(n1_59));
+        n3_61 = in_mean[(0LL + (e_51 / 200LL))];
+        n10_62 = (n6_60 - n3_61);
+        n12_63 = (n10_62 * n4_52);
+        n22_64 = smem_22[((0LL + (e_51 / 200LL)) - row0_27)];
+        n26_65 = (n12_63 * n22_64);
+        n27_66 = (n24_58 - n26_65);
+        n29_67 = (n4_52 * n27_66);
+        n30_68 = sf_h(static_cast<float>(n29_67));
+        out_cast_30_v.v[e_51_k] = n30_68;
       }
-      *reinterpret_cast<sf_vec<__half, 8>*>(out_cast_30 + e_53_v) = out_cast_30_v;
+      *reinterpret_cast<sf_vec<__half, 8>*>(out_cast_30 + e_51_v) = out_cast_30_v;
     }
     __syncthreads();
   }

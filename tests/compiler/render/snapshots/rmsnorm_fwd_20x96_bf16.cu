@@ -7,16 +7,18 @@ extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
     __nv_bfloat16* __restrict__ out_cast_14) {
   const long long sf_tid = threadIdx.x;
   const long long sf_bid = blockIdx.x;
+  const long long sf_bdim = blockDim.x;
   const long long sf_gdim = gridDim.x;
   const long long sf_lane = threadIdx.x & 31u;
   const long long sf_warp = threadIdx.x >> 5;
-  __shared__ __align__(16) float smem_9[4];
+  __shared__ __align__(16) unsigned char sf_arena[16];
+  float* const smem_9 = reinterpret_cast<float*>(sf_arena + 0);
   // loop 0: 5 task(s)
   for (long long t_1 = sf_bid; t_1 < 5LL; t_1 += sf_gdim) {
     long long row0_2;
     long long row_3;
     float acc_4;
-    float shfl_9;
+    float acc_4_shfl;
     row0_2 = (t_1 * 4LL);
     // group 0: reduce, warp_per_row
     row_3 = ((t_1 * 4LL) + sf_warp);
@@ -30,51 +32,51 @@ extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
       n3_8 = sf_square(n2_7);
       acc_4 = (acc_4 + n3_8);
     }
-    shfl_9 = __shfl_xor_sync(0xffffffffu, acc_4, 16, 32);
-    acc_4 = (acc_4 + shfl_9);
-    shfl_9 = __shfl_xor_sync(0xffffffffu, acc_4, 8, 32);
-    acc_4 = (acc_4 + shfl_9);
-    shfl_9 = __shfl_xor_sync(0xffffffffu, acc_4, 4, 32);
-    acc_4 = (acc_4 + shfl_9);
-    shfl_9 = __shfl_xor_sync(0xffffffffu, acc_4, 2, 32);
-    acc_4 = (acc_4 + shfl_9);
-    shfl_9 = __shfl_xor_sync(0xffffffffu, acc_4, 1, 32);
-    acc_4 = (acc_4 + shfl_9);
+    acc_4_shfl = __shfl_xor_sync(0xffffffffu, acc_4, 16, 32);
+    acc_4 = (acc_4 + acc_4_shfl);
+    acc_4_shfl = __shfl_xor_sync(0xffffffffu, acc_4, 8, 32);
+    acc_4 = (acc_4 + acc_4_shfl);
+    acc_4_shfl = __shfl_xor_sync(0xffffffffu, acc_4, 4, 32);
+    acc_4 = (acc_4 + acc_4_shfl);
+    acc_4_shfl = __shfl_xor_sync(0xffffffffu, acc_4, 2, 32);
+    acc_4 = (acc_4 + acc_4_shfl);
+    acc_4_shfl = __shfl_xor_sync(0xffffffffu, acc_4, 1, 32);
+    acc_4 = (acc_4 + acc_4_shfl);
     if (((row_3 < 20LL) && (sf_lane == 0LL))) {
-      float red_10;
-      float n8_11;
-      float n9_12;
-      red_10 = (acc_4 / 96.0f);
-      n8_11 = (red_10 + 1e-05f);
-      n9_12 = rsqrtf(n8_11);
-      smem_9[(row_3 - row0_2)] = n9_12;
+      float red_9;
+      float n8_10;
+      float n9_11;
+      red_9 = (acc_4 / 96.0f);
+      n8_10 = (red_9 + 1e-05f);
+      n9_11 = rsqrtf(n8_10);
+      smem_9[(row_3 - row0_2)] = n9_11;
     }
     __syncthreads();
     // group 1: output, rowwise
     // 8 elements per thread: in_x, out_cast_14 as vectors
-    for (long long e_13_v = ((row0_2 * 96LL) + (sf_tid * 8LL)); e_13_v < (sf_min((row0_2 + 4LL), 20LL) * 96LL); e_13_v += (128LL * 8LL)) {
-      const sf_vec<__nv_bfloat16, 8> in_x_v = *reinterpret_cast<const sf_vec<__nv_bfloat16, 8>*>(in_x + e_13_v);
+    for (long long e_12_v = ((row0_2 * 96LL) + (sf_tid * 8LL)); e_12_v < (sf_min((row0_2 + 4LL), 20LL) * 96LL); e_12_v += (sf_bdim * 8LL)) {
+      const sf_vec<__nv_bfloat16, 8> in_x_v = *reinterpret_cast<const sf_vec<__nv_bfloat16, 8>*>(in_x + e_12_v);
       sf_vec<__nv_bfloat16, 8> out_cast_14_v;
       #pragma unroll
-      for (int e_13_k = 0; e_13_k < 8; ++e_13_k) {
-        const long long e_13 = e_13_v + e_13_k;
-        __nv_bfloat16 n0_14;
-        float n2_15;
-        float n9_16;
-        float n11_17;
-        float n1_18;
-        float n13_19;
-        __nv_bfloat16 n14_20;
-        n0_14 = in_x_v.v[e_13_k];
-        n2_15 = static_cast<float>(sf_f(n0_14));
-        n9_16 = smem_9[((0LL + (e_13 / 96LL)) - row0_2)];
-        n11_17 = (n2_15 * n9_16);
-        n1_18 = in_gamma[(0LL + (e_13 % 96LL))];
-        n13_19 = (n11_17 * n1_18);
-        n14_20 = sf_b(static_cast<float>(n13_19));
-        out_cast_14_v.v[e_13_k] = n14_20;
+      for (int e_12_k = 0; e_12_k < 8; ++e_12_k) {
+        const long long e_12 = e_12_v + e_12_k;
+        __nv_bfloat16 n0_13;
+        float n2_14;
+        float n9_15;
+        float n11_16;
+        float n1_17;
+        float n13_18;
+        __nv_bfloat16 n14_19;
+        n0_13 = in_x_v.v[e_12_k];
+        n2_14 = static_cast<float>(sf_f(n0_13));
+        n9_15 = smem_9[((0LL + (e_12 / 96LL)) - row0_2)];
+        n11_16 = (n2_14 * n9_15);
+        n1_17 = in_gamma[(0LL + (e_12 % 96LL))];
+        n13_18 = (n11_16 * n1_17);
+        n14_19 = sf_b(static_cast<float>(n13_18));
+        out_cast_14_v.v[e_12_k] = n14_19;
       }
-      *reinterpret_cast<sf_vec<__nv_bfloat16, 8>*>(out_cast_14 + e_13_v) = out_cast_14_v;
+      *reinterpret_cast<sf_vec<__nv_bfloat16, 8>*>(out_cast_14 + e_12_v) = out_cast_14_v;
     }
     __syncthreads();
   }
