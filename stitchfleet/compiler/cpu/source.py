@@ -11,7 +11,9 @@ Layout, from the plan (AStitch's structure on a CPU):
 - a task's groups run in plan order in one thread; a reduction accumulates in
   registers (16 lanes, so the inner loop vectorises without reassociating: no
   fast-math needed; floats in double, see `accumulator`), its tail and stores follow; element-wise groups loop over the
-  task's rows, columns innermost;
+  task's rows, columns innermost; loops whose iterations are independent (a reduction's
+  16 lanes, a column tile's columns, an element-wise row) are `omp simd`: inside an
+  outlined OpenMP region gcc 12 does not vectorise them on its own;
 - regional values live in a stack array of rows-per-task elements, declared in the
   task; global values and split-reduction partials in heap scratch allocated per call
   (so concurrent calls share nothing); a split reduction's finalize loop folds them.
@@ -190,6 +192,7 @@ class _Reduce:
         yield f"{pad}for (int l = 0; l < {LANES}; ++l) {lane}[l] = {self.identity()};"
         yield f"{pad}int64_t {i} = {start};"
         yield f"{pad}for (; {i} + {LANES} <= {stop}; {i} += {LANES}) {{"
+        yield f"{pad}    #pragma omp simd"
         yield f"{pad}    for (int64_t {var.name} = {i}; {var.name} < {i} + {LANES}; ++{var.name}) {{"
         yield from self.element(index(var), bounds, f"{lane}[{var.name} - {i}]", inner)
         yield f"{pad}    }}"
@@ -258,6 +261,7 @@ def _column_tiles(gen: _Gen, r: _Reduce, pad: str) -> list[str]:
         f"{pad}{r.ctype} {accs}[{m.block_threads}];",
         f"{pad}for (int64_t j = 0; j < {c1} - {c0}; ++j) {accs}[j] = {r.identity()};",
         f"{pad}for (int64_t {i.name} = {r0}; {i.name} < sf_min_int64_t({r0} + {chunk}L, {m.rows}L); ++{i.name}) {{",
+        f"{pad}    #pragma omp simd",
         f"{pad}    for (int64_t {col.name} = {c0}; {col.name} < {c1}; ++{col.name}) {{",
         *r.element(k.add(k.mul(i, k.i64(m.cols)), col), bounds, f"{accs}[{col.name} - {c0}]", pad + "        "),
         f"{pad}    }}",
@@ -319,7 +323,7 @@ def _elementwise(gen: _Gen, group: Group, pad: str) -> list[str]:
     if m.cols == 1:
         return [f"{pad}{head} {{", *(line[4:] for line in body), f"{pad}}}"]
     inner = f"for (int64_t {col.name} = 0; {col.name} < {m.cols}L; ++{col.name})"
-    return [f"{pad}{head} {{", f"{pad}    {inner} {{", *body, f"{pad}    }}", f"{pad}}}"]
+    return [f"{pad}{head} {{", f"{pad}    #pragma omp simd", f"{pad}    {inner} {{", *body, f"{pad}    }}", f"{pad}}}"]
 
 
 def _finalize(gen: _Gen, group: Group, pad: str) -> list[str]:
