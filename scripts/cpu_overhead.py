@@ -59,7 +59,7 @@ def _instrument(hook: StitchHook, clock: _Clock) -> None:
         kernel.__class__ = Timed
         fn = getattr(kernel._run, "_fn", None)
         if fn is not None:  # the cpu executable: time its C function alone
-            kernel._run._fn = clock.wrap_native(fn)  # type: ignore[attr-defined]
+            kernel._run._fn = clock.wrap_native(fn)
 
 
 def measure(steps: int, dims: dict[str, int]) -> dict[str, list[float]]:

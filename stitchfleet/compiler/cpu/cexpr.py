@@ -6,7 +6,7 @@ refused), plus the loop bounds of the index variables the caller created. Output
 text. Meanings follow `evaluate`: f16 and bf16 values are computed in float and
 rounded to their type after every op (each node's value is one Assign), so a CAST to
 an integer sees the value numpy would; float exp/log/log1p/tanh/erf are the vectorisable
-`vmath` versions (a few ulp from correctly rounded), not glibc's scalar calls; NaN propagates through MAXIMUM, MINIMUM and
+`vmath` versions (1-2 ulp), not glibc's scalar calls; NaN propagates through MAXIMUM, MINIMUM and
 RELU as numpy's do, and SIGMOID is evaluate's cancellation-free form. Storage: f16 as
 `_Float16`, bf16 in float holding bf16 values (the project's numpy representation, so
 no conversion copies), bool as 1-byte `bool`.
@@ -44,13 +44,14 @@ COMPUTE = {
 }
 STORAGE = {**COMPUTE, DType.F16: "_Float16"}
 
-PRELUDE = r"""
+_INCLUDES = """
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-""" + vmath.PRELUDE + r"""
+"""
+_HELPERS = r"""
 
 static inline float sf_f16(float x) { return (float)(_Float16)x; }
 static inline float sf_bf16(float x) {
@@ -80,6 +81,7 @@ static inline double sf_sigmoid_double(double x) {
     return x >= 0 ? 1.0 / (1.0 + z) : z / (1.0 + z);
 }
 """
+PRELUDE = _INCLUDES + vmath.PRELUDE + _HELPERS
 
 _LIBM = {
     Op.FLOOR: "floor",

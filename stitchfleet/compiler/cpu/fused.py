@@ -99,12 +99,13 @@ def fused_loop(ph: Phase, groups: Sequence[Group], pad: str) -> list[str]:
     total, cols = _elements(groups[0]), _columns(ph, groups)
     row, col = k.Var(ph.names("r"), DType.I64), k.Var(ph.names("c"), DType.I64)
     em = _emitter(ph, groups)
+    index: k.Expr = col
     if cols > 1:
         rows, index = total // cols, k.add(k.mul(row, k.i64(cols)), col)
         bounds = {row.name: rows, col.name: cols}
         start, stop = "0", f"{cols}L"
     else:
-        rows, index = math.ceil(total / FLAT_CHUNK), col
+        rows = math.ceil(total / FLAT_CHUNK)
         bounds = {row.name: rows, col.name: total}
         start = f"{row.name} * {FLAT_CHUNK}L"
         stop = f"sf_min_int64_t({start} + {FLAT_CHUNK}L, {total}L)"
