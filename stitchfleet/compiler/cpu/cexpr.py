@@ -46,6 +46,7 @@ STORAGE = {**COMPUTE, DType.F16: "_Float16"}
 
 _INCLUDES = """
 #include <math.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>

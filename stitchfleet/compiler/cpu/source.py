@@ -402,6 +402,7 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     if heap:
         lines.append(f"    if ({' || '.join(f'!{b.name}' for b in heap)}) {{")
         lines += [f"        free({b.name});" for b in heap] + ["        return 1;", "    }"]
+    lines.append("    omp_set_dynamic(1);  /* threads = cores - load average: no team waits on a busy core */")
     lines.append(f"    #pragma omp parallel if({int(_touched(graph) >= PARALLEL_ELEMENTS)})")
     lines.append("    {")
     for stage in sorted({lp.stage for lp in plan.loops}):
