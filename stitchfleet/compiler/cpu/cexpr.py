@@ -5,7 +5,8 @@ Input: kernel IR expressions and the statements the lowering's value emitter pro
 refused), plus the loop bounds of the index variables the caller created. Output: C
 text. Meanings follow `evaluate`: f16 and bf16 values are computed in float and
 rounded to their type after every op (each node's value is one Assign), so a CAST to
-an integer sees the value numpy would; NaN propagates through MAXIMUM, MINIMUM and
+an integer sees the value numpy would; float exp/log/log1p/tanh/erf are the vectorisable
+`vmath` versions (1-2 ulp), not glibc's scalar calls; NaN propagates through MAXIMUM, MINIMUM and
 RELU as numpy's do, and SIGMOID is evaluate's cancellation-free form. Storage: f16 as
 `_Float16`, bf16 in float holding bf16 values (the project's numpy representation, so
 no conversion copies), bool as 1-byte `bool`.
@@ -22,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from stitchfleet.compiler.cpu import vmath
 from stitchfleet.compiler.evaluate import round_bf16
 from stitchfleet.compiler.ir import DType, Op
 from stitchfleet.compiler.kernel import ir as k
@@ -42,12 +44,15 @@ COMPUTE = {
 }
 STORAGE = {**COMPUTE, DType.F16: "_Float16"}
 
-PRELUDE = r"""
+_INCLUDES = """
 #include <math.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+"""
+_HELPERS = r"""
 
 static inline float sf_f16(float x) { return (float)(_Float16)x; }
 static inline float sf_bf16(float x) {
@@ -69,7 +74,7 @@ SF_ORDERED(double)
 SF_ORDERED(int32_t)
 SF_ORDERED(int64_t)
 static inline float sf_sigmoid_float(float x) {
-    float z = expf(-fabsf(x));
+    float z = sf_expf(x < 0.0f ? x : -x);
     return x >= 0 ? 1.0f / (1.0f + z) : z / (1.0f + z);
 }
 static inline double sf_sigmoid_double(double x) {
@@ -77,6 +82,7 @@ static inline double sf_sigmoid_double(double x) {
     return x >= 0 ? 1.0 / (1.0 + z) : z / (1.0 + z);
 }
 """
+PRELUDE = _INCLUDES + vmath.PRELUDE + _HELPERS
 
 _LIBM = {
     Op.FLOOR: "floor",
@@ -159,6 +165,8 @@ def unary_text(op: Op, x: str, dtype: DType) -> str:
     ctype = COMPUTE[dtype]
     if op in _PREFIX:
         return _PREFIX[op].format(x=x, t=ctype, f=_suffix(dtype))
+    if op in vmath.FUNCTIONS and ctype == "float":
+        return f"{vmath.FUNCTIONS[op]}({x})"
     if op in _LIBM:
         return f"{_LIBM[op]}{_suffix(dtype)}({x})"
     if op in _HELPER:

@@ -4,13 +4,16 @@ Input: a cluster graph and its `StitchPlan`. Output: `CSource`: the C text and t
 function's parameters (graph inputs then outputs, in order, with names, dtypes, shapes).
 
 Layout, from the plan (AStitch's structure on a CPU):
+- element-wise loops of a stage are fused into one row/column loop nest (`fused`);
 - one `#pragma omp parallel` region (skipped for tiny clusters: thread start-up costs
   more than the work); each planned loop is an `omp for` over its tasks, and the
   implicit barrier at its end stands for the grid barrier between stages;
 - a task's groups run in plan order in one thread; a reduction accumulates in
   registers (16 lanes, so the inner loop vectorises without reassociating: no
   fast-math needed; floats in double, see `accumulator`), its tail and stores follow; element-wise groups loop over the
-  task's rows, columns innermost;
+  task's rows, columns innermost; loops whose iterations are independent (a reduction's
+  16 lanes, a column tile's columns, an element-wise row) are `omp simd`: inside an
+  outlined OpenMP region gcc 12 does not vectorise them on its own;
 - regional values live in a stack array of rows-per-task elements, declared in the
   task; global values and split-reduction partials in heap scratch allocated per call
   (so concurrent calls share nothing); a split reduction's finalize loop folds them,
@@ -28,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from stitchfleet.compiler.cpu import cexpr as c
+from stitchfleet.compiler.cpu.fused import fused_loop, fused_sets
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import blocks
 from stitchfleet.compiler.kernel import ir as k
@@ -36,7 +40,12 @@ from stitchfleet.compiler.lower.values import Namer, Sources, coords, flat
 from stitchfleet.compiler.plan import Combine, Group, Loop, MappingKind, Scheme, StitchPlan
 
 LANES = 16
-PARALLEL_ELEMENTS = 1 << 15  # below this many elements touched, one thread does the whole cluster
+# Below this many elements touched, one thread does the whole cluster. High on purpose: on a
+# busy 2-core machine (TF's own pools, other processes) a worker thread that is descheduled
+# holds the region's closing barrier for a scheduler time slice (measured: 0.18 ms serial vs
+# 3-12 ms with 2 threads for a 130k-element GELU cluster), so only clusters whose serial run
+# takes milliseconds are worth the gamble.
+PARALLEL_ELEMENTS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -166,6 +175,7 @@ class _Reduce:
         yield f"{pad}for (int l = 0; l < {LANES}; ++l) {lane}[l] = {self.identity()};"
         yield f"{pad}int64_t {i} = {start};"
         yield f"{pad}for (; {i} + {LANES} <= {stop}; {i} += {LANES}) {{"
+        yield f"{pad}    #pragma omp simd"
         yield f"{pad}    for (int64_t {var.name} = {i}; {var.name} < {i} + {LANES}; ++{var.name}) {{"
         yield from self.element(index(var), bounds, f"{lane}[{var.name} - {i}]", inner)
         yield f"{pad}    }}"
@@ -244,6 +254,7 @@ def _column_tiles(gen: _Gen, r: _Reduce, pad: str) -> list[str]:
         f"{pad}{r.ctype} {accs}[{m.block_threads}];",
         f"{pad}for (int64_t j = 0; j < {c1} - {c0}; ++j) {accs}[j] = {r.identity()};",
         f"{pad}for (int64_t {i.name} = {r0}; {i.name} < sf_min_int64_t({r0} + {chunk}L, {m.rows}L); ++{i.name}) {{",
+        f"{pad}    #pragma omp simd",
         f"{pad}    for (int64_t {col.name} = {c0}; {col.name} < {c1}; ++{col.name}) {{",
         *r.element(k.add(k.mul(i, k.i64(m.cols)), col), bounds, f"{accs}[{col.name} - {c0}]", pad + "        "),
         f"{pad}    }}",
@@ -307,7 +318,7 @@ def _elementwise(gen: _Gen, group: Group, pad: str) -> list[str]:
     if m.cols == 1:
         return [f"{pad}{head} {{", *(line[4:] for line in body), f"{pad}}}"]
     inner = f"for (int64_t {col.name} = 0; {col.name} < {m.cols}L; ++{col.name})"
-    return [f"{pad}{head} {{", f"{pad}    {inner} {{", *body, f"{pad}    }}", f"{pad}}}"]
+    return [f"{pad}{head} {{", f"{pad}    #pragma omp simd", f"{pad}    {inner} {{", *body, f"{pad}    }}", f"{pad}}}"]
 
 
 def _finalize(gen: _Gen, group: Group, pad: str) -> list[str]:
@@ -387,10 +398,14 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     if heap:
         lines.append(f"    if ({' || '.join(f'!{b.name}' for b in heap)}) {{")
         lines += [f"        free({b.name});" for b in heap] + ["        return 1;", "    }"]
+    lines.append("    omp_set_dynamic(1);  /* threads = cores - load average: no team waits on a busy core */")
     lines.append(f"    #pragma omp parallel if({int(_touched(graph) >= PARALLEL_ELEMENTS)})")
     lines.append("    {")
     for stage in sorted({lp.stage for lp in plan.loops}):
-        for loop in (lp for lp in plan.loops if lp.stage == stage):
+        sets, planned = fused_sets(plan, [lp for lp in plan.loops if lp.stage == stage])
+        for groups in sets:
+            lines += fused_loop(ph, groups, "        ")
+        for loop in planned:
             lines += _loop(gen, loop, "        ")
     lines.append("    }")
     lines += [f"    free({b.name});" for b in heap]
