@@ -65,10 +65,12 @@ def _owner_opted_in(body: Mapping[str, Any], **_: Any) -> bool:
 def build_registry(context: OperatorContext, registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
     """Every handler of the operator, bound to `context`, added to `registry`.
 
-    The default registry logs in the way kopf does (in-cluster service account, else kubeconfig);
-    tests pass a bare one with their own login handler.
+    The default registry logs in through the kubernetes client (in-cluster service account, else
+    kubeconfig), as the rest of the process does; tests pass a bare one with their own login.
     """
-    registry = kopf.SmartOperatorRegistry() if registry is None else registry
+    if registry is None:
+        registry = kopf.OperatorRegistry()
+        kopf.on.login(registry=registry)(kopf.login_via_client)
     _register_lifecycle(registry, context)
     _register_pods(registry, context)
     for group, version, plural in OWNER_RESOURCES:

@@ -29,6 +29,9 @@ from stitchfleet.telemetry.fleet_metrics import FleetMetrics
 from stitchfleet.telemetry.recorder import Recorder
 
 log = logging.getLogger("stitchfleet.operator")
+# A line per handled pod event (kopf) and per probe (aiohttp) would flood the log of a
+# cluster-wide watcher; their warnings and errors still pass.
+CHATTY_LOGGERS = ("kopf.objects", "aiohttp.access")
 
 
 def kube_api_client() -> Any:
@@ -106,9 +109,17 @@ async def operate(
     )
 
 
+def configure_logging(current: Settings) -> None:
+    """One line format for the process; per-event chatter only at DEBUG."""
+    logging.basicConfig(level=current.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if current.log_level != "DEBUG":
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def run(current: Settings, summarize: Summarizer) -> int:
     """The whole process; returns its exit status once kopf has stopped."""
-    logging.basicConfig(level=current.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(current)
     api_client = kube_api_client()
     with running_services(current, api_client, summarize) as context:
         registry = handlers.build_registry(context)
