@@ -20,7 +20,7 @@ from typing import Any
 
 import kopf
 
-from stitchfleet.operator import handlers, savings, tls
+from stitchfleet.operator import handlers, owners, savings, tls
 from stitchfleet.operator.rollup import Rollup, Summarizer
 from stitchfleet.operator.webhook_server import WebhookServer
 from stitchfleet.settings import Settings
@@ -82,7 +82,12 @@ def running_services(current: Settings, api_client: Any, summarize: Summarizer) 
         webhook.start()
         rollup = make_rollup(current, api_client, metrics, summarize)
         yield handlers.OperatorContext(
-            current.cluster, recorder, metrics, rollup=rollup, rollup_seconds=current.rollup_seconds
+            current.cluster,
+            recorder,
+            metrics,
+            rollup=rollup,
+            rollup_seconds=current.rollup_seconds,
+            owners=owners.OwnerChains(owners.api_job_fetcher(api_client)),
         )
     finally:
         webhook.stop()

@@ -37,13 +37,18 @@ ALL_VERBS = {"list", "watch", "get", "patch", "create", "delete"}
 T = TypeVar("T")
 
 
+# A cluster with Kubeflow's training operator (kubeflow.org/v1: TFJob) and the MPI operator v2
+# (kubeflow.org/v2beta1: MPIJob): the API server prefers the GA version of the group.
+PREFERRED_VERSIONS = {"kubeflow.org": "v1"}
+
+
 def declare_cluster(api: kmock.KubernetesEmulator) -> None:
     """The resources the operator reads and writes, and our MutatingWebhookConfiguration."""
     namespaced = {
         "v1/pods": "Pod",
         "v1/events": "Event",
         "batch/v1/jobs": "Job",
-        "kubeflow.org/v1/mpijobs": "MPIJob",
+        "kubeflow.org/v2beta1/mpijobs": "MPIJob",
         "kubeflow.org/v1/tfjobs": "TFJob",
     }
     for resource, kind in namespaced.items():
@@ -59,6 +64,24 @@ def declare_cluster(api: kmock.KubernetesEmulator) -> None:
     for resource, kind in cluster_wide.items():
         api.resources[resource] = kmock.ResourceInfo(kind=kind, namespaced=False, verbs=ALL_VERBS)
     api.objects[WEBHOOKS, None, CONFIG_NAME] = webhook_configuration()
+    resources = [*namespaced, REPORTS, *cluster_wide]
+    api["get /apis"] << group_discovery(resources)
+
+
+def group_discovery(resources: list[str]) -> dict[str, Any]:
+    """/apis as an API server serves it, with PREFERRED_VERSIONS (kmock would pick any version)."""
+    versions: dict[str, list[str]] = {}
+    for resource in resources:
+        parts = resource.split("/")
+        if len(parts) == 3 and parts[1] not in versions.setdefault(parts[0], []):
+            versions[parts[0]].append(parts[1])
+    groups = []
+    for group, served in sorted(versions.items()):
+        preferred = PREFERRED_VERSIONS.get(group, served[0])
+        entries = [{"groupVersion": f"{group}/{version}", "version": version} for version in served]
+        preferred_entry = {"groupVersion": f"{group}/{preferred}", "version": preferred}
+        groups.append({"name": group, "versions": entries, "preferredVersion": preferred_entry})
+    return {"apiVersion": "v1", "kind": "APIGroupList", "groups": groups}
 
 
 def webhook_configuration() -> dict[str, Any]:
