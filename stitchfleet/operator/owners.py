@@ -26,8 +26,6 @@ from stitchfleet.operator.identity import workload_owner
 # (group, kind) of owners that run their launcher as a batch Job.
 LAUNCHER_PARENTS = {("kubeflow.org", "MPIJob")}
 HTTP_NOT_FOUND = 404
-# Bounds a fetch: a handler (and the operator's shutdown) never waits on a stuck API call for long.
-FETCH_TIMEOUT_SECONDS = 10.0
 
 JobFetcher = Callable[[str, str], Mapping[str, Any] | None]
 
@@ -96,15 +94,18 @@ class OwnerChains:
         return self.learn(fetched) is not None
 
 
-def api_job_fetcher(api_client: Any) -> JobFetcher:
-    """Fetches a batch Job through the kubernetes client (RBAC: get on batch jobs); None on 404."""
+def api_job_fetcher(api_client: Any, *, timeout: float = 10.0) -> JobFetcher:
+    """Fetches a batch Job through the kubernetes client (RBAC: get on batch jobs); None on 404.
+
+    A fetch gives up after `timeout` seconds: a handler never waits on a stuck call for long.
+    """
     from kubernetes import client
 
     api = client.BatchV1Api(api_client)
 
     def fetch(namespace: str, name: str) -> Mapping[str, Any] | None:
         try:
-            job = api.read_namespaced_job(name, namespace, _request_timeout=FETCH_TIMEOUT_SECONDS)
+            job = api.read_namespaced_job(name, namespace, _request_timeout=timeout)
         except client.ApiException as err:
             if err.status == HTTP_NOT_FOUND:
                 return None

@@ -55,7 +55,7 @@ def prepare_tls(current: Settings, api_client: Any) -> None:
     if not current.webhook_self_signed:
         return
     material = tls.ensure_self_signed(current.webhook_tls_dir, current.webhook_service, current.operator_namespace)
-    tls.patch_ca_bundle(current.webhook_config_name, material.ca_pem, api_client)
+    tls.patch_ca_bundle(current.webhook_config_name, material.ca_pem, api_client, timeout=current.api_timeout_seconds)
     log.info("self-signed webhook certificate written to %s", current.webhook_tls_dir)
 
 
@@ -63,7 +63,8 @@ def make_rollup(current: Settings, api_client: Any, metrics: FleetMetrics, summa
     """The rollup publishing SavingsReports into the operator namespace."""
 
     def publish(week: str, status: Any) -> object:
-        return savings.apply_report(api_client, current.operator_namespace, week, status)
+        namespace, timeout = current.operator_namespace, current.api_timeout_seconds
+        return savings.apply_report(api_client, namespace, week, status, timeout=timeout)
 
     return Rollup(summarize=summarize, publish=publish, metrics=metrics)
 
@@ -87,7 +88,7 @@ def running_services(current: Settings, api_client: Any, summarize: Summarizer) 
             metrics,
             rollup=rollup,
             rollup_seconds=current.rollup_seconds,
-            owners=owners.OwnerChains(owners.api_job_fetcher(api_client)),
+            owners=owners.OwnerChains(owners.api_job_fetcher(api_client, timeout=current.api_timeout_seconds)),
         )
     finally:
         webhook.stop()

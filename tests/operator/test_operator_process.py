@@ -45,6 +45,8 @@ from stitchfleet.telemetry.fleet_metrics import FleetMetrics
 
 pytestmark = pytest.mark.timeout(120)
 STOP_SECONDS = 20.0
+# Well below the stuck call's own timeout (60 s in that test) and the kubelet's 30 s grace.
+HUNG_STOP_SECONDS = 10.0
 
 
 def now_rfc3339() -> str:
@@ -182,3 +184,29 @@ class Discard:
 
     def record(self, row: object) -> None:
         raise AssertionError(f"nothing runs, yet {row!r} was recorded")
+
+
+@pytest.mark.asyncio
+async def test_sigterm_while_an_api_call_hangs_still_exits_within_the_bound(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    declare_cluster(kmock)
+    release = asyncio.Event()
+
+    async def hang() -> dict[str, Any]:
+        await release.wait()  # an API server that accepted the call and never answers
+        return {}
+
+    report = f"/apis/stitchfleet.io/v1alpha1/namespaces/{NAMESPACE}/savingsreports"
+    path = f"{report}/{report_name(week_label(dt.datetime.now(dt.UTC)))}"
+    kmock[f"get {path}"] << hang
+    ports = Ports.pick()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
+    env = child_environment(tmp_path, ports, kubeconfig, STITCHFLEET_API_TIMEOUT_SECONDS="60")
+    try:
+        async with operator_process(env, tmp_path / "operator.log") as run:
+            await run.eventually(lambda: len(list(kmock[f"get {path}"])) or None, "the rollup's call to the API", 60)
+            assert await stop(run.child, HUNG_STOP_SECONDS) == 0, "the stuck rollup did not hold the exit"
+    finally:
+        release.set()
+    assert "Signal SIGTERM is received" in (tmp_path / "operator.log").read_text()
