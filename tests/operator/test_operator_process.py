@@ -19,7 +19,8 @@ import aiohttp
 import kmock
 import kopf
 import pytest
-from operator_bodies import bare_pod, batch_job, job_pod
+from chart_rbac import ApiCall, api_calls, denied
+from operator_bodies import bare_pod, batch_job, job_pod, launcher_job, mpi_pod
 from operator_process import (
     CONFIG_NAME,
     NAMESPACE,
@@ -141,6 +142,10 @@ async def test_the_operator_process_from_start_to_sigterm(kmock: kmock.Kubernete
     assert all(refuses(port) for port in (ports.health, ports.metrics, ports.webhook))
 
 
+def fetched_job(api: kmock.KubernetesEmulator) -> ApiCall | None:
+    return next((call for call in api_calls(api) if call.verb == "get" and call.resource == "jobs"), None)
+
+
 def _rows_when(url: str, count: int) -> list[tuple[Any, ...]] | None:
     rows = job_rows(url)
     return rows if rows is not None and len(rows) >= count else None
@@ -210,3 +215,38 @@ async def test_sigterm_while_an_api_call_hangs_still_exits_within_the_bound(
     finally:
         release.set()
     assert "Signal SIGTERM is received" in (tmp_path / "operator.log").read_text()
+
+
+@pytest.mark.asyncio
+async def test_every_api_call_of_the_process_is_allowed_by_the_charts_rbac(
+    kmock: kmock.KubernetesEmulator, tmp_path: Path
+) -> None:
+    declare_cluster(kmock)
+    # An MPIJob's launcher Job that no watch event shows: the operator has to get it by name.
+    kmock.objects["batch/v1/jobs", "nlp", "bert-mpi-launcher"] = launcher_job(opted_in=False)
+    kmock.objects["v1/pods", "nlp", "bert-mpi-launcher-0"] = running_now(mpi_pod("launcher"))
+    kmock.objects["v1/pods", "research", "notebook-x7k2p"] = running_now(bare_pod())
+    ports = Ports.pick()
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
+    env = child_environment(tmp_path, ports, kubeconfig)
+    week = week_label(dt.datetime.now(dt.UTC))
+    async with operator_process(env, tmp_path / "operator.log") as run:
+        await run.eventually(lambda: report_of(kmock, week, 1), f"SavingsReport of {week} with 1 task")
+        await run.eventually(lambda: stored_ca(kmock), "caBundle on the webhook configuration")
+        await run.eventually(lambda: fetched_job(kmock), "a get of the launcher Job")
+        assert await stop(run.child, STOP_SECONDS) == 0
+    calls = api_calls(kmock)
+    made = {(call.verb, call.resource) for call in calls}
+    expected = {("watch", "pods"), ("get", "jobs"), ("create", "savingsreports"), ("patch", "savingsreports/status")}
+    assert expected | {("patch", "mutatingwebhookconfigurations")} <= made, sorted(made)
+    assert denied(calls, "stitchfleet", NAMESPACE) == []
+
+
+def test_the_rbac_check_refuses_what_the_chart_does_not_grant() -> None:
+    others = {
+        ApiCall("get", "", "secrets", "ml", "stitchfleet-db"),
+        ApiCall("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", None, "someone-else"),
+        ApiCall("get", "", "configmaps", "ml", "settings"),
+    }
+    assert denied(others, "stitchfleet", NAMESPACE) == sorted(str(call) for call in others)
+    assert denied({ApiCall("get", "", "configmaps", NAMESPACE, "settings")}, "stitchfleet", NAMESPACE) == []
