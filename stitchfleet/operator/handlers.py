@@ -137,6 +137,9 @@ def _register_owner(
             return  # an MPIJob's launcher: the MPIJob's own conditions say how the job ended
         context.record(tracking.owner_rows(body, context.cluster))
 
+    def learn_job(body: kopf.Body, **_: Any) -> None:
+        context.owners.learn(body)  # indexes nothing itself: the owner chains keep the answer
+
     def job_deleted(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
         if event.get("type") == "DELETED":
             context.owners.forget(body)
@@ -146,5 +149,8 @@ def _register_owner(
         owner_event
     )
     if plural == "jobs":
+        # Indexes are filled before any handler runs: a restarted operator learns its launcher
+        # Jobs from the listing instead of fetching each one for its pods.
+        kopf.index(group, version, plural, id="launcher_jobs", when=_owner_opted_in, registry=registry)(learn_job)
         # Every Job, opted in or not: the launcher cache may hold any Job an opted-in pod named.
         kopf.on.event(group, version, plural, id="jobs.deleted", registry=registry)(job_deleted)
