@@ -7,7 +7,8 @@ webhook configuration's caBundle; the webhook on STITCHFLEET_WEBHOOK_PORT; kopf'
 endpoint on STITCHFLEET_HEALTH_PORT (/healthz); the fleet gauges on STITCHFLEET_METRICS_PORT;
 job rows in the database; SavingsReports in the operator namespace. SIGTERM (kopf's own signal
 handling) stops the operator; then the webhook, the recorder (flushing or spooling its rows)
-and the metrics server stop, in that order.
+and the metrics server stop, in that order. A rollup stuck on the API or the database is
+abandoned, not waited for (rollup.py), so the exit stays within the kubelet's grace period.
 """
 
 from __future__ import annotations
