@@ -130,6 +130,9 @@ class Settings:
     operator_namespace: str = _knob("stitchfleet", "Namespace the operator runs in (downward API).")
     health_port: int = _knob(8080, "Port of the operator's /healthz endpoint.", minimum=1)
     rollup_seconds: float = _knob(300.0, "Seconds between fleet rollups (SavingsReports, gauges).", minimum=1.0)
+    api_timeout_seconds: float = _knob(
+        10.0, "Longest the operator waits on one of its own Kubernetes API calls.", minimum=0.1
+    )
     shim_image: str = _knob(f"stitchfleet:{__version__}", "Image of the init container that copies the boot shim.")
     db_secret_name: str = _knob("stitchfleet-db", "Secret holding the database URL, in each job's namespace.")
     db_secret_key: str = _knob("url", "Key of the database URL in that Secret.")

@@ -1,10 +1,11 @@
 """The kopf handlers of the operator, registered on a fresh registry per operator run.
 
-Input: an `OperatorContext` (cluster name, a telemetry sink, the fleet gauges, the rollup).
-Output: a `kopf.OperatorRegistry` with: an index of opted-in pods by job; event handlers for
-those pods and for their owners (batch Jobs, TFJobs, MPIJobs) that record `JobStarted` /
-`JobFinished` rows; and start-up/clean-up handlers that set kopf up (standalone, no posting
-noise) and run the periodic rollup.
+Input: an `OperatorContext` (cluster name, a telemetry sink, the fleet gauges, the rollup, the
+owner chains). Output: a `kopf.OperatorRegistry` with: an index of opted-in pods by job; event
+handlers for those pods and for their owners (batch Jobs, TFJobs, MPIJobs) that record
+`JobStarted` / `JobFinished` rows, skipping an MPIJob's launcher Job and its pods (owners.py);
+and start-up/clean-up handlers that set kopf up (standalone, no posting noise) and run the
+periodic rollup.
 
 Only `@kopf.on.event` and an index: kopf then stores nothing on the watched objects (no
 annotations, no finalizers), which the read-only RBAC on pods and jobs requires. Every handler
@@ -25,6 +26,7 @@ import kopf
 
 from stitchfleet.operator import tracking
 from stitchfleet.operator.identity import LABEL_ENABLED
+from stitchfleet.operator.owners import OwnerChains
 from stitchfleet.operator.rollup import Rollup
 from stitchfleet.telemetry.fleet_metrics import FleetMetrics
 from stitchfleet.telemetry.rows import Row
@@ -32,7 +34,15 @@ from stitchfleet.telemetry.rows import Row
 log = logging.getLogger("stitchfleet.operator")
 OPTED_IN = {LABEL_ENABLED: "true"}
 # Owners whose pods we track; kopf skips (with a warning) a kind whose CRD the cluster lacks.
-OWNER_RESOURCES = (("batch", "v1", "jobs"), ("kubeflow.org", None, "tfjobs"), ("kubeflow.org", None, "mpijobs"))
+# Versions are explicit: kopf serves a version-less selector only in the group's preferred
+# version, and a cluster with Kubeflow's training operator (kubeflow.org/v1) and the MPI
+# operator v2 (MPIJob in kubeflow.org/v2beta1) prefers v1, where there are no MPIJobs.
+OWNER_RESOURCES = (
+    ("batch", "v1", "jobs"),
+    ("kubeflow.org", "v1", "tfjobs"),
+    ("kubeflow.org", "v1", "mpijobs"),  # the training operator's MPIJob (launcher is a pod)
+    ("kubeflow.org", "v2beta1", "mpijobs"),  # the MPI operator v2 (launcher is a batch Job)
+)
 
 
 class RowSink(Protocol):
@@ -50,6 +60,7 @@ class OperatorContext:
     metrics: FleetMetrics
     rollup: Rollup | None = None
     rollup_seconds: float = 300.0
+    owners: OwnerChains = field(default_factory=OwnerChains)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def record(self, rows: list[Row]) -> None:
@@ -65,10 +76,12 @@ def _owner_opted_in(body: Mapping[str, Any], **_: Any) -> bool:
 def build_registry(context: OperatorContext, registry: kopf.OperatorRegistry | None = None) -> kopf.OperatorRegistry:
     """Every handler of the operator, bound to `context`, added to `registry`.
 
-    The default registry logs in the way kopf does (in-cluster service account, else kubeconfig);
-    tests pass a bare one with their own login handler.
+    The default registry logs in through the kubernetes client (in-cluster service account, else
+    kubeconfig), as the rest of the process does; tests pass a bare one with their own login.
     """
-    registry = kopf.SmartOperatorRegistry() if registry is None else registry
+    if registry is None:
+        registry = kopf.OperatorRegistry()
+        kopf.on.login(registry=registry)(kopf.login_via_client)
     _register_lifecycle(registry, context)
     _register_pods(registry, context)
     for group, version, plural in OWNER_RESOURCES:
@@ -100,10 +113,12 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContex
 
 def _register_pods(registry: kopf.OperatorRegistry, context: OperatorContext) -> None:
     def pods_by_job(body: kopf.Body, uid: str | None, **_: Any) -> dict[Any, Any] | None:
-        key = tracking.pod_job_key(body, context.cluster)
+        key = None if context.owners.ignores(body) else tracking.pod_job_key(body, context.cluster)
         return None if key is None else {key: uid}
 
     def pod_event(event: Mapping[str, Any], body: kopf.Body, pods_by_job: kopf.Index[Any, Any], **_: Any) -> None:
+        if context.owners.ignores(body):
+            return  # an MPIJob's launcher: not a rank, and the MPIJob's conditions give the outcome
         key = tracking.pod_job_key(body, context.cluster)
         known = len(pods_by_job.get(key, [])) if key is not None else 0
         rows = tracking.pod_rows(body, context.cluster, known, deleted=event.get("type") == "DELETED")
@@ -115,10 +130,27 @@ def _register_pods(registry: kopf.OperatorRegistry, context: OperatorContext) ->
 
 
 def _register_owner(
-    registry: kopf.OperatorRegistry, context: OperatorContext, group: str, version: str | None, plural: str
+    registry: kopf.OperatorRegistry, context: OperatorContext, group: str, version: str, plural: str
 ) -> None:
     def owner_event(body: kopf.Body, **_: Any) -> None:
+        if plural == "jobs" and context.owners.learn(body) is not None:
+            return  # an MPIJob's launcher: the MPIJob's own conditions say how the job ended
         context.record(tracking.owner_rows(body, context.cluster))
 
-    resource = (group, version, plural) if version else (group, plural)
-    kopf.on.event(*resource, when=_owner_opted_in, registry=registry)(owner_event)
+    def learn_job(body: kopf.Body, **_: Any) -> None:
+        context.owners.learn(body)  # indexes nothing itself: the owner chains keep the answer
+
+    def job_deleted(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+        if event.get("type") == "DELETED":
+            context.owners.forget(body)
+
+    # One id per version: kopf otherwise names both MPIJob handlers alike.
+    kopf.on.event(group, version, plural, id=f"{plural}.{version}", when=_owner_opted_in, registry=registry)(
+        owner_event
+    )
+    if plural == "jobs":
+        # Indexes are filled before any handler runs: a restarted operator learns its launcher
+        # Jobs from the listing instead of fetching each one for its pods.
+        kopf.index(group, version, plural, id="launcher_jobs", when=_owner_opted_in, registry=registry)(learn_job)
+        # Every Job, opted in or not: the launcher cache may hold any Job an opted-in pod named.
+        kopf.on.event(group, version, plural, id="jobs.deleted", registry=registry)(job_deleted)

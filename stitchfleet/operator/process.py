@@ -7,7 +7,8 @@ webhook configuration's caBundle; the webhook on STITCHFLEET_WEBHOOK_PORT; kopf'
 endpoint on STITCHFLEET_HEALTH_PORT (/healthz); the fleet gauges on STITCHFLEET_METRICS_PORT;
 job rows in the database; SavingsReports in the operator namespace. SIGTERM (kopf's own signal
 handling) stops the operator; then the webhook, the recorder (flushing or spooling its rows)
-and the metrics server stop, in that order.
+and the metrics server stop, in that order. A rollup stuck on the API or the database is
+abandoned, not waited for (rollup.py), so the exit stays within the kubelet's grace period.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import kopf
 
-from stitchfleet.operator import handlers, savings, tls
+from stitchfleet.operator import handlers, owners, savings, tls
 from stitchfleet.operator.rollup import Rollup, Summarizer
 from stitchfleet.operator.webhook_server import WebhookServer
 from stitchfleet.settings import Settings
@@ -29,6 +30,9 @@ from stitchfleet.telemetry.fleet_metrics import FleetMetrics
 from stitchfleet.telemetry.recorder import Recorder
 
 log = logging.getLogger("stitchfleet.operator")
+# A line per handled pod event (kopf) and per probe (aiohttp) would flood the log of a
+# cluster-wide watcher; their warnings and errors still pass.
+CHATTY_LOGGERS = ("kopf.objects", "aiohttp.access")
 
 
 def kube_api_client() -> Any:
@@ -52,7 +56,7 @@ def prepare_tls(current: Settings, api_client: Any) -> None:
     if not current.webhook_self_signed:
         return
     material = tls.ensure_self_signed(current.webhook_tls_dir, current.webhook_service, current.operator_namespace)
-    tls.patch_ca_bundle(current.webhook_config_name, material.ca_pem, api_client)
+    tls.patch_ca_bundle(current.webhook_config_name, material.ca_pem, api_client, timeout=current.api_timeout_seconds)
     log.info("self-signed webhook certificate written to %s", current.webhook_tls_dir)
 
 
@@ -60,7 +64,8 @@ def make_rollup(current: Settings, api_client: Any, metrics: FleetMetrics, summa
     """The rollup publishing SavingsReports into the operator namespace."""
 
     def publish(week: str, status: Any) -> object:
-        return savings.apply_report(api_client, current.operator_namespace, week, status)
+        namespace, timeout = current.operator_namespace, current.api_timeout_seconds
+        return savings.apply_report(api_client, namespace, week, status, timeout=timeout)
 
     return Rollup(summarize=summarize, publish=publish, metrics=metrics)
 
@@ -79,7 +84,12 @@ def running_services(current: Settings, api_client: Any, summarize: Summarizer) 
         webhook.start()
         rollup = make_rollup(current, api_client, metrics, summarize)
         yield handlers.OperatorContext(
-            current.cluster, recorder, metrics, rollup=rollup, rollup_seconds=current.rollup_seconds
+            current.cluster,
+            recorder,
+            metrics,
+            rollup=rollup,
+            rollup_seconds=current.rollup_seconds,
+            owners=owners.OwnerChains(owners.api_job_fetcher(api_client, timeout=current.api_timeout_seconds)),
         )
     finally:
         webhook.stop()
@@ -106,9 +116,17 @@ async def operate(
     )
 
 
+def configure_logging(current: Settings) -> None:
+    """One line format for the process; per-event chatter only at DEBUG."""
+    logging.basicConfig(level=current.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if current.log_level != "DEBUG":
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def run(current: Settings, summarize: Summarizer) -> int:
     """The whole process; returns its exit status once kopf has stopped."""
-    logging.basicConfig(level=current.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(current)
     api_client = kube_api_client()
     with running_services(current, api_client, summarize) as context:
         registry = handlers.build_registry(context)

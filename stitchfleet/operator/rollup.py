@@ -11,17 +11,21 @@ loses nothing and a rollup that fails is simply done again at the next tick.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
+import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from stitchfleet.operator.savings import FleetSummary, report_status, week_label
 from stitchfleet.telemetry.fleet_metrics import FleetMetrics
 
 log = logging.getLogger("stitchfleet.operator.rollup")
 
+T = TypeVar("T")
 Summarizer = Callable[[str], FleetSummary]
 Publisher = Callable[[str, Mapping[str, Any]], object]
 
@@ -67,7 +71,35 @@ class Rollup:
         """Runs a rollup now and then every `interval` seconds until cancelled; failures are logged."""
         while True:
             try:
-                await asyncio.to_thread(self.run_once)
+                await in_daemon_thread(self.run_once)
             except Exception:  # the database or the API may be away for a while: retry next tick
                 log.exception("fleet rollup failed; retrying in %.0f s", interval)
             await asyncio.sleep(interval)
+
+
+async def in_daemon_thread(work: Callable[[], T]) -> T:
+    """`work()` in a daemon thread of its own, awaited; cancelling the await abandons the thread.
+
+    Not `asyncio.to_thread`: the process's exit joins the default executor's threads, so a rollup
+    stuck on the database or the API would hold SIGTERM's shutdown until the kubelet kills the
+    pod. An abandoned rollup loses nothing: the next one recomputes everything.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not done.done():
+            outcome()
+
+    def target() -> None:
+        try:
+            result = work()
+        except BaseException as err:  # handed to the awaiting task, which decides
+            answer = functools.partial(settle, functools.partial(done.set_exception, err))
+        else:
+            answer = functools.partial(settle, functools.partial(done.set_result, result))
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits any more
+            loop.call_soon_threadsafe(answer)
+
+    threading.Thread(target=target, name="stitchfleet-rollup", daemon=True).start()
+    return await done

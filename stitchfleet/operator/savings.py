@@ -78,25 +78,35 @@ def report_body(week: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def apply_report(api_client: Any, namespace: str, week: str, status: Mapping[str, Any]) -> dict[str, Any]:
-    """Creates the week's report if missing, then patches its status; returns the stored object."""
+def apply_report(
+    api_client: Any, namespace: str, week: str, status: Mapping[str, Any], *, timeout: float = 10.0
+) -> dict[str, Any]:
+    """Creates the week's report if missing, then patches its status; returns the stored object.
+
+    Each API call gives up after `timeout` seconds: a stuck call would otherwise hold the rollup
+    loop, and the operator's shutdown, for as long as the connection lives.
+    """
     from kubernetes import client
 
     api = client.CustomObjectsApi(api_client)
     name = report_name(week)
     try:
-        api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, _request_timeout=timeout)
     except client.ApiException as err:
         if err.status != HTTP_NOT_FOUND:
             raise
-        _create(api, client.ApiException, week, namespace)
-    patched = api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, {"status": status})
+        _create(api, client.ApiException, week, namespace, timeout)
+    body = {"status": status}
+    patched = api.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, body, _request_timeout=timeout
+    )
     return dict(patched)
 
 
-def _create(api: Any, api_exception: type[Exception], week: str, namespace: str) -> None:
+def _create(api: Any, api_exception: type[Exception], week: str, namespace: str, timeout: float) -> None:
     try:
-        api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, report_body(week, namespace))
+        body = report_body(week, namespace)
+        api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body, _request_timeout=timeout)
     except api_exception as err:
         # Someone (an earlier life of this operator) created it in between: patching is enough.
         if getattr(err, "status", None) != HTTP_CONFLICT:

@@ -162,10 +162,11 @@ def ca_bundle_patch(webhook_config: Mapping[str, Any], ca_pem: bytes) -> list[di
     return ops
 
 
-def patch_ca_bundle(config_name: str, ca_pem: bytes, api_client: Any = None) -> None:
+def patch_ca_bundle(config_name: str, ca_pem: bytes, api_client: Any = None, *, timeout: float = 10.0) -> None:
     """Puts `ca_pem` into the caBundle of MutatingWebhookConfiguration `config_name`.
 
     `api_client` is a kubernetes.client.ApiClient; default: in-cluster config, else ~/.kube/config.
+    Each of the two API calls gives up after `timeout` seconds.
     """
     from kubernetes import client, config
 
@@ -176,5 +177,6 @@ def patch_ca_bundle(config_name: str, ca_pem: bytes, api_client: Any = None) -> 
             config.load_kube_config()
         api_client = client.ApiClient()
     api = client.AdmissionregistrationV1Api(api_client)
-    current = api_client.sanitize_for_serialization(api.read_mutating_webhook_configuration(config_name))
-    api.patch_mutating_webhook_configuration(config_name, ca_bundle_patch(current, ca_pem))
+    stored = api.read_mutating_webhook_configuration(config_name, _request_timeout=timeout)
+    current = api_client.sanitize_for_serialization(stored)
+    api.patch_mutating_webhook_configuration(config_name, ca_bundle_patch(current, ca_pem), _request_timeout=timeout)

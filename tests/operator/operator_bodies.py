@@ -118,3 +118,71 @@ def tfjob() -> Body:
             "conditions": [{"type": "Succeeded", "status": "True", "lastTransitionTime": "2026-11-18T12:00:01Z"}],
         },
     }
+
+
+MPIJOB_UID = "mpijob-uid-1"
+LAUNCHER_JOB_UID = "launcher-job-uid-1"
+
+
+def mpijob(*, conditions: list[Body] | None = None) -> Body:
+    """An MPI operator v2 MPIJob: a Launcher and 2 Workers with 4 GPUs, both templates opted in."""
+    labels = {"stitchfleet.io/enabled": "true", "stitchfleet.io/team": "nlp"}
+    worker = {"containers": [{"name": "w", "image": "tf", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": "bert-mpi", "namespace": "nlp", "uid": MPIJOB_UID, "resourceVersion": "1"},
+        "spec": {
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": {"metadata": {"labels": dict(labels)}, "spec": {}}},
+                "Worker": {"replicas": 2, "template": {"metadata": {"labels": dict(labels)}, "spec": worker}},
+            }
+        },
+        "status": {"conditions": conditions or []},
+    }
+
+
+def mpi_owner(kind: str = "MPIJob", name: str = "bert-mpi", uid: str = MPIJOB_UID) -> Body:
+    """A controller owner reference to the MPIJob (or, with kind Job, to its launcher Job)."""
+    api_version = "batch/v1" if kind == "Job" else "kubeflow.org/v2beta1"
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True}
+
+
+def launcher_job(*, opted_in: bool = True) -> Body:
+    """The launcher batch Job the MPI operator creates, owned by the MPIJob."""
+    job = batch_job(name="bert-mpi-launcher", uid=LAUNCHER_JOB_UID)
+    job["metadata"]["namespace"] = "nlp"
+    job["metadata"]["ownerReferences"] = [mpi_owner()]
+    if not opted_in:
+        job["spec"]["template"]["metadata"]["labels"] = {}
+    return job
+
+
+def mpi_pod(role: str, index: int = 0) -> Body:
+    """A running MPIJob pod: the launcher (owned by the launcher Job) or a worker (owned by the MPIJob)."""
+    name = f"bert-mpi-{role}-{index}"
+    labels = {
+        "stitchfleet.io/enabled": "true",
+        "stitchfleet.io/team": "nlp",
+        "training.kubeflow.org/job-name": "bert-mpi",
+        "training.kubeflow.org/job-role": role,
+    }
+    owner = mpi_owner()
+    gpus = "4"
+    if role == "launcher":
+        labels |= {"job-name": "bert-mpi-launcher", "batch.kubernetes.io/job-name": "bert-mpi-launcher"}
+        owner, gpus = mpi_owner("Job", "bert-mpi-launcher", LAUNCHER_JOB_UID), "0"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "nlp",
+            "uid": f"pod-uid-{name}",
+            "labels": labels,
+            "ownerReferences": [owner],
+        },
+        "spec": {"containers": [{"name": "c", "image": "tf", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+        "status": {"phase": "Pending"},
+    }
+    return with_phase(pod, "Running", started=f"2026-11-18T10:0{index}:00Z")
