@@ -8,6 +8,9 @@ needed: the Alembic configuration is built here.
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +87,35 @@ def alembic_config(engine: Engine) -> Config:
     return config
 
 
+@contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    """Serialises migrations of one SQLite file across processes (the ranks of a job on one host).
+
+    Alembic runs SQLite DDL without a transaction, so a second creator would otherwise meet
+    half-made tables. PostgreSQL's transactional DDL needs no lock here.
+    """
+    database = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    if not database or database == ":memory:":
+        yield
+        return
+    with Path(f"{database}.migrate.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _run(url: str | None, action: str, revision: str | None = None) -> None:
     engine = connect(url)
     try:
+        _migrate(engine, action, revision)
+    finally:
+        engine.dispose()
+
+
+def _migrate(engine: Engine, action: str, revision: str | None) -> None:
+    with _migration_lock(engine):
         config = alembic_config(engine)
         if action == "upgrade":
             command.upgrade(config, revision or "head")
@@ -94,8 +123,6 @@ def _run(url: str | None, action: str, revision: str | None = None) -> None:
             command.downgrade(config, revision or "base")
         else:
             command.check(config)
-    finally:
-        engine.dispose()
 
 
 def upgrade(url: str | None = None, revision: str = "head") -> None:

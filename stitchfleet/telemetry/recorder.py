@@ -192,10 +192,21 @@ class Recorder:
 
     def _connect(self) -> Engine:
         if self._engine is None:
-            self._engine = database.connect(self.url)
-            if database.current_revision(self._engine) is None:
-                database.upgrade(self.url)
+            engine = database.connect(self.url)
+            if database.current_revision(engine) is None:
+                self._create_schema(engine)
+            self._engine = engine
         return self._engine
+
+    def _create_schema(self, engine: Engine) -> None:
+        # Ranks of one job sharing a fresh SQLite file race to create the schema: the loser's
+        # CREATE TABLE fails although the schema now exists, which is not an outage.
+        try:
+            database.upgrade(self.url)
+        except Exception:
+            if database.current_revision(engine) is None:
+                engine.dispose()
+                raise
 
     def _write(self, rows: Sequence[Row]) -> bool:
         if not rows:
