@@ -2,6 +2,8 @@
 
 Input: a cluster graph and its `StitchPlan`. Output: `CSource`: the C text and the
 function's parameters (graph inputs then outputs, in order, with names, dtypes, shapes).
+The function returns 0, 1 when its scratch could not be allocated, or `finite.NONFINITE`
+when a computed floating-point output holds NaN or Inf (the guard's test, done in C).
 
 Layout, from the plan (AStitch's structure on a CPU):
 - element-wise loops of a stage are fused into one row/column loop nest (`fused`);
@@ -31,6 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from stitchfleet.compiler.cpu import cexpr as c
+from stitchfleet.compiler.cpu.finite import NONFINITE, TYPEDEFS, finite_check
 from stitchfleet.compiler.cpu.fused import fused_loop, fused_sets
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import blocks
@@ -389,7 +392,7 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     gen = _Gen(graph, plan, ph, names, {"t": max((lp.tasks for lp in plan.loops), default=1)})
     args = ", ".join(f"{'' if p.output else 'const '}{c.STORAGE[p.dtype]} *restrict {p.cname}" for p in params)
     heap = [*scratch.values(), *partials.values()]
-    lines = [c.PRELUDE, f"int {function}({args}) {{"]
+    lines = [c.PRELUDE, TYPEDEFS, f"int {function}({args}) {{"]
     atomic = {scratch[g.exports[0]].name for g in plan.groups if g.combine is Combine.ATOMIC}
     for buf in heap:
         count, size = max(buf.size, 1), f"sizeof(*{buf.name})"
@@ -409,5 +412,6 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
             lines += _loop(gen, loop, "        ")
     lines.append("    }")
     lines += [f"    free({b.name});" for b in heap]
-    lines += ["    return 0;", "}", ""]
+    lines += finite_check([bufs[0] for bufs in outputs.values()], c.STORAGE, "    ")
+    lines += [f"    return sf_bad ? {NONFINITE} : 0;", "}", ""]
     return CSource(function, "\n".join(lines), tuple(params))
