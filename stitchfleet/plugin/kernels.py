@@ -1,4 +1,5 @@
 """One stitched cluster as a numpy callable: the bridge's target inside `tf.numpy_function`.
+
 Input: a cluster graph (compiler artifact), its stitch plan, a backend name (`cpu`: C +
 OpenMP, `sim`: the kernel-IR interpreter; `auto` means `cpu`, the only backend a TF CPU job
 can call) and an optional test-only `Fault`. Output: `ClusterKernel`, called with the
