@@ -49,6 +49,7 @@ LANES = 16
 # 3-12 ms with 2 threads for a 130k-element GELU cluster), so only clusters whose serial run
 # takes milliseconds are worth the gamble.
 PARALLEL_ELEMENTS = 1 << 22
+MEMORY_ORDER_ACCUMULATORS = 2048  # a strided reduction's kept block, in accumulators on the stack
 
 
 @dataclass(frozen=True)
@@ -275,8 +276,56 @@ def _column_tiles(gen: _Gen, r: _Reduce, pad: str) -> list[str]:
     return [*lines, f"{pad}}}"]
 
 
+def _memory_order(gen: _Gen, r: _Reduce, pad: str) -> list[str] | None:
+    """Strided reductions read in memory order: per leading index `p`, one accumulator per kept element
+    of the remaining dims and a loop nest over those dims (Horner-form index: the broadcast math of the
+    producers simplifies to loop variables, no 64-bit div/mod per element). Each output still folds its
+    elements in increasing reduced index, so results equal `_thread_per_output`'s. None when the kept
+    block does not fit a stack array or the plan's tasks do not split at whole `p`."""
+    m, axes = r.group.mapping, set(r.node.attrs.get_ints("axes"))
+    dims = [(size, d in axes) for d, size in enumerate(r.operand.shape) if size != 1]
+    lead = next((j for j, (_, reduced) in enumerate(dims) if reduced), len(dims))
+    outer, rest = math.prod(s for s, _ in dims[:lead]), dims[lead:]
+    kept = math.prod(s for s, reduced in rest if not reduced)
+    if not rest or kept > MEMORY_ORDER_ACCUMULATORS or (m.tasks > 1 and m.block_threads % kept):
+        return None
+    per = m.block_threads // kept if m.tasks > 1 else outer
+    p, j = k.Var(gen.names("p"), DType.I64), k.Var(gen.names("j"), DType.I64)
+    vs = [k.Var(gen.names("v"), DType.I64) for _ in rest]
+    accs, acc = gen.names("accs"), gen.names("acc")
+    bounds = gen.group_bounds(
+        **{p.name: outer, j.name: kept}, **{v.name: s for v, (s, _) in zip(vs, rest, strict=True)}
+    )
+    index: k.Expr = p
+    slot: k.Expr | None = None
+    for v, (size, reduced) in zip(vs, rest, strict=True):
+        index = k.add(k.mul(index, k.i64(size)), v)
+        if not reduced:
+            slot = v if slot is None else k.add(k.mul(slot, k.i64(size)), v)
+    lines = [
+        f"{pad}{_range(p.name, f't * {per}L', per, outer)} {{",
+        f"{pad}    {r.ctype} {accs}[{kept}];",
+        f"{pad}    for (int64_t {j.name} = 0; {j.name} < {kept}L; ++{j.name}) {accs}[{j.name}] = {r.identity()};",
+    ]
+    inner = pad + "    "
+    for n, (v, (size, reduced)) in enumerate(zip(vs, rest, strict=True)):
+        if n == len(rest) - 1 and not reduced:
+            lines.append(f"{inner}#pragma omp simd")  # distinct accumulators per iteration
+        lines.append(f"{inner}for (int64_t {v.name} = 0; {v.name} < {size}L; ++{v.name}) {{")
+        inner += "    "
+    lines += r.element(index, bounds, f"{accs}[{c.render(slot or k.i64(0), bounds)}]", inner)
+    lines += [f"{pad}    {'    ' * (len(rest) - 1 - n)}}}" for n in range(len(rest))]
+    lines.append(f"{pad}    for (int64_t {j.name} = 0; {j.name} < {kept}L; ++{j.name}) {{")
+    lines.append(f"{pad}        {r.ctype} {acc} = {accs}[{j.name}];")
+    lines += r.finish(acc, k.add(k.mul(p, k.i64(kept)), j), bounds, pad + "        ")
+    return [*lines, f"{pad}    }}", f"{pad}}}"]
+
+
 def _thread_per_output(gen: _Gen, r: _Reduce, pad: str) -> list[str]:
-    """Strided reductions: each output folds its elements in order."""
+    """Strided reductions: in memory order where it fits, else each output folds its elements in order."""
+    ordered = _memory_order(gen, r, pad)
+    if ordered is not None:
+        return ordered
     m = r.group.mapping
     out, i = k.Var(gen.names("o"), DType.I64), k.Var(gen.names("i"), DType.I64)
     acc = gen.names("acc")

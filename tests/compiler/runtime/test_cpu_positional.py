@@ -83,3 +83,26 @@ def test_positional_inputs_are_checked(tmp_path: Path) -> None:
     wide = np.asfortranarray(inputs["x"])  # not contiguous: copied, same answer
     (_, y, _), _ = executable.run([wide, inputs["n"]])
     np.testing.assert_array_equal(y, executable(inputs)["y"])
+
+
+def test_outputs_are_reused_only_once_nothing_references_them(tmp_path: Path) -> None:
+    graph = mixed("f32")
+    executable = compile_cluster(graph, tmp_path)
+    inputs = random_inputs(graph, 4)
+    arrays = [inputs["x"], inputs["n"]]
+    first, _ = executable.run(arrays)
+    kept = first[1].copy()
+    view = first[1][2:]  # a view keeps its base alive: that set must not be overwritten
+    addresses = {a.ctypes.data for a in first}
+    del first
+    second, _ = executable.run([arrays[0] * 2, arrays[1]])
+    assert not addresses & {a.ctypes.data for a in second}
+    np.testing.assert_array_equal(view, kept[2:])
+    del view
+    third, _ = executable.run(arrays)
+    assert {a.ctypes.data for a in third} == addresses  # the first set again, refilled
+    np.testing.assert_array_equal(third[1], kept)
+    np.testing.assert_array_equal(third[0], inputs["x"])
+    assert third[0] is not inputs["x"]
+    held = [executable.run(arrays)[0] for _ in range(4)]  # more sets than the pool keeps: all distinct
+    assert len({a.ctypes.data for outs in [third, *held] for a in outs}) == 5 * 3
