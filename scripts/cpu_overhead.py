@@ -57,9 +57,10 @@ def _instrument(hook: StitchHook, clock: _Clock) -> None:
     for cluster, _ in hook.installed:
         kernel = cluster.kernel
         kernel.__class__ = Timed
-        fn = getattr(kernel._run, "_fn", None)
+        executable = getattr(kernel._run, "__self__", None)  # the cpu backend's run is a bound method
+        fn = getattr(executable, "_fn", None)
         if fn is not None:  # the cpu executable: time its C function alone
-            kernel._run._fn = clock.wrap_native(fn)
+            executable._fn = clock.wrap_native(fn)  # type: ignore[union-attr]
 
 
 def measure(steps: int, dims: dict[str, int]) -> dict[str, list[float]]:

@@ -1,20 +1,22 @@
 """One stitched cluster as a numpy callable: the bridge's target inside `tf.numpy_function`.
 
 Input: a cluster graph (compiler artifact), its stitch plan, a backend name (`cpu`: C +
-OpenMP, `sim`: the kernel-IR interpreter; `auto` means `cpu`, the only backend a TF CPU
-job can call) and an optional test-only `Fault`. Output: `ClusterKernel`, called with the
-cluster's input arrays in parameter order, returning its outputs in output order. It
-never raises into TensorFlow: when the backend fails, or returns non-finite values where
-the unfused computation is finite, the call answers with the unfused numpy result for
-this one step (so the training step is not poisoned) and flags the cluster; the hook
-reverts flagged clusters at its next decision step.
+OpenMP, `sim`: the kernel-IR interpreter; `auto` means `cpu`, the only backend a TF CPU job
+can call) and an optional test-only `Fault`. Output: `ClusterKernel`, called with the
+cluster's input arrays in parameter order, returning its outputs in output order (by
+position end to end: no name dicts on the per-step path; the cpu backend reports NaN/Inf
+from its C code, so the bridge runs no numpy pass over the outputs). It never raises into
+TensorFlow: when the backend fails, or returns non-finite values where the unfused
+computation is finite, the call answers with the unfused numpy result for this one step (so
+the training step is not poisoned) and flags the cluster; the hook reverts flagged clusters
+at its next decision step.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,7 @@ from stitchfleet.plugin.faults import Fault
 
 log = logging.getLogger("stitchfleet.plugin")
 Array = npt.NDArray[Any]
-Run = Callable[[Mapping[str, Any]], dict[str, Array]]
+Run = Callable[[Sequence[Array]], tuple[tuple[Array, ...], bool]]
 
 
 class BackendUnavailableError(RuntimeError):
@@ -46,16 +48,28 @@ def resolve_backend(name: str) -> str:
     return name
 
 
+def nonfinite(values: Sequence[Array]) -> bool:
+    """Whether a floating-point array among `values` holds NaN or Inf (numpy; the cpu backend tests in C)."""
+    return not all(np.isfinite(v).all() for v in values if np.issubdtype(v.dtype, np.floating))
+
+
 def compile_run(graph: Graph, plan: StitchPlan, backend: str, cache_dir: Path) -> Run:
-    """Compiles one cluster for `backend`; returns inputs-by-name -> outputs-by-name."""
+    """Compiles one cluster for `backend`; returns arrays by position -> (outputs by position, NaN/Inf flag)."""
     if backend == "cpu":
         from stitchfleet.compiler.runtime.cpu import compile_cluster
 
-        return compile_cluster(graph, cache_dir, plan)
+        return compile_cluster(graph, cache_dir, plan).run
     from stitchfleet.compiler.lower import lower, run_lowered
 
     lowered = lower(graph, plan)
-    return lambda inputs: run_lowered(lowered, graph, inputs)
+    names = tuple(str(p.attrs["name"]) for p in graph.parameters)
+
+    def run(arrays: Sequence[Array]) -> tuple[tuple[Array, ...], bool]:
+        got = run_lowered(lowered, graph, dict(zip(names, arrays, strict=True)))
+        values = tuple(np.asarray(got[name]).astype(graph.node(i).dtype.numpy, copy=False) for name, i in graph.outputs)
+        return values, nonfinite(values)
+
+    return run
 
 
 class ClusterKernel:
@@ -86,22 +100,25 @@ class ClusterKernel:
         self._lock = threading.Lock()
 
     def __call__(self, *arrays: Array) -> tuple[Array, ...]:
-        inputs = dict(zip(self.names, arrays, strict=True))
         with self._lock:
             self.calls += 1
         try:
-            got = self._run(inputs)
-            if self.fault is not None:
-                got = self.fault.corrupt_outputs(got)
-            values = tuple(
-                np.asarray(got[n]).astype(d, copy=False) for n, d in zip(self.outputs, self.dtypes, strict=True)
-            )
+            values, bad = self._run(arrays) if self.fault is None else self._faulty(arrays)
         except Exception as err:  # a backend failure must not reach TensorFlow
             log.warning("stitchfleet: cluster %s backend failed: %s", self.graph.metadata.get("cluster"), err)
-            return self._fallback(inputs, f"backend error: {type(err).__name__}")
-        if not all(np.isfinite(v).all() for v in values if np.issubdtype(v.dtype, np.floating)):
-            return self._nonfinite(inputs, values)
-        return values
+            return self._fallback(self._named(arrays), f"backend error: {type(err).__name__}")
+        return self._nonfinite(self._named(arrays), values) if bad else values
+
+    def _faulty(self, arrays: Sequence[Array]) -> tuple[tuple[Array, ...], bool]:
+        """The test-only corrupted run: outputs changed after the backend, so finiteness is re-tested."""
+        assert self.fault is not None
+        got, _ = self._run(arrays)
+        named = self.fault.corrupt_outputs(dict(zip(self.outputs, got, strict=True)))
+        values = tuple(np.asarray(named[n]) for n in self.outputs)
+        return values, nonfinite(values)
+
+    def _named(self, arrays: Sequence[Array]) -> dict[str, Array]:
+        return dict(zip(self.names, arrays, strict=True))
 
     def _native(self, inputs: Mapping[str, Array]) -> tuple[Array, ...]:
         native = evaluate(self.graph, inputs)

@@ -2,6 +2,8 @@
 
 Input: a cluster graph and its `StitchPlan`. Output: `CSource`: the C text and the
 function's parameters (graph inputs then outputs, in order, with names, dtypes, shapes).
+The function returns 0, 1 when its scratch could not be allocated, or `finite.NONFINITE`
+when a computed floating-point output holds NaN or Inf (the guard's test, done in C).
 
 Layout, from the plan (AStitch's structure on a CPU):
 - element-wise loops of a stage are fused into one row/column loop nest (`fused`);
@@ -31,6 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from stitchfleet.compiler.cpu import cexpr as c
+from stitchfleet.compiler.cpu.finite import NONFINITE, TYPEDEFS, finite_check
 from stitchfleet.compiler.cpu.fused import fused_loop, fused_sets
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import blocks
@@ -46,6 +49,7 @@ LANES = 16
 # 3-12 ms with 2 threads for a 130k-element GELU cluster), so only clusters whose serial run
 # takes milliseconds are worth the gamble.
 PARALLEL_ELEMENTS = 1 << 22
+MEMORY_ORDER_ACCUMULATORS = 2048  # a strided reduction's kept block, in accumulators on the stack
 
 
 @dataclass(frozen=True)
@@ -272,8 +276,56 @@ def _column_tiles(gen: _Gen, r: _Reduce, pad: str) -> list[str]:
     return [*lines, f"{pad}}}"]
 
 
+def _memory_order(gen: _Gen, r: _Reduce, pad: str) -> list[str] | None:
+    """Strided reductions read in memory order: per leading index `p`, one accumulator per kept element
+    of the remaining dims and a loop nest over those dims (Horner-form index: the broadcast math of the
+    producers simplifies to loop variables, no 64-bit div/mod per element). Each output still folds its
+    elements in increasing reduced index, so results equal `_thread_per_output`'s. None when the kept
+    block does not fit a stack array or the plan's tasks do not split at whole `p`."""
+    m, axes = r.group.mapping, set(r.node.attrs.get_ints("axes"))
+    dims = [(size, d in axes) for d, size in enumerate(r.operand.shape) if size != 1]
+    lead = next((j for j, (_, reduced) in enumerate(dims) if reduced), len(dims))
+    outer, rest = math.prod(s for s, _ in dims[:lead]), dims[lead:]
+    kept = math.prod(s for s, reduced in rest if not reduced)
+    if not rest or kept > MEMORY_ORDER_ACCUMULATORS or (m.tasks > 1 and m.block_threads % kept):
+        return None
+    per = m.block_threads // kept if m.tasks > 1 else outer
+    p, j = k.Var(gen.names("p"), DType.I64), k.Var(gen.names("j"), DType.I64)
+    vs = [k.Var(gen.names("v"), DType.I64) for _ in rest]
+    accs, acc = gen.names("accs"), gen.names("acc")
+    bounds = gen.group_bounds(
+        **{p.name: outer, j.name: kept}, **{v.name: s for v, (s, _) in zip(vs, rest, strict=True)}
+    )
+    index: k.Expr = p
+    slot: k.Expr | None = None
+    for v, (size, reduced) in zip(vs, rest, strict=True):
+        index = k.add(k.mul(index, k.i64(size)), v)
+        if not reduced:
+            slot = v if slot is None else k.add(k.mul(slot, k.i64(size)), v)
+    lines = [
+        f"{pad}{_range(p.name, f't * {per}L', per, outer)} {{",
+        f"{pad}    {r.ctype} {accs}[{kept}];",
+        f"{pad}    for (int64_t {j.name} = 0; {j.name} < {kept}L; ++{j.name}) {accs}[{j.name}] = {r.identity()};",
+    ]
+    inner = pad + "    "
+    for n, (v, (size, reduced)) in enumerate(zip(vs, rest, strict=True)):
+        if n == len(rest) - 1 and not reduced:
+            lines.append(f"{inner}#pragma omp simd")  # distinct accumulators per iteration
+        lines.append(f"{inner}for (int64_t {v.name} = 0; {v.name} < {size}L; ++{v.name}) {{")
+        inner += "    "
+    lines += r.element(index, bounds, f"{accs}[{c.render(slot or k.i64(0), bounds)}]", inner)
+    lines += [f"{pad}    {'    ' * (len(rest) - 1 - n)}}}" for n in range(len(rest))]
+    lines.append(f"{pad}    for (int64_t {j.name} = 0; {j.name} < {kept}L; ++{j.name}) {{")
+    lines.append(f"{pad}        {r.ctype} {acc} = {accs}[{j.name}];")
+    lines += r.finish(acc, k.add(k.mul(p, k.i64(kept)), j), bounds, pad + "        ")
+    return [*lines, f"{pad}    }}", f"{pad}}}"]
+
+
 def _thread_per_output(gen: _Gen, r: _Reduce, pad: str) -> list[str]:
-    """Strided reductions: each output folds its elements in order."""
+    """Strided reductions: in memory order where it fits, else each output folds its elements in order."""
+    ordered = _memory_order(gen, r, pad)
+    if ordered is not None:
+        return ordered
     m = r.group.mapping
     out, i = k.Var(gen.names("o"), DType.I64), k.Var(gen.names("i"), DType.I64)
     acc = gen.names("acc")
@@ -389,7 +441,7 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     gen = _Gen(graph, plan, ph, names, {"t": max((lp.tasks for lp in plan.loops), default=1)})
     args = ", ".join(f"{'' if p.output else 'const '}{c.STORAGE[p.dtype]} *restrict {p.cname}" for p in params)
     heap = [*scratch.values(), *partials.values()]
-    lines = [c.PRELUDE, f"int {function}({args}) {{"]
+    lines = [c.PRELUDE, TYPEDEFS, f"int {function}({args}) {{"]
     atomic = {scratch[g.exports[0]].name for g in plan.groups if g.combine is Combine.ATOMIC}
     for buf in heap:
         count, size = max(buf.size, 1), f"sizeof(*{buf.name})"
@@ -409,5 +461,6 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
             lines += _loop(gen, loop, "        ")
     lines.append("    }")
     lines += [f"    free({b.name});" for b in heap]
-    lines += ["    return 0;", "}", ""]
+    lines += finite_check([bufs[0] for bufs in outputs.values()], c.STORAGE, "    ")
+    lines += [f"    return sf_bad ? {NONFINITE} : 0;", "}", ""]
     return CSource(function, "\n".join(lines), tuple(params))
