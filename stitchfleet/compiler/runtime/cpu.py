@@ -42,7 +42,8 @@ import numpy as np
 import numpy.typing as npt
 
 from stitchfleet.compiler.cpu.finite import NONFINITE
-from stitchfleet.compiler.cpu.source import CSource, Param, cluster_source
+from stitchfleet.compiler.cpu.generator import CSource, Param
+from stitchfleet.compiler.cpu.source import cluster_source
 from stitchfleet.compiler.ir import Graph, fingerprint
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
