@@ -27,6 +27,7 @@ from stitchfleet.compiler.cpu import vmath
 from stitchfleet.compiler.evaluate import round_bf16
 from stitchfleet.compiler.ir import DType, Op
 from stitchfleet.compiler.kernel import ir as k
+from stitchfleet.compiler.kernel.syntax import INFIX
 
 
 class CRenderError(ValueError):
@@ -95,21 +96,6 @@ _LIBM = {
     Op.SQRT: "sqrt",
 }
 _HELPER = {Op.RELU: "relu", Op.SIGN: "sign", Op.ABS: "abs", Op.SIGMOID: "sigmoid"}
-_INFIX = {
-    Op.ADD: "+",
-    Op.SUB: "-",
-    Op.MUL: "*",
-    Op.DIV: "/",
-    k.IndexOp.MOD: "%",
-    Op.GREATER: ">",
-    Op.GREATER_EQUAL: ">=",
-    Op.LESS: "<",
-    Op.LESS_EQUAL: "<=",
-    Op.EQUAL: "==",
-    Op.NOT_EQUAL: "!=",
-    Op.LOGICAL_AND: "&&",
-    Op.LOGICAL_OR: "||",
-}
 
 
 def _suffix(dtype: DType) -> str:
@@ -176,8 +162,8 @@ def unary_text(op: Op, x: str, dtype: DType) -> str:
 
 def binary_text(op: Op | k.IndexOp, a: str, b: str, dtype: DType) -> str:
     """`a op b` where both operands have `dtype` (the result's, comparisons aside)."""
-    if op in _INFIX:
-        return f"({a} {_INFIX[op]} {b})"
+    if op in INFIX:
+        return f"({a} {INFIX[op]} {b})"
     if op is Op.POW:
         return f"pow{_suffix(dtype)}({a}, {b})"
     if op in (Op.MAXIMUM, Op.MINIMUM):

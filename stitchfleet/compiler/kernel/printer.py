@@ -12,22 +12,8 @@ from typing import Any
 
 from stitchfleet.compiler.ir.types import Op
 from stitchfleet.compiler.kernel import ir
+from stitchfleet.compiler.kernel.syntax import INFIX
 
-_INFIX = {
-    Op.ADD: "+",
-    Op.SUB: "-",
-    Op.MUL: "*",
-    Op.DIV: "/",
-    ir.IndexOp.MOD: "%",
-    Op.GREATER: ">",
-    Op.GREATER_EQUAL: ">=",
-    Op.LESS: "<",
-    Op.LESS_EQUAL: "<=",
-    Op.EQUAL: "==",
-    Op.NOT_EQUAL: "!=",
-    Op.LOGICAL_AND: "&&",
-    Op.LOGICAL_OR: "||",
-}
 _ATOMIC_NAME = {Op.ADD: "atomicAdd", Op.MAXIMUM: "atomicMax", Op.MINIMUM: "atomicMin"}
 _INDENT = "  "
 
@@ -38,8 +24,8 @@ def format_expr(expr: ir.Expr) -> str:
 
 
 def _binary_text(e: ir.Binary) -> str:
-    if e.op in _INFIX:
-        return f"({format_expr(e.a)} {_INFIX[e.op]} {format_expr(e.b)})"
+    if e.op in INFIX:
+        return f"({format_expr(e.a)} {INFIX[e.op]} {format_expr(e.b)})"
     return f"{e.op.value}({format_expr(e.a)}, {format_expr(e.b)})"
 
 

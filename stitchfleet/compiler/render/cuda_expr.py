@@ -19,6 +19,7 @@ import numpy as np
 from stitchfleet.compiler.evaluate import round_bf16
 from stitchfleet.compiler.ir.types import COMPARISONS, DType, Op
 from stitchfleet.compiler.kernel import ir
+from stitchfleet.compiler.kernel.syntax import INFIX
 
 
 class RenderError(ValueError):
@@ -51,21 +52,6 @@ SPECIAL_VALUE = {
     ir.Special.GRID_DIM: "gridDim.x",
     ir.Special.LANE: "threadIdx.x & 31u",
     ir.Special.WARP: "threadIdx.x >> 5",
-}
-_INFIX = {
-    Op.ADD: "+",
-    Op.SUB: "-",
-    Op.MUL: "*",
-    Op.DIV: "/",
-    ir.IndexOp.MOD: "%",
-    Op.GREATER: ">",
-    Op.GREATER_EQUAL: ">=",
-    Op.LESS: "<",
-    Op.LESS_EQUAL: "<=",
-    Op.EQUAL: "==",
-    Op.NOT_EQUAL: "!=",
-    Op.LOGICAL_AND: "&&",
-    Op.LOGICAL_OR: "||",
 }
 _LIBM = {  # C math functions: float versions take an `f` suffix
     Op.EXP: "exp",
@@ -225,8 +211,8 @@ def unary_text(op: Op, x: str, dtype: DType) -> str:  # noqa: PLR0911 (one case 
 
 def binary_text(op: Op | ir.IndexOp, a: str, b: str, dtype: DType) -> str:
     """`a op b` where a and b are C text of math type `dtype`."""
-    if op in _INFIX:
-        return f"({a} {_INFIX[op]} {b})"
+    if op in INFIX:
+        return f"({a} {INFIX[op]} {b})"
     if op in _HELPER:
         return f"{_HELPER[op]}({a}, {b})"
     if op is Op.POW:
