@@ -159,9 +159,6 @@ def run(
     cache_dir: Path | None = None,
 ) -> int:
     """`stitchfleet compile` on an IR JSON file."""
-    bad_device = check_device(device)
-    if bad_device is not None:
-        return bad_device
     graph = load(path)
     if isinstance(graph, int):
         return graph
