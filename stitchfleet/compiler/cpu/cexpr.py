@@ -27,7 +27,7 @@ from stitchfleet.compiler.cpu import vmath
 from stitchfleet.compiler.evaluate import round_bf16
 from stitchfleet.compiler.ir import DType, Op
 from stitchfleet.compiler.kernel import ir as k
-from stitchfleet.compiler.kernel.syntax import INFIX
+from stitchfleet.compiler.kernel.syntax import INFIX, LIBM
 
 
 class CRenderError(ValueError):
@@ -85,16 +85,6 @@ static inline double sf_sigmoid_double(double x) {
 """
 PRELUDE = _INCLUDES + vmath.PRELUDE + _HELPERS
 
-_LIBM = {
-    Op.FLOOR: "floor",
-    Op.CEIL: "ceil",
-    Op.EXP: "exp",
-    Op.LOG: "log",
-    Op.LOG1P: "log1p",
-    Op.TANH: "tanh",
-    Op.ERF: "erf",
-    Op.SQRT: "sqrt",
-}
 _HELPER = {Op.RELU: "relu", Op.SIGN: "sign", Op.ABS: "abs", Op.SIGMOID: "sigmoid"}
 
 
@@ -153,8 +143,8 @@ def unary_text(op: Op, x: str, dtype: DType) -> str:
         return _PREFIX[op].format(x=x, t=ctype, f=_suffix(dtype))
     if op in vmath.FUNCTIONS and ctype == "float":
         return f"{vmath.FUNCTIONS[op]}({x})"
-    if op in _LIBM:
-        return f"{_LIBM[op]}{_suffix(dtype)}({x})"
+    if op in LIBM:
+        return f"{LIBM[op]}{_suffix(dtype)}({x})"
     if op in _HELPER:
         return f"sf_{_HELPER[op]}_{ctype}({x})"
     raise CRenderError(f"unary op {op.value} has no C rendering")

@@ -1,8 +1,9 @@
 """How kernel IR operators are spelled in C-family text: one table for every text form.
 
-Input: an `Op`/`IndexOp` of a kernel IR Binary expression. Output: its infix operator in C,
-CUDA C and the kernel printer's pseudo code (they agree), or no entry when the op is a
-function call in those languages.
+Input: an `Op`/`IndexOp` of a kernel IR expression. Output: its infix operator in C, CUDA C
+and the kernel printer's pseudo code (they agree; `INFIX`), or the C math library function
+both C and CUDA C call for it (`LIBM`: the float version takes an `f` suffix). A renderer
+adds only what its own language has beyond these (CUDA's rsqrt, pow).
 """
 
 from __future__ import annotations
@@ -24,4 +25,15 @@ INFIX: dict[Op | IndexOp, str] = {
     Op.NOT_EQUAL: "!=",
     Op.LOGICAL_AND: "&&",
     Op.LOGICAL_OR: "||",
+}
+
+LIBM: dict[Op, str] = {
+    Op.FLOOR: "floor",
+    Op.CEIL: "ceil",
+    Op.EXP: "exp",
+    Op.LOG: "log",
+    Op.LOG1P: "log1p",
+    Op.TANH: "tanh",
+    Op.ERF: "erf",
+    Op.SQRT: "sqrt",
 }

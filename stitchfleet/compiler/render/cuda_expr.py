@@ -19,7 +19,7 @@ import numpy as np
 from stitchfleet.compiler.evaluate import round_bf16
 from stitchfleet.compiler.ir.types import COMPARISONS, DType, Op
 from stitchfleet.compiler.kernel import ir
-from stitchfleet.compiler.kernel.syntax import INFIX
+from stitchfleet.compiler.kernel.syntax import INFIX, LIBM
 
 
 class RenderError(ValueError):
@@ -53,18 +53,7 @@ SPECIAL_VALUE = {
     ir.Special.LANE: "threadIdx.x & 31u",
     ir.Special.WARP: "threadIdx.x >> 5",
 }
-_LIBM = {  # C math functions: float versions take an `f` suffix
-    Op.EXP: "exp",
-    Op.LOG: "log",
-    Op.LOG1P: "log1p",
-    Op.TANH: "tanh",
-    Op.ERF: "erf",
-    Op.SQRT: "sqrt",
-    Op.RSQRT: "rsqrt",
-    Op.FLOOR: "floor",
-    Op.CEIL: "ceil",
-    Op.POW: "pow",
-}
+_LIBM = {**LIBM, Op.RSQRT: "rsqrt", Op.POW: "pow"}  # CUDA C adds these to C's math library
 _HELPER = {
     Op.SQUARE: "sf_square",
     Op.SIGN: "sf_sign",
