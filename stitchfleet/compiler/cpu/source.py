@@ -32,6 +32,7 @@ import math
 from stitchfleet.compiler.cpu import cexpr as c
 from stitchfleet.compiler.cpu.finite import NONFINITE, TYPEDEFS, finite_check
 from stitchfleet.compiler.cpu.fused import fused_loop, fused_sets
+from stitchfleet.compiler.cpu.invariant import hoisted_block
 from stitchfleet.compiler.cpu.generator import (
     PARALLEL_ELEMENTS,
     CSource,
@@ -96,12 +97,13 @@ def _elementwise(gen: Gen, group: Group, pad: str) -> list[str]:
     em = gen.ph.emitter(group)
     index = row if m.cols == 1 else k.add(k.mul(row, k.i64(m.cols)), col)
     store_results(gen.ph, em, group, index)
-    body = c.block(em.stmts, bounds, frozenset(), pad + "        ")
     head = loop_range(row.name, "row0", m.rows_per_task, m.rows)
     if m.cols == 1:
-        return [f"{pad}{head} {{", *(line[4:] for line in body), f"{pad}}}"]
+        return [f"{pad}{head} {{", *c.block(em.stmts, bounds, frozenset(), pad + "    "), f"{pad}}}"]
+    before, body = hoisted_block(em.stmts, {col.name}, bounds, (pad + "    ", pad + "        "))
     inner = f"for (int64_t {col.name} = 0; {col.name} < {m.cols}L; ++{col.name})"
-    return [f"{pad}{head} {{", f"{pad}    #pragma omp simd", f"{pad}    {inner} {{", *body, f"{pad}    }}", f"{pad}}}"]
+    loop = [f"{pad}    #pragma omp simd", f"{pad}    {inner} {{", *body, f"{pad}    }}"]
+    return [f"{pad}{head} {{", *before, *loop, f"{pad}}}"]
 
 
 def _finalize(gen: Gen, group: Group, pad: str) -> list[str]:
