@@ -158,6 +158,19 @@ def _referenced(arrays: tuple[Array, ...]) -> bool:
     return bool(arrays) and _references(arrays) > _OWN_REFERENCES
 
 
+ALIGN = 64  # EIGEN_MAX_ALIGN_BYTES: TF adopts a numpy buffer without a copy only at this alignment
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> Array:
+    """An uninitialised array whose data starts on an ALIGN-byte boundary. numpy's own start 16 bytes
+    past one, and tf.numpy_function then copies every output into an aligned tensor."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.empty(max(1, int(np.prod(shape))) * itemsize + ALIGN, np.uint8)
+    offset = -raw.ctypes.data % ALIGN
+    count = int(np.prod(shape))
+    return raw[offset : offset + count * itemsize].view(dtype).reshape(shape)
+
+
 def _prepare(param: Param, value: object) -> Array:
     array = np.asarray(value)
     expected = f"{param.dtype.value}{list(param.shape)}"
@@ -229,7 +242,7 @@ class CpuExecutable:
             for held in self._pool:
                 if not _referenced(held):
                     return list(held)
-            fresh = tuple(np.empty(p.shape, p.dtype.numpy) for p in self._outputs)
+            fresh = tuple(aligned_empty(p.shape, p.dtype.numpy) for p in self._outputs)
             if len(self._pool) < POOLED_SETS:
                 self._pool.append(fresh)
             return list(fresh)
