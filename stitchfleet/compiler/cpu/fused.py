@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from stitchfleet.compiler.cpu import cexpr as c
 from stitchfleet.compiler.cpu.invariant import hoisted_block
 from stitchfleet.compiler.ir import DType
 from stitchfleet.compiler.kernel import ir as k

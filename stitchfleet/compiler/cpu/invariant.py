@@ -15,6 +15,7 @@ inside an `If`/`For`) is itself varying.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from stitchfleet.compiler.cpu import cexpr as c
@@ -50,21 +51,28 @@ def _assigned(stmts: Iterable[k.Stmt]) -> set[str]:
 
 
 def _invariant(value: k.Expr, varying: set[str], written: set[str], bounds: Mapping[str, int]) -> bool:
+    if isinstance(value, k.Var):
+        return value.name not in varying
+    if isinstance(value, k.Load):
+        # the index as rendered: `(r*n + c) / n` simplifies to `r`
+        index = c.simplify(value.index, bounds)
+        return value.buffer.name not in written and _invariant(index, varying, written, bounds)
+    parts = _operands(value)
+    return parts is not None and all(_invariant(e, varying, written, bounds) for e in parts)
+
+
+def _operands(value: k.Expr) -> tuple[k.Expr, ...] | None:
+    """An expression's operands; None for what must stay in the loop (special indices)."""
     match value:
-        case k.Var(name=name):
-            return name not in varying
-        case k.Load(buffer=buffer, index=index):
-            # the index as rendered: `(r*n + c) / n` simplifies to `r`
-            return buffer.name not in written and _invariant(c.simplify(index, bounds), varying, written, bounds)
         case k.Unary(x=x) | k.Cast(x=x):
-            return _invariant(x, varying, written, bounds)
+            return (x,)
         case k.Binary(a=a, b=b):
-            return all(_invariant(e, varying, written, bounds) for e in (a, b))
+            return (a, b)
         case k.Select(cond=cond, a=a, b=b):
-            return all(_invariant(e, varying, written, bounds) for e in (cond, a, b))
+            return (cond, a, b)
         case k.Const():
-            return True
-    return False  # special indices and anything else: keep it in the loop
+            return ()
+    return None
 
 
 def branchy(stmts: Sequence[k.Stmt]) -> bool:
@@ -81,22 +89,24 @@ def branchy(stmts: Sequence[k.Stmt]) -> bool:
     return False
 
 
+def _movable(s: k.Stmt, varying: set[str], written: set[str], bounds: Mapping[str, int]) -> bool:
+    if not isinstance(s, k.Assign) or s.var.name in varying:
+        return False
+    return _invariant(c.simplify(s.value, bounds), varying, written, bounds)
+
+
 def hoist(
     stmts: Sequence[k.Stmt], index_vars: Iterable[str], bounds: Mapping[str, int]
 ) -> tuple[list[k.Stmt], list[k.Stmt]]:
     """(statements to run once before the loop, statements that stay in it), each in order. Values are
     judged after index simplification under `bounds`: `(r*n + c) / n` reads row `r` alone."""
     written = _stored(stmts)
-    seen: set[str] = set()
-    varying = set(index_vars)
-    for s in stmts:  # a variable assigned twice is not one value: it stays
-        if isinstance(s, k.Assign):
-            varying |= {s.var.name} & seen
-            seen.add(s.var.name)
+    counts = Counter(s.var.name for s in stmts if isinstance(s, k.Assign))
+    varying = set(index_vars) | {name for name, n in counts.items() if n > 1}  # not one value: it stays
     outside: list[k.Stmt] = []
     inside: list[k.Stmt] = []
     for s in stmts:
-        if isinstance(s, k.Assign) and _invariant(c.simplify(s.value, bounds), varying, written, bounds):
+        if _movable(s, varying, written, bounds):
             outside.append(s)
             continue
         inside.append(s)

@@ -11,7 +11,6 @@ import math
 from collections.abc import Callable, Iterator
 
 from stitchfleet.compiler.cpu import cexpr as c
-from stitchfleet.compiler.cpu.invariant import branchy, hoisted_block
 from stitchfleet.compiler.cpu.generator import (
     LANES,
     MEMORY_ORDER_ACCUMULATORS,
@@ -19,6 +18,7 @@ from stitchfleet.compiler.cpu.generator import (
     accumulator,
     loop_range,
 )
+from stitchfleet.compiler.cpu.invariant import branchy, hoisted_block
 from stitchfleet.compiler.ir import DType, Op
 from stitchfleet.compiler.kernel import blocks
 from stitchfleet.compiler.kernel import ir as k

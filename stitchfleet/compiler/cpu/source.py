@@ -32,7 +32,6 @@ import math
 from stitchfleet.compiler.cpu import cexpr as c
 from stitchfleet.compiler.cpu.finite import NONFINITE, TYPEDEFS, finite_check
 from stitchfleet.compiler.cpu.fused import fused_loop, fused_sets
-from stitchfleet.compiler.cpu.invariant import hoisted_block
 from stitchfleet.compiler.cpu.generator import (
     PARALLEL_ELEMENTS,
     CSource,
@@ -43,6 +42,7 @@ from stitchfleet.compiler.cpu.generator import (
     loop_range,
     no_shared_reduce,
 )
+from stitchfleet.compiler.cpu.invariant import hoisted_block
 from stitchfleet.compiler.cpu.reduction import REDUCERS, Reduce
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir as k

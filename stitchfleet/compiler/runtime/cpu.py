@@ -146,16 +146,19 @@ def load_library(source: CSource, options: CpuOptions) -> tuple[ctypes.CDLL, boo
         return _LOADED[path], hit
 
 
-def _references(arrays: tuple[Array, ...]) -> int:
-    return max(sys.getrefcount(a) for a in arrays)
-
-
-_OWN_REFERENCES = _references((np.empty(1),))  # the pool's tuple and this counting itself
+def _references(arrays: tuple[Array, ...]) -> tuple[int, int]:
+    """The largest reference counts among the arrays and among their memory owners: a view of a view
+    references the owner (numpy collapses `base`), so a slice a caller keeps shows only there."""
+    owners = [a.base for a in arrays if a.base is not None]
+    return max(sys.getrefcount(a) for a in arrays), max((sys.getrefcount(o) for o in owners), default=0)
 
 
 def _referenced(arrays: tuple[Array, ...]) -> bool:
     """Whether any array is referenced outside the pool (a caller, a view, a TF tensor sharing it)."""
-    return bool(arrays) and _references(arrays) > _OWN_REFERENCES
+    if not arrays:
+        return False
+    mine, owners = _references(arrays)
+    return mine > _OWN_REFERENCES[0] or owners > _OWN_REFERENCES[1]
 
 
 ALIGN = 64  # EIGEN_MAX_ALIGN_BYTES: TF adopts a numpy buffer without a copy only at this alignment
@@ -165,10 +168,13 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> Array:
     """An uninitialised array whose data starts on an ALIGN-byte boundary. numpy's own start 16 bytes
     past one, and tf.numpy_function then copies every output into an aligned tensor."""
     itemsize = np.dtype(dtype).itemsize
-    raw = np.empty(max(1, int(np.prod(shape))) * itemsize + ALIGN, np.uint8)
-    offset = -raw.ctypes.data % ALIGN
     count = int(np.prod(shape))
+    raw = np.empty(max(1, count) * itemsize + ALIGN, np.uint8)
+    offset = -raw.ctypes.data % ALIGN
     return raw[offset : offset + count * itemsize].view(dtype).reshape(shape)
+
+
+_OWN_REFERENCES = _references((aligned_empty((1,), np.float32),))  # the pool's tuple and this counting
 
 
 def _prepare(param: Param, value: object) -> Array:

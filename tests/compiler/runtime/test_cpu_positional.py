@@ -106,3 +106,24 @@ def test_outputs_are_reused_only_once_nothing_references_them(tmp_path: Path) ->
     assert third[0] is not inputs["x"]
     held = [executable.run(arrays)[0] for _ in range(4)]  # more sets than the pool keeps: all distinct
     assert len({a.ctypes.data for outs in [third, *held] for a in outs}) == 5 * 3
+
+
+def test_outputs_start_on_64_byte_boundaries_for_tf_to_adopt(tmp_path: Path) -> None:
+    executable = compile_cluster(mixed("f32"), tmp_path)
+    inputs = random_inputs(mixed("f32"), 4)
+    outputs, _ = executable.run([inputs["x"], inputs["n"]])
+    assert all(a.ctypes.data % 64 == 0 and a.flags.c_contiguous and a.flags.writeable for a in outputs)
+
+
+def test_a_slice_of_a_slice_still_holds_its_output_set(tmp_path: Path) -> None:
+    """Regression: aligned outputs are views of a byte buffer and numpy points a view's view at that
+    buffer, not at the output; the pool must see references there too."""
+    executable = compile_cluster(mixed("f32"), tmp_path)
+    inputs = random_inputs(mixed("f32"), 4)
+    arrays = [inputs["x"], inputs["n"]]
+    first, _ = executable.run(arrays)
+    inner = first[1][1:][1:]
+    kept = inner.copy()
+    del first
+    executable.run([arrays[0] * 3, arrays[1]])
+    np.testing.assert_array_equal(inner, kept)
