@@ -171,7 +171,8 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> Array:
     count = int(np.prod(shape))
     raw = np.empty(max(1, count) * itemsize + ALIGN, np.uint8)
     offset = -raw.ctypes.data % ALIGN
-    return raw[offset : offset + count * itemsize].view(dtype).reshape(shape)
+    aligned: Array = raw[offset : offset + count * itemsize].view(dtype).reshape(shape)
+    return aligned
 
 
 _OWN_REFERENCES = _references((aligned_empty((1,), np.float32),))  # the pool's tuple and this counting
