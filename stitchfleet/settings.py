@@ -23,6 +23,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
 BACKENDS = ("auto", "cuda", "cpu", "sim")
+BRIDGES = ("auto", "native", "python")
 DEVICES = ("h200", "v100")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -86,6 +87,9 @@ class Settings:
     # plugin: turning it on, which backend, how it is guarded
     enabled: bool = _knob(False, "Attach the stitching hook to every MonitoredSession of the job.")
     backend: str = _knob("auto", "Kernel backend: auto picks cuda on a GPU, else cpu.", choices=BACKENDS)
+    bridge: str = _knob(
+        "auto", "How the step calls cpu clusters: native TF op, python (numpy_function), auto.", choices=BRIDGES
+    )
     device: str = _knob("h200", "Device profile the planner targets (occupancy model).", choices=DEVICES)
     warmup_steps: int = _knob(10, "Steps run untouched before timing starts.", minimum=0)
     baseline_steps: int = _knob(20, "Steps per baseline window (all clusters off).", minimum=1)

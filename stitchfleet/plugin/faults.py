@@ -40,6 +40,12 @@ class Fault:
     def applies(self, cluster: int, rank: int) -> bool:
         return cluster == self.cluster and self.rank in (None, rank)
 
+    @property
+    def in_graph(self) -> bool:
+        """Whether the fault lives in the compiled code alone (so any caller of that code, the native
+        bridge op too, runs it), not in a Python step after the backend."""
+        return self.kind in ("constant", "drop_term")
+
     def corrupt_graph(self, graph: Graph) -> Graph:
         """The graph the backend compiles; unchanged for output-level faults."""
         if self.kind == "constant":

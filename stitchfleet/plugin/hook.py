@@ -23,6 +23,7 @@ import tensorflow as tf
 from stitchfleet import settings as settings_module
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.pipeline import Options, compile_graph
+from stitchfleet.plugin.bridge_op import choose as choose_bridge
 from stitchfleet.plugin.consensus import Consensus
 from stitchfleet.plugin.controller import Cluster, Controller
 from stitchfleet.plugin.faults import Fault
@@ -132,7 +133,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
                 continue
             sites.append(site)
             clusters.append(Cluster(i, fingerprint, kernel, len(cg.nodes), fingerprint not in known_bad))
-        rewired = rewire(graph, sites, [c.kernel for c in clusters])
+        bridge = choose_bridge(current.bridge, backend, current.cache_dir)
+        rewired = rewire(graph, sites, [c.kernel for c in clusters], bridge)
         self._adopt(rewired, clusters)
         self.controller = Controller([c for c, _ in self.installed], Timing.from_settings(current), self.ledger)
         self.controller.size = self.consensus.size

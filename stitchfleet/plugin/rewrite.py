@@ -4,10 +4,10 @@ Input: the (not yet finalized) `tf.Graph`, the mapped `Site`s and one callable p
 (the `ClusterKernel`). Output: `Rewired`: the switch vector placeholder (a bool per
 cluster, default all off, fed each step through SessionRunArgs), and per cluster the
 tensors the guard fetches on check steps. For each site the graph gets
-`tf.cond(switch[k], stitched, original)`: the true branch is a `tf.numpy_function` calling
-the kernel, the false branch a clone of the cluster's TF ops (so only the chosen path
-runs), and every outside reader of every cluster output (forward, gradient and optimizer
-ops alike) is rerouted to the cond's result; control edges on the cluster's ops move to
+`tf.cond(switch[k], stitched, original)`: the true branch is the native bridge op (`bridge_op`:
+the compiled C called from TF, no Python) or a `tf.numpy_function` calling the kernel, the false
+branch a clone of the cluster's TF ops (so only the chosen path runs), and every outside
+reader of every cluster output (forward, gradient and optimizer ops alike) is rerouted to the cond's result; control edges on the cluster's ops move to
 the cond; outside ops that only read interior shapes are replaced by their folded
 constants. The original ops stay in the graph, unread, as the check path.
 """
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from stitchfleet.plugin.bridge_op import BridgeOp
 from stitchfleet.plugin.sites import Site
 
 Kernel = Callable[..., tuple[Any, ...]]
@@ -80,12 +81,36 @@ def _clone(site: Site, inputs: Sequence[Any]) -> list[Any]:
     return list(tf.graph_util.import_graph_def(graph_def, input_map=input_map, return_elements=names, name="off"))
 
 
-def _stitched(site: Site, kernel: Kernel, inputs: Sequence[Any]) -> list[Any]:
+def _stitched(site: Site, kernel: Kernel, inputs: Sequence[Any], bridge: BridgeOp | None) -> list[Any]:
     dtypes = [t.dtype for t in site.outputs]
-    results = tf.numpy_function(kernel, list(inputs), dtypes, stateful=True, name="stitched")
+    executable = getattr(kernel, "executable", None)
+    if bridge is None or executable is None:
+        results = tf.numpy_function(kernel, list(inputs), dtypes, stateful=True, name="stitched")
+    else:
+        results = _bridged(bridge, executable, kernel, inputs, dtypes)
     for value, original in zip(results, site.outputs, strict=True):
         value.set_shape(original.shape)
     return list(results)
+
+
+def _counter(bridge: BridgeOp, executable: Any) -> Callable[[], int]:
+    """Calls of this cluster's entry from now on (the op library counts per entry symbol and process)."""
+    start = bridge.count(executable)
+    return lambda: bridge.count(executable) - start
+
+
+def _bridged(bridge: BridgeOp, executable: Any, kernel: Kernel, inputs: Sequence[Any], dtypes: list[Any]) -> Any:
+    """The native op; when its status is not 0 (NaN/Inf in a computed output, or no scratch memory)
+    the step's values come from the Python path instead, which decides against the unfused
+    reference whether the kernel is at fault (and flags it) without poisoning the step."""
+    outs, status = bridge.call(executable, inputs, dtypes)
+    kernel.bridged = _counter(bridge, executable)  # type: ignore[attr-defined]
+
+    def recover() -> Any:
+        return tf.numpy_function(kernel, list(inputs), dtypes, stateful=True, name="recovered")
+
+    results = tf.cond(tf.equal(status, 0), lambda: [tf.identity(o) for o in outs], recover)
+    return results if isinstance(results, (list, tuple)) else [results]
 
 
 def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
@@ -110,10 +135,10 @@ def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
         reader._add_control_inputs([*kept, anchor])
 
 
-def _install(site: Site, kernel: Kernel, switch: Any, replaced: dict[str, Any]) -> Installed:
+def _install(site: Site, kernel: Kernel, switch: Any, replaced: dict[str, Any], bridge: BridgeOp | None) -> Installed:
     inputs = [replaced.get(t.name, t) for t in site.inputs]
     with tf.name_scope(f"cluster_{site.index}"):
-        results = tf.cond(switch, lambda: _stitched(site, kernel, inputs), lambda: _clone(site, inputs))
+        results = tf.cond(switch, lambda: _stitched(site, kernel, inputs, bridge), lambda: _clone(site, inputs))
         results = results if isinstance(results, (list, tuple)) else [results]
         switched = [tf.identity(r, name="switched") for r in results]
     for value, original in zip(switched, site.outputs, strict=True):
@@ -123,8 +148,9 @@ def _install(site: Site, kernel: Kernel, switch: Any, replaced: dict[str, Any]) 
     return Installed(site, inputs, list(site.outputs), switched)
 
 
-def rewire(graph: Any, sites: Sequence[Site], kernels: Sequence[Kernel]) -> Rewired:
-    """Installs every site (see the module docstring); the graph must not be finalized.
+def rewire(graph: Any, sites: Sequence[Site], kernels: Sequence[Kernel], bridge: BridgeOp | None = None) -> Rewired:
+    """Installs every site (see the module docstring); the graph must not be finalized. With `bridge`,
+    cpu clusters run through the native op instead of tf.numpy_function.
 
     A site whose cond cannot be built is left as it was (its entry in `clusters` is the
     error text) before anything of it is rerouted; the others are installed.
@@ -136,7 +162,7 @@ def rewire(graph: Any, sites: Sequence[Site], kernels: Sequence[Kernel]) -> Rewi
         clusters: list[Installed | str] = []
         for i, (site, kernel) in enumerate(zip(sites, kernels, strict=True)):
             try:
-                clusters.append(_install(site, kernel, switches[i], replaced))
+                clusters.append(_install(site, kernel, switches[i], replaced, bridge))
             except (ValueError, TypeError, KeyError, tf.errors.OpError) as err:
                 clusters.append(f"graph rewrite failed: {type(err).__name__}: {err}")
     for done in clusters:

@@ -70,3 +70,16 @@ def test_no_false_revert_over_a_long_run(tmp_path: Path) -> None:
 def test_fault_kinds_are_validated() -> None:
     with pytest.raises(FaultError, match="fault kind 'typo'"):
         Fault("typo", cluster=0)
+
+
+@pytest.mark.parametrize("bridge", ["native", "python"])
+def test_both_bridges_train_like_plain_tf(tmp_path: Path, bridge: str) -> None:
+    """The native op (no Python per call) and tf.numpy_function give the same losses as plain TF."""
+    plain = train(12, None)
+    hook, _ = hooked(tmp_path, f"bridge-{bridge}", STITCHFLEET_BRIDGE=bridge)
+    stitched = train(12, hook)
+    np.testing.assert_allclose(stitched.losses, plain.losses, rtol=2e-5)
+    library = hook.installed[0][1].switched[0].graph.as_graph_def().library  # cond branches are functions
+    native_ops = [n for f in library.function for n in f.node_def if n.op == "StitchfleetCall"]
+    assert len(native_ops) == (len(hook.installed) if bridge == "native" else 0)
+    assert all(calls == 12 - FIRST_STITCHED for calls in hook.backend_calls.values())

@@ -44,6 +44,12 @@ class CSource:
     text: str
     params: tuple[Param, ...]
 
+    @property
+    def entry(self) -> str:
+        """`int entry(void *const *buffers)`: the function with every pointer in one array (inputs then
+        outputs), the signature a caller that knows no cluster (the TF bridge op) can use."""
+        return f"{self.function}_entry"
+
 
 def ident(prefix: str, index: int, name: str) -> str:
     return f"{prefix}{index}_{re.sub(r'[^0-9A-Za-z_]', '_', name)}"

@@ -195,5 +195,13 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     lines.append("    }")
     lines += [f"    free({b.name});" for b in heap]
     lines += finite_check([bufs[0] for bufs in outputs.values()], c.STORAGE, "    ")
-    lines += [f"    return sf_bad ? {NONFINITE} : 0;", "}", ""]
+    lines += [f"    return sf_bad ? {NONFINITE} : 0;", "}", "", *_entry(function, params)]
     return CSource(function, "\n".join(lines), tuple(params))
+
+
+def _entry(function: str, params: list[Param]) -> list[str]:
+    """The uniform-signature wrapper (`CSource.entry`)."""
+    casts = ", ".join(
+        f"({'' if p.output else 'const '}{c.STORAGE[p.dtype]} *)b[{i}]" for i, p in enumerate(params)
+    )
+    return [f"int {function}_entry(void *const *b) {{", f"    return {function}({casts});", "}", ""]

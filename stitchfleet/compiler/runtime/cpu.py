@@ -195,6 +195,7 @@ class CpuExecutable:
 
     def __init__(self, graph: Graph, plan: StitchPlan, source: CSource, library: ctypes.CDLL, cached: bool) -> None:
         self.graph, self.plan, self.source, self.cached = graph, plan, source, cached
+        self.library_path = Path(library._name)  # for callers that load it themselves (the TF bridge op)
         self._fn = getattr(library, source.function)
         self._fn.restype = ctypes.c_int
         self._fn.argtypes = [ctypes.c_void_p] * len(source.params)
@@ -209,6 +210,11 @@ class CpuExecutable:
         }
         self._pool: list[tuple[Array, ...]] = []
         self._pool_lock = threading.Lock()
+
+    @property
+    def passthrough(self) -> tuple[int, ...]:
+        """Per output, the input position it passes through unchanged, or -1 when the C code computes it."""
+        return tuple(self._passthrough.get(j, -1) for j in range(len(self._outputs)))
 
     @property
     def input_names(self) -> tuple[str, ...]:
