@@ -7,9 +7,10 @@ tensors the guard fetches on check steps. For each site the graph gets
 `tf.cond(switch[k], stitched, original)`: the true branch is the native bridge op (`bridge_op`:
 the compiled C called from TF, no Python) or a `tf.numpy_function` calling the kernel, the false
 branch a clone of the cluster's TF ops (so only the chosen path runs), and every outside
-reader of every cluster output (forward, gradient and optimizer ops alike) is rerouted to the cond's result; control edges on the cluster's ops move to
-the cond; outside ops that only read interior shapes are replaced by their folded
-constants. The original ops stay in the graph, unread, as the check path.
+reader of every cluster output (forward, gradient and optimizer ops alike) is rerouted to
+the cond's result; control edges on the cluster's ops move to the cond; outside ops that
+only read interior shapes are replaced by their folded constants. The original ops stay in
+the graph, unread, as the check path.
 """
 
 from __future__ import annotations

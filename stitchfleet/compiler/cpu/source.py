@@ -201,7 +201,5 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
 
 def _entry(function: str, params: list[Param]) -> list[str]:
     """The uniform-signature wrapper (`CSource.entry`)."""
-    casts = ", ".join(
-        f"({'' if p.output else 'const '}{c.STORAGE[p.dtype]} *)b[{i}]" for i, p in enumerate(params)
-    )
+    casts = ", ".join(f"({'' if p.output else 'const '}{c.STORAGE[p.dtype]} *)b[{i}]" for i, p in enumerate(params))
     return [f"int {function}_entry(void *const *b) {{", f"    return {function}({casts});", "}", ""]
