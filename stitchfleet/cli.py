@@ -187,7 +187,9 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     parser = sub.add_parser("bench", help="run a benchmark harness: gpu or cpu (run from the repository root)")
     kinds = parser.add_subparsers(dest="bench_kind", metavar="KIND")
     for kind, (_, summary) in _BENCH_COMMANDS.items():
-        harness = kinds.add_parser(kind, help=f"{summary}; --help lists its options", prefix_chars=_NO_PREFIX)
+        harness = kinds.add_parser(
+            kind, help=f"{summary}; --help lists its options", prefix_chars=_NO_PREFIX, add_help=False
+        )
         harness.add_argument("options", nargs="*", metavar="OPTION", help="the harness's options (see --help)")
         harness.set_defaults(handler=_bench)
     parser.set_defaults(handler=_bench_usage(parser))
@@ -211,7 +213,7 @@ def _import_harness(module: str) -> ModuleType | None:
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as err:
-        if err.name is None or not module.startswith(err.name):
+        if err.name is None or not (module == err.name or module.startswith(f"{err.name}.")):
             raise  # a missing dependency of the harness, not a missing harness: show it
         return None
 
