@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from stitchfleet import __version__, settings
@@ -171,9 +172,65 @@ def _operator(args: argparse.Namespace) -> int:
         engine.dispose()
 
 
+# The harnesses live in the repository's `benchmarks` package (with its suite, models and workloads),
+# not in the installed package: `stitchfleet bench` runs from the repository root.
+_BENCH_COMMANDS = {
+    "gpu": ("benchmarks.harness.gpu_command", "stitched CUDA kernels vs per_op, JAX jit, torch.compile, copy"),
+    "cpu": ("benchmarks.cpu_harness.command", "stitched C + OpenMP (cpu backend) vs plain TensorFlow, per cluster"),
+}
+# The kind's parser never treats an argument as an option: the harness's own parser (the one its
+# script uses) parses them, --help included, so the options are defined once.
+_NO_PREFIX = "\x00"
+
+
 def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = sub.add_parser("bench", help="run the subgraph benchmark suite")
-    parser.set_defaults(handler=_not_yet("bench", "CUDA backend with pycuda, and the GPU benchmark harness"))
+    parser = sub.add_parser("bench", help="run a benchmark harness: gpu or cpu (run from the repository root)")
+    kinds = parser.add_subparsers(dest="bench_kind", metavar="KIND")
+    for kind, (_, summary) in _BENCH_COMMANDS.items():
+        harness = kinds.add_parser(
+            kind, help=f"{summary}; --help lists its options", prefix_chars=_NO_PREFIX, add_help=False
+        )
+        harness.add_argument("options", nargs="*", metavar="OPTION", help="the harness's options (see --help)")
+        harness.set_defaults(handler=_bench)
+    parser.set_defaults(handler=_bench_usage(parser))
+
+
+def _bench_usage(parser: argparse.ArgumentParser) -> Handler:
+    def handler(args: argparse.Namespace) -> int:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+
+    return handler
+
+
+def _import_harness(module: str) -> ModuleType | None:
+    """The harness module, also under the console script (whose sys.path lacks the working directory)."""
+    import importlib
+
+    root = Path.cwd()
+    if (root / "benchmarks" / "harness").is_dir() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name is None or not (module == err.name or module.startswith(f"{err.name}.")):
+            raise  # a missing dependency of the harness, not a missing harness: show it
+        return None
+
+
+def _bench(args: argparse.Namespace) -> int:
+    module_name = _BENCH_COMMANDS[args.bench_kind][0]
+    prog = f"stitchfleet bench {args.bench_kind}"
+    harness = _import_harness(module_name)
+    if harness is None:
+        print(
+            f"{prog}: the benchmark harness ({module_name}) is not importable here: run it from the root of the"
+            " stitchfleet repository (the folder that holds benchmarks/)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    status: int = harness.main(args.options, prog=prog)
+    return status
 
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -78,3 +78,22 @@ def write(run: dict[str, Any], out_dir: Path, when: dt.date | None = None) -> tu
     json_path.write_text(json.dumps(run, indent=1, default=str))
     md_path.write_text(markdown(run))
     return json_path, md_path
+
+
+def _summary_row(record: dict[str, Any]) -> str:
+    if "variants" not in record:
+        return f"{record['case']:<40} not timed: {record.get('error') or record.get('skipped', 'no figures')}"
+    s = record["variants"]["stitch"]
+    speedups = [f"{s[f'speedup_vs_{b}']:.2f}x" if f"speedup_vs_{b}" in s else "-" for b in BASELINES]
+    cells = f"{s['median_s'] * 1e6:>10.1f} {s['gbps']:>8.3g} " + " ".join(f"{x:>13}" for x in speedups)
+    return f"{record['case']:<40} {cells}"
+
+
+def summary_lines(run: dict[str, Any]) -> list[str]:
+    """A short fixed-width table for the terminal: stitch's time, GB/s and speedups per case."""
+    head = f"{'case':<40} {'stitch us':>10} {'GB/s':>8} " + " ".join(f"{'x ' + b:>13}" for b in BASELINES)
+    lines = [head] + [_summary_row(r) for r in run["cases"]]
+    summary = run.get("geomean_speedup", {})
+    if summary:
+        lines.append("geomean: " + ", ".join(f"x {k.removeprefix('speedup_vs_')} {v:.2f}" for k, v in summary.items()))
+    return lines
