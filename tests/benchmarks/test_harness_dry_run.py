@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,20 +19,25 @@ import bench_gpu
 HAS_JAX, HAS_TORCH = available("jax"), available("torch")
 
 
+COSTS: dict[str, float] = {}  # a variant's cost on the fake clock below
+
+
 def _sleeper(name: str, seconds: float, log: list[str]) -> Variant:
+    """A variant that costs `seconds` on the test's clock: no real sleeping, so a busy machine
+    cannot change the calibration or the order of the medians (regression: it flaked under load)."""
+    COSTS[name] = seconds
+
     def call() -> object:
         log.append(name)
-        time.sleep(seconds)
         return None
 
     return Variant(name, call, lambda _: None, dict, 1)
 
 
 def _wall(variant: Variant, reps: int) -> float:
-    started = time.perf_counter()
     for _ in range(reps):
         variant.call()
-    return (time.perf_counter() - started) / reps
+    return COSTS[variant.name]
 
 
 def test_measure_warms_up_interleaves_and_takes_medians() -> None:
