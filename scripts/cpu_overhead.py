@@ -69,6 +69,7 @@ def measure(steps: int, dims: dict[str, int]) -> dict[str, list[float]]:
             "STITCHFLEET_STATE_DIR": tmp,
             "STITCHFLEET_JOB_UID": "cpu-overhead",
             "STITCHFLEET_BACKEND": "cpu",
+            "STITCHFLEET_BRIDGE": "python",  # the per-call split below times the Python path
             "STITCHFLEET_WARMUP_STEPS": str(WINDOW),
             "STITCHFLEET_BASELINE_STEPS": str(WINDOW),
             "STITCHFLEET_REBASELINE_EVERY": str(2 * WINDOW),

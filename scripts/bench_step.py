@@ -1,0 +1,166 @@
+"""End-to-end step time of the demo model (figures, not tests): plain TF vs the plugin's paths.
+
+Input: the command line (model dims, steps per window, rounds, bridges to compare). Output: a
+table on stdout and, with --out, `step-<date>.json`/`.md` there. One process builds the demo's
+BERT-like encoder twice: a plain graph (no hook: what the job runs without stitchfleet) and a
+hooked graph whose switch vector is fed directly, so the same session runs, window by window and
+interleaved, every cluster off (the plugin's baseline: each cluster's TF ops inside a cond), every
+cluster on, and each cluster alone on. Medians over the timed steps of all rounds; the first steps
+of each window are untimed (pools settle). The bridge (native op or tf.numpy_function) is a
+process-wide choice, so each bridge runs in its own process (this script re-runs itself).
+
+    PYTHONPATH=. python scripts/bench_step.py --dims 8 32 128 4 --rounds 6 --out benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+SETTLE = 2  # untimed steps at the start of each window
+
+
+def _hooked_session(dims: dict[str, int], bridge: str, tmp: str) -> tuple[Any, Any, Any, Any]:
+    import tensorflow as tf
+
+    from stitchfleet import settings
+    from stitchfleet.plugin import demo
+    from stitchfleet.plugin.hook import StitchHook
+
+    env = {
+        "STITCHFLEET_STATE_DIR": tmp,
+        "STITCHFLEET_JOB_UID": f"bench-step-{bridge}",
+        "STITCHFLEET_BACKEND": "cpu",
+        "STITCHFLEET_BRIDGE": bridge,
+        "STITCHFLEET_CHECK_FIRST": "0",
+        "STITCHFLEET_CHECK_EVERY": "1000000",
+        "STITCHFLEET_CACHE_DIR": str(settings.current().cache_dir),
+    }
+    graph, loss, train_op, feeds = demo._build(dims)
+    hook = StitchHook(settings.load(env), db_url=f"sqlite:///{Path(tmp) / 't.db'}")
+    with graph.as_default():
+        session = tf.compat.v1.train.MonitoredSession(hooks=[hook])
+    return session, hook, (loss, train_op), feeds
+
+
+def _plain_session(dims: dict[str, int]) -> tuple[Any, Any, Any]:
+    import tensorflow as tf
+
+    from stitchfleet.plugin import demo
+
+    graph, loss, train_op, feeds = demo._build(dims)
+    with graph.as_default():
+        session = tf.compat.v1.train.MonitoredSession()
+    return session, (loss, train_op), feeds
+
+
+def _window(run: Any, steps: int) -> list[float]:
+    times = []
+    for i in range(steps):
+        started = time.perf_counter()
+        run()
+        if i >= SETTLE:
+            times.append(time.perf_counter() - started)
+    return times
+
+
+def measure(dims: dict[str, int], bridge: str, steps: int, rounds: int) -> dict[str, Any]:
+    """Median step seconds per configuration, for one bridge (see the module docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        session, hook, fetches, feeds = _hooked_session(dims, bridge, tmp)
+        plain, plain_fetches, plain_feeds = _plain_session(dims)
+        raw = session._tf_sess()  # the switches are fed directly: no schedule, no guard
+        count = int(hook.switches.shape[0])
+        configs: dict[str, Any] = {"all off": np.zeros(count, bool), "all on": np.ones(count, bool)}
+        for position, (cluster, _) in enumerate(hook.installed):
+            alone = np.zeros(count, bool)
+            alone[position] = True
+            configs[f"cluster {cluster.index} alone"] = alone
+        times: dict[str, list[float]] = {"plain TF": [], **{name: [] for name in configs}}
+        for r in range(rounds):
+            print(f"  {bridge}: round {r + 1}/{rounds}", flush=True)
+            times["plain TF"] += _window(lambda: plain.run(plain_fetches, plain_feeds()), steps)
+            for name, switches in configs.items():
+                feed = {**feeds(), hook.switches: switches}
+                times[name] += _window(lambda feed=feed: raw.run(fetches, feed), steps)
+        session.close()
+        plain.close()
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def _table(dims: dict[str, int], by_bridge: dict[str, dict[str, float]]) -> list[str]:
+    bridges = list(by_bridge)
+    first = by_bridge[bridges[0]]
+    lines = [
+        f"Demo model {dims}; median step ms; `vs all off` = change against the plugin's baseline.",
+        "",
+        "| configuration | " + " | ".join(f"{b} ms | vs all off" for b in bridges) + " |",
+        "|---|" + "---:|---:|" * len(bridges),
+    ]
+    for name in first:
+        cells = []
+        for b in bridges:
+            value, base = by_bridge[b][name], by_bridge[b]["all off"]
+            cells.append(f"{value * 1e3:.3f} | {(value - base) / base * 100:+.1f}%")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _one(args: argparse.Namespace) -> int:
+    dims = dict(zip(("batch", "seq", "hidden", "heads"), args.dims, strict=True))
+    print(json.dumps(measure(dims, args.child, args.steps, args.rounds)))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench_step.py", description=__doc__.splitlines()[0])
+    dims_names = ("BATCH", "SEQ", "HIDDEN", "HEADS")
+    parser.add_argument("--dims", type=int, nargs=4, default=[8, 32, 128, 4], metavar=dims_names)
+    parser.add_argument("--steps", type=int, default=12, help="steps per window (the first 2 untimed)")
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds over all configurations")
+    parser.add_argument("--bridges", nargs="+", default=["native", "python"], choices=["native", "python"])
+    parser.add_argument("--out", type=Path, default=None, help="folder for step-<date>.json/.md")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.steps <= SETTLE or args.rounds < 1:
+        parser.error(f"--steps must be > {SETTLE} and --rounds >= 1")
+    if args.child:
+        return _one(args)
+    dims = dict(zip(("batch", "seq", "hidden", "heads"), args.dims, strict=True))
+    by_bridge: dict[str, dict[str, float]] = {}
+    for bridge in args.bridges:
+        argv_child = [sys.executable, __file__, "--child", bridge, "--steps", str(args.steps)]
+        argv_child += ["--rounds", str(args.rounds), "--dims", *map(str, args.dims)]
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        done = subprocess.run(argv_child, capture_output=True, text=True, env=env, check=False)
+        sys.stdout.write("".join(ln + "\n" for ln in done.stdout.splitlines() if ln.startswith("  ")))
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr[-3000:])
+            return done.returncode
+        by_bridge[bridge] = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = _table(dims, by_bridge)
+    print("\n".join(lines))
+    if args.out:
+        stamp = dt.date.today().isoformat()
+        args.out.mkdir(parents=True, exist_ok=True)
+        record = {"date": stamp, "dims": dims, "steps": args.steps, "rounds": args.rounds, "medians_s": by_bridge}
+        (args.out / f"step-{stamp}.json").write_text(json.dumps(record, indent=2) + "\n")
+        (args.out / f"step-{stamp}.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
