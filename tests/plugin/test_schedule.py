@@ -22,7 +22,9 @@ def test_phases_follow_the_step_number() -> None:
 
 
 def test_checks_in_the_first_stitched_steps_and_every_k() -> None:
-    timing = Timing(warmup_steps=2, baseline_steps=3, rebaseline_every=100, check_every=10, check_first=2, probe_steps=0)
+    timing = Timing(
+        warmup_steps=2, baseline_steps=3, rebaseline_every=100, check_every=10, check_first=2, probe_steps=0
+    )
     checked = [s for s in range(40) if timing.checks(s)]
     assert checked == [5, 6, 10, 20, 30]
 
