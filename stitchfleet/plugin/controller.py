@@ -8,9 +8,10 @@ the medians of a finished probe pair), and every decision taken from the summed 
 a mismatching or non-finite cluster is reverted for the rest of the job (fleet verdict
 `reverted`); after its probe pair a cluster is kept (event `cluster_enabled`, verdict
 `enabled`) only when it beat its paired baseline by more than the probe margin, else it is
-left to TF (event `revert`, verdict `disabled`: not sticky, a later job probes it again);
-with no cluster kept stitching is off for the job (a `revert` event without a cluster, the
-job still ends `finished`); a plugin fault, a non-finite loss or a slowdown beyond the
+left to TF (event `probe`, verdict `disabled`: not sticky, a later job probes it again; not
+a revert, so the weekly report's revert figures stay about faults); with no cluster kept
+stitching is off for the job (a `probe` event without a cluster; the job ends `finished`);
+a plugin fault, a non-finite loss or a slowdown beyond the
 margin reverts the whole job. Decisions use only the summed vector, so ranks that share it
 take the same decisions at the same step.
 """
@@ -192,7 +193,7 @@ class Controller:
     def _leave(self, step: int, c: Cluster, label: str, detail: str) -> None:
         c.kept, c.enabled, c.reason = False, False, f"{label}: {detail}"
         log.info("stitchfleet: cluster %d left to TF at step %d: %s", c.index, step, c.reason)
-        self.ledger.event("revert", step, c.fingerprint, label, detail=c.reason)
+        self.ledger.event("probe", step, c.fingerprint, label, detail=c.reason)
         self.ledger.verdict(c.fingerprint, "disabled", c.reason, c.op_count)
 
     def _settle(self, step: int) -> None:
@@ -201,7 +202,7 @@ class Controller:
             return
         self.stitching_off = "no cluster kept: none beat TF in its probe; the job runs TF's own ops"
         log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
-        self.ledger.event("revert", step, None, "no cluster kept", detail=self.stitching_off)
+        self.ledger.event("probe", step, None, "no cluster kept", detail=self.stitching_off)
 
     def _revert_cluster(self, step: int, c: Cluster, why: Finding | str) -> None:
         c.enabled, c.reverted_at = False, step

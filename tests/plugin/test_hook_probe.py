@@ -43,19 +43,20 @@ def test_every_cluster_is_probed_and_its_decision_recorded(tmp_path: Path) -> No
     assert hook.controller.timing.stitched_start == FIRST_PROBE + 2 * PROBE_STEPS * len(clusters) <= 52
     assert all(c.kept is not None for c in clusters) and all(c.probe for c in clusters)
     assert all(calls >= PROBE_STEPS for calls in hook.backend_calls.values())  # each ran its only-k window
-    recorded = {e.cluster_fingerprint: e for e in events(url, "cluster_enabled") + events(url, "revert")}
+    recorded = {e.cluster_fingerprint: e for e in events(url, "cluster_enabled") + events(url, "probe")}
     verdicts = _verdicts(url)
     for c in clusters:
         event = recorded[c.fingerprint]
         assert (event.kind, verdicts[c.fingerprint][0]) == (
-            ("cluster_enabled", "enabled") if c.kept else ("revert", "disabled")
+            ("cluster_enabled", "enabled") if c.kept else ("probe", "disabled")
         )
         assert event.detail == c.reason == verdicts[c.fingerprint][1] and "ms/step" in c.reason
     kept = [c.index for c in clusters if c.kept]
     assert sorted(k for k, calls in hook.backend_calls.items() if calls > PROBE_STEPS) == kept
     if not kept:
         assert hook.controller.stitching_off is not None
-        assert [e.reason for e in events(url, "revert") if e.cluster_fingerprint is None] == ["no cluster kept"]
+        assert [e.reason for e in events(url, "probe") if e.cluster_fingerprint is None] == ["no cluster kept"]
+    assert events(url, "revert") == []  # leaving a cluster to TF is not a revert
 
 
 def test_a_corrupted_kernel_is_caught_by_its_probe_check(tmp_path: Path) -> None:

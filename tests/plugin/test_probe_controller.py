@@ -7,6 +7,7 @@ per-cluster change while that cluster's switch is on (what the hook would have m
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from stitchfleet.plugin.kernels import ClusterKernel
 from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.schedule import PROBE, REVERTED, STITCHED, Timing
 from stitchfleet.telemetry import models as tables
+from stitchfleet.telemetry.savings import weekly_summary
+from stitchfleet.telemetry.weeks import week_of
 
 SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite"
 GRAPHS = ("layernorm_fwd_128x768_f32.json", "softmax_bwd_4096x256_f32.json", "softmax_bwd_4096x512_f32.json")
@@ -112,8 +115,8 @@ def test_a_fast_cluster_is_kept_and_slow_ones_are_left_to_tf(tmp_path: Path, ker
     events = {(e.cluster_fingerprint, e.kind, e.reason, e.step) for e in _rows(tmp_path, tables.Event)}
     assert events == {
         (fast.fingerprint, "cluster_enabled", "faster than TF", 11),
-        (slow.fingerprint, "revert", "slower than TF", 19),
-        (even.fingerprint, "revert", "within 1% of TF", 27),
+        (slow.fingerprint, "probe", "slower than TF", 19),
+        (even.fingerprint, "probe", "within 1% of TF", 27),
     }
     verdicts = {c.fingerprint: (c.verdict, c.reason) for c in _rows(tmp_path, tables.Cluster)}
     assert verdicts[fast.fingerprint][0] == "enabled" and verdicts[slow.fingerprint] == ("disabled", slow.reason)
@@ -129,12 +132,14 @@ def test_no_cluster_kept_turns_stitching_off_without_a_job_revert(tmp_path: Path
     assert not any(any(row) for row in switched[27:]) and controller.mode(30) == REVERTED
     assert not any(controller.checks(s) for s in range(27, 60))
     job_events = [e for e in _rows(tmp_path, tables.Event) if e.cluster_fingerprint is None]
-    assert [(e.kind, e.reason, e.step) for e in job_events] == [("revert", "no cluster kept", 27)]
+    assert [(e.kind, e.reason, e.step) for e in job_events] == [("probe", "no cluster kept", 27)]
     job = _rows(tmp_path, tables.Job)[0]
     assert job.status == "finished" and job.reason.startswith("no cluster kept")
     # step 27 still books as stitched (the last cluster is decided after it ran, switched off)
     modes = {w.mode for w in _rows(tmp_path, tables.StepWindow) if w.first_step > 27}
     assert modes == {REVERTED}
+    summary = weekly_summary(f"sqlite:///{tmp_path / 't.db'}", week_of(dt.datetime.now(dt.UTC)))
+    assert summary.totals.reverted_tasks == 0 and [j.revert_reason for j in summary.jobs] == [""]
 
 
 def test_two_ranks_with_different_timings_take_the_same_decisions(tmp_path: Path, kernels: Any) -> None:
