@@ -1,29 +1,36 @@
-"""What the hook decides, step by step: switches, checks, windows, reverts. TF-free.
+"""What the hook decides, step by step: switches, checks, windows, probes, reverts. TF-free.
 
 Input: the compiled clusters (`Cluster`: fingerprint, kernel, guard figures), the timing
 schedule, a `Ledger` and, per step, its duration, check results and the consensus vector.
 Output: the switch vector of every step, the local figures each step contributes to the
-consensus (bad flags per cluster, plugin fault, non-finite loss, fresh step-time medians),
-and every decision taken from the summed figures: a mismatching or non-finite cluster is
-reverted for the rest of the job (fleet verdict `reverted`), a plugin fault, a non-finite
-loss or a slowdown beyond the margin reverts the whole job. Decisions use only the summed
-vector, so ranks that share it take the same decisions at the same step.
+consensus (bad flags per cluster, plugin fault, non-finite loss, fresh step-time medians,
+the medians of a finished probe pair), and every decision taken from the summed figures:
+a mismatching or non-finite cluster is reverted for the rest of the job (fleet verdict
+`reverted`); after its probe pair a cluster is kept (event `cluster_enabled`, verdict
+`enabled`) only when it beat its paired baseline by more than the probe margin, else it is
+left to TF (event `probe`, verdict `disabled`: not sticky, a later job probes it again; not
+a revert, so the weekly report's revert figures stay about faults); with no cluster kept
+stitching is off for the job (a `probe` event without a cluster; the job ends `finished`);
+a plugin fault, a non-finite loss or a slowdown beyond the
+margin reverts the whole job. Decisions use only the summed vector, so ranks that share it
+take the same decisions at the same step.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.schedule import REVERTED, STITCHED, Timing, Window, Windows
+from stitchfleet.plugin.schedule import PROBE, REVERTED, STITCHED, Probes, Timing, Window, Windows
 
 log = logging.getLogger("stitchfleet.plugin")
-EXTRA = 5  # fault, loss, fresh medians, stitched median, baseline median
+# fault, loss, fresh medians, stitched median, baseline median, probe figures in, probe alone, probe baseline
+EXTRA = 8
 
 
 @dataclass
@@ -35,18 +42,25 @@ class Cluster:
     enabled: bool = True
     reverted_at: int | None = None
     reason: str = ""
+    kept: bool | None = None  # the probe's decision; None until taken
+    probe: str = ""  # what the probe measured, e.g. "-0.41 ms/step (2.49 vs 2.90 ms, 9+10 steps)"
 
 
 class Controller:
     def __init__(self, clusters: list[Cluster], timing: Timing, ledger: Ledger, size: int = 1) -> None:
-        self.clusters, self.timing, self.ledger, self.size = clusters, timing, ledger, size
+        self.clusters, self.ledger, self.size = clusters, ledger, size
+        self.timing = replace(timing, clusters=len(clusters))
         self.windows = Windows(timing.window_steps)
+        self.probes = Probes(self.timing)
         self.job_reverted: str | None = None
+        self.stitching_off: str | None = None
         self.pending: dict[int, Finding | str] = {}
         self.fault: str | None = None
         self.loss_bad = False
         self.fresh = False
-        self.announced = False
+        self.announced = self.timing.probing  # probed clusters are announced by their decision
+        for c in clusters:
+            c.kept = None if self.timing.probing else True
 
     @property
     def length(self) -> int:
@@ -54,23 +68,35 @@ class Controller:
 
     def mode(self, step: int) -> str:
         phase = self.timing.phase(step)
-        return REVERTED if self.job_reverted is not None and phase == STITCHED else phase
+        off = self.job_reverted is not None or (phase == STITCHED and self.stitching_off is not None)
+        return REVERTED if off and phase in (STITCHED, PROBE) else phase
 
     def switches(self, step: int) -> np.ndarray[Any, np.dtype[np.bool_]]:
-        on = self.mode(step) == STITCHED
-        return np.array([on and c.enabled for c in self.clusters], dtype=bool)
+        mode = self.mode(step)
+        if mode == PROBE:
+            probed = self.timing.probed(step)
+            return np.array([c.enabled and i == probed for i, c in enumerate(self.clusters)], dtype=bool)
+        on = mode == STITCHED
+        return np.array([on and c.enabled and bool(c.kept) for c in self.clusters], dtype=bool)
 
     def checks(self, step: int) -> bool:
-        return self.mode(step) == STITCHED and self.timing.checks(step) and any(c.enabled for c in self.clusters)
+        """A check step with at least one cluster switched on (those are the ones compared)."""
+        return self.timing.checks(step) and bool(self.switches(step).any())
 
-    def local(self) -> np.ndarray[Any, np.dtype[np.float64]]:
-        """This rank's figures for the step about to run (see the module docstring)."""
+    def local(self, step: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+        """This rank's figures for `step`, about to run (see the module docstring)."""
         flags = [float(i in self.pending or c.kernel.bad is not None) for i, c in enumerate(self.clusters)]
         base, stitched = self.windows.baseline_median, self.windows.stitched_median
         fresh = self.fresh and base is not None and stitched is not None
         self.fresh = False
         extra = [float(self.fault is not None), float(self.loss_bad), float(fresh), stitched or 0.0, base or 0.0]
-        return np.array(flags + extra, dtype=np.float64)
+        return np.array(flags + extra + self._probe_figures(step), dtype=np.float64)
+
+    def _probe_figures(self, step: int) -> list[float]:
+        """At a probe decision step: [1, only-k median, paired baseline median]; zeros otherwise."""
+        k = self.timing.decides(step)
+        found = self.probes.medians(k) if k is not None else None
+        return [1.0, *found] if found is not None else [0.0, 0.0, 0.0]
 
     # --- after a step ---------------------------------------------------------------------
 
@@ -79,6 +105,7 @@ class Controller:
         mode = self.mode(step)
         if mode == STITCHED and not self.announced:
             self._announce(step)
+        self.probes.add(step, seconds, timed=not checked)
         for window in self.windows.add(step, mode, seconds, timed=not checked):
             self._record(window)
 
@@ -97,7 +124,7 @@ class Controller:
             first_step=window.first_step,
             last_step=window.last_step,
             iterations=window.iterations,
-            mode=window.mode,
+            mode=window.row_mode,
             step_seconds_sum=sum(window.seconds),
             baseline_step_seconds=window.baseline,
             saved_seconds=window.saved_seconds,
@@ -116,7 +143,16 @@ class Controller:
         for i, c in enumerate(self.clusters):
             if summed[i] > 0 and c.enabled:
                 self._revert_cluster(step, c, self.pending.get(i) or c.kernel.bad or "reverted on another rank")
-        fault, loss, fresh, stitched, base = summed[n : n + EXTRA]
+        self._guard_job(step, summed[n : n + 5])
+        probed = self.timing.decides(step)
+        if probed is not None and self.job_reverted is None:
+            self._probe_decision(step, self.clusters[probed], summed[n + 5 : n + EXTRA])
+            if probed == n - 1:
+                self._settle(step)
+
+    def _guard_job(self, step: int, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+        """Job-wide reverts from the summed fault, loss and (rank-summed) median figures."""
+        fault, loss, fresh, stitched, base = figures
         if fault > 0:
             self._revert_job(step, "plugin error", self.fault or "a plugin error on another rank")
         elif loss > 0:
@@ -124,6 +160,49 @@ class Controller:
         elif fresh >= self.size and stitched > base * (1.0 + self.timing.slowdown_margin):
             mean_s, mean_b = stitched / self.size, base / self.size
             self._revert_job(step, "slowdown", f"stitched median {mean_s:.6f} s vs baseline {mean_b:.6f} s per step")
+
+    # --- probe decisions --------------------------------------------------------------------
+
+    def _probe_decision(self, step: int, c: Cluster, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+        """Keeps `c` or leaves it to TF from the summed probe figures (ready ranks, alone, baseline).
+
+        The figures compared are the ranks' mean of their own medians, the same on every rank.
+        """
+        if not c.enabled:
+            return  # reverted already (its own revert event says why)
+        ready, alone, base = (float(x) for x in figures)
+        if ready < self.size:
+            self._leave(step, c, "no probe figures", f"{ready:.0f} of {self.size} ranks had timed both windows")
+            return
+        alone, base = alone / self.size, base / self.size
+        steps = f"{self.timing.probe_steps - self.timing.probe_checks}+{self.timing.probe_steps} steps"
+        c.probe = f"{(alone - base) * 1e3:+.2f} ms/step ({alone * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps})"
+        if alone < base * (1.0 - self.timing.probe_margin):
+            self._keep(step, c)
+        elif alone >= base:
+            self._leave(step, c, "slower than TF", c.probe)
+        else:
+            self._leave(step, c, f"within {self.timing.probe_margin * 100:g}% of TF", c.probe)
+
+    def _keep(self, step: int, c: Cluster) -> None:
+        c.kept, c.reason = True, f"faster than TF: {c.probe}"
+        log.info("stitchfleet: cluster %d kept at step %d: %s", c.index, step, c.reason)
+        self.ledger.event("cluster_enabled", step, c.fingerprint, "faster than TF", detail=c.reason)
+        self.ledger.verdict(c.fingerprint, "enabled", c.reason, c.op_count)
+
+    def _leave(self, step: int, c: Cluster, label: str, detail: str) -> None:
+        c.kept, c.enabled, c.reason = False, False, f"{label}: {detail}"
+        log.info("stitchfleet: cluster %d left to TF at step %d: %s", c.index, step, c.reason)
+        self.ledger.event("probe", step, c.fingerprint, label, detail=c.reason)
+        self.ledger.verdict(c.fingerprint, "disabled", c.reason, c.op_count)
+
+    def _settle(self, step: int) -> None:
+        """After the last probe: with no cluster kept, stitching is off for the job (not an error)."""
+        if any(c.enabled and c.kept for c in self.clusters):
+            return
+        self.stitching_off = "no cluster kept: none beat TF in its probe; the job runs TF's own ops"
+        log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
+        self.ledger.event("probe", step, None, "no cluster kept", detail=self.stitching_off)
 
     def _revert_cluster(self, step: int, c: Cluster, why: Finding | str) -> None:
         c.enabled, c.reverted_at = False, step
@@ -149,8 +228,12 @@ class Controller:
         reverted = [c for c in self.clusters if c.reverted_at is not None]
         if self.job_reverted is not None:
             self.ledger.finished("reverted", self.job_reverted)
-        else:
-            self.ledger.finished("finished", "; ".join(f"cluster {c.index} {c.reason}" for c in reverted))
+            return
+        notes = [self.stitching_off] if self.stitching_off else []
+        if self.timing.probing:
+            notes.append(f"probe kept {sum(bool(c.kept) for c in self.clusters)}/{len(self.clusters)} clusters")
+        notes += [f"cluster {c.index} {c.reason}" for c in reverted]
+        self.ledger.finished("finished", "; ".join(notes))
 
 
 def _figures(finding: Finding) -> dict[str, Any]:

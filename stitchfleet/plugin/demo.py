@@ -2,10 +2,12 @@
 
 Input: steps, a directory, the backend and the model size (command-line arguments).
 Output: on stdout, the clusters stitched or left off, a progress line every `every` steps
-(loss, what ran, the window's mean step time against the baseline median), then the weekly
-savings report (Markdown) read back from the SQLite file the run recorded in a fresh
-directory (named in the output). Every figure is measured in this run: when stitched steps
-are slower than the baseline, the guard reverts and the report says so.
+(loss, the phase: warmup, baseline, probe k, stitched or reverted, the mean step time
+against the baseline median), each cluster's probe decision (kept, or left to TF, with the
+measured ms per step), then the weekly savings report (Markdown) read back from the SQLite
+file the run recorded in a fresh directory (named in the output). Every figure is measured
+in this run: a cluster slower than TF alone is left to TF, and when stitched steps are slower
+than the baseline, the guard reverts and the report says so.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import numpy as np
 import tensorflow as tf
 
 from stitchfleet import settings as settings_module
+from stitchfleet.plugin.controller import Cluster, Controller
 from stitchfleet.plugin.hook import StitchHook
+from stitchfleet.plugin.schedule import PROBE
 
 DIMS = {"batch": 8, "seq": 32, "hidden": 128, "heads": 4}
 
@@ -58,6 +62,7 @@ def demo_settings(directory: Path, backend: str) -> settings_module.Settings:
         "STITCHFLEET_WINDOW_STEPS": "20",
         "STITCHFLEET_CHECK_EVERY": "50",
         "STITCHFLEET_CHECK_FIRST": "3",
+        "STITCHFLEET_PROBE_STEPS": "6",  # ~12 clusters x 12 steps: the default 300 steps end stitched
         "STITCHFLEET_GPUS_PER_RANK": "1",
     }
     base = settings_module.current()
@@ -79,11 +84,36 @@ def _progress(hook: StitchHook, step: int, loss: float, times: list[float]) -> N
         return
     base = controller.windows.baseline_median
     base_text = f"{base * 1e3:.2f} ms" if base is not None else "-"
-    enabled = sum(c.enabled for c in controller.clusters)
+    on = int(controller.switches(step).sum())
     print(
-        f"step {step:4d}  loss {loss:.5f}  {controller.mode(step):<8}  step {statistics.mean(times) * 1e3:6.2f} ms"
-        f"  baseline median {base_text}  clusters on {enabled}/{len(controller.clusters)}"
+        f"step {step:4d}  loss {loss:.5f}  {_phase(controller, step):<10}  step {statistics.mean(times) * 1e3:6.2f} ms"
+        f"  baseline median {base_text}  clusters on {on}/{len(controller.clusters)}"
     )
+
+
+def _phase(controller: Controller, step: int) -> str:
+    """What the step ran: warmup, baseline, `probe K` (cluster K alone), stitched or reverted."""
+    mode = controller.mode(step)
+    probed = controller.timing.probed(step)
+    return f"probe {controller.clusters[probed].index}" if mode == PROBE and probed is not None else mode
+
+
+def _decision(c: Cluster) -> str:
+    if c.reverted_at is not None:
+        return f"reverted at step {c.reverted_at} ({c.reason})"
+    if c.kept is None:
+        return "not probed yet (the run ended first)"
+    if not c.probe and c.kept:
+        return "on (probing off)"
+    return f"kept ({c.reason})" if c.kept else f"left to TF ({c.reason})"
+
+
+def _decisions(controller: Controller) -> None:
+    print("\nper-cluster decisions (probe: the cluster alone vs its paired baseline, medians per step):")
+    for c in controller.clusters:
+        print(f"  cluster {c.index}: {_decision(c)}")
+    if controller.stitching_off:
+        print(f"stitching off for this job: {controller.stitching_off}")
 
 
 def train(steps: int, directory: Path, backend: str, every: int) -> str:
@@ -102,6 +132,8 @@ def train(steps: int, directory: Path, backend: str, every: int) -> str:
             if (step + 1) % every == 0:
                 _progress(hook, step, float(value), times)
                 times = []
+    if hook.controller is not None:
+        _decisions(hook.controller)
     if hook.controller is not None and hook.controller.job_reverted:
         print(f"guard: stitching reverted for this job: {hook.controller.job_reverted}")
     return url

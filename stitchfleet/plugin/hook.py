@@ -32,7 +32,7 @@ from stitchfleet.plugin.guard import judge
 from stitchfleet.plugin.kernels import ClusterKernel, resolve_backend
 from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.rewrite import Installed, Rewired, rewire
-from stitchfleet.plugin.schedule import Timing
+from stitchfleet.plugin.schedule import PROBE, STITCHED, Timing
 from stitchfleet.plugin.sites import Site, StepOps, UnmappableError, map_cluster
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -180,17 +180,18 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def _before_run(self) -> Any:
         assert self.controller is not None and self.consensus is not None
         controller = self.controller
-        self._local = controller.local()
+        self._local = controller.local(self.step)
         feeds, fetches = self.consensus.args(self._local)
-        feeds[self.switches] = controller.switches(self.step)
+        switches = controller.switches(self.step)
+        feeds[self.switches] = switches
         if self.loss_tensor is not None:
             fetches["loss"] = self.loss_tensor
         self._checking = controller.checks(self.step)
-        if self._checking:
+        if self._checking:  # the clusters switched on: all kept ones, or the probed one alone
             fetches["checks"] = {
                 k: (done.inputs, done.original, done.switched)
-                for k, (c, done) in enumerate(self.installed)
-                if c.enabled
+                for k, (_, done) in enumerate(self.installed)
+                if switches[k]
             }
         self._started = time.perf_counter()
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
@@ -211,7 +212,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         controller = self.controller
         controller.timed(self.step, seconds, self._checking)
         loss = results.get("loss")
-        if loss is not None and not math.isfinite(float(loss)) and controller.mode(self.step) == "stitched":
+        if loss is not None and not math.isfinite(float(loss)) and controller.mode(self.step) in (STITCHED, PROBE):
             controller.loss_bad = True
         for k, (inputs, original, stitched) in results.get("checks", {}).items():
             _, done = self.installed[k]

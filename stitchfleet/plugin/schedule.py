@@ -1,10 +1,14 @@
 """The A/B timing schedule and the step-window bookkeeping: pure Python, the same on every rank.
 
-Input: the guard and timing settings and, per step, its number, duration and whether it
-ran checks. Output: what each step runs (`mode`: warmup, baseline with every switch off,
-stitched, or reverted), whether it is a check step, and closed `Window`s with the figures
-a StepWindow row needs (saved seconds against the current baseline median). Everything
-is a function of the step number, so ranks that share the step count share the schedule.
+Input: the guard and timing settings, the number of installed clusters and, per step, its
+number, duration and whether it ran checks. Output: what each step runs (`mode`: warmup,
+baseline with every switch off, probe with one cluster alone on, stitched, or reverted),
+whether it is a check step, which cluster a probe step or a probe decision concerns, and
+closed `Window`s with the figures a StepWindow row needs (saved seconds against the current
+baseline median). After warmup and the first baseline window comes the probe phase: per
+cluster k, `probe_steps` baseline steps then `probe_steps` steps with only k on; then the
+stitched phase with periodic baseline windows. Everything is a function of the step number,
+so ranks that share the step count share the schedule.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from dataclasses import dataclass, field
 
 from stitchfleet import settings as settings_module
 
-WARMUP, BASELINE, STITCHED, REVERTED = "warmup", "baseline", "stitched", "reverted"
+WARMUP, BASELINE, PROBE, STITCHED, REVERTED = "warmup", "baseline", "probe", "stitched", "reverted"
 
 
 @dataclass(frozen=True)
@@ -26,9 +30,12 @@ class Timing:
     check_every: int = 100
     check_first: int = 5
     slowdown_margin: float = 0.05
+    probe_steps: int = 10
+    probe_margin: float = 0.01
+    clusters: int = 0
 
     @classmethod
-    def from_settings(cls, current: settings_module.Settings) -> Timing:
+    def from_settings(cls, current: settings_module.Settings, clusters: int = 0) -> Timing:
         return cls(
             current.warmup_steps,
             current.baseline_steps,
@@ -37,24 +44,75 @@ class Timing:
             current.check_every,
             current.check_first,
             current.slowdown_margin,
+            current.probe_steps,
+            current.probe_margin,
+            clusters,
         )
+
+    def __post_init__(self) -> None:
+        for name in ("warmup_steps", "check_first", "probe_steps", "clusters"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 0")
+        for name in ("baseline_steps", "rebaseline_every", "window_steps", "check_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 1")
 
     @property
     def period(self) -> int:
         """Steps from one baseline window's start to the next (room for stitched steps kept)."""
         return max(self.rebaseline_every, self.baseline_steps + 1)
 
+    @property
+    def probing(self) -> bool:
+        return self.probe_steps > 0
+
+    @property
+    def probe_start(self) -> int:
+        """The first step of the probe phase (right after the first baseline window)."""
+        return self.warmup_steps + self.baseline_steps
+
+    @property
+    def stitched_start(self) -> int:
+        """The first step of the stitched phase (after every cluster's probe pair)."""
+        return self.probe_start + 2 * self.probe_steps * self.clusters
+
+    @property
+    def probe_checks(self) -> int:
+        """Check steps at the start of each only-k window: one, leaving at least one timed step."""
+        return min(self.check_first, 1, max(self.probe_steps - 1, 0))
+
     def phase(self, step: int) -> str:
-        """warmup, baseline or stitched, from the step number alone."""
+        """warmup, baseline, probe or stitched, from the step number alone."""
         if step < self.warmup_steps:
             return WARMUP
-        return BASELINE if (step - self.warmup_steps) % self.period < self.baseline_steps else STITCHED
+        if step < self.probe_start:
+            return BASELINE
+        if step < self.stitched_start:
+            return PROBE if (step - self.probe_start) // self.probe_steps % 2 else BASELINE
+        offset = step - self.warmup_steps - (self.stitched_start - self.probe_start)
+        return BASELINE if offset % self.period < self.baseline_steps else STITCHED
+
+    def probed(self, step: int) -> int | None:
+        """The cluster whose probe pair (baseline, then only it on) holds `step`; None outside probing."""
+        if not self.probe_start <= step < self.stitched_start:
+            return None
+        return (step - self.probe_start) // (2 * self.probe_steps)
+
+    def decides(self, step: int) -> int | None:
+        """The cluster decided at `step`: the first step after its only-k window (its figures are in)."""
+        if not self.probing or step <= self.probe_start:
+            return None
+        done, rest = divmod(step - self.probe_start, 2 * self.probe_steps)
+        return done - 1 if rest == 0 and done <= self.clusters else None
 
     def checks(self, step: int) -> bool:
-        """A stitched step that compares every enabled cluster with the fp64 reference."""
-        if self.phase(step) != STITCHED:
+        """A step that compares every cluster switched on with the fp64 reference."""
+        phase = self.phase(step)
+        if phase == PROBE:
+            return (step - self.probe_start) % self.probe_steps < self.probe_checks
+        if phase != STITCHED:
             return False
-        since_enabled = step - self.warmup_steps - self.baseline_steps
+        since_enabled = step - self.stitched_start
         return since_enabled < self.check_first or step % self.check_every == 0
 
 
@@ -72,9 +130,14 @@ class Window:
         return len(self.seconds)
 
     @property
+    def row_mode(self) -> str:
+        """The StepWindow mode: a probe window ran a stitched path (one cluster), and is booked so."""
+        return STITCHED if self.mode == PROBE else self.mode
+
+    @property
     def saved_seconds(self) -> float:
         """Baseline median minus step time, summed over the window (negative when slower)."""
-        if self.mode != STITCHED or self.baseline is None:
+        if self.row_mode != STITCHED or self.baseline is None:
             return 0.0
         return self.baseline * self.iterations - sum(self.seconds)
 
@@ -117,3 +180,23 @@ class Windows:
         self.index += 1
         self.seconds, self.timed = [], []
         return window
+
+
+@dataclass
+class Probes:
+    """The timed steps of each cluster's probe pair: medians of its baseline and its only-k window."""
+
+    timing: Timing
+    seconds: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+
+    def add(self, step: int, seconds: float, timed: bool) -> None:
+        k = self.timing.probed(step)
+        if k is not None and timed:
+            self.seconds.setdefault((k, self.timing.phase(step)), []).append(seconds)
+
+    def medians(self, k: int) -> tuple[float, float] | None:
+        """(only-k median, paired baseline median) in seconds; None while either half has no timed step."""
+        alone, base = self.seconds.get((k, PROBE)), self.seconds.get((k, BASELINE))
+        if not alone or not base:
+            return None
+        return statistics.median(alone), statistics.median(base)

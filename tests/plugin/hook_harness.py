@@ -28,6 +28,7 @@ FAST = {
     "STITCHFLEET_CHECK_FIRST": "2",
     "STITCHFLEET_SLOWDOWN_MARGIN": "1000",  # tiny graphs: numpy_function overhead dominates; tested apart
     "STITCHFLEET_FLUSH_SECONDS": "10",
+    "STITCHFLEET_PROBE_STEPS": "0",  # the guard's flow with every cluster on; probing is tested apart
 }
 
 

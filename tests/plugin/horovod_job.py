@@ -1,11 +1,14 @@
-"""Two-rank training with the hook, run by test_horovod under horovodrun; rank 1's kernel is corrupted.
+"""Two-rank training with the hook, run by test_horovod under horovodrun.
 
-Argument: the temporary directory (shared SQLite database inside). Prints one line per rank:
-'rank R reverted_at S fingerprint F losses N'.
+Arguments: the temporary directory (shared SQLite database inside) and the scenario:
+`fault` (rank 1's kernel of cluster 5 is corrupted, probing off; prints 'rank R reverted_at
+S fingerprint F losses N') or `probe` (probing on, no fault; prints 'rank R decisions JSON',
+each installed cluster's index, kept flag and reason).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -15,13 +18,26 @@ from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.hook import StitchHook
 from tests.plugin.hook_harness import make_settings, train
 
+PROBE_STEPS = 2
+PROBE_RUN = 50  # warmup 2 + baseline 3 + 10 clusters x 2 x 2 probe steps, then stitched steps
+
 hvd.init()
-tmp = Path(sys.argv[1])
-current = make_settings(tmp / f"rank{hvd.rank()}", "horovod-job", STITCHFLEET_FLUSH_SECONDS="30")
-hook = StitchHook(
-    current, backend="cpu", fault=Fault("constant", cluster=5, rank=1), db_url=f"sqlite:///{tmp / 'db.sqlite'}"
-)
-run = train(16, hook)
-assert hook.controller is not None
-cluster = next(c for c in hook.controller.clusters if c.index == 5)
-print(f"rank {hvd.rank()} reverted_at {cluster.reverted_at} fingerprint {cluster.fingerprint} losses {len(run.losses)}")
+tmp, scenario = Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "fault"
+db_url = f"sqlite:///{tmp / 'db.sqlite'}"
+if scenario == "probe":
+    current = make_settings(
+        tmp / f"rank{hvd.rank()}", "horovod-probe", STITCHFLEET_FLUSH_SECONDS="30", STITCHFLEET_PROBE_STEPS="2"
+    )
+    hook = StitchHook(current, backend="cpu", db_url=db_url)
+    train(PROBE_RUN, hook)
+    assert hook.controller is not None
+    decisions = [[c.index, c.kept, c.reason] for c in hook.controller.clusters]
+    print(f"rank {hvd.rank()} decisions {json.dumps(decisions)}")
+else:
+    current = make_settings(tmp / f"rank{hvd.rank()}", "horovod-job", STITCHFLEET_FLUSH_SECONDS="30")
+    hook = StitchHook(current, backend="cpu", fault=Fault("constant", cluster=5, rank=1), db_url=db_url)
+    run = train(16, hook)
+    assert hook.controller is not None
+    cluster = next(c for c in hook.controller.clusters if c.index == 5)
+    reverted = f"reverted_at {cluster.reverted_at} fingerprint {cluster.fingerprint}"
+    print(f"rank {hvd.rank()} {reverted} losses {len(run.losses)}")

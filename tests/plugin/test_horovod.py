@@ -1,7 +1,8 @@
-"""Horovod: two ranks on CPU (Gloo); one rank's kernel is corrupted, both revert at the same step."""
+"""Horovod: two ranks on CPU (Gloo): a corrupted kernel on one rank, probing with timings that differ per rank."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -18,23 +19,21 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.horovod, pytest.mark.tf, pytest.mark.slow]
 
 
-def test_one_corrupted_rank_reverts_both_ranks_at_the_same_step(tmp_path: Path) -> None:
+def _two_ranks(tmp_path: Path, scenario: str) -> str:
+    """Runs tests.plugin.horovod_job on 2 local ranks; returns its stdout."""
     horovodrun = shutil.which("horovodrun") or str(Path(sys.executable).with_name("horovodrun"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
-    command = [
-        horovodrun,
-        "-np",
-        "2",
-        "-H",
-        "localhost:2",
-        sys.executable,
-        "-m",
-        "tests.plugin.horovod_job",
-        str(tmp_path),
-    ]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    command = [horovodrun, "-np", "2", "-H", "localhost:2", sys.executable, "-m", "tests.plugin.horovod_job"]
+    done = subprocess.run(
+        [*command, str(tmp_path), scenario], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = re.findall(r"rank (\d) reverted_at (\S+) fingerprint (\S+) losses (\d+)", done.stdout)
+    return done.stdout
+
+
+def test_one_corrupted_rank_reverts_both_ranks_at_the_same_step(tmp_path: Path) -> None:
+    stdout = _two_ranks(tmp_path, "fault")
+    lines = re.findall(r"rank (\d) reverted_at (\S+) fingerprint (\S+) losses (\d+)", stdout)
     assert sorted(r for r, *_ in lines) == ["0", "1"]
     steps = {s for _, s, _, _ in lines}
     assert len(steps) == 1 and steps != {"None"}, lines
@@ -47,3 +46,19 @@ def test_one_corrupted_rank_reverts_both_ranks_at_the_same_step(tmp_path: Path) 
         )
     engine.dispose()
     assert window_ranks == {0, 1} and revert_ranks == {0, 1}
+
+
+def test_two_ranks_probing_keep_the_same_clusters_at_the_same_steps(tmp_path: Path) -> None:
+    stdout = _two_ranks(tmp_path, "probe")
+    found = dict(re.findall(r"rank (\d) decisions (.+)", stdout))
+    assert sorted(found) == ["0", "1"]
+    decisions = [json.loads(found[rank]) for rank in ("0", "1")]
+    assert decisions[0] == decisions[1] and all(kept is not None for _, kept, _ in decisions[0])
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    kinds = (tables.Event.kind.in_(("probe", "cluster_enabled")), tables.Event.cluster_fingerprint.is_not(None))
+    with engine.connect() as connection:
+        query = sa.select(tables.Event.rank, tables.Event.cluster_fingerprint, tables.Event.step).where(*kinds)
+        rows = list(connection.execute(query))
+        steps = [{(fp, step) for rank, fp, step in rows if rank == r} for r in (0, 1)]
+    engine.dispose()
+    assert steps[0] == steps[1] and len(steps[0]) == len(decisions[0])

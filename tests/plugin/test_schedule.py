@@ -14,7 +14,7 @@ from stitchfleet.plugin.schedule import BASELINE, STITCHED, WARMUP, Timing, Wind
 
 
 def test_phases_follow_the_step_number() -> None:
-    timing = Timing(warmup_steps=2, baseline_steps=3, rebaseline_every=10)
+    timing = Timing(warmup_steps=2, baseline_steps=3, rebaseline_every=10, probe_steps=0)
     phases = [timing.phase(s) for s in range(16)]
     assert phases[:2] == [WARMUP] * 2
     assert phases[2:5] == [BASELINE] * 3 and phases[5:12] == [STITCHED] * 7
@@ -22,7 +22,9 @@ def test_phases_follow_the_step_number() -> None:
 
 
 def test_checks_in_the_first_stitched_steps_and_every_k() -> None:
-    timing = Timing(warmup_steps=2, baseline_steps=3, rebaseline_every=100, check_every=10, check_first=2)
+    timing = Timing(
+        warmup_steps=2, baseline_steps=3, rebaseline_every=100, check_every=10, check_first=2, probe_steps=0
+    )
     checked = [s for s in range(40) if timing.checks(s)]
     assert checked == [5, 6, 10, 20, 30]
 
@@ -47,13 +49,13 @@ def test_window_size_one_closes_both_windows() -> None:
 def _controller(tmp_path: Path, size: int = 1) -> Controller:
     current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path), "STITCHFLEET_JOB_UID": "sched"})
     ledger = Ledger(current, 0, size, f"sqlite:///{tmp_path / 't.db'}")
-    return Controller([], Timing(warmup_steps=0, baseline_steps=2, slowdown_margin=0.05), ledger, size)
+    return Controller([], Timing(warmup_steps=0, baseline_steps=2, slowdown_margin=0.05, probe_steps=0), ledger, size)
 
 
 def test_slowdown_beyond_the_margin_reverts_the_job(tmp_path: Path) -> None:
     controller = _controller(tmp_path, size=2)
     # two ranks, both with fresh medians: stitched 1.1 s and 1.2 s, baseline 1.0 s each
-    controller.decide(10, np.array([0, 0, 2, 2.3, 2.0]))
+    controller.decide(10, np.array([0, 0, 2, 2.3, 2.0, 0, 0, 0]))
     assert controller.job_reverted is not None and controller.job_reverted.startswith("slowdown")
     assert controller.mode(10) == "reverted" and not controller.switches(11).any()
     controller.ledger.close()
@@ -61,18 +63,18 @@ def test_slowdown_beyond_the_margin_reverts_the_job(tmp_path: Path) -> None:
 
 def test_slowdown_within_the_margin_or_without_every_rank_keeps_stitching(tmp_path: Path) -> None:
     controller = _controller(tmp_path, size=2)
-    controller.decide(10, np.array([0, 0, 2, 2.08, 2.0]))
-    controller.decide(11, np.array([0, 0, 1, 5.0, 2.0]))  # only one rank has fresh figures
+    controller.decide(10, np.array([0, 0, 2, 2.08, 2.0, 0, 0, 0]))
+    controller.decide(11, np.array([0, 0, 1, 5.0, 2.0, 0, 0, 0]))  # only one rank has fresh figures
     assert controller.job_reverted is None
     controller.ledger.close()
 
 
 def test_a_fault_or_a_nonfinite_loss_on_any_rank_reverts_the_job(tmp_path: Path) -> None:
     controller = _controller(tmp_path)
-    controller.decide(3, np.array([0, 1, 0, 0, 0]))
+    controller.decide(3, np.array([0, 1, 0, 0, 0, 0, 0, 0]))
     assert controller.job_reverted is not None and controller.job_reverted.startswith("non-finite loss")
     other = _controller(tmp_path / "b")
-    other.decide(3, np.array([1, 0, 0, 0, 0]))
+    other.decide(3, np.array([1, 0, 0, 0, 0, 0, 0, 0]))
     assert other.job_reverted is not None and other.job_reverted.startswith("plugin error")
     controller.ledger.close()
     other.ledger.close()

@@ -1,0 +1,189 @@
+"""Probe decisions from synthetic step times: kept, left to TF, none kept, and rank agreement (TF-free).
+
+The controllers get real compiled cluster kernels (sim backend, from the benchmark suite) and
+a real SQLite ledger; only the step times are synthetic: a baseline step time per rank plus a
+per-cluster change while that cluster's switch is on (what the hook would have measured).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from stitchfleet import settings
+from stitchfleet.compiler import pipeline
+from stitchfleet.compiler.ir import load
+from stitchfleet.plugin.controller import Cluster, Controller
+from stitchfleet.plugin.guard import Finding
+from stitchfleet.plugin.kernels import ClusterKernel
+from stitchfleet.plugin.ledger import Ledger
+from stitchfleet.plugin.schedule import PROBE, REVERTED, STITCHED, Timing
+from stitchfleet.telemetry import models as tables
+from stitchfleet.telemetry.savings import weekly_summary
+from stitchfleet.telemetry.weeks import week_of
+
+SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite"
+GRAPHS = ("layernorm_fwd_128x768_f32.json", "softmax_bwd_4096x256_f32.json", "softmax_bwd_4096x512_f32.json")
+# warmup 0, baseline 1-2, pairs of 4+4 steps for 3 clusters (3-26), stitched from 27
+TIMING = Timing(
+    warmup_steps=1, baseline_steps=2, rebaseline_every=50, window_steps=4, check_every=10, check_first=2, probe_steps=4
+)
+STEPS = 40
+CHECK_COST = 0.05  # a check step is slow (fp64 reference); it must not count in any median
+StepTime = Callable[[int, np.ndarray[Any, np.dtype[np.bool_]]], float]
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, ClusterKernel, int]]:
+    cache = tmp_path_factory.mktemp("cache")
+    found = []
+    for name in GRAPHS:
+        art = pipeline.compile_graph(load(SUITE / name))
+        assert art.report is not None
+        graph, plan = art.cluster_graphs[0], art.stitch[0]
+        found.append((art.report.clusters[0].fingerprint, ClusterKernel(graph, plan, "sim", cache), len(graph.nodes)))
+    return found
+
+
+def _controller(
+    tmp: Path, kernels: Sequence[tuple[str, ClusterKernel, int]], rank: int = 0, size: int = 1, **timing: Any
+) -> Controller:
+    current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp / f"state{rank}"), "STITCHFLEET_JOB_UID": "probe"})
+    ledger = Ledger(current, rank, size, f"sqlite:///{tmp / 't.db'}")
+    clusters = [Cluster(i, fp, kernel, ops) for i, (fp, kernel, ops) in enumerate(kernels)]
+    return Controller(clusters, Timing(**{**TIMING.__dict__, **timing}), ledger, size)
+
+
+def _step_time(base_ms: float, change_ms: Sequence[float], jitter: float = 0.0) -> StepTime:
+    """Seconds of a step: the rank's baseline, plus each switched-on cluster's change, plus jitter."""
+    rng = np.random.default_rng(int(base_ms * 1000))
+
+    def seconds(step: int, on: np.ndarray[Any, np.dtype[np.bool_]]) -> float:
+        noise = rng.uniform(-jitter, jitter)
+        return (base_ms + float(np.dot(on, change_ms)) + noise) * 1e-3
+
+    return seconds
+
+
+def _drive(controllers: Sequence[Controller], times: Sequence[StepTime], steps: int = STEPS) -> list[list[bool]]:
+    """Runs the steps as the hook does on each rank; the consensus is the sum of the ranks' vectors."""
+    switched = []
+    for step in range(steps):
+        local = [c.local(step) for c in controllers]
+        for controller, seconds in zip(controllers, times, strict=True):
+            on, checked = controller.switches(step), controller.checks(step)
+            controller.timed(step, seconds(step, on) + (CHECK_COST if checked else 0.0), checked)
+        switched.append([bool(x) for x in controllers[0].switches(step)])
+        summed = np.sum(local, axis=0)
+        for controller in controllers:
+            controller.decide(step, summed)
+    for controller in controllers:
+        controller.finish()
+        controller.ledger.close()
+    return switched
+
+
+def _rows(tmp: Path, table: Any) -> list[Any]:
+    engine = sa.create_engine(f"sqlite:///{tmp / 't.db'}")
+    try:
+        with engine.connect() as connection:
+            return list(connection.execute(sa.select(table)))
+    finally:
+        engine.dispose()
+
+
+def test_a_fast_cluster_is_kept_and_slow_ones_are_left_to_tf(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels)
+    switched = _drive([controller], [_step_time(3.0, [-0.5, 0.41, -0.01], jitter=0.001)])
+    fast, slow, even = controller.clusters
+    assert (fast.kept, slow.kept, even.kept) == (True, False, False)
+    assert fast.enabled and not slow.enabled and not even.enabled
+    assert slow.reason == "slower than TF: +0.41 ms/step (3.41 vs 3.00 ms, 3+4 steps)"
+    assert even.reason.startswith("within 1% of TF: -0.01 ms/step")
+    assert fast.reason.startswith("faster than TF: -0.50 ms/step (2.50 vs 3.00 ms")
+    # only the probed cluster runs in its only-k window; the stitched phase runs the kept one
+    probing = [switched[s] for s in (3, 7, 15, 23)]
+    assert probing == [[False, False, False], [True, False, False], [False, True, False], [False, False, True]]
+    assert switched[27] == switched[STEPS - 1] == [True, False, False]
+    assert controller.mode(8) == PROBE and controller.mode(30) == STITCHED
+    events = {(e.cluster_fingerprint, e.kind, e.reason, e.step) for e in _rows(tmp_path, tables.Event)}
+    assert events == {
+        (fast.fingerprint, "cluster_enabled", "faster than TF", 11),
+        (slow.fingerprint, "probe", "slower than TF", 19),
+        (even.fingerprint, "probe", "within 1% of TF", 27),
+    }
+    verdicts = {c.fingerprint: (c.verdict, c.reason) for c in _rows(tmp_path, tables.Cluster)}
+    assert verdicts[fast.fingerprint][0] == "enabled" and verdicts[slow.fingerprint] == ("disabled", slow.reason)
+    job = _rows(tmp_path, tables.Job)[0]
+    assert job.status == "finished" and "probe kept 1/3 clusters" in job.reason
+
+
+def test_no_cluster_kept_turns_stitching_off_without_a_job_revert(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels)
+    switched = _drive([controller], [_step_time(3.0, [0.2, 0.3, 5.0])])
+    assert not any(c.kept for c in controller.clusters) and controller.job_reverted is None
+    assert controller.stitching_off is not None and controller.stitching_off.startswith("no cluster kept")
+    assert not any(any(row) for row in switched[27:]) and controller.mode(30) == REVERTED
+    assert not any(controller.checks(s) for s in range(27, 60))
+    job_events = [e for e in _rows(tmp_path, tables.Event) if e.cluster_fingerprint is None]
+    assert [(e.kind, e.reason, e.step) for e in job_events] == [("probe", "no cluster kept", 27)]
+    job = _rows(tmp_path, tables.Job)[0]
+    assert job.status == "finished" and job.reason.startswith("no cluster kept")
+    # step 27 still books as stitched (the last cluster is decided after it ran, switched off)
+    modes = {w.mode for w in _rows(tmp_path, tables.StepWindow) if w.first_step > 27}
+    assert modes == {REVERTED}
+    summary = weekly_summary(f"sqlite:///{tmp_path / 't.db'}", week_of(dt.datetime.now(dt.UTC)))
+    assert summary.totals.reverted_tasks == 0 and [j.revert_reason for j in summary.jobs] == [""]
+
+
+def test_two_ranks_with_different_timings_take_the_same_decisions(tmp_path: Path, kernels: Any) -> None:
+    ranks = [_controller(tmp_path, kernels, rank, size=2) for rank in (0, 1)]
+    # rank 0 alone would keep cluster 0 and 2; rank 1 (twice as slow, noisier) alone would keep only 2
+    times = [_step_time(3.0, [-0.5, 0.4, -0.3], 0.001), _step_time(6.0, [0.1, -0.05, -0.6], 0.01)]
+    _drive(ranks, times)
+    decisions = [[(c.kept, c.reason) for c in controller.clusters] for controller in ranks]
+    assert decisions[0] == decisions[1]
+    assert [kept for kept, _ in decisions[0]] == [True, False, True]
+    assert decisions[0][0][1].startswith("faster than TF: -0.20 ms/step (4.30 vs 4.50 ms")
+    steps = {(e.rank, e.cluster_fingerprint): e.step for e in _rows(tmp_path, tables.Event)}
+    assert {fp: step for (rank, fp), step in steps.items() if rank == 0} == {
+        fp: step for (rank, fp), step in steps.items() if rank == 1
+    }
+
+
+def test_a_rank_without_probe_figures_leaves_the_cluster_to_tf(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels, size=2)  # a second rank that never sends figures
+    _drive([controller], [_step_time(3.0, [-1.0, -1.0, -1.0])])
+    assert not any(c.kept for c in controller.clusters)
+    assert controller.clusters[0].reason == "no probe figures: 1 of 2 ranks had timed both windows"
+
+
+def test_a_mismatch_on_a_probe_check_reverts_the_cluster_before_its_decision(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels)
+    bad = Finding(False, "out", 1.0, 1e-6, "max error 1 > allowed 1e-06")
+    check_step = next(s for s in range(STEPS) if controller.checks(s) and controller.timing.probed(s) == 0)
+    seconds = _step_time(3.0, [-0.5, -0.5, -0.5])
+    for step in range(STEPS):
+        local, checked = controller.local(step), controller.checks(step)
+        controller.timed(step, seconds(step, controller.switches(step)), checked)
+        if step == check_step:
+            controller.checked(step, 0, bad)
+        controller.decide(step, local)
+    first = controller.clusters[0]
+    assert first.reverted_at == check_step + 1 and first.kept is None and first.reason.startswith("mismatch")
+    assert [c.kept for c in controller.clusters[1:]] == [True, True]
+    controller.ledger.close()
+
+
+def test_without_probing_every_cluster_is_on_in_the_stitched_phase(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels, probe_steps=0)
+    switched = _drive([controller], [_step_time(3.0, [-0.5, -0.5, -0.5])], steps=10)
+    assert switched[:3] == [[False] * 3] * 3 and switched[3:] == [[True] * 3] * 7
+    enabled = [e for e in _rows(tmp_path, tables.Event) if e.kind == "cluster_enabled"]
+    assert {e.reason for e in enabled} == {"stitched path on"} and len(enabled) == 3

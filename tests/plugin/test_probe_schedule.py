@@ -1,0 +1,111 @@
+"""The probe phase of the schedule: every step's phase, probed cluster, decision and check (TF-free)."""
+
+from __future__ import annotations
+
+import pytest
+
+from stitchfleet import settings
+from stitchfleet.plugin.schedule import BASELINE, PROBE, STITCHED, WARMUP, Probes, Timing, Windows
+
+# warmup 0-1, baseline 2-4, pair 0: baseline 5-8 + only-0 9-12, pair 1: baseline 13-16 + only-1 17-20,
+# stitched from 21; the next baseline window starts 20 stitched-phase steps after the first one ended
+PROBING = Timing(
+    warmup_steps=2,
+    baseline_steps=3,
+    rebaseline_every=20,
+    check_every=10,
+    check_first=2,
+    probe_steps=4,
+    clusters=2,
+)
+
+
+def test_every_step_has_its_phase() -> None:
+    phases = [PROBING.phase(s) for s in range(45)]
+    expected = (
+        [WARMUP] * 2
+        + [BASELINE] * 3
+        + ([BASELINE] * 4 + [PROBE] * 4) * 2
+        + [STITCHED] * 17
+        + [BASELINE] * 3
+        + [STITCHED] * 4
+    )
+    assert phases == expected
+    assert (PROBING.probe_start, PROBING.stitched_start) == (5, 21)
+
+
+def test_each_probe_pair_names_its_cluster_and_is_decided_right_after() -> None:
+    probed = {s: PROBING.probed(s) for s in range(30) if PROBING.probed(s) is not None}
+    assert probed == {**dict.fromkeys(range(5, 13), 0), **dict.fromkeys(range(13, 21), 1)}
+    decided = {s: PROBING.decides(s) for s in range(60) if PROBING.decides(s) is not None}
+    assert decided == {13: 0, 21: 1}
+
+
+def test_first_step_of_each_only_k_window_and_the_first_stitched_steps_are_checks() -> None:
+    checked = [s for s in range(60) if PROBING.checks(s)]
+    # probe checks 9 and 17; stitched 21, 22 (check_first), 30 (every 10); 40 is a baseline step; 50
+    assert checked == [9, 17, 21, 22, 30, 50]
+    assert PROBING.probe_checks == 1
+
+
+def test_probe_checks_leave_a_timed_step_and_follow_check_first() -> None:
+    assert Timing(probe_steps=1, check_first=5).probe_checks == 0
+    assert Timing(probe_steps=10, check_first=0).probe_checks == 0
+    assert Timing(probe_steps=10, check_first=5).probe_checks == 1
+
+
+def test_no_probing_is_the_old_schedule_whatever_the_cluster_count() -> None:
+    old = Timing(warmup_steps=2, baseline_steps=3, rebaseline_every=10, check_every=10, check_first=2, probe_steps=0)
+    many = Timing(
+        warmup_steps=2, baseline_steps=3, rebaseline_every=10, check_every=10, check_first=2, probe_steps=0, clusters=7
+    )
+    assert [many.phase(s) for s in range(40)] == [old.phase(s) for s in range(40)]
+    assert [many.checks(s) for s in range(40)] == [old.checks(s) for s in range(40)]
+    assert all(many.probed(s) is None and many.decides(s) is None for s in range(40))
+    assert PROBE not in {many.phase(s) for s in range(40)}
+
+
+def test_no_clusters_means_no_probe_phase() -> None:
+    empty = Timing(warmup_steps=1, baseline_steps=2, probe_steps=5, clusters=0)
+    assert [empty.phase(s) for s in range(5)] == [WARMUP, BASELINE, BASELINE, STITCHED, STITCHED]
+    assert all(empty.decides(s) is None for s in range(30))
+
+
+def test_probes_keep_the_medians_of_timed_steps_only() -> None:
+    probes = Probes(PROBING)
+    for step in range(5, 13):
+        probes.add(step, seconds=float(step), timed=PROBING.checks(step) is False)
+    probes.add(3, seconds=99.0, timed=True)  # the first baseline window is not part of a probe pair
+    assert probes.medians(0) == (11.0, 6.5)  # only-0: 10, 11, 12 (9 was the check); baseline: 5..8
+    assert probes.medians(1) is None
+    probes.add(13, 1.0, timed=True)
+    assert probes.medians(1) is None  # its only-1 half has no timed step yet
+
+
+def test_probe_windows_are_booked_as_stitched_against_their_paired_baseline() -> None:
+    windows = Windows(size=10)
+    closed = []
+    for step, (mode, seconds) in enumerate([(BASELINE, 2.0), (BASELINE, 2.0), (PROBE, 3.0), (PROBE, 2.5)]):
+        closed += windows.add(step, mode, seconds, timed=True)
+    last = windows.close()
+    assert last is not None and last.mode == PROBE and last.row_mode == STITCHED
+    assert last.saved_seconds == pytest.approx(2 * 2.0 - 5.5)
+    assert windows.stitched_median is None  # the job-level slowdown guard only reads stitched-phase windows
+    assert closed[0].row_mode == BASELINE
+
+
+@pytest.mark.parametrize("name", ["probe_steps", "clusters", "warmup_steps"])
+def test_negative_counts_are_rejected_with_their_name(name: str) -> None:
+    with pytest.raises(ValueError, match=f"Timing.{name}=-1: expected >= 0"):
+        Timing(**{name: -1})
+
+
+def test_probe_knobs_come_from_settings_and_are_validated() -> None:
+    current = settings.load({"STITCHFLEET_PROBE_STEPS": "6", "STITCHFLEET_PROBE_MARGIN": "0.02"})
+    timing = Timing.from_settings(current, clusters=3)
+    assert (timing.probe_steps, timing.probe_margin, timing.clusters) == (6, 0.02, 3)
+    assert Timing.from_settings(settings.load({})).probe_steps == 10
+    with pytest.raises(settings.SettingsError, match="STITCHFLEET_PROBE_STEPS=-2: expected a value >= 0"):
+        settings.load({"STITCHFLEET_PROBE_STEPS": "-2"})
+    with pytest.raises(settings.SettingsError, match="STITCHFLEET_PROBE_MARGIN"):
+        settings.load({"STITCHFLEET_PROBE_MARGIN": "-0.1"})
