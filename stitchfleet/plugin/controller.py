@@ -175,7 +175,8 @@ class Controller:
             self._leave(step, c, "no probe figures", f"{ready:.0f} of {self.size} ranks had timed both windows")
             return
         alone, base = alone / self.size, base / self.size
-        steps = f"{self.timing.probe_steps - self.timing.probe_checks}+{self.timing.probe_steps} steps"
+        t = self.timing
+        steps = f"{(t.probe_steps - t.probe_checks) * t.probe_rounds}+{t.probe_steps * t.probe_rounds} steps"
         c.probe = f"{(alone - base) * 1e3:+.2f} ms/step ({alone * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps})"
         if alone < base * (1.0 - self.timing.probe_margin):
             self._keep(step, c)

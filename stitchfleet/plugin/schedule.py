@@ -6,9 +6,10 @@ baseline with every switch off, probe with one cluster alone on, stitched, or re
 whether it is a check step, which cluster a probe step or a probe decision concerns, and
 closed `Window`s with the figures a StepWindow row needs (saved seconds against the current
 baseline median). After warmup and the first baseline window comes the probe phase: per
-cluster k, `probe_steps` baseline steps then `probe_steps` steps with only k on; then the
-stitched phase with periodic baseline windows. Everything is a function of the step number,
-so ranks that share the step count share the schedule.
+cluster k, `probe_steps` baseline steps and `probe_steps` steps with only k on, repeated for
+`probe_rounds` rounds (odd rounds only-k first); then the stitched phase with periodic
+baseline windows. Everything is a function of the step number, so ranks that share the step
+count share the schedule.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Timing:
     probe_steps: int = 10
     probe_margin: float = 0.01
     clusters: int = 0
+    probe_rounds: int = 2
 
     @classmethod
     def from_settings(cls, current: settings_module.Settings, clusters: int = 0) -> Timing:
@@ -47,13 +49,14 @@ class Timing:
             current.probe_steps,
             current.probe_margin,
             clusters,
+            current.probe_rounds,
         )
 
     def __post_init__(self) -> None:
         for name in ("warmup_steps", "check_first", "probe_steps", "clusters"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 0")
-        for name in ("baseline_steps", "rebaseline_every", "window_steps", "check_every"):
+        for name in ("baseline_steps", "rebaseline_every", "window_steps", "check_every", "probe_rounds"):
             if getattr(self, name) < 1:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 1")
 
@@ -73,8 +76,15 @@ class Timing:
 
     @property
     def stitched_start(self) -> int:
-        """The first step of the stitched phase (after every cluster's probe pair)."""
-        return self.probe_start + 2 * self.probe_steps * self.clusters
+        """The first step of the stitched phase (after every round of every cluster's probe pair)."""
+        return self.probe_start + 2 * self.probe_steps * self.clusters * self.probe_rounds
+
+    def _pair(self, step: int) -> tuple[int, int, int]:
+        """(round, cluster, half) of a probe-phase step: rounds repeat every cluster's pair, and odd
+        rounds run the only-k half first, so a steady drift of the step time (a machine warming up or
+        getting busier) adds to both halves alike instead of to one."""
+        pair, offset = divmod(step - self.probe_start, 2 * self.probe_steps)
+        return pair // self.clusters, pair % self.clusters, offset // self.probe_steps
 
     @property
     def probe_checks(self) -> int:
@@ -88,7 +98,8 @@ class Timing:
         if step < self.probe_start:
             return BASELINE
         if step < self.stitched_start:
-            return PROBE if (step - self.probe_start) // self.probe_steps % 2 else BASELINE
+            round_, _, half = self._pair(step)
+            return PROBE if half != round_ % 2 else BASELINE
         offset = step - self.warmup_steps - (self.stitched_start - self.probe_start)
         return BASELINE if offset % self.period < self.baseline_steps else STITCHED
 
@@ -96,14 +107,15 @@ class Timing:
         """The cluster whose probe pair (baseline, then only it on) holds `step`; None outside probing."""
         if not self.probe_start <= step < self.stitched_start:
             return None
-        return (step - self.probe_start) // (2 * self.probe_steps)
+        return self._pair(step)[1]
 
     def decides(self, step: int) -> int | None:
-        """The cluster decided at `step`: the first step after its only-k window (its figures are in)."""
-        if not self.probing or step <= self.probe_start:
+        """The cluster decided at `step`: the first step after its last round's pair (its figures are in)."""
+        if not self.probing or step <= self.probe_start or step > self.stitched_start:
             return None
         done, rest = divmod(step - self.probe_start, 2 * self.probe_steps)
-        return done - 1 if rest == 0 and done <= self.clusters else None
+        last_round = (done - 1) // self.clusters == self.probe_rounds - 1
+        return (done - 1) % self.clusters if rest == 0 and last_round else None
 
     def checks(self, step: int) -> bool:
         """A step that compares every cluster switched on with the fp64 reference."""

@@ -26,7 +26,11 @@ tmp, scenario = Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "fault"
 db_url = f"sqlite:///{tmp / 'db.sqlite'}"
 if scenario == "probe":
     current = make_settings(
-        tmp / f"rank{hvd.rank()}", "horovod-probe", STITCHFLEET_FLUSH_SECONDS="30", STITCHFLEET_PROBE_STEPS="2"
+        tmp / f"rank{hvd.rank()}",
+        "horovod-probe",
+        STITCHFLEET_FLUSH_SECONDS="30",
+        STITCHFLEET_PROBE_STEPS="2",
+        STITCHFLEET_PROBE_ROUNDS="1",
     )
     hook = StitchHook(current, backend="cpu", db_url=db_url)
     train(PROBE_RUN, hook)

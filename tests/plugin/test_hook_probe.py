@@ -34,7 +34,7 @@ def _verdicts(url: str) -> dict[str, tuple[str, str]]:
 
 
 def test_every_cluster_is_probed_and_its_decision_recorded(tmp_path: Path) -> None:
-    hook, url = hooked(tmp_path, "probe", STITCHFLEET_PROBE_STEPS=str(PROBE_STEPS))
+    hook, url = hooked(tmp_path, "probe", STITCHFLEET_PROBE_STEPS=str(PROBE_STEPS), STITCHFLEET_PROBE_ROUNDS="1")
     plain = train(52, None)
     run = train(52, hook)
     np.testing.assert_allclose(run.losses, plain.losses, rtol=2e-5)  # probing never changes the training
@@ -60,7 +60,13 @@ def test_every_cluster_is_probed_and_its_decision_recorded(tmp_path: Path) -> No
 
 
 def test_a_corrupted_kernel_is_caught_by_its_probe_check(tmp_path: Path) -> None:
-    hook, url = hooked(tmp_path, "probe-fault", Fault("constant", cluster=5), STITCHFLEET_PROBE_STEPS=str(PROBE_STEPS))
+    hook, url = hooked(
+        tmp_path,
+        "probe-fault",
+        Fault("constant", cluster=5),
+        STITCHFLEET_PROBE_STEPS=str(PROBE_STEPS),
+        STITCHFLEET_PROBE_ROUNDS="1",
+    )
     run = train(30, hook)
     assert all(np.isfinite(run.losses)) and hook.controller is not None
     position, cluster = next((p, c) for p, c in enumerate(hook.controller.clusters) if c.index == 5)

@@ -17,6 +17,7 @@ PROBING = Timing(
     check_first=2,
     probe_steps=4,
     clusters=2,
+    probe_rounds=1,
 )
 
 
@@ -109,3 +110,20 @@ def test_probe_knobs_come_from_settings_and_are_validated() -> None:
         settings.load({"STITCHFLEET_PROBE_STEPS": "-2"})
     with pytest.raises(settings.SettingsError, match="STITCHFLEET_PROBE_MARGIN"):
         settings.load({"STITCHFLEET_PROBE_MARGIN": "-0.1"})
+
+
+def test_rounds_repeat_every_pair_with_the_order_swapped_and_decide_after_the_last() -> None:
+    """Two rounds: round 0 runs baseline then only-k, round 1 only-k then baseline (a steady drift lands
+    on both halves); each cluster is decided once, after its last pair, from the pooled steps."""
+    two = Timing(**{**PROBING.__dict__, "probe_rounds": 2})
+    assert two.stitched_start == 5 + 2 * 4 * 2 * 2
+    phases = [two.phase(s) for s in range(5, 37)]
+    assert phases == ([BASELINE] * 4 + [PROBE] * 4) * 2 + ([PROBE] * 4 + [BASELINE] * 4) * 2
+    assert [two.probed(s) for s in (5, 13, 21, 29, 36)] == [0, 1, 0, 1, 1]
+    assert {s: two.decides(s) for s in range(60) if two.decides(s) is not None} == {29: 0, 37: 1}
+    assert [s for s in range(5, 37) if two.checks(s)] == [9, 17, 21, 29]
+    probes = Probes(two)
+    for step in range(5, 37):
+        probes.add(step, seconds=float(step), timed=not two.checks(step))
+    alone, base = probes.medians(0) or (0.0, 0.0)
+    assert alone == 17.0 and base == 16.5  # only-0: 10-12, 22-24; baseline: 5-8, 25-28
