@@ -166,6 +166,7 @@ class Windows:
     timed: list[float] = field(default_factory=list)
     baseline_median: float | None = None
     stitched_median: float | None = None
+    since_baseline: list[float] = field(default_factory=list)  # timed stitched steps since the last baseline
 
     def add(self, step: int, mode: str, seconds: float, timed: bool) -> list[Window]:
         """Adds one step; returns the windows it closed (on a mode change, and when full)."""
@@ -185,8 +186,12 @@ class Windows:
             return None
         if self.timed and self.mode == BASELINE:
             self.baseline_median = statistics.median(self.timed)
+            self.since_baseline = []
         if self.timed and self.mode == STITCHED:
-            self.stitched_median = statistics.median(self.timed)
+            # every stitched step since the baseline it is compared with: one noisy window is not
+            # enough to revert a job, and a real slowdown only gains evidence as windows close
+            self.since_baseline += self.timed
+            self.stitched_median = statistics.median(self.since_baseline)
         last = self.first + len(self.seconds) - 1
         window = Window(self.index, self.mode, self.first, last, tuple(self.seconds), self.baseline_median)
         self.index += 1

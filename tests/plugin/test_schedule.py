@@ -78,3 +78,20 @@ def test_a_fault_or_a_nonfinite_loss_on_any_rank_reverts_the_job(tmp_path: Path)
     assert other.job_reverted is not None and other.job_reverted.startswith("plugin error")
     controller.ledger.close()
     other.ledger.close()
+
+
+def test_the_stitched_median_pools_every_stitched_step_since_the_last_baseline() -> None:
+    """Regression: one noisy stitched window decided alone and reverted a job whose stitched steps were
+    faster overall; the guard now compares all stitched steps since the baseline they are measured by."""
+    windows = Windows(size=4)
+    for step, seconds in enumerate([1.0] * 4):
+        windows.add(step, BASELINE, seconds, timed=True)
+    for step, seconds in enumerate([0.8] * 8 + [1.5] * 4, start=4):  # two fast windows, then a noisy one
+        windows.add(step, STITCHED, seconds, timed=True)
+    windows.close()
+    assert windows.baseline_median == 1.0 and windows.stitched_median == 0.8
+    for step in range(16, 20):
+        windows.add(step, BASELINE, 0.9, timed=True)
+    windows.add(20, STITCHED, 1.2, timed=True)
+    windows.close()
+    assert windows.stitched_median == 1.2  # a new baseline starts a new pool
