@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from stitchfleet.plugin.sites import Site
+from stitchfleet.plugin.sites import Site, check_acyclic
 
 Kernel = Callable[..., tuple[Any, ...]]
 SCOPE = "stitchfleet"
@@ -112,6 +112,7 @@ def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
 
 def _install(site: Site, kernel: Kernel, switch: Any, replaced: dict[str, Any]) -> Installed:
     inputs = [replaced.get(t.name, t) for t in site.inputs]
+    check_acyclic(site, inputs)  # through clusters installed before it
     with tf.name_scope(f"cluster_{site.index}"):
         results = tf.cond(switch, lambda: _stitched(site, kernel, inputs), lambda: _clone(site, inputs))
         results = results if isinstance(results, (list, tuple)) else [results]
