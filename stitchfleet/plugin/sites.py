@@ -149,16 +149,18 @@ def check_acyclic(site: Site, inputs: list[Any] | None = None) -> None:
     """
     names = site.internal_names
     producers = {t.op.name for t in (site.inputs if inputs is None else inputs)}
-    stack = [r for t in site.outputs for r in t.consumers() if r.name not in names] + list(site.control_readers)
-    seen = {op.name for op in site.shape_readers}
+    stack = [(r, r.name, "reads its outputs") for t in site.outputs for r in t.consumers() if r.name not in names]
+    stack += [(r, r.name, "waits for its ops") for r in site.control_readers]
+    seen = names | {op.name for op in site.shape_readers}  # an outside op feeds internal ops only via inputs
     while stack:
-        op = stack.pop()
+        op, start, how = stack.pop()
         if op.name in seen:
             continue
         if op.name in producers:
-            raise UnmappableError(f"outside TF op {op.name!r} reads the cluster's outputs and feeds its inputs")
+            raise UnmappableError(f"a cycle: outside TF op {start!r} {how} and leads to {op.name!r}, an input")
         seen.add(op.name)
-        stack += [r for t in op.outputs for r in t.consumers()] + list(op._control_outputs)
+        stack += [(r, start, how) for t in op.outputs for r in t.consumers()]
+        stack += [(c, start, how) for c in op._control_outputs]
 
 
 def topological(ops: dict[str, Any]) -> list[Any]:
