@@ -192,6 +192,11 @@ def _cluster_graph(conversion: Conversion, members: frozenset[int], like: Graph,
     return graph.with_metadata(cluster=like.metadata.get("cluster", 0), regrouped=True)
 
 
+def _check_types(graph: Graph) -> None:
+    if any(n.dtype is DType.BF16 for n in graph.nodes):
+        raise UnmappableError("bf16 values cannot cross tf.numpy_function")
+
+
 def _members(conversion: Conversion, graph: Graph) -> frozenset[int]:
     try:
         return regroup(conversion.graph, conversion.origins.keys(), graph.metadata.get_ints("source_nodes"))
@@ -227,8 +232,7 @@ def map_cluster(
     Without `plan`, only a cluster that needs no change is mapped (the caller compiles `graph`);
     with it, `site.graph` and `site.plan` are what to compile.
     """
-    if any(n.dtype is DType.BF16 for n in graph.nodes):
-        raise UnmappableError("bf16 values cannot cross tf.numpy_function")
+    _check_types(graph)
     members = _members(conversion, graph)
     same = members == frozenset(graph.metadata.get_ints("source_nodes"))
     site = _site(tf_graph, conversion, index, graph if same else _cluster_graph(conversion, members, graph, []))
@@ -237,6 +241,7 @@ def map_cluster(
     if extra:
         site.graph = _cluster_graph(conversion, members, graph, [conversion.tensors[t.name] for t in extra])
         site.outputs += extra
+    _check_types(site.graph)  # regrouping may have added nodes
     _readers(site, folded)
     check_acyclic(site)
     site.plan = _plan(site, graph, plan)
