@@ -23,7 +23,7 @@ only membership does.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from stitchfleet.compiler.ir import Graph, Op
 from stitchfleet.compiler.scope import boundary_reason
@@ -72,6 +72,29 @@ def cyclic(graph: Graph, members: Collection[int]) -> bool:
             if user < last:
                 stack.append(user)
     return False
+
+
+def hull(graph: Graph, members: Collection[int]) -> frozenset[int]:
+    """`members` and every node on a path between two of them: the smallest cycle-free superset."""
+    if not members:
+        return frozenset()
+    first, last = min(members), max(members)
+    below = _reach(graph, members, lambda n: graph.consumers[n], lambda n: n < last)
+    above = _reach(graph, members, lambda n: graph.node(n).inputs, lambda n: n > first)
+    return frozenset(members) | (below & above)
+
+
+def _reach(
+    graph: Graph, roots: Iterable[int], step: Callable[[int], Iterable[int]], keep: Callable[[int], bool]
+) -> set[int]:
+    found: set[int] = set()
+    stack = list(roots)
+    while stack:
+        for nxt in step(stack.pop()):
+            if keep(nxt) and nxt not in found:
+                found.add(nxt)
+                stack.append(nxt)
+    return found
 
 
 def downstream(graph: Graph, roots: Iterable[int], within: Collection[int]) -> set[int]:

@@ -52,8 +52,13 @@ def _tensor_name(text: str) -> str:
     return text if ":" in text else f"{text}:0"
 
 
-def _clone(site: Site, inputs: Sequence[Any]) -> list[Any]:
-    """The cluster's TF ops again, reading `inputs` (inside a cond branch: they run only there)."""
+def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str]) -> list[Any]:
+    """The cluster's TF ops again, reading `inputs` (inside a cond branch: they run only there).
+
+    `originals` maps earlier clusters' switched outputs back to the tensors they replaced:
+    clusters may overlap, so an interior op may have been rerouted to an earlier cluster's
+    output that this clone computes itself.
+    """
     # tf.identity captures each outer tensor into the branch; import_graph_def cannot capture.
     captured = [tf.identity(x) for x in inputs]
     feeds = {t.name: (f"in_{j}", x) for j, (t, x) in enumerate(zip(site.inputs, captured, strict=True))}
@@ -65,12 +70,13 @@ def _clone(site: Site, inputs: Sequence[Any]) -> list[Any]:
     for placeholder, value in dict(feeds.values()).items():
         node = graph_def.node.add(name=placeholder, op="Placeholder")
         node.attr["dtype"].type = value.dtype.as_datatype_enum
+    interior = site.internal_names
+    own = {n: o for n, o in originals.items() if o.rsplit(":", 1)[0] in interior}
     for op in site.internal:
         node = graph_def.node.add()
         node.CopyFrom(op.node_def)
-        kept = [
-            feeds[_tensor_name(n)][0] if _tensor_name(n) in feeds else n for n in node.input if not n.startswith("^")
-        ]
+        reads = [own.get(_tensor_name(n), n) for n in node.input if not n.startswith("^")]
+        kept = [feeds[_tensor_name(n)][0] if _tensor_name(n) in feeds else n for n in reads]
         del node.input[:]
         node.input.extend(kept)
         if "_class" in node.attr:
@@ -113,8 +119,9 @@ def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
 def _install(site: Site, kernel: Kernel, switch: Any, replaced: dict[str, Any]) -> Installed:
     inputs = [replaced.get(t.name, t) for t in site.inputs]
     check_acyclic(site, inputs)  # through clusters installed before it
+    originals = {value.name: name for name, value in replaced.items()}
     with tf.name_scope(f"cluster_{site.index}"):
-        results = tf.cond(switch, lambda: _stitched(site, kernel, inputs), lambda: _clone(site, inputs))
+        results = tf.cond(switch, lambda: _stitched(site, kernel, inputs), lambda: _clone(site, inputs, originals))
         results = results if isinstance(results, (list, tuple)) else [results]
         switched = [tf.identity(r, name="switched") for r in results]
     for value, original in zip(switched, site.outputs, strict=True):

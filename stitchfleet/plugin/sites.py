@@ -13,8 +13,10 @@ A cluster the scope pass drew through the middle of a TF op is first redrawn at 
 granularity (`granularity.regroup`). An interior tensor that an outside op reads where the
 IR does not show it (ZerosLike reads only a shape, yet TF runs it after its input) becomes
 an extra cluster output. An outside op may still read another output of a multi-output op
-the cluster clones (Unpack's other slices): the original op keeps running for it. Stateful
-ops and control flow between the inputs and outputs, and cycles through outside ops, are
+the cluster clones (Unpack's other slices): the original op keeps running for it. An input
+whose TF op waits (control edge) for the cluster's ops would close a cycle once that edge
+moves onto the stitched op: its op joins the cluster when the IR allows it. Stateful ops and
+control flow between the inputs and outputs, and cycles through outside ops that remain, are
 refused with their reason.
 """
 
@@ -27,12 +29,14 @@ import numpy.typing as npt
 
 from stitchfleet.compiler.ir import DType, Graph, IRError
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
+from stitchfleet.compiler.scope import boundary_reason
 from stitchfleet.compiler.subgraph import extract
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.frontend.converter import CONTROL_FLOW, FEEDABLE
-from stitchfleet.plugin.granularity import RegroupError, regroup
+from stitchfleet.plugin.granularity import RegroupError, hull, regroup
 
 MAX_OPS = 5000
+MAX_ABSORPTIONS = 16  # rounds of inputs closing a cycle pulled into the cluster
 FOLDS_SHAPES = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs"})
 
 
@@ -140,27 +144,51 @@ def _readers(site: Site, folded: dict[str, Any]) -> None:
     ]
 
 
-def check_acyclic(site: Site, inputs: list[Any] | None = None) -> None:
-    """Refuses a site whose outputs reach its inputs (default: the site's own) through outside TF ops.
+@dataclass(frozen=True)
+class Closure:
+    """A path out of a cluster back into it: `start` (an outside op that reads the cluster's outputs
+    or waits for its ops, as `how` says) leads to `tensor`, one of the cluster's inputs."""
 
-    The IR cannot show every such path: control edges, and the readers of one cluster's
-    outputs once another cluster feeds them. Shape readers do not count: their results
-    become constants. UnmappableError (a ValueError) names the op closing the cycle.
+    tensor: Any
+    start: str
+    how: str
+
+    @property
+    def reason(self) -> str:
+        return f"a cycle: outside TF op {self.start!r} {self.how} and leads to {self.tensor.op.name!r}, an input"
+
+
+def closures(site: Site, inputs: list[Any] | None = None) -> list[Closure]:
+    """Every input (default: the site's own) that its outputs reach through outside TF ops.
+
+    The IR cannot show every such path: control edges (moved onto the stitched op when
+    rewired), and the readers of one cluster's outputs once another cluster feeds them.
+    Shape readers do not count: their results become constants.
     """
     names = site.internal_names
-    producers = {t.op.name for t in (site.inputs if inputs is None else inputs)}
+    producers: dict[str, list[Any]] = {}
+    for tensor in site.inputs if inputs is None else inputs:
+        producers.setdefault(tensor.op.name, []).append(tensor)
     stack = [(r, r.name, "reads its outputs") for t in site.outputs for r in t.consumers() if r.name not in names]
     stack += [(r, r.name, "waits for its ops") for r in site.control_readers]
     seen = names | {op.name for op in site.shape_readers}  # an outside op feeds internal ops only via inputs
+    found: list[Closure] = []
     while stack:
         op, start, how = stack.pop()
         if op.name in seen:
             continue
-        if op.name in producers:
-            raise UnmappableError(f"a cycle: outside TF op {start!r} {how} and leads to {op.name!r}, an input")
         seen.add(op.name)
+        found += [Closure(t, start, how) for t in producers.get(op.name, ())]
         stack += [(r, start, how) for t in op.outputs for r in t.consumers()]
         stack += [(c, start, how) for c in op._control_outputs]
+    return found
+
+
+def check_acyclic(site: Site, inputs: list[Any] | None = None) -> None:
+    """UnmappableError (a ValueError) naming the first path that closes a cycle, if any (see `closures`)."""
+    found = closures(site, inputs)
+    if found:
+        raise UnmappableError(found[0].reason)
 
 
 def topological(ops: dict[str, Any]) -> list[Any]:
@@ -224,6 +252,40 @@ def _plan(site: Site, original: Graph, plan: StitchPlan | None) -> StitchPlan | 
         raise UnmappableError(f"the cluster at TF op granularity cannot be planned: {err}") from None
 
 
+def _mapped(tf_graph: Any, conversion: Conversion, index: int, graph: Graph, members: frozenset[int]) -> Site:
+    """The site of `members` (`graph` when they are its members), interior tensors read outside added."""
+    same = members == frozenset(graph.metadata.get_ints("source_nodes"))
+    site = _site(tf_graph, conversion, index, graph if same else _cluster_graph(conversion, members, graph, []))
+    folded = dict(conversion.folded)
+    extra = _extra_outputs(site, conversion, members, folded)
+    if extra:
+        site.graph = _cluster_graph(conversion, members, graph, [conversion.tensors[t.name] for t in extra])
+        site.outputs += extra
+    _check_types(site.graph)  # regrouping may have added nodes
+    _readers(site, folded)
+    return site
+
+
+def _absorb(conversion: Conversion, members: frozenset[int], found: list[Closure]) -> frozenset[int]:
+    """`members` with the IR nodes of the inputs that close a cycle (their TF ops move into the cluster).
+
+    TF's gradient functions order their ops after the incoming gradient with control edges
+    (Square_grad, Erf_grad): once those wait for the stitched op, an input computed by them
+    closes a cycle. Inside the cluster they are ordered by data alone.
+    """
+    source = conversion.graph
+    nodes = {conversion.tensors.get(c.tensor.name) for c in found}
+    if None in nodes:
+        raise UnmappableError(found[0].reason)
+    grown = hull(source, members | {n for n in nodes if n is not None})
+    if any(boundary_reason(source, source.node(n)) is not None for n in grown - members):
+        raise UnmappableError(found[0].reason)
+    try:
+        return regroup(source, conversion.origins.keys(), grown)
+    except RegroupError:
+        raise UnmappableError(found[0].reason) from None
+
+
 def map_cluster(
     tf_graph: Any, conversion: Conversion, index: int, graph: Graph, plan: StitchPlan | None = None
 ) -> Site:
@@ -234,15 +296,13 @@ def map_cluster(
     """
     _check_types(graph)
     members = _members(conversion, graph)
-    same = members == frozenset(graph.metadata.get_ints("source_nodes"))
-    site = _site(tf_graph, conversion, index, graph if same else _cluster_graph(conversion, members, graph, []))
-    folded = dict(conversion.folded)
-    extra = _extra_outputs(site, conversion, members, folded)
-    if extra:
-        site.graph = _cluster_graph(conversion, members, graph, [conversion.tensors[t.name] for t in extra])
-        site.outputs += extra
-    _check_types(site.graph)  # regrouping may have added nodes
-    _readers(site, folded)
+    site = _mapped(tf_graph, conversion, index, graph, members)
+    for _ in range(MAX_ABSORPTIONS):
+        found = closures(site)
+        if not found:
+            break
+        members = _absorb(conversion, members, found)
+        site = _mapped(tf_graph, conversion, index, graph, members)
     check_acyclic(site)
     site.plan = _plan(site, graph, plan)
     return site

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from stitchfleet.compiler.ir import Graph, GraphBuilder, Op, TensorType
-from stitchfleet.plugin.granularity import RegroupError, atoms, cyclic, regroup
+from stitchfleet.plugin.granularity import RegroupError, atoms, cyclic, hull, regroup
 
 
 def _unpack_like() -> tuple[Graph, set[int]]:
@@ -111,3 +111,11 @@ def test_nothing_left_to_stitch_is_an_error() -> None:
     graph, origins, ids = _broadcast_then_cycle()
     with pytest.raises(RegroupError, match="at most one op is left"):
         regroup(graph, origins, {ids["h"], ids["spread"]})
+
+
+def test_hull_adds_every_node_between_members() -> None:
+    graph, _, ids = _broadcast_then_cycle()
+    # h -> opaque q -> y: y joining h needs q; p is on no path between them
+    assert hull(graph, {ids["h"], ids["y"]}) == frozenset({ids["h"], ids["q"], ids["y"]})
+    assert hull(graph, {ids["p"], ids["h"]}) == frozenset({ids["p"], ids["h"]})
+    assert not cyclic(graph, hull(graph, {ids["h"], ids["y"]}))

@@ -211,20 +211,68 @@ def test_control_flow_between_inputs_and_outputs_is_still_refused() -> None:
         map_cluster(graph, conversion, 0, cluster, plan)
 
 
-def test_control_edge_closing_a_cycle_is_still_refused() -> None:
+def _delayed(compute: Callable[[Any], Any]) -> Callable[[], None]:
+    """y = exp(t) * m, where m = compute(x) waits for t = tanh(x), as TF's gradient functions delay their work."""
+
     def build() -> None:
         x = P(tf.float32, [4, 8], name="x")
         t = tf.tanh(x, name="t")
-        with tf.control_dependencies([t]):  # as TF's gradient functions delay their work
-            m = tf.multiply(x, 3.0, name="m")
+        with tf.control_dependencies([t]):
+            m = tf.identity(compute(x), name="m")
         tf.multiply(tf.exp(t), m, name="y")
 
-    graph, conversion = _convert(build)
-    members = _ancestors(conversion, ["y:0"], ["m:0"]) - {_node(conversion, "m:0")}
-    cluster, plan = _cluster(conversion, members)
-    refusal = r"a cycle: outside TF op 'm.*' waits for its ops and leads to 'm', an input"
+    return build
+
+
+def _without_m(conversion: Conversion) -> set[int]:
+    """The cluster computing y from t and m, m drawn outside it."""
+    m = _node(conversion, "m:0")
+    return {n for n in _ancestors(conversion, ["y:0"]) if n not in _ancestors(conversion, ["m:0"])} - {m}
+
+
+def test_input_whose_op_waits_for_the_cluster_moves_into_it() -> None:
+    graph, conversion = _convert(_delayed(lambda x: x * 3.0))
+    cluster, plan = _cluster(conversion, _without_m(conversion))
+    # before: the cluster reads mul, which waits for tanh: moved onto the stitched op, that edge closes a cycle
+    assert sorted(conversion.origins[n].name for n in cluster.metadata.get_ints("source_inputs")) == ["mul:0", "x:0"]
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert [t.name for t in site.inputs] == ["x:0"] and "mul" in site.internal_names
+    _assert_computes_tf(graph, site)
+
+
+def test_control_edge_closing_a_cycle_through_a_matmul_is_still_refused() -> None:
+    w = np.eye(8, dtype=np.float32)
+    graph, conversion = _convert(_delayed(lambda x: tf.matmul(x, tf.constant(w))))
+    cluster, plan = _cluster(conversion, _without_m(conversion))
+    refusal = r"a cycle: outside TF op '\w+' waits for its ops and leads to 'MatMul', an input"
     with pytest.raises(UnmappableError, match=refusal):
         map_cluster(graph, conversion, 0, cluster, plan)
+
+
+def test_overlapping_clusters_rewire_in_either_order() -> None:
+    """u = tanh(x) is computed by both clusters; the first rewired reroutes the second's reader of u."""
+
+    def build() -> None:
+        x = P(tf.float32, [4, 8], name="x")
+        u = tf.tanh(x, name="u")
+        tf.exp(u, name="v")
+        tf.multiply(u, 2.0, name="w")
+
+    graph, conversion = _convert(build)
+    first = map_cluster(graph, conversion, 0, *_cluster(conversion, _ancestors(conversion, ["v:0"])))
+    second = map_cluster(graph, conversion, 1, *_cluster(conversion, _ancestors(conversion, ["w:0"])))
+    assert {t.name for t in first.outputs} == {"u:0", "v:0"} and "u" in second.internal_names
+    kernels = [ClusterKernel(s.graph, s.plan, "cpu", CACHE) for s in (first, second) if s.plan is not None]
+    rewired = rewire(graph, [first, second], kernels)
+    assert all(isinstance(c, Installed) for c in rewired.clusters), rewired.clusters
+    outs = [rewired.current(graph.get_tensor_by_name(f"{k}:0")) for k in ("v", "w")]
+    with tf.compat.v1.Session(graph=graph) as session:
+        values = feeds(graph)
+        on = session.run(outs, {**values, rewired.switches: [True, True]})
+        off = session.run(outs, {**values, rewired.switches: [False, False]})
+    for a, b in zip(on, off, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert all(k.calls == 1 for k in kernels)
 
 
 def test_second_cluster_closing_a_cycle_through_the_first_is_left_off() -> None:
