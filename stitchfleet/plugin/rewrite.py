@@ -2,8 +2,9 @@
 
 Input: the (not yet finalized) `tf.Graph`, the mapped `Site`s and one callable per site
 (the `ClusterKernel`). Output: `Rewired`: the switch vector placeholder (a bool per
-cluster, default all off, fed each step through SessionRunArgs), and per cluster the
-tensors the guard fetches on check steps. For each site the graph gets
+installed cluster, in order, default all off, fed each step through SessionRunArgs), and
+per cluster the tensors the guard fetches on check steps (or why it was left off: a cond
+that cannot be built, or one that would close a cycle through clusters installed before). For each site the graph gets
 `tf.cond(switch[k], stitched, original)`: the true branch is a `tf.numpy_function` calling
 the kernel, the false branch a clone of the cluster's TF ops (so only the chosen path
 runs), and every outside reader of every cluster output (forward, gradient and optimizer
@@ -139,12 +140,14 @@ def rewire(graph: Any, sites: Sequence[Site], kernels: Sequence[Kernel]) -> Rewi
     """
     with graph.as_default(), tf.name_scope(SCOPE):
         default = np.zeros(len(sites), dtype=bool)
-        switches = tf.compat.v1.placeholder_with_default(default, [len(sites)], name="switches")
+        # one switch per installed site, in order: its length is known only once all are tried
+        switches = tf.compat.v1.placeholder_with_default(default, [None], name="switches")
         replaced: dict[str, Any] = {}
         clusters: list[Installed | str] = []
-        for i, (site, kernel) in enumerate(zip(sites, kernels, strict=True)):
+        for site, kernel in zip(sites, kernels, strict=True):
+            installed = sum(isinstance(c, Installed) for c in clusters)
             try:
-                clusters.append(_install(site, kernel, switches[i], replaced))
+                clusters.append(_install(site, kernel, switches[installed], replaced))
             except (ValueError, TypeError, KeyError, tf.errors.OpError) as err:
                 clusters.append(f"graph rewrite failed: {type(err).__name__}: {err}")
     for done in clusters:

@@ -95,7 +95,7 @@ def train(stitched: Stitched, steps: int, on: bool) -> list[float]:
     with graph.as_default():
         loss, train_op = rewired.current(graph.get_tensor_by_name("loss:0")), graph.get_operation_by_name("train_op")
         values = feeds(graph)
-        values[rewired.switches] = np.full(rewired.switches.shape.as_list(), on)
+        values[rewired.switches] = np.full(len(stitched.installed), on)
         init = tf.compat.v1.global_variables_initializer()
     with tf.compat.v1.Session(graph=graph) as session:
         session.run(init)

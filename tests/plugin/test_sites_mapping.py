@@ -277,7 +277,8 @@ def test_overlapping_clusters_rewire_in_either_order() -> None:
 
 def test_second_cluster_closing_a_cycle_through_the_first_is_left_off() -> None:
     """Two clusters each free of cycles, yet each feeds the other through a matmul (as remote
-    stitching of a forward and a backward recurrence can pair them): the second is refused."""
+    stitching of a forward and a backward recurrence can pair them): the second is refused,
+    and the switches count installed clusters only (a third one takes the second switch)."""
 
     def build() -> None:
         x, y = P(tf.float32, [4, 4], name="x"), P(tf.float32, [4, 4], name="y")
@@ -286,19 +287,25 @@ def test_second_cluster_closing_a_cycle_through_the_first_is_left_off() -> None:
         tf.exp(tf.matmul(f1, w), name="f2")
         h1 = tf.tanh(y, name="h1")
         tf.exp(tf.matmul(h1, w), name="h2")
+        tf.exp(tf.sigmoid(x), name="k")
 
     graph, conversion = _convert(build)
     n = {name: _node(conversion, f"{name}:0") for name in ("f1", "f2", "h1", "h2")}
-    first = map_cluster(graph, conversion, 0, *_cluster(conversion, {n["f1"], n["h2"]}))
-    second = map_cluster(graph, conversion, 1, *_cluster(conversion, {n["f2"], n["h1"]}))
-    kernels = [ClusterKernel(s.graph, s.plan, "cpu", CACHE) for s in (first, second) if s.plan is not None]
-    rewired = rewire(graph, [first, second], kernels)
-    assert isinstance(rewired.clusters[0], Installed)
-    assert isinstance(rewired.clusters[1], str) and "a cycle: outside TF op 'MatMul_1'" in rewired.clusters[1]
+    sites = [
+        map_cluster(graph, conversion, 0, *_cluster(conversion, {n["f1"], n["h2"]})),
+        map_cluster(graph, conversion, 1, *_cluster(conversion, {n["f2"], n["h1"]})),
+        map_cluster(graph, conversion, 2, *_cluster(conversion, _ancestors(conversion, ["k:0"]))),
+    ]
+    kernels = [ClusterKernel(s.graph, s.plan, "cpu", CACHE) for s in sites if s.plan is not None]
+    rewired = rewire(graph, sites, kernels)
+    first, second, third = rewired.clusters
+    assert isinstance(first, Installed) and isinstance(third, Installed)
+    assert isinstance(second, str) and "a cycle: outside TF op 'MatMul_1'" in second
+    outs = [rewired.current(graph.get_tensor_by_name(f"{k}:0")) for k in ("f2", "h2", "k")]
     with tf.compat.v1.Session(graph=graph) as session:
         values = feeds(graph)
-        outs = [rewired.current(graph.get_tensor_by_name(f"{k}:0")) for k in ("f2", "h2")]
-        on = session.run(outs, {**values, rewired.switches: [True, True]})
+        on = session.run(outs, {**values, rewired.switches: [False, True]})  # one switch per installed cluster
         off = session.run(outs, {**values, rewired.switches: [False, False]})
     for a, b in zip(on, off, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert [k.calls for k in kernels] == [0, 0, 1]
