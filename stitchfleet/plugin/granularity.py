@@ -18,7 +18,8 @@ when they are all cluster candidates and the cluster stays free of cycles (no pa
 and comes back, or the stitched op would need its own result); otherwise its nodes leave the
 cluster, and when that alone opens a cycle, so do the members downstream of them. Each step
 keeps the cluster acyclic; rounds repeat until no atom is split. Node semantics never change:
-only membership does.
+only membership does. `hull` gives the nodes a set must take in to stay acyclic when a node
+joins it from outside (the plugin pulls in inputs whose TF ops wait for the cluster).
 """
 
 from __future__ import annotations

@@ -212,7 +212,7 @@ def topological(ops: dict[str, Any]) -> list[Any]:
 
 
 def _cluster_graph(conversion: Conversion, members: frozenset[int], like: Graph, extra: list[int]) -> Graph:
-    """The cluster graph of `members` (plus `extra` outputs), keeping `like`'s cluster id."""
+    """The cluster graph of `members` (plus `extra` outputs), keeping `like`'s cluster id, marked `regrouped`."""
     try:
         graph = extract(conversion.graph, members, extra)
     except IRError as err:
