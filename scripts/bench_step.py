@@ -83,7 +83,7 @@ def measure(dims: dict[str, int], bridge: str, steps: int, rounds: int) -> dict[
         session, hook, fetches, feeds = _hooked_session(dims, bridge, tmp)
         plain, plain_fetches, plain_feeds = _plain_session(dims)
         raw = session._tf_sess()  # the switches are fed directly: no schedule, no guard
-        count = int(hook.switches.shape[0])
+        count = len(hook.installed)
         configs: dict[str, Any] = {"all off": np.zeros(count, bool), "all on": np.ones(count, bool)}
         for position, (cluster, _) in enumerate(hook.installed):
             alone = np.zeros(count, bool)

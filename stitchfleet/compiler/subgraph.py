@@ -3,12 +3,14 @@
 Input: a `Graph` and a set of its node ids. Output: a verified `Graph` whose
 PARAMETERs are the cluster's external inputs (named after the producing nodes) and
 whose outputs are every member value consumed outside the set or that is a graph
-output. Metadata records which source nodes each parameter and output stands for.
+output, then any `extra_outputs` the caller asks for (members read by something the graph
+does not show, such as a TF op that only needs a tensor's shape; a node may be listed twice).
+Metadata records which source nodes each parameter and output stands for.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from stitchfleet.compiler.ir import Attrs, Graph, IRError, Node, Op, fingerprint
 
@@ -34,12 +36,15 @@ def boundary(graph: Graph, members: Collection[int]) -> tuple[list[int], list[in
     return inputs, outputs
 
 
-def extract(graph: Graph, members: Collection[int]) -> Graph:
+def extract(graph: Graph, members: Collection[int], extra_outputs: Sequence[int] = ()) -> Graph:
     """The standalone graph of `members` (see the module docstring)."""
     chosen = set(members)
     if not chosen or not chosen <= set(range(len(graph.nodes))):
         raise IRError(f"cannot extract nodes {sorted(chosen)}: not a non-empty set of this graph's node ids")
+    if not set(extra_outputs) <= chosen:
+        raise IRError(f"extra outputs {sorted(set(extra_outputs) - chosen)} are not members of the extracted set")
     inputs, outputs = boundary(graph, chosen)
+    outputs += list(extra_outputs)
     names: set[str] = set()
     nodes: list[Node] = []
     new_id: dict[int, int] = {}

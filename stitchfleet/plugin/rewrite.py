@@ -2,15 +2,16 @@
 
 Input: the (not yet finalized) `tf.Graph`, the mapped `Site`s and one callable per site
 (the `ClusterKernel`). Output: `Rewired`: the switch vector placeholder (a bool per
-cluster, default all off, fed each step through SessionRunArgs), and per cluster the
-tensors the guard fetches on check steps. For each site the graph gets
-`tf.cond(switch[k], stitched, original)`: the true branch is the native bridge op (`bridge_op`:
-the compiled C called from TF, no Python) or a `tf.numpy_function` calling the kernel, the false
-branch a clone of the cluster's TF ops (so only the chosen path runs), and every outside
-reader of every cluster output (forward, gradient and optimizer ops alike) is rerouted to
-the cond's result; control edges on the cluster's ops move to the cond; outside ops that
-only read interior shapes are replaced by their folded constants. The original ops stay in
-the graph, unread, as the check path.
+installed cluster, in order, default all off, fed each step through SessionRunArgs), and
+per cluster the tensors the guard fetches on check steps (or why it was left off: a cond
+that cannot be built, or one that would close a cycle through clusters installed before).
+For each site the graph gets `tf.cond(switch[k], stitched, original)`: the true branch is
+the native bridge op (`bridge_op`: the compiled C called from TF, no Python) or a
+`tf.numpy_function` calling the kernel, the false branch a clone of the cluster's TF ops (so
+only the chosen path runs), and every outside reader of every cluster output (forward,
+gradient and optimizer ops alike) is rerouted to the cond's result; control edges on the
+cluster's ops move to the cond; outside ops that only read interior shapes are replaced by
+their folded constants. The original ops stay in the graph, unread, as the check path.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from stitchfleet.plugin.bridge_op import BridgeOp
-from stitchfleet.plugin.sites import Site
+from stitchfleet.plugin.sites import Site, check_acyclic
 
 Kernel = Callable[..., tuple[Any, ...]]
 SCOPE = "stitchfleet"
@@ -54,8 +55,13 @@ def _tensor_name(text: str) -> str:
     return text if ":" in text else f"{text}:0"
 
 
-def _clone(site: Site, inputs: Sequence[Any]) -> list[Any]:
-    """The cluster's TF ops again, reading `inputs` (inside a cond branch: they run only there)."""
+def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str]) -> list[Any]:
+    """The cluster's TF ops again, reading `inputs` (inside a cond branch: they run only there).
+
+    `originals` maps earlier clusters' switched outputs back to the tensors they replaced:
+    clusters may overlap, so an interior op may have been rerouted to an earlier cluster's
+    output that this clone computes itself.
+    """
     # tf.identity captures each outer tensor into the branch; import_graph_def cannot capture.
     captured = [tf.identity(x) for x in inputs]
     feeds = {t.name: (f"in_{j}", x) for j, (t, x) in enumerate(zip(site.inputs, captured, strict=True))}
@@ -67,12 +73,13 @@ def _clone(site: Site, inputs: Sequence[Any]) -> list[Any]:
     for placeholder, value in dict(feeds.values()).items():
         node = graph_def.node.add(name=placeholder, op="Placeholder")
         node.attr["dtype"].type = value.dtype.as_datatype_enum
+    interior = site.internal_names
+    own = {n: o for n, o in originals.items() if o.rsplit(":", 1)[0] in interior}
     for op in site.internal:
         node = graph_def.node.add()
         node.CopyFrom(op.node_def)
-        kept = [
-            feeds[_tensor_name(n)][0] if _tensor_name(n) in feeds else n for n in node.input if not n.startswith("^")
-        ]
+        reads = [own.get(_tensor_name(n), n) for n in node.input if not n.startswith("^")]
+        kept = [feeds[_tensor_name(n)][0] if _tensor_name(n) in feeds else n for n in reads]
         del node.input[:]
         node.input.extend(kept)
         if "_class" in node.attr:
@@ -138,8 +145,12 @@ def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
 
 def _install(site: Site, kernel: Kernel, switch: Any, replaced: dict[str, Any], bridge: BridgeOp | None) -> Installed:
     inputs = [replaced.get(t.name, t) for t in site.inputs]
+    check_acyclic(site, inputs)  # through clusters installed before it
+    originals = {value.name: name for name, value in replaced.items()}
     with tf.name_scope(f"cluster_{site.index}"):
-        results = tf.cond(switch, lambda: _stitched(site, kernel, inputs, bridge), lambda: _clone(site, inputs))
+        results = tf.cond(
+            switch, lambda: _stitched(site, kernel, inputs, bridge), lambda: _clone(site, inputs, originals)
+        )
         results = results if isinstance(results, (list, tuple)) else [results]
         switched = [tf.identity(r, name="switched") for r in results]
     for value, original in zip(switched, site.outputs, strict=True):
@@ -158,12 +169,14 @@ def rewire(graph: Any, sites: Sequence[Site], kernels: Sequence[Kernel], bridge:
     """
     with graph.as_default(), tf.name_scope(SCOPE):
         default = np.zeros(len(sites), dtype=bool)
-        switches = tf.compat.v1.placeholder_with_default(default, [len(sites)], name="switches")
+        # one switch per installed site, in order: its length is known only once all are tried
+        switches = tf.compat.v1.placeholder_with_default(default, [None], name="switches")
         replaced: dict[str, Any] = {}
         clusters: list[Installed | str] = []
-        for i, (site, kernel) in enumerate(zip(sites, kernels, strict=True)):
+        for site, kernel in zip(sites, kernels, strict=True):
+            installed = sum(isinstance(c, Installed) for c in clusters)
             try:
-                clusters.append(_install(site, kernel, switches[i], replaced, bridge))
+                clusters.append(_install(site, kernel, switches[installed], replaced, bridge))
             except (ValueError, TypeError, KeyError, tf.errors.OpError) as err:
                 clusters.append(f"graph rewrite failed: {type(err).__name__}: {err}")
     for done in clusters:

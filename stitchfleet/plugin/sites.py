@@ -1,11 +1,23 @@
 """Where a compiled cluster lives in the TF graph: its input and output tensors and its TF ops.
 
-Input: the `tf.Graph`, the frontend's `Conversion` and one cluster graph from the compiler
-(its metadata names the IR nodes its parameters and outputs stand for). Output: a `Site`
-(input tensors, output tensors, the TF ops computing the outputs from the inputs in
-topological order, the constant-folded tensors they read, and the outside ops whose data
-or control edges must be rerouted), or the reason why the cluster cannot be mapped cleanly
-onto TF tensors (it then stays off).
+Input: the `tf.Graph`, the frontend's `Conversion`, one cluster graph from the compiler
+(its metadata names the IR nodes its parameters and outputs stand for) and, from a caller
+that can compile a changed cluster, its stitch plan. Output: a `Site` (input tensors, output
+tensors, the TF ops computing the outputs from the inputs in topological order, the
+constant-folded tensors they read, the outside ops whose data or control edges must be
+rerouted, and the cluster graph and plan to compile, which differ from the compiler's when
+the cluster had to change), or the reason why the cluster cannot be mapped cleanly onto TF
+tensors (it then stays off).
+
+A cluster the scope pass drew through the middle of a TF op is first redrawn at TF
+granularity (`granularity.regroup`). An interior tensor that an outside op reads where the
+IR does not show it (ZerosLike reads only a shape, yet TF runs it after its input) becomes
+an extra cluster output. An outside op may still read another output of a multi-output op
+the cluster clones (Unpack's other slices): the original op keeps running for it. An input
+whose TF op waits (control edge) for the cluster's ops would close a cycle once that edge
+moves onto the stitched op: its op joins the cluster when the IR allows it. Stateful ops and
+control flow between the inputs and outputs, and cycles through outside ops that remain, are
+refused with their reason.
 """
 
 from __future__ import annotations
@@ -15,11 +27,16 @@ from typing import Any
 
 import numpy.typing as npt
 
-from stitchfleet.compiler.ir import DType, Graph
+from stitchfleet.compiler.ir import DType, Graph, IRError
+from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
+from stitchfleet.compiler.scope import boundary_reason
+from stitchfleet.compiler.subgraph import extract
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.frontend.converter import CONTROL_FLOW, FEEDABLE
+from stitchfleet.plugin.granularity import RegroupError, hull, regroup
 
 MAX_OPS = 5000
+MAX_ABSORPTIONS = 16  # rounds of inputs closing a cycle pulled into the cluster
 FOLDS_SHAPES = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs"})
 
 
@@ -37,6 +54,7 @@ class Site:
     folded: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
     shape_readers: list[Any] = field(default_factory=list)
     control_readers: list[Any] = field(default_factory=list)
+    plan: StitchPlan | None = None  # the plan of `graph`, when the caller passed one to map_cluster
 
     @property
     def internal_names(self) -> set[str]:
@@ -80,25 +98,97 @@ def _walk(outputs: list[Any], inputs: set[str], folded: dict[str, Any]) -> tuple
     return internal, reads
 
 
-def _readers(site: Site, folded: dict[str, Any]) -> None:
-    """Sorts the outside ops that read the cluster's tensors; refuses data reads of interior tensors."""
+def _outside_reads(site: Site, folded: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """(interior tensor, outside op reading it) for every data read of the cluster's ops from outside
+    that is neither of a cluster output nor of shapes only (those readers become folded constants)."""
     names = site.internal_names
     out_names = {t.name for t in site.outputs}
+    reads: list[tuple[Any, Any]] = []
+    for op in site.internal:
+        for t in op.outputs:
+            if t.name in out_names:
+                continue
+            for reader in t.consumers():
+                if reader.name in names or (reader.outputs and all(o.name in folded for o in reader.outputs)):
+                    continue
+                reads.append((t, reader))
+    return reads
+
+
+def _extra_outputs(site: Site, conversion: Conversion, members: frozenset[int], folded: dict[str, Any]) -> list[Any]:
+    """Interior tensors the cluster computes and outside ops read: they become extra outputs.
+
+    A tensor the cluster's IR does not compute (another output of a multi-output op it
+    clones) is left to the original op, which keeps running for its readers.
+    """
+    extra: dict[str, Any] = {}
+    for tensor, _ in _outside_reads(site, folded):
+        if conversion.tensors.get(tensor.name) in members:
+            extra.setdefault(tensor.name, tensor)
+    return list(extra.values())
+
+
+def _readers(site: Site, folded: dict[str, Any]) -> None:
+    """Sorts the outside ops that read the cluster's tensors' shapes or wait for its ops."""
+    names = site.internal_names
     shape_readers: dict[str, Any] = {}
     for op in site.internal:
         for t in op.outputs:
             for reader in t.consumers():
-                if reader.name in names or t.name in out_names:
-                    continue
-                if reader.outputs and all(o.name in folded for o in reader.outputs):
+                if reader.name not in names and reader.outputs and all(o.name in folded for o in reader.outputs):
                     shape_readers[reader.name] = reader
-                    continue
-                raise UnmappableError(f"interior tensor {t.name} feeds outside op {reader.name!r}")
     site.shape_readers = list(shape_readers.values())
     graph_ops = site.outputs[0].graph.get_operations() if site.outputs else []
     site.control_readers = [
         op for op in graph_ops if op.name not in names and any(c.name in names for c in op.control_inputs)
     ]
+
+
+@dataclass(frozen=True)
+class Closure:
+    """A path out of a cluster back into it: `start` (an outside op that reads the cluster's outputs
+    or waits for its ops, as `how` says) leads to `tensor`, one of the cluster's inputs."""
+
+    tensor: Any
+    start: str
+    how: str
+
+    @property
+    def reason(self) -> str:
+        return f"a cycle: outside TF op {self.start!r} {self.how} and leads to {self.tensor.op.name!r}, an input"
+
+
+def closures(site: Site, inputs: list[Any] | None = None) -> list[Closure]:
+    """Every input (default: the site's own) that its outputs reach through outside TF ops.
+
+    The IR cannot show every such path: control edges (moved onto the stitched op when
+    rewired), and the readers of one cluster's outputs once another cluster feeds them.
+    Shape readers do not count: their results become constants.
+    """
+    names = site.internal_names
+    producers: dict[str, list[Any]] = {}
+    for tensor in site.inputs if inputs is None else inputs:
+        producers.setdefault(tensor.op.name, []).append(tensor)
+    stack = [(r, r.name, "reads its outputs") for t in site.outputs for r in t.consumers() if r.name not in names]
+    stack += [(r, r.name, "waits for its ops") for r in site.control_readers]
+    seen = names | {op.name for op in site.shape_readers}  # an outside op feeds internal ops only via inputs
+    found: list[Closure] = []
+    while stack:
+        op, start, how = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        found += [Closure(t, start, how) for t in producers.get(op.name, ())]
+        stack += [(r, start, how) for t in op.outputs for r in t.consumers()]
+        stack += [(c, start, how) for c in op._control_outputs]
+    return found
+
+
+def check_acyclic(site: Site, inputs: list[Any] | None = None) -> None:
+    """UnmappableError (a ValueError) naming the first path that closes a cycle, if any (see `closures`)."""
+    found = closures(site, inputs)
+    if found:
+        raise UnmappableError(found[0].reason)
 
 
 def topological(ops: dict[str, Any]) -> list[Any]:
@@ -121,16 +211,100 @@ def topological(ops: dict[str, Any]) -> list[Any]:
     return order
 
 
-def map_cluster(tf_graph: Any, conversion: Conversion, index: int, graph: Graph) -> Site:
-    """The `Site` of cluster graph `graph`; `UnmappableError` with the reason when there is none."""
+def _cluster_graph(conversion: Conversion, members: frozenset[int], like: Graph, extra: list[int]) -> Graph:
+    """The cluster graph of `members` (plus `extra` outputs), keeping `like`'s cluster id, marked `regrouped`."""
+    try:
+        graph = extract(conversion.graph, members, extra)
+    except IRError as err:
+        raise UnmappableError(f"cluster graph at TF op granularity is malformed: {err}") from None
+    return graph.with_metadata(cluster=like.metadata.get("cluster", 0), regrouped=True)
+
+
+def _check_types(graph: Graph) -> None:
     if any(n.dtype is DType.BF16 for n in graph.nodes):
         raise UnmappableError("bf16 values cannot cross tf.numpy_function")
+
+
+def _members(conversion: Conversion, graph: Graph) -> frozenset[int]:
+    try:
+        return regroup(conversion.graph, conversion.origins.keys(), graph.metadata.get_ints("source_nodes"))
+    except RegroupError as err:
+        raise UnmappableError(str(err)) from None
+
+
+def _site(tf_graph: Any, conversion: Conversion, index: int, graph: Graph) -> Site:
     inputs = [_tensor(tf_graph, conversion, n, "input") for n in graph.metadata.get_ints("source_inputs")]
     outputs = [_tensor(tf_graph, conversion, n, "output") for n in graph.metadata.get_ints("source_outputs")]
     folded = dict(conversion.folded)
     internal, reads = _walk(outputs, {t.name for t in inputs}, folded)
-    site = Site(index, graph, inputs, outputs, topological(internal), {n: folded[n] for n in reads})
+    return Site(index, graph, inputs, outputs, topological(internal), {n: folded[n] for n in reads})
+
+
+def _plan(site: Site, original: Graph, plan: StitchPlan | None) -> StitchPlan | None:
+    """The plan of the site's graph: the compiler's when the cluster is unchanged, else a new one."""
+    if site.graph is original:
+        return plan
+    if plan is None:
+        raise UnmappableError("the cluster must change at TF op granularity and the caller cannot re-plan it")
+    try:
+        return plan_cluster(site.graph, plan.cluster, PlanOptions(device=plan.device))
+    except ValueError as err:
+        raise UnmappableError(f"the cluster at TF op granularity cannot be planned: {err}") from None
+
+
+def _mapped(tf_graph: Any, conversion: Conversion, index: int, graph: Graph, members: frozenset[int]) -> Site:
+    """The site of `members` (`graph` when they are its members), interior tensors read outside added."""
+    same = members == frozenset(graph.metadata.get_ints("source_nodes"))
+    site = _site(tf_graph, conversion, index, graph if same else _cluster_graph(conversion, members, graph, []))
+    folded = dict(conversion.folded)
+    extra = _extra_outputs(site, conversion, members, folded)
+    if extra:
+        site.graph = _cluster_graph(conversion, members, graph, [conversion.tensors[t.name] for t in extra])
+        site.outputs += extra
+    _check_types(site.graph)  # regrouping may have added nodes
     _readers(site, folded)
+    return site
+
+
+def _absorb(conversion: Conversion, members: frozenset[int], found: list[Closure]) -> frozenset[int]:
+    """`members` with the IR nodes of the inputs that close a cycle (their TF ops move into the cluster).
+
+    TF's gradient functions order their ops after the incoming gradient with control edges
+    (Square_grad, Erf_grad): once those wait for the stitched op, an input computed by them
+    closes a cycle. Inside the cluster they are ordered by data alone.
+    """
+    source = conversion.graph
+    nodes = {conversion.tensors.get(c.tensor.name) for c in found}
+    if None in nodes:
+        raise UnmappableError(found[0].reason)
+    grown = hull(source, members | {n for n in nodes if n is not None})
+    if any(boundary_reason(source, source.node(n)) is not None for n in grown - members):
+        raise UnmappableError(found[0].reason)
+    try:
+        return regroup(source, conversion.origins.keys(), grown)
+    except RegroupError:
+        raise UnmappableError(found[0].reason) from None
+
+
+def map_cluster(
+    tf_graph: Any, conversion: Conversion, index: int, graph: Graph, plan: StitchPlan | None = None
+) -> Site:
+    """The `Site` of cluster graph `graph`; `UnmappableError` with the reason when there is none.
+
+    Without `plan`, only a cluster that needs no change is mapped (the caller compiles `graph`);
+    with it, `site.graph` and `site.plan` are what to compile.
+    """
+    _check_types(graph)
+    members = _members(conversion, graph)
+    site = _mapped(tf_graph, conversion, index, graph, members)
+    for _ in range(MAX_ABSORPTIONS):
+        found = closures(site)
+        if not found:
+            break
+        members = _absorb(conversion, members, found)
+        site = _mapped(tf_graph, conversion, index, graph, members)
+    check_acyclic(site)
+    site.plan = _plan(site, graph, plan)
     return site
 
 

@@ -1,0 +1,121 @@
+"""`granularity`: clusters redrawn as unions of whole atoms, on hand-built IR graphs (no TensorFlow).
+
+Each graph marks which nodes hold a TF tensor (`origins`); the others are intermediates of
+one TF op's lowering, as the frontend leaves them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stitchfleet.compiler.ir import Graph, GraphBuilder, Op, TensorType
+from stitchfleet.plugin.granularity import RegroupError, atoms, cyclic, hull, regroup
+
+
+def _unpack_like() -> tuple[Graph, set[int]]:
+    """x -> slice -> reshape (one TF op, the slice has no origin) -> tanh -> exp."""
+    b = GraphBuilder()
+    x = b.parameter("x", [2, 3, 4])
+    piece = b.slice(x, [0, 0, 0], [2, 1, 4])
+    flat = b.reshape(piece, [2, 4])
+    t = b.tanh(flat)
+    b.output("y", b.exp(t))
+    graph = b.build()
+    return graph, {n.id for n in graph.nodes} - {piece.id}
+
+
+def _broadcast_then_cycle() -> tuple[Graph, set[int], dict[str, int]]:
+    """p (a row sum) is broadcast inside TF op `mul`; `mul` also reads q = opaque(h), h in the cluster."""
+    b = GraphBuilder()
+    x = b.parameter("x", [4, 8])
+    p = b.tanh(b.reduce_sum(x, [1], keepdims=True))
+    h = b.tanh(x)
+    q = b.op(Op.OPAQUE, [h], {"type": "MatMul", "reason": "compute-intensive"}, declared=TensorType(h.shape, h.dtype))
+    spread = b.broadcast_to(p, (4, 8))
+    y = spread * q
+    b.output("y", y)
+    graph = b.build()
+    ids = {"x": x.id, "p": p.id, "h": h.id, "q": q.id, "spread": spread.id, "y": y.id}
+    origins = {n.id for n in graph.nodes} - {spread.id}
+    return graph, origins, ids
+
+
+def test_atoms_join_nodes_through_intermediates_only() -> None:
+    graph, origins = _unpack_like()
+    by_node = atoms(graph, origins)
+    slice_id, reshape_id = 1, 2
+    assert by_node[slice_id] == by_node[reshape_id] == frozenset({slice_id, reshape_id})
+    assert by_node[3] == frozenset({3})  # tanh reads a node with an origin: an atom of its own
+
+
+def test_a_cluster_starting_inside_a_tf_op_grows_to_its_start() -> None:
+    graph, origins = _unpack_like()
+    # the scope pass drew the cluster from the reshape on: its input (the slice) holds no TF tensor
+    assert regroup(graph, origins, {2, 3, 4}) == frozenset({1, 2, 3, 4})
+
+
+def test_a_cluster_ending_inside_a_tf_op_grows_to_its_end() -> None:
+    graph, origins = _unpack_like()
+    assert regroup(graph, origins, {1, 3, 4}) == frozenset({1, 2, 3, 4})
+
+
+def test_a_whole_cluster_is_left_as_it_is() -> None:
+    graph, origins = _unpack_like()
+    assert regroup(graph, origins, {1, 2, 3}) == frozenset({1, 2, 3})
+
+
+def test_an_atom_that_cannot_join_without_a_cycle_leaves_the_cluster() -> None:
+    graph, origins, ids = _broadcast_then_cycle()
+    members = {ids["p"] - 1, ids["p"], ids["h"], ids["spread"]}  # reduce, tanh(p), tanh(x), the broadcast
+    assert not cyclic(graph, members)
+    assert cyclic(graph, members | {ids["y"]})  # h -> opaque q -> y would come back
+    assert regroup(graph, origins, members) == frozenset(members - {ids["spread"]})
+
+
+def test_members_downstream_of_an_atom_that_leaves_leave_too() -> None:
+    """When growth would close a cycle and removing the atom alone would open one, the members it
+    feeds leave with it."""
+    b = GraphBuilder()
+    x = b.parameter("x", [4, 8])
+    w = b.tanh(x)
+    u = b.exp(w)  # no origin: shared by two outputs of one TF op (v and v2)
+    v = b.neg(u)
+    q = b.op(Op.OPAQUE, [w], {"type": "MatMul", "reason": "compute-intensive"}, declared=TensorType(w.shape, w.dtype))
+    v2 = u * q
+    z = b.tanh(v)
+    s = b.sigmoid(w)
+    b.output("v2", v2)
+    b.output("z", z)
+    b.output("s", s)
+    graph = b.build()
+    origins = {n.id for n in graph.nodes} - {u.id}
+    members = {w.id, u.id, v.id, z.id, s.id}
+    assert not cyclic(graph, members)
+    assert cyclic(graph, members | {v2.id})  # w -> q -> v2
+    assert cyclic(graph, members - {u.id, v.id})  # w -> u -> v -> z
+    assert regroup(graph, origins, members) == frozenset({w.id, s.id})
+
+
+def test_constants_the_members_read_join_them() -> None:
+    b = GraphBuilder()
+    x = b.parameter("x", [4])
+    two = b.constant([1.0, 2.0, 3.0, 4.0])
+    y = b.tanh(x * two)
+    b.output("y", b.exp(y))
+    graph = b.build()
+    origins = {n.id for n in graph.nodes}
+    assert regroup(graph, origins, {y.id - 1, y.id, y.id + 1}) == frozenset({two.id, y.id - 1, y.id, y.id + 1})
+
+
+def test_nothing_left_to_stitch_is_an_error() -> None:
+    graph, origins, ids = _broadcast_then_cycle()
+    with pytest.raises(RegroupError, match="at most one op is left"):
+        regroup(graph, origins, {ids["h"], ids["spread"]})
+
+
+def test_hull_adds_every_node_between_members() -> None:
+    graph, _, ids = _broadcast_then_cycle()
+    # h -> opaque q -> y: y joining h needs q; p is on no path between them
+    assert hull(graph, {ids["h"], ids["y"]}) == frozenset({ids["h"], ids["q"], ids["y"]})
+    assert hull(graph, {ids["p"], ids["h"]}) == frozenset({ids["p"], ids["h"]})
+    assert not cyclic(graph, hull(graph, {ids["h"], ids["y"]}))

@@ -1,0 +1,311 @@
+"""`map_cluster` on small TF graphs: clusters drawn through a TF op, interior tensors read outside, refusals.
+
+Each test draws a cluster the way the compiler's scope pass may (a node set of the converted
+graph, extracted and planned), shows what the old mapping could not do with it ("before"),
+then checks the mapped site: its tensors, and its cluster graph evaluated on TF's input
+values against TF's output values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from stitchfleet.compiler.evaluate import evaluate
+from stitchfleet.compiler.ir import Graph, Op
+from stitchfleet.compiler.plan import StitchPlan, plan_cluster
+from stitchfleet.compiler.subgraph import extract
+from stitchfleet.plugin.frontend import Conversion
+from stitchfleet.plugin.frontend.converter import convert
+from stitchfleet.plugin.kernels import ClusterKernel
+from stitchfleet.plugin.rewrite import Installed, rewire
+from stitchfleet.plugin.sites import Site, UnmappableError, map_cluster
+from tests.plugin.site_harness import CACHE, feeds
+
+pytestmark = pytest.mark.tf
+
+P = tf.compat.v1.placeholder
+
+
+def _convert(build: Callable[[], None]) -> tuple[Any, Conversion]:
+    graph = tf.Graph()
+    with graph.as_default():
+        build()
+    return graph, convert(graph)
+
+
+def _node(conversion: Conversion, tensor: str) -> int:
+    return conversion.node_of(tensor)
+
+
+def _ancestors(conversion: Conversion, ends: Iterable[str], starts: Iterable[str] = ()) -> set[int]:
+    """IR nodes computing `ends`, back to (and including) `starts`, parameters and opaque nodes excluded."""
+    graph = conversion.graph
+    stops = {_node(conversion, t) for t in starts}
+    found: set[int] = set()
+    stack = [_node(conversion, t) for t in ends]
+    while stack:
+        node = stack.pop()
+        if node in found or graph.node(node).op in (Op.PARAMETER, Op.OPAQUE):
+            continue
+        found.add(node)
+        if node not in stops:
+            stack += list(graph.node(node).inputs)
+    return found
+
+
+def _cluster(conversion: Conversion, members: set[int]) -> tuple[Graph, StitchPlan]:
+    """The cluster graph and plan the compiler would hand over for `members`."""
+    graph = conversion.graph
+    constants = {i for m in members for i in graph.node(m).inputs if graph.node(i).op is Op.CONSTANT}
+    cluster = extract(graph, members | constants).with_metadata(cluster=0)
+    return cluster, plan_cluster(cluster, 0)
+
+
+def _unmapped(conversion: Conversion, cluster: Graph) -> list[int]:
+    """The cluster's inputs and outputs that hold no TF tensor (what the old mapping refused)."""
+    ends = cluster.metadata.get_ints("source_inputs") + cluster.metadata.get_ints("source_outputs")
+    return [n for n in ends if n not in conversion.origins]
+
+
+def _assert_computes_tf(graph: Any, site: Site) -> None:
+    """The site's cluster graph, fed TF's values of its input tensors, gives TF's values of its outputs."""
+    with tf.compat.v1.Session(graph=graph) as session:
+        values = feeds(graph)
+        got_in, got_out = session.run([site.inputs, site.outputs], values)
+    names = [str(p.attrs["name"]) for p in site.graph.parameters]
+    result = evaluate(site.graph, dict(zip(names, got_in, strict=True)))
+    assert len(site.graph.outputs) == len(site.outputs)
+    for (name, _), want in zip(site.graph.outputs, got_out, strict=True):
+        np.testing.assert_allclose(result[name], want, rtol=1e-5, atol=1e-6)
+
+
+def _unpack_into_cluster() -> None:
+    x = P(tf.float32, [2, 3, 4], name="x")
+    a, b, c = tf.unstack(x, axis=1)
+    tf.add(tf.tanh(a) * b, c, name="y")
+
+
+def test_cluster_starting_inside_unpack_takes_the_whole_piece() -> None:
+    graph, conversion = _convert(_unpack_into_cluster)
+    pieces = [_node(conversion, f"unstack:{i}") for i in range(3)]
+    members = _ancestors(conversion, ["y:0"], [f"unstack:{i}" for i in range(3)])
+    cluster, plan = _cluster(conversion, members)
+    slices = [conversion.graph.node(p).inputs[0] for p in pieces]
+    assert sorted(_unmapped(conversion, cluster)) == sorted(slices)  # before: inputs are unpack's slices
+    with pytest.raises(UnmappableError, match="cannot re-plan"):
+        map_cluster(graph, conversion, 0, cluster)
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert [t.name for t in site.inputs] == ["x:0"] and [t.name for t in site.outputs] == ["y:0"]
+    assert "unstack" in site.internal_names and site.graph is not cluster and site.plan is not plan
+    _assert_computes_tf(graph, site)
+
+
+def test_rewired_unpack_cluster_trains_the_same_value() -> None:
+    graph, conversion = _convert(_unpack_into_cluster)
+    members = _ancestors(conversion, ["y:0"], [f"unstack:{i}" for i in range(3)])
+    site = map_cluster(graph, conversion, 0, *_cluster(conversion, members))
+    assert site.plan is not None
+    kernel = ClusterKernel(site.graph, site.plan, "cpu", CACHE)
+    rewired = rewire(graph, [site], [kernel])
+    assert isinstance(rewired.clusters[0], Installed)
+    y = rewired.current(graph.get_tensor_by_name("y:0"))
+    with tf.compat.v1.Session(graph=graph) as session:
+        values = feeds(graph)
+        off = session.run(y, {**values, rewired.switches: [False]})
+        on = session.run(y, {**values, rewired.switches: [True]})
+    np.testing.assert_allclose(on, off, rtol=1e-6)
+    assert kernel.calls == 1
+
+
+def test_cluster_ending_inside_unpack_ends_on_its_output_and_leaves_the_other_pieces() -> None:
+    def build() -> None:
+        x = P(tf.float32, [2, 3, 4], name="x")
+        w = tf.constant(np.ones((4, 4), np.float32))
+        pieces = tf.unstack(tf.tanh(x, name="t"), axis=1)
+        for i, piece in enumerate(pieces):
+            tf.matmul(piece, w, name=f"mm{i}")
+
+    graph, conversion = _convert(build)
+    first_slice = conversion.graph.node(_node(conversion, "unstack:0")).inputs[0]
+    cluster, plan = _cluster(conversion, {_node(conversion, "t:0"), first_slice})
+    assert _unmapped(conversion, cluster) == [first_slice]  # before: an output is unpack's first slice
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert {t.name for t in site.outputs} == {"t:0", "unstack:0"}
+    # unstack:1 and :2 are read by outside matmuls; the cluster does not compute them: the original op does
+    assert "unstack" in site.internal_names
+    _assert_computes_tf(graph, site)
+
+
+def test_interior_tensor_read_outside_becomes_an_extra_output() -> None:
+    def build() -> None:
+        x = P(tf.float32, [4, 8], name="x")
+        t = tf.tanh(x, name="t")
+        tf.exp(t * 2.0, name="y")
+        tf.raw_ops.ZerosLike(x=t, name="z")  # reads t in TF, not in the IR (it only needs the shape)
+
+    graph, conversion = _convert(build)
+    cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
+    assert [conversion.origins[n].name for n in cluster.metadata.get_ints("source_outputs")] == ["y:0"]
+    with pytest.raises(UnmappableError, match="cannot re-plan"):  # before: "interior tensor t:0 feeds 'z'"
+        map_cluster(graph, conversion, 0, cluster)
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert [t.name for t in site.outputs] == ["y:0", "t:0"]
+    assert site.graph.metadata.get_ints("source_outputs")[-1] == _node(conversion, "t:0")
+    _assert_computes_tf(graph, site)
+
+
+def test_cluster_that_needs_no_change_keeps_the_compilers_graph_and_plan() -> None:
+    def build() -> None:
+        x = P(tf.float32, [4, 8], name="x")
+        tf.exp(tf.tanh(x) * 2.0, name="y")
+
+    graph, conversion = _convert(build)
+    cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert site.graph is cluster and site.plan is plan
+    assert map_cluster(graph, conversion, 0, cluster).plan is None
+    _assert_computes_tf(graph, site)
+
+
+# --- still refused, and why -------------------------------------------------------------------
+
+
+def test_bf16_cluster_is_still_refused() -> None:
+    def build() -> None:
+        x = P(tf.bfloat16, [4, 8], name="x")
+        tf.exp(tf.tanh(x) * 2.0, name="y")
+
+    graph, conversion = _convert(build)
+    cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
+    with pytest.raises(UnmappableError, match=r"bf16 values cannot cross tf\.numpy_function"):
+        map_cluster(graph, conversion, 0, cluster, plan)
+
+
+def test_stateful_op_between_inputs_and_outputs_is_still_refused() -> None:
+    def build() -> None:
+        x = P(tf.float32, [4, 8], name="x")
+        noise = tf.random.uniform([4, 8], name="noise")
+        tf.add(tf.tanh(x), tf.raw_ops.ZerosLike(x=noise), name="y")  # the IR's splat hides TF's read of noise
+
+    graph, conversion = _convert(build)
+    cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
+    with pytest.raises(UnmappableError, match="reaches RandomUniform op 'noise/RandomUniform'"):
+        map_cluster(graph, conversion, 0, cluster, plan)
+
+
+def test_control_flow_between_inputs_and_outputs_is_still_refused() -> None:
+    def build() -> None:
+        x = P(tf.float32, [4, 8], name="x")
+        flag = P(tf.bool, [], name="flag")
+        branch = tf.cond(flag, lambda: x * 2.0, lambda: x * 3.0)
+        tf.add(tf.tanh(x), tf.raw_ops.ZerosLike(x=branch), name="y")
+
+    graph, conversion = _convert(build)
+    cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
+    with pytest.raises(UnmappableError, match=r"reaches (StatelessIf|If|Merge) op"):
+        map_cluster(graph, conversion, 0, cluster, plan)
+
+
+def _delayed(compute: Callable[[Any], Any]) -> Callable[[], None]:
+    """y = exp(t) * m, where m = compute(x) waits for t = tanh(x), as TF's gradient functions delay their work."""
+
+    def build() -> None:
+        x = P(tf.float32, [4, 8], name="x")
+        t = tf.tanh(x, name="t")
+        with tf.control_dependencies([t]):
+            m = tf.identity(compute(x), name="m")
+        tf.multiply(tf.exp(t), m, name="y")
+
+    return build
+
+
+def _without_m(conversion: Conversion) -> set[int]:
+    """The cluster computing y from t and m, m drawn outside it."""
+    m = _node(conversion, "m:0")
+    return {n for n in _ancestors(conversion, ["y:0"]) if n not in _ancestors(conversion, ["m:0"])} - {m}
+
+
+def test_input_whose_op_waits_for_the_cluster_moves_into_it() -> None:
+    graph, conversion = _convert(_delayed(lambda x: x * 3.0))
+    cluster, plan = _cluster(conversion, _without_m(conversion))
+    # before: the cluster reads mul, which waits for tanh: moved onto the stitched op, that edge closes a cycle
+    assert sorted(conversion.origins[n].name for n in cluster.metadata.get_ints("source_inputs")) == ["mul:0", "x:0"]
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert [t.name for t in site.inputs] == ["x:0"] and "mul" in site.internal_names
+    _assert_computes_tf(graph, site)
+
+
+def test_control_edge_closing_a_cycle_through_a_matmul_is_still_refused() -> None:
+    w = np.eye(8, dtype=np.float32)
+    graph, conversion = _convert(_delayed(lambda x: tf.matmul(x, tf.constant(w))))
+    cluster, plan = _cluster(conversion, _without_m(conversion))
+    refusal = r"a cycle: outside TF op '\w+' waits for its ops and leads to 'MatMul', an input"
+    with pytest.raises(UnmappableError, match=refusal):
+        map_cluster(graph, conversion, 0, cluster, plan)
+
+
+def test_overlapping_clusters_rewire_in_either_order() -> None:
+    """u = tanh(x) is computed by both clusters; the first rewired reroutes the second's reader of u."""
+
+    def build() -> None:
+        x = P(tf.float32, [4, 8], name="x")
+        u = tf.tanh(x, name="u")
+        tf.exp(u, name="v")
+        tf.multiply(u, 2.0, name="w")
+
+    graph, conversion = _convert(build)
+    first = map_cluster(graph, conversion, 0, *_cluster(conversion, _ancestors(conversion, ["v:0"])))
+    second = map_cluster(graph, conversion, 1, *_cluster(conversion, _ancestors(conversion, ["w:0"])))
+    assert {t.name for t in first.outputs} == {"u:0", "v:0"} and "u" in second.internal_names
+    kernels = [ClusterKernel(s.graph, s.plan, "cpu", CACHE) for s in (first, second) if s.plan is not None]
+    rewired = rewire(graph, [first, second], kernels)
+    assert all(isinstance(c, Installed) for c in rewired.clusters), rewired.clusters
+    outs = [rewired.current(graph.get_tensor_by_name(f"{k}:0")) for k in ("v", "w")]
+    with tf.compat.v1.Session(graph=graph) as session:
+        values = feeds(graph)
+        on = session.run(outs, {**values, rewired.switches: [True, True]})
+        off = session.run(outs, {**values, rewired.switches: [False, False]})
+    for a, b in zip(on, off, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert all(k.calls == 1 for k in kernels)
+
+
+def test_second_cluster_closing_a_cycle_through_the_first_is_left_off() -> None:
+    """Two clusters each free of cycles, yet each feeds the other through a matmul (as remote
+    stitching of a forward and a backward recurrence can pair them): the second is refused,
+    and the switches count installed clusters only (a third one takes the second switch)."""
+
+    def build() -> None:
+        x, y = P(tf.float32, [4, 4], name="x"), P(tf.float32, [4, 4], name="y")
+        w = tf.constant(np.eye(4, dtype=np.float32))
+        f1 = tf.tanh(x, name="f1")
+        tf.exp(tf.matmul(f1, w), name="f2")
+        h1 = tf.tanh(y, name="h1")
+        tf.exp(tf.matmul(h1, w), name="h2")
+        tf.exp(tf.sigmoid(x), name="k")
+
+    graph, conversion = _convert(build)
+    n = {name: _node(conversion, f"{name}:0") for name in ("f1", "f2", "h1", "h2")}
+    sites = [
+        map_cluster(graph, conversion, 0, *_cluster(conversion, {n["f1"], n["h2"]})),
+        map_cluster(graph, conversion, 1, *_cluster(conversion, {n["f2"], n["h1"]})),
+        map_cluster(graph, conversion, 2, *_cluster(conversion, _ancestors(conversion, ["k:0"]))),
+    ]
+    kernels = [ClusterKernel(s.graph, s.plan, "cpu", CACHE) for s in sites if s.plan is not None]
+    rewired = rewire(graph, sites, kernels)
+    first, second, third = rewired.clusters
+    assert isinstance(first, Installed) and isinstance(third, Installed)
+    assert isinstance(second, str) and "a cycle: outside TF op 'MatMul_1'" in second
+    outs = [rewired.current(graph.get_tensor_by_name(f"{k}:0")) for k in ("f2", "h2", "k")]
+    with tf.compat.v1.Session(graph=graph) as session:
+        values = feeds(graph)
+        on = session.run(outs, {**values, rewired.switches: [False, True]})  # one switch per installed cluster
+        off = session.run(outs, {**values, rewired.switches: [False, False]})
+    for a, b in zip(on, off, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert [k.calls for k in kernels] == [0, 0, 1]
