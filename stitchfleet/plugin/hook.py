@@ -124,7 +124,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             try:
                 site = map_cluster(graph, conversion, i, cg, plan)  # may redraw it at TF op granularity
                 fault = self.fault if self.fault is not None and self.fault.applies(i, self.consensus.rank) else None
-                kernel = ClusterKernel(site.graph, site.plan, backend, current.cache_dir, fault)
+                kernel = ClusterKernel(site.graph, site.plan or plan, backend, current.cache_dir, fault)
             except UnmappableError as err:
                 self._off(i, fingerprint, f"not mapped: {err}")
                 continue
