@@ -237,6 +237,16 @@ def _divmod(op: Op | k.IndexOp, x: k.Expr, n: int, bounds: Mapping[str, int]) ->
     return k.add(k.mul(simplify(k.mod(r, k.i64(n // inner)), bounds), k.i64(inner)), c)
 
 
+def _fold_offsets(op: Op | k.IndexOp, a: k.Expr, cb: int | None) -> k.Expr | None:
+    """`(x + p) + q` and `(x + p) - q` with constants p, q as `x + (p +/- q)` (a shifted loop's index)."""
+    if cb is None or op not in (Op.ADD, Op.SUB) or not (isinstance(a, k.Binary) and a.op is Op.ADD):
+        return None
+    p = _const(a.b)
+    if p is None:
+        return None
+    return k.add(a.a, k.i64(p + cb if op is Op.ADD else p - cb))
+
+
 def simplify(e: k.Expr, bounds: Mapping[str, int]) -> k.Expr:
     """Integer index math with the identities above (bounds: loop variable -> exclusive upper bound)."""
     if not isinstance(e, k.Binary) or e.dtype.is_float:
@@ -247,8 +257,11 @@ def simplify(e: k.Expr, bounds: Mapping[str, int]) -> k.Expr:
         return b
     if e.op in (Op.ADD, Op.SUB) and cb == 0:
         return a
-    if e.op is Op.MUL and (ca == 1 or cb == 1):
-        return b if ca == 1 else a
+    folded = _fold_offsets(e.op, a, cb)
+    if folded is None and e.op is Op.MUL and (ca == 1 or cb == 1):
+        folded = b if ca == 1 else a
+    if folded is not None:
+        return simplify(folded, bounds)
     if e.op in (Op.DIV, k.IndexOp.MOD) and cb is not None and cb > 0 and not a.dtype.is_float:
         done = _divmod(e.op, a, cb, bounds)
         if done is not None:

@@ -22,6 +22,7 @@ import math
 from collections.abc import Sequence
 
 from stitchfleet.compiler.cpu.invariant import hoisted_block
+from stitchfleet.compiler.cpu.pieces import column_loops
 from stitchfleet.compiler.ir import DType
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower.phases import Phase
@@ -111,15 +112,14 @@ def fused_loop(ph: Phase, groups: Sequence[Group], pad: str) -> list[str]:
         stop = f"sf_min_int64_t({start} + {FLAT_CHUNK}L, {total}L)"
     _stores(ph, em, groups, index)
     ids = ", ".join(str(g.id) for g in groups)
-    before, body = hoisted_block(em.stmts, {col.name}, bounds, (pad + "    ", pad + "        "))
-    return [
+    head = [
         f"{pad}/* groups {ids}: element-wise, fused ({total} elements as {rows} x {cols if cols > 1 else 'flat'}) */",
         f"{pad}#pragma omp for schedule(static)",
         f"{pad}for (int64_t {row.name} = 0; {row.name} < {rows}L; ++{row.name}) {{",
-        *before,
-        f"{pad}    #pragma omp simd",
-        f"{pad}    for (int64_t {col.name} = {start}; {col.name} < {stop}; ++{col.name}) {{",
-        *body,
-        f"{pad}    }}",
-        f"{pad}}}",
     ]
+    if cols > 1:
+        return [*head, *column_loops(em.stmts, col.name, cols, bounds, pad + "    "), f"{pad}}}"]
+    before, body = hoisted_block(em.stmts, {col.name}, bounds, (pad + "    ", pad + "        "))
+    flat = f"for (int64_t {col.name} = {start}; {col.name} < {stop}; ++{col.name})"
+    loop = [f"{pad}    #pragma omp simd", f"{pad}    {flat} {{"]
+    return [*head, *before, *loop, *body, f"{pad}    }}", f"{pad}}}"]

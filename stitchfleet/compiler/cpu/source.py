@@ -42,7 +42,7 @@ from stitchfleet.compiler.cpu.generator import (
     loop_range,
     no_shared_reduce,
 )
-from stitchfleet.compiler.cpu.invariant import hoisted_block
+from stitchfleet.compiler.cpu.pieces import column_loops
 from stitchfleet.compiler.cpu.reduction import REDUCERS, Reduce
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir as k
@@ -100,10 +100,7 @@ def _elementwise(gen: Gen, group: Group, pad: str) -> list[str]:
     head = loop_range(row.name, "row0", m.rows_per_task, m.rows)
     if m.cols == 1:
         return [f"{pad}{head} {{", *c.block(em.stmts, bounds, frozenset(), pad + "    "), f"{pad}}}"]
-    before, body = hoisted_block(em.stmts, {col.name}, bounds, (pad + "    ", pad + "        "))
-    inner = f"for (int64_t {col.name} = 0; {col.name} < {m.cols}L; ++{col.name})"
-    loop = [f"{pad}    #pragma omp simd", f"{pad}    {inner} {{", *body, f"{pad}    }}"]
-    return [f"{pad}{head} {{", *before, *loop, f"{pad}}}"]
+    return [f"{pad}{head} {{", *column_loops(em.stmts, col.name, m.cols, bounds, pad + "    "), f"{pad}}}"]
 
 
 def _finalize(gen: Gen, group: Group, pad: str) -> list[str]:
