@@ -220,12 +220,33 @@ def _split(e: k.Expr, bounds: Mapping[str, int]) -> tuple[k.Expr, int, k.Expr] |
     return e.a.a, n, e.b
 
 
-def _divmod(op: Op | k.IndexOp, x: k.Expr, n: int, bounds: Mapping[str, int]) -> k.Expr | None:
+def _scaled(op: Op | k.IndexOp, x: k.Expr, n: int, bounds: Mapping[str, int]) -> k.Expr | None:
+    """`(r*s) / n` is `r*(s/n)` and `(r*s) % n` is 0 when n divides s (unstacked rows: `(r*10) % 10`)."""
+    if not (isinstance(x, k.Binary) and x.op is Op.MUL):
+        return None
+    scale = _const(x.b)
+    if scale is None or scale <= 0 or scale % n:
+        return None
+    return simplify(k.mul(x.a, k.i64(scale // n)), bounds) if op is Op.DIV else k.i64(0)
+
+
+def _trivial(op: Op | k.IndexOp, x: k.Expr, n: int, bounds: Mapping[str, int]) -> k.Expr | None:
+    """x / n and x % n when n is 1, divides x's constant factor, or exceeds x."""
     if n == 1:
         return x if op is Op.DIV else k.i64(0)
+    scaled = _scaled(op, x, n, bounds)
+    if scaled is not None:
+        return scaled
     high = upper(x, bounds)
     if high is not None and 0 <= high < n:
         return k.i64(0) if op is Op.DIV else x
+    return None
+
+
+def _divmod(op: Op | k.IndexOp, x: k.Expr, n: int, bounds: Mapping[str, int]) -> k.Expr | None:
+    direct = _trivial(op, x, n, bounds)
+    if direct is not None:
+        return direct
     parts = _split(x, bounds)
     if parts is None or n % parts[1]:
         return None
