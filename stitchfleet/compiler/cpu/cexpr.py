@@ -47,6 +47,7 @@ COMPUTE = {
     DType.BOOL: "bool",
 }
 STORAGE = {**COMPUTE, DType.F16: "_Float16", DType.BOOL: "uint8_t"}
+_SMALL_POWERS = (2.0, 3.0, 4.0)
 _BIT_SELECTED = frozenset({"float", "double"})  # sf_sel_* exists for these
 
 _INCLUDES = """
@@ -305,13 +306,21 @@ def render(e: k.Expr, bounds: Mapping[str, int]) -> str:
     return _render(simplify(e, bounds), bounds)
 
 
+def _binary(e: k.Binary, bounds: Mapping[str, int]) -> str:
+    if e.op is Op.POW and isinstance(e.b, k.Const) and e.b.value in _SMALL_POWERS and e.a.dtype.is_float:
+        # x**2, x**3 (tanh-GELU), x**4 as products: libm's pow is a scalar call gcc cannot vectorise
+        # (transformer GELU cluster 55 ms vs 32 ms in TF); within an ulp or two of pow
+        return "(" + " * ".join([_render(e.a, bounds)] * int(e.b.value)) + ")"
+    return binary_text(e.op, _render(e.a, bounds), _render(e.b, bounds), e.a.dtype)
+
+
 def _render(e: k.Expr, bounds: Mapping[str, int]) -> str:
     if isinstance(e, k.Const | k.Var):
         return const_text(e.value, e.dtype) if isinstance(e, k.Const) else e.name
     if isinstance(e, k.Unary):
         return unary_text(e.op, _render(e.x, bounds), e.dtype)
     if isinstance(e, k.Binary):
-        return binary_text(e.op, _render(e.a, bounds), _render(e.b, bounds), e.a.dtype)
+        return _binary(e, bounds)
     if isinstance(e, k.Select):
         return select_text(_render(e.cond, bounds), _render(e.a, bounds), _render(e.b, bounds), e.dtype)
     if isinstance(e, k.Cast):
