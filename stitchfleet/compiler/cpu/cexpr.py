@@ -70,8 +70,8 @@ static inline float sf_bf16(float x) {
     return x;
 }
 #define SF_ORDERED(T) \
-    static inline T sf_max_##T(T a, T b) { return (a > b || a != a) ? a : b; } \
-    static inline T sf_min_##T(T a, T b) { return (a < b || a != a) ? a : b; } \
+    static inline T sf_max_##T(T a, T b) { return ((a > b) | (a != a)) ? a : b; } \
+    static inline T sf_min_##T(T a, T b) { return ((a < b) | (a != a)) ? a : b; } \
     static inline T sf_relu_##T(T a) { return a < 0 ? (T)0 : a; } \
     static inline T sf_sign_##T(T a) { return a > 0 ? (T)1 : (a < 0 ? (T)-1 : a); } \
     static inline T sf_abs_##T(T a) { return a < 0 ? -a : a; }

@@ -74,7 +74,7 @@ static inline float sf_logf(float x) {
     float y = s * (hfsq + (t2 + t1)) + dk * 9.0580006145e-06f - hfsq + f + dk * 6.9313812256e-01f;
     y = x < 0.0f ? NAN : y;
     y = x == 0.0f ? -INFINITY : y;
-    return (x == INFINITY || x != x) ? x : y;
+    return ((x == INFINITY) | (x != x)) ? x : y;  /* | not ||: no branch, so loops calling it vectorise */
 }
 static inline float sf_log1pf(float x) {
     float u = 1.0f + x;

@@ -7,8 +7,11 @@ computed by the C code (the bridge's path); calling it maps names to names.
 
 - Compilation: the system C compiler (`cc`, or `CpuOptions.compiler`) with -O3 -fopenmp
   -fwrapv (integer overflow wraps, as numpy's does) -ffp-contract=off (no fused
-  multiply-add: IEEE results op by op, like numpy) and -fno-math-errno (errno only;
-  lets sqrt inline). Fast-math is off unless asked for.
+  multiply-add: IEEE results op by op, like numpy), -fno-math-errno (errno only;
+  lets sqrt inline) and -fno-trapping-math (no code reads FP exception flags, so gcc
+  may compute both sides of a select: without it no loop calling our logf or tanhf
+  vectorised, "control flow in loop"; values are unchanged). Fast-math is off unless
+  asked for.
 - -march=native by default: stitched code is memory-bound, but f16 conversions and the
   16-lane reductions gain from AVX2/F16C. Because a cache directory may be shared by
   machines with different CPUs, the cache key then includes this CPU's model and flag
@@ -49,7 +52,10 @@ from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
 
 Array = npt.NDArray[Any]
-BASE_FLAGS = ("-O3", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-ffp-contract=off", "-fno-math-errno")
+BASE_FLAGS = (
+    *("-O3", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-fwrapv", "-ffp-contract=off"),
+    *("-fno-math-errno", "-fno-trapping-math"),
+)
 COMPILE_TIMEOUT_S = 300
 POOLED_SETS = 2  # output sets kept per executable for reuse (a step's set is usually free by the next)
 

@@ -4,6 +4,7 @@ whole runs of the last dimension; each checked on the source and against the ref
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ from stitchfleet.compiler.cpu.source import cluster_source
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.ir import Graph, GraphBuilder
 from stitchfleet.compiler.plan import MappingKind, PlanOptions, plan_cluster
-from stitchfleet.compiler.runtime.cpu import compile_cluster
+from stitchfleet.compiler.runtime.cpu import BASE_FLAGS, compile_cluster
 from stitchfleet.compiler.tolerance import check_outputs
 
 
@@ -122,3 +123,22 @@ def test_small_integer_powers_are_products_not_pow_calls(tmp_path: Path) -> None
     assert "powf(" in text  # x**0.5 keeps pow's special cases
     assert text.count("powf(") == 1
     matches(graph, tmp_path)
+
+
+def vectorised_loops(c_file: Path, flags: list[str]) -> int:
+    argv = ["cc", *flags, "-march=native", "-c", str(c_file), "-o", str(c_file.with_suffix(".o")), "-fopt-info-vec"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    return done.stderr.count("loop vectorized")
+
+
+def test_loops_calling_our_log_vectorise(tmp_path: Path) -> None:
+    """Regression: with gcc's default -ftrapping-math no loop calling sf_logf vectorised ("control flow
+    in loop": both sides of its selects may not be computed); the backend compiles without it."""
+    b = GraphBuilder()
+    b.output("l", b.log(b.parameter("x", (64, 256))))
+    graph = b.build()
+    c_file = tmp_path / "log.c"
+    c_file.write_text(cluster_source(graph, plan_cluster(graph, 0, PlanOptions()), "f").text)
+    ours = [f for f in BASE_FLAGS if f not in ("-shared", "-fPIC")]
+    trapping = [f if f != "-fno-trapping-math" else "-ftrapping-math" for f in ours]
+    assert vectorised_loops(c_file, ours) > vectorised_loops(c_file, trapping)
