@@ -235,7 +235,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("demo", help="train a small model with the plugin on and print the savings report")
-    parser.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
+    parser.add_argument("--steps", type=int, default=600, help="training steps (default 600)")
     parser.add_argument("--every", type=int, default=20, help="a progress line every N steps (default 20)")
     parser.add_argument("--dir", default="stitchfleet-demo", help="where each run's directory is made")
     parser.add_argument("--backend", default="cpu", choices=("cpu", "sim"), help="kernel backend (default cpu)")

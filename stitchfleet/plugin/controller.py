@@ -29,8 +29,10 @@ from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.schedule import PROBE, REVERTED, STITCHED, Probes, Timing, Window, Windows
 
 log = logging.getLogger("stitchfleet.plugin")
-# fault, loss, fresh medians, stitched median, baseline median, probe figures in, probe alone, probe baseline
-EXTRA = 8
+# fault, loss, fresh medians, stitched median, baseline median, probe figures in, probe alone, probe baseline,
+# probe noise
+EXTRA = 9
+NOISE_FACTOR = 2.0  # a kept cluster beats its baseline by this many standard errors (and by the margin)
 
 
 @dataclass
@@ -93,10 +95,12 @@ class Controller:
         return np.array(flags + extra + self._probe_figures(step), dtype=np.float64)
 
     def _probe_figures(self, step: int) -> list[float]:
-        """At a probe decision step: [1, only-k median, paired baseline median]; zeros otherwise."""
+        """At a probe decision step: [1, only-k median, paired baseline median, noise]; zeros otherwise."""
         k = self.timing.decides(step)
         found = self.probes.medians(k) if k is not None else None
-        return [1.0, *found] if found is not None else [0.0, 0.0, 0.0]
+        if k is None or found is None:
+            return [0.0, 0.0, 0.0, 0.0]
+        return [1.0, *found, self.probes.noise(k)]
 
     # --- after a step ---------------------------------------------------------------------
 
@@ -170,20 +174,26 @@ class Controller:
         """
         if not c.enabled:
             return  # reverted already (its own revert event says why)
-        ready, alone, base = (float(x) for x in figures)
+        ready, alone, base, noise = (float(x) for x in figures)
         if ready < self.size:
             self._leave(step, c, "no probe figures", f"{ready:.0f} of {self.size} ranks had timed both windows")
             return
-        alone, base = alone / self.size, base / self.size
+        alone, base, noise = alone / self.size, base / self.size, noise / self.size
         t = self.timing
         steps = f"{(t.probe_steps - t.probe_checks) * t.probe_rounds}+{t.probe_steps * t.probe_rounds} steps"
-        c.probe = f"{(alone - base) * 1e3:+.2f} ms/step ({alone * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps})"
-        if alone < base * (1.0 - self.timing.probe_margin):
+        c.probe = (
+            f"{(alone - base) * 1e3:+.2f} ms/step ({alone * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps},"
+            f" noise {noise * 1e3:.2f} ms)"
+        )
+        # Both: the margin (worth the risk) and the noise (not a lucky draw: keeping the clusters whose
+        # noise happened to be most negative made the kept set slower together than apart)
+        needed = max(base * self.timing.probe_margin, NOISE_FACTOR * noise)
+        if base - alone > needed:
             self._keep(step, c)
         elif alone >= base:
             self._leave(step, c, "slower than TF", c.probe)
         else:
-            self._leave(step, c, f"within {self.timing.probe_margin * 100:g}% of TF", c.probe)
+            self._leave(step, c, "not faster beyond noise and margin", c.probe)
 
     def _keep(self, step: int, c: Cluster) -> None:
         c.kept, c.reason = True, f"faster than TF: {c.probe}"

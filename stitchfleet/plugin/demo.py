@@ -62,7 +62,9 @@ def demo_settings(directory: Path, backend: str) -> settings_module.Settings:
         "STITCHFLEET_WINDOW_STEPS": "20",
         "STITCHFLEET_CHECK_EVERY": "50",
         "STITCHFLEET_CHECK_FIRST": "3",
-        "STITCHFLEET_PROBE_STEPS": "6",  # ~12 clusters x 12 steps: the default 300 steps end stitched
+        # 10 clusters x 2 rounds x (6 + 6) steps of probing: the default 600 steps end stitched
+        "STITCHFLEET_PROBE_STEPS": "6",
+        "STITCHFLEET_PROBE_ROUNDS": "2",
         "STITCHFLEET_GPUS_PER_RANK": "1",
     }
     base = settings_module.current()

@@ -217,3 +217,17 @@ class Probes:
         if not alone or not base:
             return None
         return statistics.median(alone), statistics.median(base)
+
+    def noise(self, k: int) -> float:
+        """The standard error of (only-k median - baseline median), from each half's spread (1.4826 MAD,
+        robust to the odd slow step) and the 1.2533 factor of a median's error; 0 without figures."""
+        halves = [self.seconds.get((k, PROBE)), self.seconds.get((k, BASELINE))]
+        if not all(halves):
+            return 0.0
+        variance = 0.0
+        for steps in halves:
+            assert steps is not None
+            centre = statistics.median(steps)
+            spread = 1.4826 * statistics.median(abs(s - centre) for s in steps)
+            variance += spread**2 / len(steps)
+        return 1.2533 * variance**0.5

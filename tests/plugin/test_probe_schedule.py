@@ -127,3 +127,12 @@ def test_rounds_repeat_every_pair_with_the_order_swapped_and_decide_after_the_la
         probes.add(step, seconds=float(step), timed=not two.checks(step))
     alone, base = probes.medians(0) or (0.0, 0.0)
     assert alone == 17.0 and base == 16.5  # only-0: 10-12, 22-24; baseline: 5-8, 25-28
+
+
+def test_probe_noise_is_the_standard_error_of_the_median_difference() -> None:
+    probes = Probes(PROBING)
+    for step in range(5, 13):
+        probes.add(step, seconds=1.0 + (0.1 if step % 2 else -0.1), timed=not PROBING.checks(step))
+    noise = probes.noise(0)
+    assert 0.05 < noise < 0.2  # spread 0.1 per half, 3 and 4 steps
+    assert Probes(PROBING).noise(0) == 0.0
