@@ -230,4 +230,4 @@ class Probes:
             centre = statistics.median(steps)
             spread = 1.4826 * statistics.median(abs(s - centre) for s in steps)
             variance += spread**2 / len(steps)
-        return 1.2533 * variance**0.5
+        return float(1.2533 * variance**0.5)
