@@ -17,9 +17,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
-import shlex
 import subprocess
-import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ import tensorflow as tf
 
 from stitchfleet.compiler.runtime.cpu import CpuExecutable
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
+from stitchfleet.compiler.runtime.native_build import BuildError, build_shared_object
 from stitchfleet.plugin.bridge_source import SOURCE
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -81,17 +80,13 @@ def _compiler_version() -> str:
 
 
 def _build() -> bytes:
-    with tempfile.TemporaryDirectory(prefix="stitchfleet-op-") as tmp:
-        cc_file, so_file = Path(tmp) / "stitch_call.cc", Path(tmp) / "stitch_call.so"
-        cc_file.write_text(SOURCE)
-        argv = [COMPILER, *_flags(), str(cc_file), "-o", str(so_file), *tf.sysconfig.get_link_flags(), "-ldl"]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-        except (OSError, subprocess.SubprocessError) as err:
-            raise BridgeUnavailableError(f"{shlex.join(argv)}: {err}") from None
-        if done.returncode != 0:
-            raise BridgeUnavailableError(f"building the bridge op failed:\n{done.stderr[-3000:]}")
-        return so_file.read_bytes()
+    def command(cc_file: Path, so_file: Path) -> list[str]:
+        return [COMPILER, *_flags(), str(cc_file), "-o", str(so_file), *tf.sysconfig.get_link_flags(), "-ldl"]
+
+    try:
+        return build_shared_object(SOURCE, "stitch_call.cc", command, BUILD_TIMEOUT_S)
+    except BuildError as err:
+        raise BridgeUnavailableError(f"building the bridge op failed: {err}") from None
 
 
 def library_path(cache_dir: Path) -> Path:

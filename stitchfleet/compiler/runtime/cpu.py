@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import shlex
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +48,7 @@ from stitchfleet.compiler.cpu.source import cluster_source
 from stitchfleet.compiler.ir import Graph, fingerprint
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
+from stitchfleet.compiler.runtime.native_build import BuildError, build_shared_object
 
 Array = npt.NDArray[Any]
 BASE_FLAGS = (
@@ -117,17 +116,13 @@ def compiler_version(compiler: str) -> str:
 
 
 def _build(source: CSource, options: CpuOptions) -> bytes:
-    with tempfile.TemporaryDirectory(prefix="stitchfleet-cc-") as tmp:
-        c_file, so_file = Path(tmp) / "cluster.c", Path(tmp) / "cluster.so"
-        c_file.write_text(source.text)
-        argv = [options.compiler, *options.flags, str(c_file), "-o", str(so_file), "-lm"]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-        except (OSError, subprocess.SubprocessError) as err:
-            raise CpuCompileError(f"{shlex.join(argv)}: {err}") from None
-        if done.returncode != 0:
-            raise CpuCompileError(f"{shlex.join(argv)} failed:\n{done.stderr[-4000:]}")
-        return so_file.read_bytes()
+    def command(c_file: Path, so_file: Path) -> list[str]:
+        return [options.compiler, *options.flags, str(c_file), "-o", str(so_file), "-lm"]
+
+    try:
+        return build_shared_object(source.text, "cluster.c", command, COMPILE_TIMEOUT_S)
+    except BuildError as err:
+        raise CpuCompileError(str(err)) from None
 
 
 def library_key(source: CSource, options: CpuOptions) -> str:
