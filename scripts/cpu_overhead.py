@@ -70,6 +70,7 @@ def measure(steps: int, dims: dict[str, int]) -> dict[str, list[float]]:
             "STITCHFLEET_JOB_UID": "cpu-overhead",
             "STITCHFLEET_BACKEND": "cpu",
             "STITCHFLEET_BRIDGE": "python",  # the per-call split below times the Python path
+            "STITCHFLEET_PROBE_STEPS": "0",  # every cluster on in stitched windows (no per-cluster probe)
             "STITCHFLEET_WARMUP_STEPS": str(WINDOW),
             "STITCHFLEET_BASELINE_STEPS": str(WINDOW),
             "STITCHFLEET_REBASELINE_EVERY": str(2 * WINDOW),
