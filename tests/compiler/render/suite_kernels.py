@@ -1,7 +1,8 @@
-"""The kernels the CUDA tests render: every suite case planned for the H200 and lowered, plus building blocks.
+"""The kernels the CUDA tests render: every suite case and every workload cluster planned for the H200
+and lowered, plus building blocks.
 
-Not a test module: a helper the tests import. Suite kernels are renamed after their
-case file so that they can share one translation unit.
+Not a test module: a helper the tests import. Kernels are renamed after their case or cluster
+file so that they can share one translation unit.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
 
 SUITE = Path(__file__).resolve().parents[3] / "benchmarks" / "suite"
+WORKLOADS = Path(__file__).resolve().parents[3] / "benchmarks" / "workloads"
+MODELS = ("bert_encoder", "transformer_block", "dien_attention_gru", "crnn_head")
 
 
 def suite_kernels(device: str = "h200") -> list[ir.Kernel]:
@@ -27,6 +30,16 @@ def suite_kernels(device: str = "h200") -> list[ir.Kernel]:
             sub = extract(graph, cluster.nodes)
             for k in lower(sub, plan_cluster(sub, i, PlanOptions(device=device))).kernels:
                 kernels.append(dataclasses.replace(k, name=f"{path.stem}_{k.name}"))
+    return kernels
+
+
+def workload_kernels(model: str, device: str = "h200") -> list[ir.Kernel]:
+    """Every kernel of every cluster of one workload graph (benchmarks/workloads/<model>/cluster_*.json)."""
+    kernels: list[ir.Kernel] = []
+    for path in sorted((WORKLOADS / model).glob("cluster_*.json")):
+        graph = load(path)
+        for k in lower(graph, plan_cluster(graph, 0, PlanOptions(device=device))).kernels:
+            kernels.append(dataclasses.replace(k, name=f"{model}_{path.stem}_{k.name}"))
     return kernels
 
 

@@ -1,7 +1,8 @@
 """Every rendered kernel compiles with nvcc (cubin) for sm_90 and for the oldest arch this nvcc accepts.
 
 No GPU needed. Suite kernels (all 78 cases, planned for the H200) are compiled as one
-translation unit per arch; results are cached by source hash across runs.
+translation unit per arch, the workload clusters (145, four TF training graphs) as one per
+workload and arch; results are cached by source hash across runs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.render.cuda import render_kernel, render_module
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache
 from stitchfleet.compiler.runtime.nvcc import Nvcc, NvccError, parse_arch_list
-from tests.compiler.render.suite_kernels import block_kernels, suite_kernels
+from tests.compiler.render.suite_kernels import MODELS, block_kernels, suite_kernels, workload_kernels
 
 ENTRY = re.compile(rb"stitch_c\d+_k\d+|block_\w+")
 
@@ -39,6 +40,19 @@ def test_every_suite_kernel_compiles(nvcc: Nvcc, nvcc_cache: CubinCache, which: 
     cubin = nvcc.compile(render_module(kernels), arch, nvcc_cache)
     for k in kernels:
         assert k.name.encode() in cubin, f"{k.name} missing from the {arch} cubin"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("which", ["sm_90", "oldest"])
+def test_every_workload_cluster_compiles(nvcc: Nvcc, nvcc_cache: CubinCache, model: str, which: str) -> None:
+    """The 145 clusters of the four TF training graphs, one translation unit per workload and arch."""
+    arch = "sm_90" if which == "sm_90" else nvcc.oldest_arch
+    kernels = workload_kernels(model)
+    assert kernels
+    cubin = nvcc.compile(render_module(kernels), arch, nvcc_cache)
+    missing = [k.name for k in kernels if k.name.encode() not in cubin]
+    assert not missing, f"{len(missing)} kernel(s) missing from the {arch} cubin, e.g. {missing[:3]}"
 
 
 @pytest.mark.parametrize("which", ["sm_90", "oldest"])
