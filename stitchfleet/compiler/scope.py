@@ -203,8 +203,14 @@ def _independent_group(
     return None
 
 
+TENSOR_CONSTANT = "tensor constant: read as a cluster input (kernels embed scalars and splats only)"
+
+
 def _attach_constants(graph: Graph, constants: list[int], groups: list[set[int]], excluded: list[Exclusion]) -> None:
     for const in constants:
+        if isinstance(graph.node(const).attrs.get("value"), tuple):
+            excluded.append(Exclusion.of(graph.node(const), TENSOR_CONSTANT))
+            continue
         homes = [g for g in groups if any(user in g for user in graph.consumers[const])]
         for home in homes:
             home.add(const)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from stitchfleet.compiler.evaluate import evaluate, evaluate_nodes, random_inputs
 from stitchfleet.compiler.ir import DYNAMIC, Graph, GraphBuilder, Op, dumps, fingerprint, loads
+from stitchfleet.compiler.plan import PlanOptions, plan_cluster
+from stitchfleet.compiler.runtime.cpu import compile_cluster
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
 
@@ -155,3 +159,23 @@ def test_lone_reshape_is_a_single_trivial_op() -> None:
     scope = find_clusters(b.build())
     assert scope.clusters == ()
     assert {e.name: e.reason for e in scope.excluded}["reshape.1"] == "single trivial op"
+
+
+def test_a_tensor_constant_is_a_cluster_input_and_the_cluster_runs(tmp_path: Path) -> None:
+    """Regression: a cluster holding a tensor constant could not be lowered ("tensor constants are not
+    lowered"), so the small transformer's cluster was left to TF; the constant is now read as an input."""
+    b = GraphBuilder()
+    x = b.parameter("x", (4, 3))
+    values = np.arange(12, dtype=np.float32).reshape(4, 3)
+    b.output("y", b.exp(b.tanh(b.add(x, b.constant(values)))))
+    graph = b.build()
+    scope = find_clusters(graph)
+    (cluster,) = scope.clusters
+    const = next(n.id for n in graph.nodes if n.op is Op.CONSTANT)
+    assert const in cluster.inputs and const not in cluster.nodes
+    assert any(e.node == const and e.reason.startswith("tensor constant") for e in scope.excluded)
+    sub = extract(graph, cluster.nodes)
+    x_value = np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32)
+    inputs = {str(p.attrs["name"]): x_value if p.attrs["name"] == "x" else values for p in sub.parameters}
+    (got,) = compile_cluster(sub, tmp_path, plan_cluster(sub, 0, PlanOptions()))(inputs).values()
+    np.testing.assert_allclose(got, evaluate(graph, {"x": x_value})["y"], rtol=1e-6)
