@@ -206,9 +206,14 @@ def _independent_group(
 TENSOR_CONSTANT = "tensor constant: read as a cluster input (kernels embed scalars and splats only)"
 
 
+def embedded_constant(node: Node) -> bool:
+    """A constant a kernel holds in its code (a scalar or a splat); a tensor constant is an input."""
+    return node.op is Op.CONSTANT and not isinstance(node.attrs.get("value"), tuple)
+
+
 def _attach_constants(graph: Graph, constants: list[int], groups: list[set[int]], excluded: list[Exclusion]) -> None:
     for const in constants:
-        if isinstance(graph.node(const).attrs.get("value"), tuple):
+        if not embedded_constant(graph.node(const)):
             excluded.append(Exclusion.of(graph.node(const), TENSOR_CONSTANT))
             continue
         homes = [g for g in groups if any(user in g for user in graph.consumers[const])]

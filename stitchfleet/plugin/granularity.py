@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 from stitchfleet.compiler.ir import Graph, Op
-from stitchfleet.compiler.scope import boundary_reason
+from stitchfleet.compiler.scope import boundary_reason, embedded_constant
 
 MAX_ROUNDS = 64
 
@@ -133,7 +133,7 @@ def _split(chosen: set[int], atom_of: Mapping[int, frozenset[int]]) -> list[froz
 
 
 def _with_constants(graph: Graph, chosen: set[int]) -> frozenset[int]:
-    constants = {i for m in chosen for i in graph.node(m).inputs if graph.node(i).op is Op.CONSTANT}
+    constants = {i for m in chosen for i in graph.node(m).inputs if embedded_constant(graph.node(i))}
     return frozenset(chosen | constants)
 
 

@@ -99,12 +99,13 @@ def test_members_downstream_of_an_atom_that_leaves_leave_too() -> None:
 def test_constants_the_members_read_join_them() -> None:
     b = GraphBuilder()
     x = b.parameter("x", [4])
-    two = b.constant([1.0, 2.0, 3.0, 4.0])
+    two = b.constant(2.0)  # a scalar: kernels embed it (tensor constants stay inputs, see below)
     y = b.tanh(x * two)
     b.output("y", b.exp(y))
     graph = b.build()
     origins = {n.id for n in graph.nodes}
-    assert regroup(graph, origins, {y.id - 1, y.id, y.id + 1}) == frozenset({two.id, y.id - 1, y.id, y.id + 1})
+    members = {n.id for n in graph.nodes if n.op not in (Op.PARAMETER, Op.CONSTANT)}
+    assert regroup(graph, origins, members) == frozenset(members | {two.id})
 
 
 def test_nothing_left_to_stitch_is_an_error() -> None:
@@ -119,3 +120,19 @@ def test_hull_adds_every_node_between_members() -> None:
     assert hull(graph, {ids["h"], ids["y"]}) == frozenset({ids["h"], ids["q"], ids["y"]})
     assert hull(graph, {ids["p"], ids["h"]}) == frozenset({ids["p"], ids["h"]})
     assert not cyclic(graph, hull(graph, {ids["h"], ids["y"]}))
+
+
+def test_a_tensor_constant_stays_outside_and_a_scalar_joins() -> None:
+    """Regression: regrouping pulled every constant a member reads into the cluster, tensor constants
+    too, which kernels cannot hold (the small transformer's cluster failed: "tensor constants are not
+    lowered"); they stay inputs now, as the scope pass leaves them."""
+    b = GraphBuilder()
+    x = b.parameter("x", [2, 3])
+    table = b.constant([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    half = b.constant(0.5)
+    y = b.exp(b.tanh(b.add(b.mul(x, half), table)))
+    b.output("y", y)
+    graph = b.build()
+    members = {n.id for n in graph.nodes if n.op not in (Op.PARAMETER, Op.CONSTANT)}
+    drawn = regroup(graph, {n.id for n in graph.nodes}, members)
+    assert table.id not in drawn and half.id in drawn
