@@ -19,6 +19,7 @@ def test_demo_trains_records_and_reports(tmp_path: Path, capsys: pytest.CaptureF
     progress = [line.split()[4] for line in out.splitlines() if line.startswith("step ")]
     assert progress == ["warmup", "baseline", "baseline", "probe"]
     assert "per-cluster decisions" in out and "not probed yet (the run ended first)" in out
+    assert "median step times: plain TF (no plugin)" in out and "% vs plain TF" in out
     databases = list(tmp_path.glob("run-*/telemetry.db"))
     assert len(databases) == 1 and f"telemetry recorded in {databases[0]}" in out
     assert "# stitchfleet weekly savings report" in out and "demo-bert-encoder" in out
