@@ -161,7 +161,7 @@ class Controller:
             self._revert_job(step, "plugin error", self.fault or "a plugin error on another rank")
         elif loss > 0:
             self._revert_job(step, "non-finite loss", "the loss was NaN/Inf on a stitched step")
-        elif fresh >= self.size and stitched > base * (1.0 + self.timing.slowdown_margin):
+        elif fresh >= self.size and self._stitching and stitched > base * (1.0 + self.timing.slowdown_margin):
             mean_s, mean_b = stitched / self.size, base / self.size
             self._revert_job(step, "slowdown", f"stitched median {mean_s:.6f} s vs baseline {mean_b:.6f} s per step")
 
@@ -214,6 +214,12 @@ class Controller:
         self.stitching_off = "no cluster kept: none beat TF in its probe; the job runs TF's own ops"
         log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
         self.ledger.event("probe", step, None, "no cluster kept", detail=self.stitching_off)
+
+    @property
+    def _stitching(self) -> bool:
+        """Whether any cluster can still run stitched: with none on, a slow step is not the plugin's doing
+        (regression: a job whose probes kept nothing was reverted "for slowdown" on one noisy step)."""
+        return self.stitching_off is None and any(c.enabled for c in self.clusters)
 
     def _revert_cluster(self, step: int, c: Cluster, why: Finding | str) -> None:
         c.enabled, c.reverted_at = False, step

@@ -206,3 +206,16 @@ def test_a_gain_inside_the_step_time_noise_is_not_kept(tmp_path: Path, kernels: 
     assert quiet.clusters[0].kept is True
     assert noisy.clusters[0].kept is False
     assert "noise" in noisy.clusters[0].reason and not noisy.clusters[0].enabled
+
+
+def test_a_slow_step_after_no_cluster_was_kept_reverts_nothing(tmp_path: Path, kernels: Any) -> None:
+    """Regression: the first stitched-phase step ran before the last probe decision, booked a one-step
+    stitched window, and a slow step there reverted a job with no cluster on "for slowdown"."""
+    controller = _controller(tmp_path, kernels)
+    steady = _step_time(3.0, [0.2, 0.3, 5.0])
+
+    def slow_first_stitched(step: int, on: Any) -> float:
+        return steady(step, on) + (0.05 if step == 27 else 0.0)
+
+    _drive([controller], [slow_first_stitched])
+    assert controller.stitching_off is not None and controller.job_reverted is None
