@@ -145,7 +145,8 @@ def _compare(plain: float, controller: Controller | None) -> None:
         line += f"; plugin baseline (every cluster off, the report's reference) {base * 1e3:.2f} ms"
         line += f" ({(base - plain) / plain * 100:+.1f}% vs plain TF)"
     stitched = controller.windows.stitched_median if controller is not None else None
-    if stitched is not None:
+    kept = controller is not None and controller.stitching_off is None and any(c.enabled for c in controller.clusters)
+    if stitched is not None and kept:
         line += f"; stitched {stitched * 1e3:.2f} ms ({(stitched - plain) / plain * 100:+.1f}% vs plain TF)"
     print(line)
 
