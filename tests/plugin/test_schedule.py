@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from stitchfleet import settings
-from stitchfleet.plugin.controller import Controller
+from stitchfleet.plugin.controller import Cluster, Controller
 from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.schedule import BASELINE, STITCHED, WARMUP, Timing, Windows
 
@@ -47,15 +48,18 @@ def test_window_size_one_closes_both_windows() -> None:
 
 
 def _controller(tmp_path: Path, size: int = 1) -> Controller:
+    """One enabled cluster (a job-level slowdown needs something stitched); its vector slot comes first."""
     current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path), "STITCHFLEET_JOB_UID": "sched"})
     ledger = Ledger(current, 0, size, f"sqlite:///{tmp_path / 't.db'}")
-    return Controller([], Timing(warmup_steps=0, baseline_steps=2, slowdown_margin=0.05, probe_steps=0), ledger, size)
+    clusters = [Cluster(0, "f" * 32, SimpleNamespace(bad=None), 3)]
+    timing = Timing(warmup_steps=0, baseline_steps=2, slowdown_margin=0.05, probe_steps=0)
+    return Controller(clusters, timing, ledger, size)
 
 
 def test_slowdown_beyond_the_margin_reverts_the_job(tmp_path: Path) -> None:
     controller = _controller(tmp_path, size=2)
     # two ranks, both with fresh medians: stitched 1.1 s and 1.2 s, baseline 1.0 s each
-    controller.decide(10, np.array([0, 0, 2, 2.3, 2.0, 0, 0, 0]))
+    controller.decide(10, np.array([0, 0, 0, 2, 2.3, 2.0, 0, 0, 0]))
     assert controller.job_reverted is not None and controller.job_reverted.startswith("slowdown")
     assert controller.mode(10) == "reverted" and not controller.switches(11).any()
     controller.ledger.close()
@@ -63,18 +67,18 @@ def test_slowdown_beyond_the_margin_reverts_the_job(tmp_path: Path) -> None:
 
 def test_slowdown_within_the_margin_or_without_every_rank_keeps_stitching(tmp_path: Path) -> None:
     controller = _controller(tmp_path, size=2)
-    controller.decide(10, np.array([0, 0, 2, 2.08, 2.0, 0, 0, 0]))
-    controller.decide(11, np.array([0, 0, 1, 5.0, 2.0, 0, 0, 0]))  # only one rank has fresh figures
+    controller.decide(10, np.array([0, 0, 0, 2, 2.08, 2.0, 0, 0, 0]))
+    controller.decide(11, np.array([0, 0, 0, 1, 5.0, 2.0, 0, 0, 0]))  # only one rank has fresh figures
     assert controller.job_reverted is None
     controller.ledger.close()
 
 
 def test_a_fault_or_a_nonfinite_loss_on_any_rank_reverts_the_job(tmp_path: Path) -> None:
     controller = _controller(tmp_path)
-    controller.decide(3, np.array([0, 1, 0, 0, 0, 0, 0, 0]))
+    controller.decide(3, np.array([0, 0, 1, 0, 0, 0, 0, 0, 0]))
     assert controller.job_reverted is not None and controller.job_reverted.startswith("non-finite loss")
     other = _controller(tmp_path / "b")
-    other.decide(3, np.array([1, 0, 0, 0, 0, 0, 0, 0]))
+    other.decide(3, np.array([0, 1, 0, 0, 0, 0, 0, 0, 0]))
     assert other.job_reverted is not None and other.job_reverted.startswith("plugin error")
     controller.ledger.close()
     other.ledger.close()
@@ -95,3 +99,11 @@ def test_the_stitched_median_pools_every_stitched_step_since_the_last_baseline()
     windows.add(20, STITCHED, 1.2, timed=True)
     windows.close()
     assert windows.stitched_median == 1.2  # a new baseline starts a new pool
+
+
+def test_no_slowdown_revert_without_a_stitched_cluster(tmp_path: Path) -> None:
+    controller = _controller(tmp_path, size=2)
+    controller.clusters[0].enabled = False  # left to TF or reverted: nothing runs stitched
+    controller.decide(10, np.array([0, 0, 0, 2, 2.3, 2.0, 0, 0, 0]))
+    assert controller.job_reverted is None
+    controller.ledger.close()
