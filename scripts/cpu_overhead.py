@@ -57,7 +57,7 @@ def _instrument(hook: StitchHook, clock: _Clock) -> None:
     for cluster, _ in hook.installed:
         kernel = cluster.kernel
         kernel.__class__ = Timed
-        executable = getattr(kernel._run, "__self__", None)  # the cpu backend's run is a bound method
+        executable = kernel.executable
         fn = getattr(executable, "_fn", None)
         if fn is not None:  # the cpu executable: time its C function alone
             executable._fn = clock.wrap_native(fn)  # type: ignore[union-attr]

@@ -54,13 +54,15 @@ def nonfinite(values: Sequence[Array]) -> bool:
     return not all(np.isfinite(v).all() for v in values if np.issubdtype(v.dtype, np.floating))
 
 
-def compile_run(graph: Graph, plan: StitchPlan, backend: str, cache_dir: Path) -> Run:
-    """Compiles one cluster for `backend`; returns arrays by position -> (outputs by position, NaN/Inf flag)."""
+def compile_run(graph: Graph, plan: StitchPlan, backend: str, cache_dir: Path) -> tuple[Run, CpuExecutable | None]:
+    """Compiles one cluster for `backend`: arrays by position -> (outputs by position, NaN/Inf flag), and
+    the compiled C when the backend is `cpu` (what the native bridge op calls)."""
     if backend == "cpu":
         from stitchfleet.compiler.runtime.cpu import compile_cluster
 
-        return compile_cluster(graph, cache_dir, plan).run
-    return _lowered_run(graph, plan)
+        executable = compile_cluster(graph, cache_dir, plan)
+        return executable.run, executable
+    return _lowered_run(graph, plan), None
 
 
 def _lowered_run(graph: Graph, plan: StitchPlan) -> Run:
@@ -98,11 +100,9 @@ class ClusterKernel:
             compiled_graph = fault.corrupt_graph(graph)
             if compiled_graph is not graph:
                 compiled_plan = plan_cluster(compiled_graph, plan.cluster, PlanOptions())
-        self._run = compile_run(compiled_graph, compiled_plan, backend, cache_dir)
+        self._run, compiled = compile_run(compiled_graph, compiled_plan, backend, cache_dir)
         # the compiled C for the native bridge op (unless a test fault corrupts outputs in Python)
-        owner = getattr(self._run, "__self__", None)
-        native = fault is None or fault.in_graph
-        self.executable = owner if isinstance(owner, CpuExecutable) and native else None
+        self.executable = compiled if fault is None or fault.in_graph else None
         self.bridged: Callable[[], int] | None = None  # calls made through the bridge op, once it is wired
         self._calls = 0
         self.fallbacks = 0

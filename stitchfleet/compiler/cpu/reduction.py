@@ -97,7 +97,7 @@ class Reduce:
         yield from before
         yield f"{pad}for (; {i} + {LANES} <= {stop}; {i} += {LANES}) {{"
         if branchy(raw):
-            yield from self._split_chunk(lane, var, i, (stmts, text), inner)
+            yield from self._split_chunk(lane, var, i, (stmts, text), pad)
         else:
             yield f"{pad}    #pragma omp simd"
             yield f"{pad}    for (int64_t {var.name} = {i}; {var.name} < {i} + {LANES}; ++{var.name}) {{"
@@ -109,11 +109,11 @@ class Reduce:
         yield from self.element(index(var), bounds, f"{lane}[0]", pad + "    ")
         yield f"{pad}}}"
 
-    def _split_chunk(self, lane: str, var: k.Var, i: str, value: tuple[list[str], str], inner: str) -> Iterator[str]:
+    def _split_chunk(self, lane: str, var: k.Var, i: str, value: tuple[list[str], str], pad: str) -> Iterator[str]:
         """One chunk of LANES values into a temporary (in the operand's type), then the folds: with the
         widening fold in the same loop gcc 12 leaves a branchy value chain scalar (softmax's exp+sum
         measured 4x slower); for plain arithmetic the fused loop is faster (layernorm bwd 15%)."""
-        pad = inner[:-8]
+        inner = pad + "        "
         stmts, text = value
         vals = self.gen.names("vals")
         yield f"{pad}    {c.COMPUTE[self.operand.dtype]} {vals}[{LANES}];"
