@@ -1,10 +1,10 @@
-"""The native bridge: build, load and call the `StitchfleetCall` TF op (no Python on the step's path).
+"""The native bridge: build, load and call the `StitchfleetDispatch` TF op (no Python on the step's path).
 
 Input: a cache directory, the installed TensorFlow (headers and link flags from `tf.sysconfig`)
 and the system C++ compiler; per cluster, its compiled `CpuExecutable` (shared object, entry
-symbol, output shapes, passed-through outputs). Output: `BridgeOp` (the loaded op library) whose
-`call` adds the op to the graph and returns the cluster's output tensors and the entry's status
-tensor, and whose `count` tells how often an entry ran (or failed) in this process.
+symbol, output shapes, passed-through outputs) and its TF ops as a function. Output: `BridgeOp`
+(the loaded op library) whose `dispatch` adds the op to the graph and returns the cluster's output
+tensors, and whose `count` tells how often an entry ran, failed or was at fault in this process.
 
 Why: `tf.numpy_function` costs tens of microseconds per call (GIL hand-over, array wrapping) and
 serialises clusters on the GIL; measured ~0.1 ms per cluster inside a training step, which is
@@ -34,6 +34,7 @@ from stitchfleet.plugin.bridge_source import SOURCE
 log = logging.getLogger("stitchfleet.plugin")
 BUILD_TIMEOUT_S = 600
 COMPILER = "c++"
+COUNTS = {"calls": 0, "failed": 1, "faulted": 2}  # the op library's counters
 
 
 class BridgeUnavailableError(RuntimeError):
@@ -47,24 +48,39 @@ class BridgeOp:
     module: Any
     counters: ctypes.CDLL
 
-    def call(self, executable: CpuExecutable, inputs: Sequence[Any], dtypes: Sequence[Any]) -> tuple[list[Any], Any]:
-        """The cluster's outputs (TF tensors, in output order) and its int32 status tensor."""
+    def dispatch(
+        self,
+        executable: CpuExecutable,
+        inputs: Sequence[Any],
+        dtypes: Sequence[Any],
+        *,
+        switch: tuple[Any, int],
+        fallback: Any,
+    ) -> list[Any]:
+        """The cluster's outputs (TF tensors, in output order): the compiled C when switch (vector, index) is
+        on, else (or when the C reports a failure) `fallback`, a concrete function of the cluster's TF ops."""
+        switches, index = switch
         shapes = [list(p.shape) for p in executable.source.params if p.output]
-        outs, status = self.module.stitchfleet_call(
+        outs = self.module.stitchfleet_dispatch(
+            switches=switches,
             args=list(inputs),
             Tout=list(dtypes),
+            index=index,
+            fallback=fallback,
             output_shapes=shapes,
             passthrough=list(executable.passthrough),
             library=str(executable.library_path),
             symbol=executable.source.entry,
             name="stitched",
         )
-        return list(outs), status
+        return list(outs)
 
-    def count(self, executable: CpuExecutable, failed: bool = False) -> int:
-        """Calls of the cluster's entry in this process so far (only those with a non-zero status
-        when `failed`)."""
-        return int(self.counters.stitchfleet_bridge_count(executable.source.entry.encode(), int(failed)))
+    def count(self, executable: CpuExecutable, what: str = "calls") -> int:
+        """How often the cluster's entry ran in this process (`calls`), returned non-zero (`failed`), or
+        produced NaN/Inf where TF's own ops were finite (`faulted`)."""
+        if what not in COUNTS:
+            raise ValueError(f"bridge count {what!r}: expected one of {', '.join(COUNTS)}")
+        return int(self.counters.stitchfleet_bridge_count(executable.source.entry.encode(), COUNTS[what]))
 
 
 def _flags() -> list[str]:

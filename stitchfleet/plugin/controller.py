@@ -226,7 +226,7 @@ class Controller:
         reason = "mismatch" if isinstance(why, Finding) else why
         figures = _figures(why) if isinstance(why, Finding) else {}
         detail = why.reason if isinstance(why, Finding) else why
-        c.reason = f"{reason}: {detail}"
+        c.reason = f"{reason}: {detail}" if isinstance(why, Finding) else why  # a text is said once, not twice
         log.warning("stitchfleet: cluster %d reverted at step %d: %s", c.index, step, c.reason)
         self.ledger.event("revert", step, c.fingerprint, reason, detail=detail, **figures)
         self.ledger.verdict(c.fingerprint, "reverted", c.reason, c.op_count)

@@ -2,7 +2,7 @@
 
 Input: a `Fault` (what to corrupt, in which cluster, on which rank) handed to the hook's
 constructor; never read from the environment by library code. Output: a corrupted cluster
-graph (the IR the backend compiles: a wrong constant, a dropped term) or corrupted backend
+graph (the IR the backend compiles: a wrong or NaN constant, a dropped term) or corrupted backend
 outputs (an off-by-one index, a NaN) or a backend that raises. The fp64 reference always uses the real graph.
 """
 
@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from stitchfleet.compiler.ir import Attrs, Graph, Node, Op
 
-KINDS: tuple[str, ...] = ("constant", "drop_term", "off_by_one", "nan", "raise")
+KINDS: tuple[str, ...] = ("constant", "drop_term", "nan_constant", "off_by_one", "nan", "raise")
 Array = npt.NDArray[Any]
 
 
@@ -44,12 +44,12 @@ class Fault:
     def in_graph(self) -> bool:
         """Whether the fault lives in the compiled code alone (so any caller of that code, the native
         bridge op too, runs it), not in a Python step after the backend."""
-        return self.kind in ("constant", "drop_term")
+        return self.kind in ("constant", "drop_term", "nan_constant")
 
     def corrupt_graph(self, graph: Graph) -> Graph:
         """The graph the backend compiles; unchanged for output-level faults."""
-        if self.kind == "constant":
-            return _replace(graph, _wrong_constant(graph))
+        if self.kind in ("constant", "nan_constant"):
+            return _replace(graph, _wrong_constant(graph, nan=self.kind == "nan_constant"))
         if self.kind == "drop_term":
             return _replace(graph, _dropped_term(graph))
         return graph
@@ -83,10 +83,11 @@ def _replace(graph: Graph, node: Node) -> Graph:
     return dataclasses.replace(graph, nodes=nodes)
 
 
-def _wrong_constant(graph: Graph) -> Node:
+def _wrong_constant(graph: Graph, nan: bool = False) -> Node:
+    """The first float constant changed (x1.5 + 0.25), or NaN: a kernel whose code computes NaN in C."""
     for node in graph.nodes:
         if node.op is Op.CONSTANT and node.dtype.is_float:
-            values = np.asarray(node.attrs.get("value"), dtype=np.float64) * 1.5 + 0.25
+            values = np.asarray(node.attrs.get("value"), dtype=np.float64) * (np.nan if nan else 1.5) + 0.25
             wrong = tuple(values.tolist()) if values.ndim else float(values)
             return dataclasses.replace(node, attrs=Attrs({**dict(node.attrs), "value": wrong}))
     raise FaultError("the cluster has no floating-point constant to corrupt")

@@ -104,15 +104,23 @@ class ClusterKernel:
         # the compiled C for the native bridge op (unless a test fault corrupts outputs in Python)
         self.executable = compiled if fault is None or fault.in_graph else None
         self.bridged: Callable[[], int] | None = None  # calls made through the bridge op, once it is wired
+        self.faulted: Callable[[], int] | None = None  # the bridge op's NaN/Inf where TF's ops were finite
         self._calls = 0
         self.fallbacks = 0
-        self.bad: str | None = None
+        self._bad: str | None = None
         self._lock = threading.Lock()
 
     @property
     def calls(self) -> int:
         """Backend runs: through tf.numpy_function and through the native bridge op."""
         return self._calls + (self.bridged() if self.bridged is not None else 0)
+
+    @property
+    def bad(self) -> str | None:
+        """Why the cluster must be reverted (a fault in the Python path or one the bridge op counted), or None."""
+        if self._bad is None and self.faulted is not None and self.faulted() > 0:
+            self._bad = "non-finite stitched output (native bridge: TF's own ops were finite)"
+        return self._bad
 
     def __call__(self, *arrays: Array) -> tuple[Array, ...]:
         with self._lock:
@@ -142,7 +150,7 @@ class ClusterKernel:
         )
 
     def _fallback(self, inputs: Mapping[str, Array], reason: str) -> tuple[Array, ...]:
-        self.bad = self.bad or reason
+        self._bad = self._bad or reason
         self.fallbacks += 1
         return self._native(inputs)
 
@@ -150,7 +158,7 @@ class ClusterKernel:
         native = self._native(inputs)
         for got, want in zip(values, native, strict=True):
             if np.issubdtype(got.dtype, np.floating) and (np.isfinite(want) & ~np.isfinite(got)).any():
-                self.bad = self.bad or "non-finite stitched output"
+                self._bad = self._bad or "non-finite stitched output"
                 self.fallbacks += 1
                 return native
         return values  # the unfused computation is non-finite too: not the kernel's fault

@@ -5,13 +5,14 @@ Input: the (not yet finalized) `tf.Graph`, the mapped `Site`s and one callable p
 installed cluster, in order, default all off, fed each step through SessionRunArgs), and
 per cluster the tensors the guard fetches on check steps (or why it was left off: a cond
 that cannot be built, or one that would close a cycle through clusters installed before).
-For each site the graph gets `tf.cond(switch[k], stitched, original)`: the true branch is
-the native bridge op (`bridge_op`: the compiled C called from TF, no Python) or a
-`tf.numpy_function` calling the kernel, the false branch a clone of the cluster's TF ops (so
-only the chosen path runs), and every outside reader of every cluster output (forward,
-gradient and optimizer ops alike) is rerouted to the cond's result; control edges on the
-cluster's ops move to the cond; outside ops that only read interior shapes are replaced by
-their folded constants. The original ops stay in the graph, unread, as the check path.
+For each site the graph gets one switchable node, and only the chosen path runs: with the
+native bridge, the `StitchfleetDispatch` op (`bridge_op`: the compiled C called from TF, no
+Python; its switch off, it runs a graph function holding a clone of the cluster's TF ops);
+otherwise `tf.cond(switch[k], tf.numpy_function(kernel), clone of the TF ops)`. Every outside
+reader of every cluster output (forward, gradient and optimizer ops alike) is rerouted to the
+switched result; control edges on the cluster's ops move to it; outside ops that only read
+interior shapes are replaced by their folded constants. The original ops stay in the graph,
+unread, as the check path.
 """
 
 from __future__ import annotations
@@ -55,18 +56,20 @@ def _tensor_name(text: str) -> str:
     return text if ":" in text else f"{text}:0"
 
 
-def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str]) -> list[Any]:
+def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str], outer: Sequence[str] = ()) -> list[Any]:
     """The cluster's TF ops again, reading `inputs` (inside a cond branch: they run only there).
 
     `originals` maps earlier clusters' switched outputs back to the tensors they replaced:
     clusters may overlap, so an interior op may have been rerouted to an earlier cluster's
-    output that this clone computes itself.
+    output that this clone computes itself. `outer` names the tensors `inputs` stand for when
+    they are a function's arguments (interior ops name the outer tensors they read).
     """
     # tf.identity captures each outer tensor into the branch; import_graph_def cannot capture.
     captured = [tf.identity(x) for x in inputs]
     feeds = {t.name: (f"in_{j}", x) for j, (t, x) in enumerate(zip(site.inputs, captured, strict=True))}
     # An interior op may already read an earlier cluster's switched output in place of the original.
-    feeds.update({outer.name: feeds[t.name] for t, outer in zip(site.inputs, inputs, strict=True)})
+    read = outer or [x.name for x in inputs]
+    feeds.update({name: feeds[t.name] for t, name in zip(site.inputs, read, strict=True)})
     for j, (name, value) in enumerate(site.folded.items()):
         feeds[name] = (f"folded_{j}", tf.constant(value))
     graph_def = tf.compat.v1.GraphDef()
@@ -89,36 +92,50 @@ def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str]) -> list
     return list(tf.graph_util.import_graph_def(graph_def, input_map=input_map, return_elements=names, name="off"))
 
 
-def _stitched(site: Site, kernel: Kernel, inputs: Sequence[Any], bridge: BridgeOp | None) -> list[Any]:
+def _stitched(site: Site, kernel: Kernel, inputs: Sequence[Any]) -> list[Any]:
     dtypes = [t.dtype for t in site.outputs]
-    executable = getattr(kernel, "executable", None)
-    if bridge is None or executable is None:
-        results = tf.numpy_function(kernel, list(inputs), dtypes, stateful=True, name="stitched")
-    else:
-        results = _bridged(bridge, executable, kernel, inputs, dtypes)
+    results = tf.numpy_function(kernel, list(inputs), dtypes, stateful=True, name="stitched")
     for value, original in zip(results, site.outputs, strict=True):
         value.set_shape(original.shape)
     return list(results)
 
 
-def _counter(bridge: BridgeOp, executable: Any) -> Callable[[], int]:
-    """Calls of this cluster's entry from now on (the op library counts per entry symbol and process)."""
-    start = bridge.count(executable)
-    return lambda: bridge.count(executable) - start
+def _counter(bridge: BridgeOp, executable: Any, what: str) -> Callable[[], int]:
+    """`what` (calls, faulted) of this cluster's entry from now on (the op library counts per entry and process)."""
+    start = bridge.count(executable, what)
+    return lambda: bridge.count(executable, what) - start
 
 
-def _bridged(bridge: BridgeOp, executable: Any, kernel: Kernel, inputs: Sequence[Any], dtypes: list[Any]) -> Any:
-    """The native op; when its status is not 0 (NaN/Inf in a computed output, or no scratch memory)
-    the step's values come from the Python path instead, which decides against the unfused
-    reference whether the kernel is at fault (and flags it) without poisoning the step."""
-    outs, status = bridge.call(executable, inputs, dtypes)
-    kernel.bridged = _counter(bridge, executable)  # type: ignore[attr-defined]
+def _fallback(site: Site, inputs: Sequence[Any], originals: dict[str, str]) -> Any:
+    """The cluster's TF ops as a graph function: what the dispatch op runs when its switch is off."""
+    specs = [tf.TensorSpec(t.shape, t.dtype) for t in site.inputs]
+    outer = [x.name for x in inputs]
 
-    def recover() -> Any:
-        return tf.numpy_function(kernel, list(inputs), dtypes, stateful=True, name="recovered")
+    def body(*args: Any) -> list[Any]:
+        return _clone(site, args, originals, outer)
 
-    results = tf.cond(tf.equal(status, 0), lambda: [tf.identity(o) for o in outs], recover)
-    return results if isinstance(results, (list, tuple)) else [results]
+    return tf.function(body, autograph=False).get_concrete_function(*specs)
+
+
+def _dispatched(
+    site: Site,
+    kernel: Kernel,
+    inputs: Sequence[Any],
+    originals: dict[str, str],
+    *,
+    switch: tuple[Any, int],
+    bridge: BridgeOp,
+) -> list[Any]:
+    """One native op: the compiled C when `switch` (vector, index) is on, TF's ops (a function) when off or when
+    the C fails."""
+    executable = kernel.executable  # type: ignore[attr-defined]
+    dtypes = [t.dtype for t in site.outputs]
+    outs = bridge.dispatch(executable, inputs, dtypes, switch=switch, fallback=_fallback(site, inputs, originals))
+    kernel.bridged = _counter(bridge, executable, "calls")  # type: ignore[attr-defined]
+    kernel.faulted = _counter(bridge, executable, "faulted")  # type: ignore[attr-defined]
+    for value, original in zip(outs, site.outputs, strict=True):
+        value.set_shape(original.shape)
+    return outs
 
 
 def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
@@ -143,21 +160,32 @@ def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
         reader._add_control_inputs([*kept, anchor])
 
 
-def _install(site: Site, kernel: Kernel, switch: Any, replaced: dict[str, Any], bridge: BridgeOp | None) -> Installed:
+def _install(
+    site: Site, kernel: Kernel, replaced: dict[str, Any], *, switch: tuple[Any, int], bridge: BridgeOp | None
+) -> Installed:
     inputs = [replaced.get(t.name, t) for t in site.inputs]
     check_acyclic(site, inputs)  # through clusters installed before it
     originals = {value.name: name for name, value in replaced.items()}
     with tf.name_scope(f"cluster_{site.index}"):
-        results = tf.cond(
-            switch, lambda: _stitched(site, kernel, inputs, bridge), lambda: _clone(site, inputs, originals)
-        )
-        results = results if isinstance(results, (list, tuple)) else [results]
-        switched = [tf.identity(r, name="switched") for r in results]
-    for value, original in zip(switched, site.outputs, strict=True):
-        value.set_shape(original.shape)
-    _reroute(site, switched, switched[0].op.inputs[0].op)
+        if bridge is not None and getattr(kernel, "executable", None) is not None:
+            switched = _dispatched(site, kernel, inputs, originals, switch=switch, bridge=bridge)
+            anchor = switched[0].op
+        else:
+            switched = _conditional(site, kernel, switch[0][switch[1]], inputs, originals)
+            anchor = switched[0].op.inputs[0].op
+    _reroute(site, switched, anchor)
     replaced.update({t.name: s for t, s in zip(site.outputs, switched, strict=True)})
     return Installed(site, inputs, list(site.outputs), switched)
+
+
+def _conditional(site: Site, kernel: Kernel, switch: Any, inputs: list[Any], originals: dict[str, str]) -> list[Any]:
+    """`tf.cond(switch, numpy_function(kernel), clone of the TF ops)`: the Python bridge's install."""
+    results = tf.cond(switch, lambda: _stitched(site, kernel, inputs), lambda: _clone(site, inputs, originals))
+    results = results if isinstance(results, (list, tuple)) else [results]
+    switched = [tf.identity(r, name="switched") for r in results]
+    for value, original in zip(switched, site.outputs, strict=True):
+        value.set_shape(original.shape)
+    return switched
 
 
 def rewire(graph: Any, sites: Sequence[Site], kernels: Sequence[Kernel], bridge: BridgeOp | None = None) -> Rewired:
@@ -176,7 +204,7 @@ def rewire(graph: Any, sites: Sequence[Site], kernels: Sequence[Kernel], bridge:
         for site, kernel in zip(sites, kernels, strict=True):
             installed = sum(isinstance(c, Installed) for c in clusters)
             try:
-                clusters.append(_install(site, kernel, switches[installed], replaced, bridge))
+                clusters.append(_install(site, kernel, replaced, switch=(switches, installed), bridge=bridge))
             except (ValueError, TypeError, KeyError, tf.errors.OpError) as err:
                 clusters.append(f"graph rewrite failed: {type(err).__name__}: {err}")
     for done in clusters:

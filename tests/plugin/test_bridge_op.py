@@ -1,6 +1,8 @@
-"""The native bridge op (`plugin/bridge_op.py`): built against this TF, it runs a cluster's compiled C
-inside the step with the same results as the Python path, aliases passed-through outputs, reports
-NaN/Inf through its status, and the plugin falls back to tf.numpy_function when it cannot be built."""
+"""The native bridge op (`plugin/bridge_op.py`): built against this TF, switched on it runs a cluster's
+compiled C inside the step (passed-through outputs aliased), switched off it runs the cluster's TF ops
+(a graph function) instead; NaN/Inf from the C is replaced by the TF ops' values and counted as the
+kernel's fault only where TF's values are finite; the plugin falls back to tf.numpy_function when the
+op cannot be built."""
 
 from __future__ import annotations
 
@@ -26,15 +28,23 @@ def bridge(tmp_path_factory: pytest.TempPathFactory) -> bridge_op.BridgeOp:
     return bridge_op.load(settings.current().cache_dir)
 
 
-def run(op: bridge_op.BridgeOp, executable: CpuExecutable, arrays: list[Any]) -> tuple[list[Any], int]:
+def run(
+    op: bridge_op.BridgeOp, executable: CpuExecutable, arrays: list[Any], on: bool, fallback: Any = None
+) -> list[Any]:
+    """Runs the dispatch op once with its switch `on`; `fallback` (inputs -> outputs in TF ops) stands for
+    the cluster's TF ops (default: the compiled C's own results through tf.numpy_function)."""
     dtypes = [tf.as_dtype(p.dtype.numpy) for p in executable.source.params if p.output]
     graph = tf.Graph()
     with graph.as_default():
         feeds = [tf.compat.v1.placeholder(a.dtype, a.shape) for a in arrays]
-        outs, status = op.call(executable, feeds, dtypes)
+        switches = tf.compat.v1.placeholder(tf.bool, [None])
+        specs = [tf.TensorSpec(a.shape, a.dtype) for a in arrays]
+        body = fallback or (lambda *xs: tf.numpy_function(lambda *v: executable.run(v)[0], list(xs), dtypes))
+        function = tf.function(body, autograph=False).get_concrete_function(*specs)
+        outs = op.dispatch(executable, feeds, dtypes, switch=(switches, 1), fallback=function)
         with tf.compat.v1.Session(graph=graph) as session:
-            *values, code = session.run([*outs, status], dict(zip(feeds, arrays, strict=True)))
-    return values, int(code)
+            values = session.run(outs, {**dict(zip(feeds, arrays, strict=True)), switches: [False, on]})
+    return list(values)
 
 
 def layernorm_and_passthrough() -> Graph:
@@ -49,7 +59,7 @@ def layernorm_and_passthrough() -> Graph:
     return b.build()
 
 
-def test_the_op_gives_the_python_paths_values(bridge: bridge_op.BridgeOp, tmp_path: Path) -> None:
+def test_switched_on_the_op_gives_the_compiled_values(bridge: bridge_op.BridgeOp, tmp_path: Path) -> None:
     graph = layernorm_and_passthrough()
     executable = compile_cluster(graph, tmp_path)
     inputs = random_inputs(graph, 3)
@@ -57,24 +67,58 @@ def test_the_op_gives_the_python_paths_values(bridge: bridge_op.BridgeOp, tmp_pa
     want, _ = executable.run(arrays)
     want = tuple(w.copy() for w in want)
     before = bridge.count(executable)
-    got, code = run(bridge, executable, arrays)
-    assert code == 0
+    got = run(bridge, executable, arrays, on=True, fallback=lambda x, gamma: [x * 0.0, gamma * 0.0])
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
-    np.testing.assert_array_equal(got[1], inputs["gamma"])
-    assert bridge.count(executable) == before + 1 and bridge.count(executable, failed=True) == 0
+    np.testing.assert_array_equal(got[1], inputs["gamma"])  # passed through, not the fallback's zeros
+    assert bridge.count(executable) == before + 1 and bridge.count(executable, "failed") == 0
 
 
-def test_nan_in_a_computed_output_comes_back_as_status_2(bridge: bridge_op.BridgeOp, tmp_path: Path) -> None:
+def test_switched_off_the_op_runs_the_fallback_and_not_the_c(bridge: bridge_op.BridgeOp, tmp_path: Path) -> None:
+    graph = layernorm_and_passthrough()
+    executable = compile_cluster(graph, tmp_path)
+    inputs = random_inputs(graph, 4)
+    arrays = [inputs[n] for n in executable.input_names]
+    before = bridge.count(executable)
+    got = run(bridge, executable, arrays, on=False, fallback=lambda x, gamma: [x + 1.0, gamma * 2.0])
+    np.testing.assert_array_equal(got[0], arrays[0] + 1.0)
+    np.testing.assert_array_equal(got[1], arrays[1] * 2.0)
+    assert bridge.count(executable) == before
+
+
+def log_cluster(tmp_path: Path) -> CpuExecutable:
     b = GraphBuilder()
     b.output("l", b.log(b.parameter("x", (8, 32))))
-    executable = compile_cluster(b.build(), tmp_path)
+    return compile_cluster(b.build(), tmp_path)
+
+
+def test_nan_only_in_the_c_comes_back_as_tfs_values_and_counts_as_a_fault(
+    bridge: bridge_op.BridgeOp, tmp_path: Path
+) -> None:
+    executable = log_cluster(tmp_path)
     x = np.ones((8, 32), np.float32)
     x[3, 4] = -1.0
-    failed = bridge.count(executable, failed=True)
-    _, code = run(bridge, executable, [x])
-    assert code == 2
-    assert bridge.count(executable, failed=True) == failed + 1
+    failed, faulted = bridge.count(executable, "failed"), bridge.count(executable, "faulted")
+    (got,) = run(bridge, executable, [x], on=True, fallback=lambda v: [tf.math.log(tf.abs(v))])
+    np.testing.assert_array_equal(got, np.zeros_like(x))  # the fallback's values, NaN-free
+    assert bridge.count(executable, "failed") == failed + 1
+    assert bridge.count(executable, "faulted") == faulted + 1
+
+
+def test_nan_tf_computes_too_is_not_the_kernels_fault(bridge: bridge_op.BridgeOp, tmp_path: Path) -> None:
+    executable = log_cluster(tmp_path)
+    x = np.ones((8, 32), np.float32)
+    x[7, 31] = -1.0  # the last element: the in-C test must see it
+    failed, faulted = bridge.count(executable, "failed"), bridge.count(executable, "faulted")
+    (got,) = run(bridge, executable, [x], on=True, fallback=lambda v: [tf.math.log(v)])
+    assert np.isnan(got[7, 31]) and np.isfinite(got[:7]).all()
+    assert bridge.count(executable, "failed") == failed + 1
+    assert bridge.count(executable, "faulted") == faulted
+
+
+def test_counts_name_what_they_count(bridge: bridge_op.BridgeOp, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="bridge count 'crashes': expected one of calls, failed, faulted"):
+        bridge.count(log_cluster(tmp_path), "crashes")
 
 
 def test_an_unbuildable_op_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,7 +31,7 @@ def test_stitched_training_matches_plain_training(tmp_path: Path) -> None:
     assert all(c.enabled for c in hook.controller.clusters)
 
 
-@pytest.mark.parametrize("kind", ["constant", "drop_term", "off_by_one", "nan", "raise"])
+@pytest.mark.parametrize("kind", ["constant", "drop_term", "nan_constant", "off_by_one", "nan", "raise"])
 def test_corrupted_kernel_is_reverted_within_k_steps(tmp_path: Path, kind: str) -> None:
     hook, url = hooked(tmp_path, f"fault-{kind}", Fault(kind, cluster=5))
     run = train(STEPS, hook)
@@ -79,7 +79,23 @@ def test_both_bridges_train_like_plain_tf(tmp_path: Path, bridge: str) -> None:
     hook, _ = hooked(tmp_path, f"bridge-{bridge}", STITCHFLEET_BRIDGE=bridge)
     stitched = train(12, hook)
     np.testing.assert_allclose(stitched.losses, plain.losses, rtol=2e-5)
-    library = hook.installed[0][1].switched[0].graph.as_graph_def().library  # cond branches are functions
-    native_ops = [n for f in library.function for n in f.node_def if n.op == "StitchfleetCall"]
+    graph = hook.installed[0][1].switched[0].graph
+    native_ops = [op for op in graph.get_operations() if op.type == "StitchfleetDispatch"]
     assert len(native_ops) == (len(hook.installed) if bridge == "native" else 0)
+    if bridge == "native":  # one node per cluster: no cond around it (Switch/Merge cost ~9% of a small step)
+        assert not [op for op in graph.get_operations() if op.type in ("Switch", "Merge")]
     assert all(calls == 12 - FIRST_STITCHED for calls in hook.backend_calls.values())
+
+
+def test_nan_from_the_native_op_is_blamed_on_the_kernel_and_reverted(tmp_path: Path) -> None:
+    """A kernel whose C computes NaN: the dispatch op hands the step TF's values (the losses stay finite)
+    and counts the fault; the count is read before the next step, which reverts the cluster without waiting
+    for a check step."""
+    hook, url = hooked(tmp_path, "native-nan", Fault("nan_constant", cluster=5), STITCHFLEET_BRIDGE="native")
+    run = train(STEPS, hook)
+    assert all(np.isfinite(run.losses))
+    assert hook.controller is not None
+    cluster = next(c for c in hook.controller.clusters if c.index == 5)
+    assert cluster.reverted_at == FIRST_STITCHED + 1
+    assert cluster.reason == "non-finite stitched output (native bridge: TF's own ops were finite)"
+    assert [e.step for e in events(url, "revert")] == [FIRST_STITCHED + 1]
