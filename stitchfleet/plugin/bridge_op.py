@@ -78,9 +78,14 @@ class BridgeOp:
     def count(self, executable: CpuExecutable, what: str = "calls") -> int:
         """How often the cluster's entry ran in this process (`calls`), returned non-zero (`failed`), or
         produced NaN/Inf where TF's own ops were finite (`faulted`)."""
-        if what not in COUNTS:
+        if what not in COUNTS:  # a typo would read as "never happened"
             raise ValueError(f"bridge count {what!r}: expected one of {', '.join(COUNTS)}")
         return int(self.counters.stitchfleet_bridge_count(executable.source.entry.encode(), COUNTS[what]))
+
+    def faults(self) -> int:
+        """Faults (NaN/Inf where TF's ops were finite) of every entry in this process: one cheap read per
+        step; only a change is worth asking each cluster's `count(..., "faulted")`."""
+        return int(self.counters.stitchfleet_bridge_faults())
 
 
 def _flags() -> list[str]:
@@ -134,6 +139,8 @@ def _load(path: Path) -> BridgeOp:
     counters = ctypes.CDLL(str(path))
     counters.stitchfleet_bridge_count.restype = ctypes.c_long
     counters.stitchfleet_bridge_count.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    counters.stitchfleet_bridge_faults.restype = ctypes.c_long
+    counters.stitchfleet_bridge_faults.argtypes = []
     return BridgeOp(path, module, counters)
 
 

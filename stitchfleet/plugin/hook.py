@@ -61,6 +61,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._started = 0.0
         self._checking = False
         self._local = np.zeros(0)
+        self._bridge: Any = None
+        self._faults_seen = 0
 
     # --- SessionRunHook -------------------------------------------------------------------
 
@@ -135,6 +137,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             clusters.append(Cluster(i, fingerprint, kernel, len(cg.nodes), fingerprint not in known_bad))
         bridge = choose_bridge(current.bridge, backend, current.cache_dir)
         rewired = rewire(graph, sites, [c.kernel for c in clusters], bridge)
+        self._bridge, self._faults_seen = bridge, bridge.faults() if bridge is not None else 0
         self._adopt(rewired, clusters)
         self.controller = Controller([c for c, _ in self.installed], Timing.from_settings(current), self.ledger)
         self.controller.size = self.consensus.size
@@ -180,6 +183,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def _before_run(self) -> Any:
         assert self.controller is not None and self.consensus is not None
         controller = self.controller
+        self._poll_faults()
         self._local = controller.local(self.step)
         feeds, fetches = self.consensus.args(self._local)
         switches = controller.switches(self.step)
@@ -195,6 +199,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             }
         self._started = time.perf_counter()
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
+
+    def _poll_faults(self) -> None:
+        """Flags the clusters whose native op found NaN/Inf where TF's ops were finite (one read per step;
+        the per-cluster counts only when the process-wide count moved)."""
+        if self._bridge is None or self._bridge.faults() == self._faults_seen:
+            return
+        self._faults_seen = self._bridge.faults()
+        for cluster, _ in self.installed:
+            faulted = getattr(cluster.kernel, "faulted", None)
+            if faulted is not None and faulted() > 0:
+                cluster.kernel.flag("non-finite stitched output (native bridge: TF's own ops were finite)")
 
     def _consensus_only(self) -> Any:
         """A step whose preparation failed still takes part in the consensus (no rank may wait)."""

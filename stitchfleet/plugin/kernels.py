@@ -107,7 +107,7 @@ class ClusterKernel:
         self.faulted: Callable[[], int] | None = None  # the bridge op's NaN/Inf where TF's ops were finite
         self._calls = 0
         self.fallbacks = 0
-        self._bad: str | None = None
+        self.bad: str | None = None
         self._lock = threading.Lock()
 
     @property
@@ -115,12 +115,9 @@ class ClusterKernel:
         """Backend runs: through tf.numpy_function and through the native bridge op."""
         return self._calls + (self.bridged() if self.bridged is not None else 0)
 
-    @property
-    def bad(self) -> str | None:
-        """Why the cluster must be reverted (a fault in the Python path or one the bridge op counted), or None."""
-        if self._bad is None and self.faulted is not None and self.faulted() > 0:
-            self._bad = "non-finite stitched output (native bridge: TF's own ops were finite)"
-        return self._bad
+    def flag(self, reason: str) -> None:
+        """Marks the cluster for revert (the first reason is kept)."""
+        self.bad = self.bad or reason
 
     def __call__(self, *arrays: Array) -> tuple[Array, ...]:
         with self._lock:
@@ -150,7 +147,7 @@ class ClusterKernel:
         )
 
     def _fallback(self, inputs: Mapping[str, Array], reason: str) -> tuple[Array, ...]:
-        self._bad = self._bad or reason
+        self.flag(reason)
         self.fallbacks += 1
         return self._native(inputs)
 
@@ -158,7 +155,7 @@ class ClusterKernel:
         native = self._native(inputs)
         for got, want in zip(values, native, strict=True):
             if np.issubdtype(got.dtype, np.floating) and (np.isfinite(want) & ~np.isfinite(got)).any():
-                self._bad = self._bad or "non-finite stitched output"
+                self.flag("non-finite stitched output")
                 self.fallbacks += 1
                 return native
         return values  # the unfused computation is non-finite too: not the kernel's fault

@@ -99,21 +99,23 @@ def test_nan_only_in_the_c_comes_back_as_tfs_values_and_counts_as_a_fault(
     x = np.ones((8, 32), np.float32)
     x[3, 4] = -1.0
     failed, faulted = bridge.count(executable, "failed"), bridge.count(executable, "faulted")
+    total = bridge.faults()
     (got,) = run(bridge, executable, [x], on=True, fallback=lambda v: [tf.math.log(tf.abs(v))])
     np.testing.assert_array_equal(got, np.zeros_like(x))  # the fallback's values, NaN-free
     assert bridge.count(executable, "failed") == failed + 1
     assert bridge.count(executable, "faulted") == faulted + 1
+    assert bridge.faults() == total + 1  # the process-wide count the hook polls once per step
 
 
 def test_nan_tf_computes_too_is_not_the_kernels_fault(bridge: bridge_op.BridgeOp, tmp_path: Path) -> None:
     executable = log_cluster(tmp_path)
     x = np.ones((8, 32), np.float32)
     x[7, 31] = -1.0  # the last element: the in-C test must see it
-    failed, faulted = bridge.count(executable, "failed"), bridge.count(executable, "faulted")
+    failed, faulted, total = bridge.count(executable, "failed"), bridge.count(executable, "faulted"), bridge.faults()
     (got,) = run(bridge, executable, [x], on=True, fallback=lambda v: [tf.math.log(v)])
     assert np.isnan(got[7, 31]) and np.isfinite(got[:7]).all()
     assert bridge.count(executable, "failed") == failed + 1
-    assert bridge.count(executable, "faulted") == faulted
+    assert bridge.count(executable, "faulted") == faulted and bridge.faults() == total
 
 
 def test_counts_name_what_they_count(bridge: bridge_op.BridgeOp, tmp_path: Path) -> None:
