@@ -7,6 +7,7 @@ import pytest
 from stitchfleet import settings
 from stitchfleet.plugin.schedule import BASELINE, PROBE, STITCHED, WARMUP, Probes, Timing, Windows
 
+# Without the group probe (today's schedule before it, and STITCHFLEET_PROBE_GROUP=0 now):
 # warmup 0-1, baseline 2-4, pair 0: baseline 5-8 + only-0 9-12, pair 1: baseline 13-16 + only-1 17-20,
 # stitched from 21; the next baseline window starts 20 stitched-phase steps after the first one ended
 PROBING = Timing(
@@ -18,6 +19,7 @@ PROBING = Timing(
     probe_steps=4,
     clusters=2,
     probe_rounds=1,
+    probe_group=False,
 )
 
 
