@@ -4,10 +4,10 @@ Input: steps, a directory, the backend and the model size (command-line argument
 Output: on stdout, the clusters stitched or left off, a progress line every `every` steps
 (loss, the phase: warmup, baseline, probe all, probe k, stitched or reverted, the mean step
 time against the baseline median), the group probe's verdict and each cluster's probe
-decision (kept, or left to TF, with the measured ms per step), the median step of the same model in plain TF (no plugin, timed
-after the run) beside the plugin's baseline and stitched medians, then the weekly savings
-report (Markdown) read back from the SQLite file the run recorded in a fresh directory
-(named in the output). Every figure is measured in this run: a cluster slower than TF alone
+decision (kept, or left to TF, with the measured ms per step), the median step of the same
+model in plain TF (no plugin, timed after the run) beside the plugin's baseline and stitched
+medians, then the weekly savings report (Markdown) read back from the SQLite file the run
+recorded in a fresh directory (named in the output). Every figure is measured in this run: a cluster slower than TF alone
 is left to TF, and when stitched steps are slower than the baseline, the guard reverts and
 the report says so.
 """

@@ -252,8 +252,9 @@ class Probes:
         return statistics.median(alone), statistics.median(base)
 
     def noise(self, k: int) -> float:
-        """The standard error of (switched-on median - baseline median) of k or GROUP, from each half's spread (1.4826 MAD,
-        robust to the odd slow step) and the 1.2533 factor of a median's error; 0 without figures."""
+        """The standard error of (switched-on median - baseline median) of k or GROUP, from each half's
+        spread (1.4826 MAD, robust to the odd slow step) and the 1.2533 factor of a median's error; 0
+        without figures."""
         halves = [self.seconds.get((k, PROBE)), self.seconds.get((k, BASELINE))]
         if not all(halves):
             return 0.0
