@@ -7,9 +7,9 @@ time against the baseline median), the group probe's verdict and each cluster's 
 decision (kept, or left to TF, with the measured ms per step), the median step of the same
 model in plain TF (no plugin, timed after the run) beside the plugin's baseline and stitched
 medians, then the weekly savings report (Markdown) read back from the SQLite file the run
-recorded in a fresh directory (named in the output). Every figure is measured in this run: a cluster slower than TF alone
-is left to TF, and when stitched steps are slower than the baseline, the guard reverts and
-the report says so.
+recorded in a fresh directory (named in the output). Every figure is measured in this run:
+a cluster slower than TF alone is left to TF, and when stitched steps are slower than the
+baseline, the guard reverts and the report says so.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def test_every_cluster_is_probed_and_its_decision_recorded(tmp_path: Path) -> No
     clusters = hook.controller.clusters
     timing = hook.controller.timing
     assert timing.stitched_start == FIRST_PROBE + GROUP_STEPS + 2 * PROBE_STEPS * len(clusters) <= 52
-    group = [e for e in events(url, "probe") if e.cluster_fingerprint is None][0]
+    group = next(e for e in events(url, "probe") if e.cluster_fingerprint is None)
     assert hook.controller.group_proven is not None and group.step == FIRST_PROBE + GROUP_STEPS
     assert group.reason == ("group proven" if hook.controller.group_proven else "group not faster")
     assert group.detail == f"{group.reason}: {hook.controller.group_probe}" and "ms/step" in group.detail
