@@ -106,6 +106,9 @@ class Settings:
     probe_steps: int = _knob(10, "Steps per probe window, baseline and one cluster alone (0: keep all).", minimum=0)
     probe_margin: float = _knob(0.01, "Keep a cluster only when it beats its baseline by this share.", minimum=0.0)
     probe_rounds: int = _knob(2, "Rounds of probe pairs (order alternates per round; medians pooled).", minimum=1)
+    probe_group: bool = _knob(
+        True, "Probe every cluster on together first; once proven, a cluster is dropped only when slower."
+    )
     remote_stitch_budget: int = _knob(8, "Most independent clusters merged into one stitch op.", minimum=1)
     dump_dir: str = _knob("", "Write every compiler artifact here (empty: off).")
     # Home-relative defaults are resolved once, at import: a process's home does not move.

@@ -4,12 +4,16 @@ Input: the compiled clusters (`Cluster`: fingerprint, kernel, guard figures), th
 schedule, a `Ledger` and, per step, its duration, check results and the consensus vector.
 Output: the switch vector of every step, the local figures each step contributes to the
 consensus (bad flags per cluster, plugin fault, non-finite loss, fresh step-time medians,
-the medians of a finished probe pair), and every decision taken from the summed figures:
-a mismatching or non-finite cluster is reverted for the rest of the job (fleet verdict
-`reverted`); after its probe pair a cluster is kept (event `cluster_enabled`, verdict
-`enabled`) only when it beat its paired baseline by more than the probe margin, else it is
-left to TF (event `probe`, verdict `disabled`: not sticky, a later job probes it again; not
-a revert, so the weekly report's revert figures stay about faults); with no cluster kept
+the medians of a finished probe pair, the group's and a cluster's), and every decision taken
+from the summed figures: a mismatching or non-finite cluster is reverted for the rest of the
+job (fleet verdict `reverted`); after the group probe (every cluster on vs all off) the group
+is proven when it beat its paired baseline by more than the margin and the noise (a `probe`
+event without a cluster: "group proven" or "group not faster"); after its probe pair a
+cluster is kept (event `cluster_enabled`, verdict `enabled`) when it beat its paired baseline
+by more than the margin and the noise or, with the group proven, unless it was slower than
+it by more than those (small gains that only the group can resolve), else it is left to TF
+(event `probe`, verdict `disabled`: not sticky, a later job probes it again; not a revert,
+so the weekly report's revert figures stay about faults); with no cluster kept
 stitching is off for the job (a `probe` event without a cluster; the job ends `finished`);
 a plugin fault, a non-finite loss or a slowdown beyond the
 margin reverts the whole job. Decisions use only the summed vector, so ranks that share it
@@ -26,12 +30,13 @@ import numpy as np
 
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.schedule import PROBE, REVERTED, STITCHED, Probes, Timing, Window, Windows
+from stitchfleet.plugin.schedule import GROUP, PROBE, REVERTED, STITCHED, Probes, Timing, Window, Windows
 
 log = logging.getLogger("stitchfleet.plugin")
 # fault, loss, fresh medians, stitched median, baseline median, probe figures in, probe alone, probe baseline,
-# probe noise
-EXTRA = 9
+# probe noise, then the same four probe figures of the group (every cluster on)
+EXTRA = 13
+GUARD, PROBED, GROUPED = slice(0, 5), slice(5, 9), slice(9, 13)  # the EXTRA figures, after the cluster flags
 NOISE_FACTOR = 2.0  # a kept cluster beats its baseline by this many standard errors (and by the margin)
 
 
@@ -61,6 +66,8 @@ class Controller:
         self.loss_bad = False
         self.fresh = False
         self.announced = self.timing.probing  # probed clusters are announced by their decision
+        self.group_proven: bool | None = None  # the group probe's decision; None until taken (or without one)
+        self.group_probe = ""  # what the group probe measured, in a cluster's `probe` format
         for c in clusters:
             c.kept = None if self.timing.probing else True
 
@@ -76,8 +83,8 @@ class Controller:
     def switches(self, step: int) -> np.ndarray[Any, np.dtype[np.bool_]]:
         mode = self.mode(step)
         if mode == PROBE:
-            probed = self.timing.probed(step)
-            return np.array([c.enabled and i == probed for i, c in enumerate(self.clusters)], dtype=bool)
+            probed = self.timing.subject(step)
+            return np.array([c.enabled and probed in (i, GROUP) for i, c in enumerate(self.clusters)], dtype=bool)
         on = mode == STITCHED
         return np.array([on and c.enabled and bool(c.kept) for c in self.clusters], dtype=bool)
 
@@ -92,11 +99,13 @@ class Controller:
         fresh = self.fresh and base is not None and stitched is not None
         self.fresh = False
         extra = [float(self.fault is not None), float(self.loss_bad), float(fresh), stitched or 0.0, base or 0.0]
-        return np.array(flags + extra + self._probe_figures(step), dtype=np.float64)
+        cluster = self._probe_figures(self.timing.decides(step))
+        group = self._probe_figures(GROUP if self.timing.decides_group(step) else None)
+        return np.array(flags + extra + cluster + group, dtype=np.float64)
 
-    def _probe_figures(self, step: int) -> list[float]:
-        """At a probe decision step: [1, only-k median, paired baseline median, noise]; zeros otherwise."""
-        k = self.timing.decides(step)
+    def _probe_figures(self, k: int | None) -> list[float]:
+        """For the cluster (or GROUP) decided now: [1, switched-on median, paired baseline median, noise];
+        zeros when nothing is decided or this rank has not timed both halves."""
         found = self.probes.medians(k) if k is not None else None
         if k is None or found is None:
             return [0.0, 0.0, 0.0, 0.0]
@@ -147,10 +156,13 @@ class Controller:
         for i, c in enumerate(self.clusters):
             if summed[i] > 0 and c.enabled:
                 self._revert_cluster(step, c, self.pending.get(i) or c.kernel.bad or "reverted on another rank")
-        self._guard_job(step, summed[n : n + 5])
+        extra = summed[n:]
+        self._guard_job(step, extra[GUARD])
+        if self.timing.decides_group(step) and self.job_reverted is None:
+            self._group_decision(step, extra[GROUPED])
         probed = self.timing.decides(step)
         if probed is not None and self.job_reverted is None:
-            self._probe_decision(step, self.clusters[probed], summed[n + 5 : n + EXTRA])
+            self._probe_decision(step, self.clusters[probed], extra[PROBED])
             if probed == n - 1:
                 self._settle(step)
 
@@ -166,12 +178,24 @@ class Controller:
             self._revert_job(step, "slowdown", f"stitched median {mean_s:.6f} s vs baseline {mean_b:.6f} s per step")
 
     # --- probe decisions --------------------------------------------------------------------
+    # The figures compared are the ranks' means of their own medians, the same on every rank.
+
+    def _group_decision(self, step: int, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+        """Proves the group (every cluster on) or not, from the summed group figures."""
+        ready, on, base, noise = (float(x) for x in figures)
+        if ready < self.size:
+            self.group_proven = False
+            self.group_probe = f"no group figures: {ready:.0f} of {self.size} ranks had timed both windows"
+        else:
+            on, base, noise = on / self.size, base / self.size, noise / self.size
+            self.group_probe = self._describe(on, base, noise)
+            self.group_proven = base - on > self._needed(base, noise)
+        label = "group proven" if self.group_proven else "group not faster"
+        log.info("stitchfleet: %s at step %d: %s", label, step, self.group_probe)
+        self.ledger.event("probe", step, None, label, detail=f"{label}: {self.group_probe}")
 
     def _probe_decision(self, step: int, c: Cluster, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
-        """Keeps `c` or leaves it to TF from the summed probe figures (ready ranks, alone, baseline).
-
-        The figures compared are the ranks' mean of their own medians, the same on every rank.
-        """
+        """Keeps `c` or leaves it to TF from the summed probe figures (ready ranks, alone, baseline, noise)."""
         if not c.enabled:
             return  # reverted already (its own revert event says why)
         ready, alone, base, noise = (float(x) for x in figures)
@@ -179,26 +203,41 @@ class Controller:
             self._leave(step, c, "no probe figures", f"{ready:.0f} of {self.size} ranks had timed both windows")
             return
         alone, base, noise = alone / self.size, base / self.size, noise / self.size
-        t = self.timing
-        steps = f"{(t.probe_steps - t.probe_checks) * t.probe_rounds}+{t.probe_steps * t.probe_rounds} steps"
-        c.probe = (
-            f"{(alone - base) * 1e3:+.2f} ms/step ({alone * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps},"
-            f" noise {noise * 1e3:.2f} ms)"
-        )
-        # Both: the margin (worth the risk) and the noise (not a lucky draw: keeping the clusters whose
-        # noise happened to be most negative made the kept set slower together than apart)
-        needed = max(base * self.timing.probe_margin, NOISE_FACTOR * noise)
-        if base - alone > needed:
-            self._keep(step, c)
+        c.probe = self._describe(alone, base, noise)
+        needed = self._needed(base, noise)
+        if self.group_proven:
+            # the group's gain is real, and a cluster's small share of it is below one probe's noise: the
+            # burden of proof flips, and only a cluster shown slower beyond the same bar is dropped
+            if alone - base > needed:
+                self._leave(step, c, "slower than TF", c.probe)
+            else:
+                self._keep(step, c, "kept with the group")
+        elif base - alone > needed:
+            self._keep(step, c, "faster than TF")
         elif alone >= base:
             self._leave(step, c, "slower than TF", c.probe)
         else:
             self._leave(step, c, "not faster beyond noise and margin", c.probe)
 
-    def _keep(self, step: int, c: Cluster) -> None:
-        c.kept, c.reason = True, f"faster than TF: {c.probe}"
+    def _needed(self, base: float, noise: float) -> float:
+        """The difference a probe must show: the margin (worth the risk) and the noise (not a lucky draw:
+        keeping the clusters whose noise happened to be most negative made the kept set slower together
+        than apart)."""
+        return max(base * self.timing.probe_margin, NOISE_FACTOR * noise)
+
+    def _describe(self, on: float, base: float, noise: float) -> str:
+        """A probe's figures, e.g. "-0.41 ms/step (2.49 vs 2.90 ms, 9+10 steps, noise 0.05 ms)"."""
+        t = self.timing
+        steps = f"{(t.probe_steps - t.probe_checks) * t.probe_rounds}+{t.probe_steps * t.probe_rounds} steps"
+        return (
+            f"{(on - base) * 1e3:+.2f} ms/step ({on * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps},"
+            f" noise {noise * 1e3:.2f} ms)"
+        )
+
+    def _keep(self, step: int, c: Cluster, label: str) -> None:
+        c.kept, c.reason = True, f"{label}: {c.probe}"
         log.info("stitchfleet: cluster %d kept at step %d: %s", c.index, step, c.reason)
-        self.ledger.event("cluster_enabled", step, c.fingerprint, "faster than TF", detail=c.reason)
+        self.ledger.event("cluster_enabled", step, c.fingerprint, label, detail=c.reason)
         self.ledger.verdict(c.fingerprint, "enabled", c.reason, c.op_count)
 
     def _leave(self, step: int, c: Cluster, label: str, detail: str) -> None:
@@ -211,7 +250,7 @@ class Controller:
         """After the last probe: with no cluster kept, stitching is off for the job (not an error)."""
         if any(c.enabled and c.kept for c in self.clusters):
             return
-        self.stitching_off = "no cluster kept: none beat TF in its probe; the job runs TF's own ops"
+        self.stitching_off = "no cluster kept: none passed its probe; the job runs TF's own ops"
         log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
         self.ledger.event("probe", step, None, "no cluster kept", detail=self.stitching_off)
 
@@ -249,6 +288,8 @@ class Controller:
         notes = [self.stitching_off] if self.stitching_off else []
         if self.timing.probing:
             notes.append(f"probe kept {sum(bool(c.kept) for c in self.clusters)}/{len(self.clusters)} clusters")
+        if self.group_proven is not None:
+            notes.append("group proven" if self.group_proven else "group not faster")
         notes += [f"cluster {c.index} {c.reason}" for c in reverted]
         self.ledger.finished("finished", "; ".join(notes))
 

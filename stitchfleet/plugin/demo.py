@@ -2,14 +2,14 @@
 
 Input: steps, a directory, the backend and the model size (command-line arguments).
 Output: on stdout, the clusters stitched or left off, a progress line every `every` steps
-(loss, the phase: warmup, baseline, probe k, stitched or reverted, the mean step time
-against the baseline median), each cluster's probe decision (kept, or left to TF, with the
-measured ms per step), the median step of the same model in plain TF (no plugin, timed
-after the run) beside the plugin's baseline and stitched medians, then the weekly savings
-report (Markdown) read back from the SQLite file the run recorded in a fresh directory
-(named in the output). Every figure is measured in this run: a cluster slower than TF alone
-is left to TF, and when stitched steps are slower than the baseline, the guard reverts and
-the report says so.
+(loss, the phase: warmup, baseline, probe all, probe k, stitched or reverted, the mean step
+time against the baseline median), the group probe's verdict and each cluster's probe
+decision (kept, or left to TF, with the measured ms per step), the median step of the same
+model in plain TF (no plugin, timed after the run) beside the plugin's baseline and stitched
+medians, then the weekly savings report (Markdown) read back from the SQLite file the run
+recorded in a fresh directory (named in the output). Every figure is measured in this run:
+a cluster slower than TF alone is left to TF, and when stitched steps are slower than the
+baseline, the guard reverts and the report says so.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def demo_settings(directory: Path, backend: str) -> settings_module.Settings:
         "STITCHFLEET_WINDOW_STEPS": "20",
         "STITCHFLEET_CHECK_EVERY": "50",
         "STITCHFLEET_CHECK_FIRST": "3",
-        # 10 clusters x 2 rounds x (6 + 6) steps of probing: the default 600 steps end stitched
+        # (1 group + 10 clusters) x 2 rounds x (6 + 6) steps of probing from step 30: stitched from step 294,
+        # so the default 600 steps end stitched
         "STITCHFLEET_PROBE_STEPS": "6",
         "STITCHFLEET_PROBE_ROUNDS": "2",
         "STITCHFLEET_GPUS_PER_RANK": "1",
@@ -96,10 +97,13 @@ def _progress(hook: StitchHook, step: int, loss: float, times: list[float]) -> N
 
 
 def _phase(controller: Controller, step: int) -> str:
-    """What the step ran: warmup, baseline, `probe K` (cluster K alone), stitched or reverted."""
+    """What the step ran: warmup, baseline, `probe all` (every cluster on), `probe K` (cluster K alone),
+    stitched or reverted."""
     mode = controller.mode(step)
+    if mode != PROBE:
+        return mode
     probed = controller.timing.probed(step)
-    return f"probe {controller.clusters[probed].index}" if mode == PROBE and probed is not None else mode
+    return f"probe {controller.clusters[probed].index}" if probed is not None else "probe all"
 
 
 def _decision(c: Cluster) -> str:
@@ -113,6 +117,9 @@ def _decision(c: Cluster) -> str:
 
 
 def _decisions(controller: Controller) -> None:
+    if controller.group_proven is not None:
+        verdict = "proven" if controller.group_proven else "not faster"
+        print(f"\ngroup probe (every cluster on vs all off): {verdict}: {controller.group_probe}")
     print("\nper-cluster decisions (probe: the cluster alone vs its paired baseline, medians per step):")
     for c in controller.clusters:
         print(f"  cluster {c.index}: {_decision(c)}")

@@ -2,14 +2,16 @@
 
 Input: the guard and timing settings, the number of installed clusters and, per step, its
 number, duration and whether it ran checks. Output: what each step runs (`mode`: warmup,
-baseline with every switch off, probe with one cluster alone on, stitched, or reverted),
-whether it is a check step, which cluster a probe step or a probe decision concerns, and
-closed `Window`s with the figures a StepWindow row needs (saved seconds against the current
-baseline median). After warmup and the first baseline window comes the probe phase: per
-cluster k, `probe_steps` baseline steps and `probe_steps` steps with only k on, repeated for
-`probe_rounds` rounds (odd rounds only-k first); then the stitched phase with periodic
-baseline windows. Everything is a function of the step number, so ranks that share the step
-count share the schedule.
+baseline with every switch off, probe with every cluster or one cluster alone on, stitched,
+or reverted), whether it is a check step, which cluster a probe step or a probe decision
+concerns, and closed `Window`s with the figures a StepWindow row needs (saved seconds against
+the current baseline median). After warmup and the first baseline window comes the group
+probe (with `probe_group` and at least two clusters): `probe_steps` baseline steps and
+`probe_steps` steps with every cluster on, repeated for `probe_rounds` rounds (odd rounds
+group first), decided on the step after its last pair; then the per-cluster probes: per
+cluster k, `probe_steps` baseline steps and `probe_steps` steps with only k on, in the same
+rounds; then the stitched phase with periodic baseline windows. Everything is a function of
+the step number, so ranks that share the step count share the schedule.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from stitchfleet import settings as settings_module
 
 WARMUP, BASELINE, PROBE, STITCHED, REVERTED = "warmup", "baseline", "probe", "stitched", "reverted"
+GROUP = -1  # the probe subject of the group phase (every cluster on), beside cluster indices 0..n-1
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class Timing:
     probe_margin: float = 0.01
     clusters: int = 0
     probe_rounds: int = 2
+    probe_group: bool = True
 
     @classmethod
     def from_settings(cls, current: settings_module.Settings, clusters: int = 0) -> Timing:
@@ -50,6 +54,7 @@ class Timing:
             current.probe_margin,
             clusters,
             current.probe_rounds,
+            current.probe_group,
         )
 
     def __post_init__(self) -> None:
@@ -75,15 +80,28 @@ class Timing:
         return self.warmup_steps + self.baseline_steps
 
     @property
+    def grouping(self) -> bool:
+        """Whether a group probe runs: a group of one cluster would only repeat that cluster's probe."""
+        return self.probing and self.probe_group and self.clusters >= 2
+
+    @property
+    def cluster_start(self) -> int:
+        """The first step of the per-cluster probes (after every round of the group's pair, if any)."""
+        return self.probe_start + (2 * self.probe_steps * self.probe_rounds if self.grouping else 0)
+
+    @property
     def stitched_start(self) -> int:
         """The first step of the stitched phase (after every round of every cluster's probe pair)."""
-        return self.probe_start + 2 * self.probe_steps * self.clusters * self.probe_rounds
+        return self.cluster_start + 2 * self.probe_steps * self.clusters * self.probe_rounds
 
     def _pair(self, step: int) -> tuple[int, int, int]:
-        """(round, cluster, half) of a probe-phase step: rounds repeat every cluster's pair, and odd
-        rounds run the only-k half first, so a steady drift of the step time (a machine warming up or
-        getting busier) adds to both halves alike instead of to one."""
-        pair, offset = divmod(step - self.probe_start, 2 * self.probe_steps)
+        """(round, subject, half) of a probe-phase step, subject GROUP in the group phase: rounds repeat
+        every pair, and odd rounds run the switched-on half first, so a steady drift of the step time (a
+        machine warming up or getting busier) adds to both halves alike instead of to one."""
+        if step < self.cluster_start:
+            pair, offset = divmod(step - self.probe_start, 2 * self.probe_steps)
+            return pair, GROUP, offset // self.probe_steps
+        pair, offset = divmod(step - self.cluster_start, 2 * self.probe_steps)
         return pair // self.clusters, pair % self.clusters, offset // self.probe_steps
 
     @property
@@ -103,17 +121,30 @@ class Timing:
         offset = step - self.warmup_steps - (self.stitched_start - self.probe_start)
         return BASELINE if offset % self.period < self.baseline_steps else STITCHED
 
-    def probed(self, step: int) -> int | None:
-        """The cluster whose probe pair (baseline, then only it on) holds `step`; None outside probing."""
+    def subject(self, step: int) -> int | None:
+        """What the probe pair holding `step` measures: GROUP or a cluster index; None outside probing."""
         if not self.probe_start <= step < self.stitched_start:
             return None
         return self._pair(step)[1]
 
+    def probed(self, step: int) -> int | None:
+        """The cluster whose probe pair (baseline, then only it on) holds `step`; None outside those."""
+        subject = self.subject(step)
+        return None if subject == GROUP else subject
+
+    def grouped(self, step: int) -> bool:
+        """A step of the group probe phase (either half of a pair)."""
+        return self.subject(step) == GROUP
+
+    def decides_group(self, step: int) -> bool:
+        """The group is decided at the first step after its last round's pair (its figures are in)."""
+        return self.grouping and step == self.cluster_start
+
     def decides(self, step: int) -> int | None:
         """The cluster decided at `step`: the first step after its last round's pair (its figures are in)."""
-        if not self.probing or step <= self.probe_start or step > self.stitched_start:
+        if not self.probing or step <= self.cluster_start or step > self.stitched_start:
             return None
-        done, rest = divmod(step - self.probe_start, 2 * self.probe_steps)
+        done, rest = divmod(step - self.cluster_start, 2 * self.probe_steps)
         last_round = (done - 1) // self.clusters == self.probe_rounds - 1
         return (done - 1) % self.clusters if rest == 0 and last_round else None
 
@@ -201,26 +232,29 @@ class Windows:
 
 @dataclass
 class Probes:
-    """The timed steps of each cluster's probe pair: medians of its baseline and its only-k window."""
+    """The timed steps of each probe pair (the group's under GROUP, each cluster's under its index):
+    medians of its baseline and its switched-on window, and their noise."""
 
     timing: Timing
     seconds: dict[tuple[int, str], list[float]] = field(default_factory=dict)
 
     def add(self, step: int, seconds: float, timed: bool) -> None:
-        k = self.timing.probed(step)
+        k = self.timing.subject(step)
         if k is not None and timed:
             self.seconds.setdefault((k, self.timing.phase(step)), []).append(seconds)
 
     def medians(self, k: int) -> tuple[float, float] | None:
-        """(only-k median, paired baseline median) in seconds; None while either half has no timed step."""
+        """(switched-on median, paired baseline median) in seconds of cluster k or GROUP; None while
+        either half has no timed step."""
         alone, base = self.seconds.get((k, PROBE)), self.seconds.get((k, BASELINE))
         if not alone or not base:
             return None
         return statistics.median(alone), statistics.median(base)
 
     def noise(self, k: int) -> float:
-        """The standard error of (only-k median - baseline median), from each half's spread (1.4826 MAD,
-        robust to the odd slow step) and the 1.2533 factor of a median's error; 0 without figures."""
+        """The standard error of (switched-on median - baseline median) of k or GROUP, from each half's
+        spread (1.4826 MAD, robust to the odd slow step) and the 1.2533 factor of a median's error; 0
+        without figures."""
         halves = [self.seconds.get((k, PROBE)), self.seconds.get((k, BASELINE))]
         if not all(halves):
             return 0.0

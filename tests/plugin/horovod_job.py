@@ -3,7 +3,8 @@
 Arguments: the temporary directory (shared SQLite database inside) and the scenario:
 `fault` (rank 1's kernel of cluster 5 is corrupted, probing off; prints 'rank R reverted_at
 S fingerprint F losses N') or `probe` (probing on, no fault; prints 'rank R decisions JSON',
-each installed cluster's index, kept flag and reason).
+each installed cluster's index, kept flag and reason, and 'rank R group JSON', the group probe's
+verdict and figures).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from stitchfleet.plugin.hook import StitchHook
 from tests.plugin.hook_harness import make_settings, train
 
 PROBE_STEPS = 2
-PROBE_RUN = 50  # warmup 2 + baseline 3 + 10 clusters x 2 x 2 probe steps, then stitched steps
+PROBE_RUN = 54  # warmup 2 + baseline 3 + (the group + 10 clusters) x 2 x 2 probe steps, then stitched steps
 
 hvd.init()
 tmp, scenario = Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "fault"
@@ -37,6 +38,7 @@ if scenario == "probe":
     assert hook.controller is not None
     decisions = [[c.index, c.kept, c.reason] for c in hook.controller.clusters]
     print(f"rank {hvd.rank()} decisions {json.dumps(decisions)}")
+    print(f"rank {hvd.rank()} group {json.dumps([hook.controller.group_proven, hook.controller.group_probe])}")
 else:
     current = make_settings(tmp / f"rank{hvd.rank()}", "horovod-job", STITCHFLEET_FLUSH_SECONDS="30")
     hook = StitchHook(current, backend="cpu", fault=Fault("constant", cluster=5, rank=1), db_url=db_url)

@@ -24,7 +24,7 @@ def _run(tmp_path: Path, enabled: str, steps: int = 12) -> dict[str, str]:
         STITCHFLEET_WARMUP_STEPS="1",
         STITCHFLEET_BASELINE_STEPS="2",
         STITCHFLEET_SLOWDOWN_MARGIN="1000",
-        STITCHFLEET_PROBE_STEPS="2",  # the first cluster runs alone from step 5 on (its probe)
+        STITCHFLEET_PROBE_STEPS="2",  # every cluster runs from step 5 on (the group probe)
         TF_CPP_MIN_LOG_LEVEL="3",
     )
     done = subprocess.run(

@@ -15,9 +15,10 @@ def test_demo_trains_records_and_reports(tmp_path: Path, capsys: pytest.CaptureF
     assert cli.main(["demo", "--steps", "40", "--every", "10", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "stitched clusters:" in out and out.count("\nstep ") == 4
-    # warmup 10, baseline 20, then the first probe pair (6 baseline + 6 with the first cluster alone)
-    progress = [line.split()[4] for line in out.splitlines() if line.startswith("step ")]
-    assert progress == ["warmup", "baseline", "baseline", "probe"]
+    # warmup 10, baseline 20, then the group probe's first pair (6 baseline + 6 with every cluster on)
+    lines = [line for line in out.splitlines() if line.startswith("step ")]
+    assert [line.split()[4] for line in lines] == ["warmup", "baseline", "baseline", "probe"]
+    assert lines[3].split()[4:6] == ["probe", "all"]
     assert "per-cluster decisions" in out and "not probed yet (the run ended first)" in out
     assert "median step times: plain TF (no plugin)" in out and "% vs plain TF" in out
     databases = list(tmp_path.glob("run-*/telemetry.db"))

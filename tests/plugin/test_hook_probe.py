@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from stitchfleet.plugin.faults import Fault
+from stitchfleet.plugin.schedule import GROUP
 from stitchfleet.telemetry import models as tables
 from tests.plugin.hook_harness import events, hooked, train
 
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.tf
 
 PROBE_STEPS = 2
 FIRST_PROBE = 5  # warmup 2 + baseline 3
+GROUP_STEPS = 2 * PROBE_STEPS  # the group pair (one round): baseline, then every cluster on
 
 
 def _verdicts(url: str) -> dict[str, tuple[str, str]]:
@@ -40,9 +42,15 @@ def test_every_cluster_is_probed_and_its_decision_recorded(tmp_path: Path) -> No
     np.testing.assert_allclose(run.losses, plain.losses, rtol=2e-5)  # probing never changes the training
     assert hook.controller is not None and hook.controller.job_reverted is None
     clusters = hook.controller.clusters
-    assert hook.controller.timing.stitched_start == FIRST_PROBE + 2 * PROBE_STEPS * len(clusters) <= 52
+    timing = hook.controller.timing
+    assert timing.stitched_start == FIRST_PROBE + GROUP_STEPS + 2 * PROBE_STEPS * len(clusters) <= 52
+    group = next(e for e in events(url, "probe") if e.cluster_fingerprint is None)
+    assert hook.controller.group_proven is not None and group.step == FIRST_PROBE + GROUP_STEPS
+    assert group.reason == ("group proven" if hook.controller.group_proven else "group not faster")
+    assert group.detail == f"{group.reason}: {hook.controller.group_probe}" and "ms/step" in group.detail
     assert all(c.kept is not None for c in clusters) and all(c.probe for c in clusters)
-    assert all(calls >= PROBE_STEPS for calls in hook.backend_calls.values())  # each ran its only-k window
+    # each ran in the group window and in its only-k window; a kept one also in the stitched phase
+    assert all(calls >= 2 * PROBE_STEPS for calls in hook.backend_calls.values())
     recorded = {e.cluster_fingerprint: e for e in events(url, "cluster_enabled") + events(url, "probe")}
     verdicts = _verdicts(url)
     for c in clusters:
@@ -52,26 +60,32 @@ def test_every_cluster_is_probed_and_its_decision_recorded(tmp_path: Path) -> No
         )
         assert event.detail == c.reason == verdicts[c.fingerprint][1] and "ms/step" in c.reason
     kept = [c.index for c in clusters if c.kept]
-    assert sorted(k for k, calls in hook.backend_calls.items() if calls > PROBE_STEPS) == kept
+    assert sorted(k for k, calls in hook.backend_calls.items() if calls > 2 * PROBE_STEPS) == kept
     if not kept:
         assert hook.controller.stitching_off is not None
-        assert [e.reason for e in events(url, "probe") if e.cluster_fingerprint is None] == ["no cluster kept"]
+        job_events = [e.reason for e in events(url, "probe") if e.cluster_fingerprint is None]
+        assert job_events == [group.reason, "no cluster kept"]
     assert events(url, "revert") == []  # leaving a cluster to TF is not a revert
 
 
-def test_a_corrupted_kernel_is_caught_by_its_probe_check(tmp_path: Path) -> None:
+@pytest.mark.parametrize("group", [False, True], ids=["alone", "group"])
+def test_a_corrupted_kernel_is_caught_by_its_probe_check(tmp_path: Path, group: bool) -> None:
+    """Caught on the check step of its only-k window, or with the group probe on, on the group's first
+    check step, where every cluster runs and is compared (only the corrupted one mismatches)."""
     hook, url = hooked(
         tmp_path,
         "probe-fault",
         Fault("constant", cluster=5),
         STITCHFLEET_PROBE_STEPS=str(PROBE_STEPS),
         STITCHFLEET_PROBE_ROUNDS="1",
+        STITCHFLEET_PROBE_GROUP=str(int(group)),
     )
     run = train(30, hook)
     assert all(np.isfinite(run.losses)) and hook.controller is not None
     position, cluster = next((p, c) for p, c in enumerate(hook.controller.clusters) if c.index == 5)
-    check_step = FIRST_PROBE + 2 * PROBE_STEPS * position + PROBE_STEPS
-    assert hook.controller.timing.checks(check_step) and hook.controller.timing.probed(check_step) == position
+    timing = hook.controller.timing
+    check_step = FIRST_PROBE + PROBE_STEPS if group else FIRST_PROBE + 2 * PROBE_STEPS * position + PROBE_STEPS
+    assert timing.checks(check_step) and timing.subject(check_step) == (GROUP if group else position)
     assert cluster.reverted_at == check_step + 1 and cluster.kept is None
     reverts = [e for e in events(url, "revert") if e.cluster_fingerprint == cluster.fingerprint]
     assert [(e.reason, e.step) for e in reverts] == [("mismatch", check_step + 1)]

@@ -54,6 +54,8 @@ def test_two_ranks_probing_keep_the_same_clusters_at_the_same_steps(tmp_path: Pa
     assert sorted(found) == ["0", "1"]
     decisions = [json.loads(found[rank]) for rank in ("0", "1")]
     assert decisions[0] == decisions[1] and all(kept is not None for _, kept, _ in decisions[0])
+    groups = [json.loads(group) for _, group in sorted(re.findall(r"rank (\d) group (.+)", stdout))]
+    assert len(groups) == 2 and groups[0] == groups[1] and groups[0][0] is not None and "ms/step" in groups[0][1]
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
     kinds = (tables.Event.kind.in_(("probe", "cluster_enabled")), tables.Event.cluster_fingerprint.is_not(None))
     with engine.connect() as connection:

@@ -30,7 +30,8 @@ from stitchfleet.telemetry.weeks import week_of
 
 SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite"
 GRAPHS = ("layernorm_fwd_128x768_f32.json", "softmax_bwd_4096x256_f32.json", "softmax_bwd_4096x512_f32.json")
-# warmup 0, baseline 1-2, pairs of 4+4 steps for 3 clusters (3-26), stitched from 27
+# warmup 0, baseline 1-2, pairs of 4+4 steps for 3 clusters (3-26), stitched from 27 (no group probe:
+# these tests are about each cluster proving itself; GROUPED below adds the group phase)
 TIMING = Timing(
     warmup_steps=1,
     baseline_steps=2,
@@ -40,6 +41,7 @@ TIMING = Timing(
     check_first=2,
     probe_steps=4,
     probe_rounds=1,
+    probe_group=False,
 )
 STEPS = 40
 CHECK_COST = 0.05  # a check step is slow (fp64 reference); it must not count in any median
@@ -219,3 +221,100 @@ def test_a_slow_step_after_no_cluster_was_kept_reverts_nothing(tmp_path: Path, k
 
     _drive([controller], [slow_first_stitched])
     assert controller.stitching_off is not None and controller.job_reverted is None
+
+
+# the group probe first: warmup 0, baseline 1-2, group pair: baseline 3-6 + every cluster on 7-10, decided at
+# 11; pairs of 4+4 steps for 3 clusters (11-34), decided at 19, 27 and 35; stitched from 35
+GROUPED = {"probe_group": True}
+GROUP_STEPS = 44
+
+
+def _group_events(tmp: Path) -> list[tuple[int, str, str, int]]:
+    rows = _rows(tmp, tables.Event)
+    return [(e.rank, e.reason, e.detail, e.step) for e in rows if e.kind == "probe" and e.cluster_fingerprint is None]
+
+
+def test_a_proven_group_keeps_clusters_whose_gain_is_within_a_probe_noise(tmp_path: Path, kernels: Any) -> None:
+    """Issue 9: each cluster's gain is below one probe's noise, so each alone is left to TF, though together
+    they save well beyond it; the group probe proves the sum and then each cluster stays unless slower."""
+    strict = _controller(tmp_path / "strict", kernels)
+    _drive([strict], [_step_time(3.0, [-0.15, -0.15, -0.15], jitter=0.2)])
+    assert [c.kept for c in strict.clusters] == [False] * 3 and strict.group_proven is None
+    # each measured within its noise (one of them even looked slower: 3-4 noisy steps per half)
+    assert {c.reason.split(":")[0] for c in strict.clusters} == {"not faster beyond noise and margin", "slower than TF"}
+    grouped = _controller(tmp_path / "grouped", kernels, **GROUPED)
+    switched = _drive([grouped], [_step_time(3.0, [-0.15, -0.15, -0.15], jitter=0.2)], steps=GROUP_STEPS)
+    assert switched[3] == [False] * 3 and switched[7] == switched[10] == [True] * 3  # the group pair
+    assert switched[15] == [True, False, False] and switched[GROUP_STEPS - 1] == [True] * 3
+    assert grouped.group_proven is True and [c.kept for c in grouped.clusters] == [True] * 3
+    assert all(c.reason.startswith("kept with the group: ") for c in grouped.clusters)
+    [(rank, reason, detail, step)] = _group_events(tmp_path / "grouped")
+    assert (rank, reason, step) == (0, "group proven", 11)
+    assert detail.startswith("group proven: -0.37 ms/step (2.52 vs 2.89 ms, 3+4 steps, noise 0.06 ms)")
+    enabled = {e.cluster_fingerprint: e.reason for e in _rows(tmp_path / "grouped", tables.Event)}
+    assert set(enabled.values()) == {"kept with the group", "group proven"}
+    verdicts = {c.verdict for c in _rows(tmp_path / "grouped", tables.Cluster)}
+    assert verdicts == {"enabled"}
+    assert "group proven" in _rows(tmp_path / "grouped", tables.Job)[0].reason
+
+
+def test_a_clearly_slower_cluster_is_dropped_even_when_the_group_is_proven(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels, **GROUPED)
+    _drive([controller], [_step_time(3.0, [-0.6, -0.02, 0.3], jitter=0.001)], steps=GROUP_STEPS)
+    fast, tiny, slow = controller.clusters
+    assert controller.group_proven is True
+    assert (fast.kept, tiny.kept, slow.kept) == (True, True, False) and not slow.enabled
+    # a 0.02 ms gain is under the 1% margin: alone it would be left to TF, with the proven group it stays
+    assert tiny.reason.startswith("kept with the group: -0.02 ms/step (2.98 vs 3.00 ms, 3+4 steps")
+    assert slow.reason.startswith("slower than TF: +0.30 ms/step (3.30 vs 3.00 ms")
+    events = {(e.cluster_fingerprint, e.kind, e.reason, e.step) for e in _rows(tmp_path, tables.Event)}
+    assert (slow.fingerprint, "probe", "slower than TF", 35) in events
+    assert (tiny.fingerprint, "cluster_enabled", "kept with the group", 27) in events
+    assert controller.mode(40) == STITCHED and controller.switches(40).tolist() == [True, True, False]
+
+
+def test_an_unproven_group_leaves_each_cluster_to_prove_itself(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels, **GROUPED)
+    _drive([controller], [_step_time(3.0, [-0.5, 0.41, 0.3], jitter=0.001)], steps=GROUP_STEPS)
+    assert controller.group_proven is False
+    [(_, reason, detail, step)] = _group_events(tmp_path)
+    assert (reason, step) == ("group not faster", 11)
+    assert detail.startswith("group not faster: +0.21 ms/step (3.21 vs 3.00 ms, 3+4 steps, noise 0.00 ms)")
+    fast, slow, slower = controller.clusters
+    assert (fast.kept, slow.kept, slower.kept) == (True, False, False)
+    assert fast.reason.startswith("faster than TF: -0.50 ms/step")
+    assert slow.reason.startswith("slower than TF: +0.41") and slower.reason.startswith("slower than TF: +0.30")
+
+
+def test_an_unproven_group_keeps_the_strict_rule_for_a_gain_under_the_margin(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels, **GROUPED)
+    _drive([controller], [_step_time(3.0, [-0.02, -0.01, 0.01], jitter=0.001)], steps=GROUP_STEPS)
+    assert controller.group_proven is False  # -0.02 ms together: under the 1% margin
+    assert [c.kept for c in controller.clusters] == [False] * 3 and controller.stitching_off is not None
+    assert controller.clusters[0].reason.startswith("not faster beyond noise and margin: -0.02 ms/step")
+
+
+def test_two_ranks_take_the_same_group_and_cluster_decisions(tmp_path: Path, kernels: Any) -> None:
+    ranks = [_controller(tmp_path, kernels, rank, size=2, **GROUPED) for rank in (0, 1)]
+    # rank 0 alone: group -0.45 ms, proven; rank 1 (twice as slow): group +0.05 ms, not; the mean -0.2 ms is
+    times = [_step_time(3.0, [-0.15, -0.15, -0.15], 0.001), _step_time(6.0, [0.05, 0.05, -0.05], 0.002)]
+    _drive(ranks, times, steps=GROUP_STEPS)
+    assert [r.group_proven for r in ranks] == [True, True]
+    assert ranks[0].group_probe == ranks[1].group_probe and ranks[0].group_probe.startswith("-0.20 ms/step")
+    decisions = [[(c.kept, c.reason) for c in controller.clusters] for controller in ranks]
+    assert decisions[0] == decisions[1] and [kept for kept, _ in decisions[0]] == [True, True, True]
+    events = sorted(_group_events(tmp_path))
+    assert [(rank, reason, step) for rank, reason, _, step in events] == [
+        (0, "group proven", 11),
+        (1, "group proven", 11),
+    ]
+    assert events[0][2] == events[1][2]
+
+
+def test_a_rank_without_group_figures_leaves_the_group_unproven(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels, size=2, **GROUPED)  # a second rank that never sends figures
+    _drive([controller], [_step_time(3.0, [-1.0, -1.0, -1.0])], steps=GROUP_STEPS)
+    assert controller.group_proven is False
+    assert controller.group_probe == "no group figures: 1 of 2 ranks had timed both windows"
+    detail = "group not faster: no group figures: 1 of 2 ranks had timed both windows"
+    assert _group_events(tmp_path)[0] == (0, "group not faster", detail, 11)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from stitchfleet import settings
-from stitchfleet.plugin.schedule import BASELINE, PROBE, STITCHED, WARMUP, Probes, Timing, Windows
+from stitchfleet.plugin.schedule import BASELINE, GROUP, PROBE, STITCHED, WARMUP, Probes, Timing, Windows
 
+# Without the group probe (today's schedule before it, and STITCHFLEET_PROBE_GROUP=0 now):
 # warmup 0-1, baseline 2-4, pair 0: baseline 5-8 + only-0 9-12, pair 1: baseline 13-16 + only-1 17-20,
 # stitched from 21; the next baseline window starts 20 stitched-phase steps after the first one ended
 PROBING = Timing(
@@ -18,6 +19,7 @@ PROBING = Timing(
     probe_steps=4,
     clusters=2,
     probe_rounds=1,
+    probe_group=False,
 )
 
 
@@ -136,3 +138,63 @@ def test_probe_noise_is_the_standard_error_of_the_median_difference() -> None:
     noise = probes.noise(0)
     assert 0.05 < noise < 0.2  # spread 0.1 per half, 3 and 4 steps
     assert Probes(PROBING).noise(0) == 0.0
+
+
+# With the group probe (the default): warmup 0-1, baseline 2-4, group pair: baseline 5-8 + every cluster on
+# 9-12, decided at 13; pair 0: baseline 13-16 + only-0 17-20, pair 1: baseline 21-24 + only-1 25-28; stitched
+# from 29
+GROUPED = Timing(**{**PROBING.__dict__, "probe_group": True})
+
+
+def test_the_group_pair_comes_first_and_is_decided_before_any_cluster() -> None:
+    assert (GROUPED.probe_start, GROUPED.cluster_start, GROUPED.stitched_start) == (5, 13, 29)
+    phases = [GROUPED.phase(s) for s in range(35)]
+    assert phases == [WARMUP] * 2 + [BASELINE] * 3 + ([BASELINE] * 4 + [PROBE] * 4) * 3 + [STITCHED] * 6
+    assert [s for s in range(40) if GROUPED.grouped(s)] == list(range(5, 13))
+    assert {s: GROUPED.subject(s) for s in (4, 5, 12, 13, 28, 29)} == {
+        4: None,
+        5: GROUP,
+        12: GROUP,
+        13: 0,
+        28: 1,
+        29: None,
+    }
+    assert all(GROUPED.probed(s) is None for s in range(5, 13))
+    assert [s for s in range(60) if GROUPED.decides_group(s)] == [13]
+    assert {s: GROUPED.decides(s) for s in range(60) if GROUPED.decides(s) is not None} == {21: 0, 29: 1}
+
+
+def test_the_first_step_with_every_cluster_on_is_a_check() -> None:
+    # group 9; only-0 17, only-1 25; stitched 29, 30 (check_first), 40, 50 (every 10; 46-48 is a baseline)
+    assert [s for s in range(60) if GROUPED.checks(s)] == [9, 17, 25, 29, 30, 40, 50]
+
+
+def test_group_rounds_alternate_their_order_and_pool_their_steps() -> None:
+    two = Timing(**{**GROUPED.__dict__, "probe_rounds": 2})
+    assert (two.cluster_start, two.stitched_start) == (5 + 2 * 4 * 2, 21 + 2 * 4 * 2 * 2)
+    assert [two.phase(s) for s in range(5, 21)] == [BASELINE] * 4 + [PROBE] * 4 + [PROBE] * 4 + [BASELINE] * 4
+    assert [s for s in range(60) if two.decides_group(s)] == [21]
+    assert {s: two.decides(s) for s in range(80) if two.decides(s) is not None} == {45: 0, 53: 1}
+    probes = Probes(two)
+    for step in range(5, 21):
+        probes.add(step, seconds=float(step), timed=not two.checks(step))
+    assert probes.medians(GROUP) == (13.0, 12.5)  # group: 10-12, 14-16 (9 and 13 checks); baseline: 5-8, 17-20
+    assert probes.medians(0) is None and probes.noise(GROUP) > 0.0
+
+
+def test_a_single_cluster_gets_no_group_phase() -> None:
+    one = Timing(**{**GROUPED.__dict__, "clusters": 1})
+    assert not one.grouping and one.cluster_start == one.probe_start == 5
+    assert not any(one.grouped(s) or one.decides_group(s) for s in range(40))
+
+
+def test_the_group_setting_off_is_the_schedule_without_a_group_phase() -> None:
+    """PROBING (group off) keeps the schedule the tests above pin; from settings the same."""
+    assert not PROBING.grouping and PROBING.cluster_start == PROBING.probe_start
+    assert not any(PROBING.grouped(s) or PROBING.decides_group(s) for s in range(60))
+    off = Timing.from_settings(settings.load({"STITCHFLEET_PROBE_GROUP": "0"}), clusters=2)
+    on = Timing.from_settings(settings.load({}), clusters=2)
+    assert (off.probe_group, on.probe_group) == (False, True)
+    assert on.stitched_start - off.stitched_start == 2 * on.probe_steps * on.probe_rounds
+    with pytest.raises(settings.SettingsError, match="STITCHFLEET_PROBE_GROUP"):
+        settings.load({"STITCHFLEET_PROBE_GROUP": "maybe"})
