@@ -96,7 +96,10 @@ class Settings:
     rebaseline_every: int = _knob(1000, "Steps between fresh baseline windows.", minimum=1)
     window_steps: int = _knob(100, "Steps per telemetry window.", minimum=1)
     check_every: int = _knob(100, "Steps between numeric checks against the fp64 reference.", minimum=1)
-    check_first: int = _knob(5, "Steps checked right after a cluster is enabled.", minimum=0)
+    check_first: int = _knob(5, "Checks a cluster passes when it first runs stitched (probe checks count).", minimum=0)
+    check_clusters: int = _knob(
+        1, "Clusters judged per periodic check step, in rotation (0: every cluster switched on).", minimum=0
+    )
     tolerance_factor: float = _knob(
         8.0, "A stitched result may be this many times further from fp64 than unfused fp32.", minimum=1.0
     )

@@ -20,6 +20,20 @@ Array = npt.NDArray[Any]
 
 # math.erf element by element: numpy has no erf, and the fp64 reference needs full precision.
 _ERF = np.frompyfunc(math.erf, 1, 1)
+_VECTOR_ERF: list[Callable[[Array], Array] | None] = []  # scipy's, when installed (looked up once)
+
+
+def _vector_erf() -> Callable[[Array], Array] | None:
+    """scipy.special.erf (vectorised, full double precision) when scipy is installed: ~20x faster
+    than math.erf per element, which makes the guard's fp64 check of a GELU cluster cheap. Optional:
+    the compiler needs only numpy."""
+    if not _VECTOR_ERF:
+        try:
+            from scipy.special import erf as scipy_erf
+        except ImportError:
+            scipy_erf = None
+        _VECTOR_ERF.append(scipy_erf)
+    return _VECTOR_ERF[0]
 
 
 def sigmoid(x: Array) -> Array:
@@ -33,7 +47,9 @@ def sigmoid(x: Array) -> Array:
 
 def erf(x: Array) -> Array:
     """The error function, computed in float64."""
-    result: Array = _ERF(np.asarray(x, dtype=np.float64)).astype(np.float64)
+    values = np.asarray(x, dtype=np.float64)
+    fast = _vector_erf()
+    result: Array = fast(values) if fast is not None else _ERF(values).astype(np.float64)
     return result
 
 

@@ -66,6 +66,7 @@ class Controller:
         self.loss_bad = False
         self.fresh = False
         self.announced = self.timing.probing  # probed clusters are announced by their decision
+        self.check_counts = [0] * len(clusters)
         self.group_proven: bool | None = None  # the group probe's decision; None until taken (or without one)
         self.group_probe = ""  # what the group probe measured, in a cluster's `probe` format
         for c in clusters:
@@ -89,8 +90,33 @@ class Controller:
         return np.array([on and c.enabled and bool(c.kept) for c in self.clusters], dtype=bool)
 
     def checks(self, step: int) -> bool:
-        """A check step with at least one cluster switched on (those are the ones compared)."""
-        return self.timing.checks(step) and bool(self.switches(step).any())
+        """A step that judges at least one cluster (see `judged`)."""
+        return bool(self.judged(step))
+
+    def judged(self, step: int) -> list[int]:
+        """The clusters (positions) whose stitched outputs are compared with the reference at `step`.
+
+        A probe window's check judges what it switched on (the probed cluster, or every cluster of the
+        group). The stitched phase's first steps judge only clusters checked fewer than `check_first`
+        times so far in this job (probe checks count: the code and its numerics did not change). A
+        periodic check judges `check_clusters` of the clusters on, in rotation: each check costs 1-25 ms
+        per cluster of numpy on the host, which a small step cannot pay for every cluster every time.
+        """
+        if not self.timing.checks(step):
+            return []
+        on = [k for k, s in enumerate(self.switches(step)) if s]
+        if self.mode(step) != STITCHED:
+            return on
+        if self.timing.first_checks(step):
+            fresh = [k for k in on if self.check_counts[k] < self.timing.check_first]
+            if fresh or step % self.timing.check_every:
+                return fresh
+        return [on[j] for j in self.timing.rotation(step, len(on))]
+
+    def count_checks(self, judged: list[int]) -> None:
+        """Books the clusters a step judged (the hook calls this once per step, before it runs)."""
+        for k in judged:
+            self.check_counts[k] += 1
 
     def local(self, step: int) -> np.ndarray[Any, np.dtype[np.float64]]:
         """This rank's figures for `step`, about to run (see the module docstring)."""

@@ -8,6 +8,12 @@ when TF's own result happens to be nearly exact, a stitched result is still acce
 within `factor` times the rigorous rounding bound of its longest reduction (length x unit
 roundoff): a different summation order is not a bug, and a false revert costs the fleet
 its savings for that cluster for good.
+
+Fast path: when every stitched output is finite and within (factor - 1) / 2 units of roundoff
+of TF's own result (scaled like the rule: by |value| + floor), the rule holds whatever the
+reference is (|stitched - ref| <= |stitched - TF| + |TF - ref|), so the fp64 evaluation, which
+costs 1-25 ms per cluster on the demo model, is skipped. Anything further off, non-finite or an
+integer output that differs is judged against fp64 as before.
 """
 
 from __future__ import annotations
@@ -48,8 +54,11 @@ def judge(
     graph: Graph, inputs: Sequence[Any], original: Sequence[Any], stitched: Sequence[Any], factor: float
 ) -> Finding:
     """The worst output of the cluster on this step (see the module docstring)."""
-    names = [str(p.attrs["name"]) for p in graph.parameters]
     outputs = [name for name, _ in graph.outputs]
+    close = _close_to_tf(outputs, stitched, original, factor)
+    if close is not None:
+        return close
+    names = [str(p.attrs["name"]) for p in graph.parameters]
     given = {n: np.asarray(v) for n, v in zip(names, inputs, strict=True)}
     reference = evaluate(graph, given, "float64")
     verdicts = {
@@ -63,6 +72,40 @@ def judge(
     }
     name, worst = max(verdicts.items(), key=lambda item: (not item[1].ok, item[1].compiled_error))
     return Finding(worst.ok, name, worst.compiled_error, worst.allowed, worst.reason)
+
+
+def _close_to_tf(
+    outputs: Sequence[str], stitched: Sequence[Any], original: Sequence[Any], factor: float
+) -> Finding | None:
+    """A passing Finding when every output is provably within the rule without fp64 (module docstring)."""
+    worst, name, allowed = 0.0, outputs[0] if outputs else "", 0.0
+    for output, got, want in zip(outputs, stitched, original, strict=True):
+        distance, bound = _distance(np.asarray(got), np.asarray(want)), _fast_bound(np.asarray(want).dtype, factor)
+        if distance is None or distance > bound:
+            return None
+        if distance >= worst:
+            worst, name, allowed = distance, output, bound
+    return Finding(True, name, worst, allowed, "")
+
+
+def _fast_bound(dtype: np.dtype[Any], factor: float) -> float:
+    return 0.0 if not np.issubdtype(dtype, np.floating) else (factor - 1.0) / 2.0 * roundoff(dtype)
+
+
+def _distance(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any]) -> float | None:
+    """max |got - want| / (|want| + floor); 0 for equal integers; None when only fp64 can judge (shapes
+    differ, integers differ, a non-finite value on either side)."""
+    if got.shape != want.shape:
+        return None
+    if not np.issubdtype(want.dtype, np.floating):
+        return 0.0 if np.array_equal(got, want) else None
+    a, b = got.astype(np.float64), want.astype(np.float64)
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return None
+    if b.size == 0:
+        return 0.0
+    floor = max(FLOOR_RATIO * math.sqrt(float(np.mean(np.square(b)))), float(np.finfo(np.float64).tiny))
+    return float(np.max(np.abs(a - b) / (np.abs(b) + floor)))
 
 
 def _reduction_length(graph: Graph) -> int:

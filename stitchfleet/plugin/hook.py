@@ -60,6 +60,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.consensus: Consensus | None = None
         self._started = 0.0
         self._checking = False
+        self._judged: list[int] = []
+        self._check_fetches: list[Any] = []
         self._local = np.zeros(0)
         self._bridge: Any = None
         self._faults_seen = 0
@@ -146,6 +148,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         )
         self.consensus.build(graph, self.controller.length)
         self.switches = rewired.switches
+        self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
         self.loss_tensor = self._find_loss(graph, rewired)
         self.ledger.compiled(time.perf_counter() - started)
         self.active = bool(self.installed)
@@ -190,13 +193,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         feeds[self.switches] = switches
         if self.loss_tensor is not None:
             fetches["loss"] = self.loss_tensor
-        self._checking = controller.checks(self.step)
-        if self._checking:  # the clusters switched on: all kept ones, or the probed one alone
-            fetches["checks"] = {
-                k: (done.inputs, done.original, done.switched)
-                for k, (_, done) in enumerate(self.installed)
-                if switches[k]
-            }
+        self._judged = controller.judged(self.step)
+        controller.count_checks(self._judged)
+        self._checking = bool(self._judged)
+        if self._checking:
+            # Every cluster's tensors, although only those switched on are judged: one fetch signature
+            # for all check steps. A signature per probed cluster cost a new TF executor each (graph
+            # pruning and grappler, ~300 ms on the demo model) the first time it ran.
+            fetches["checks"] = self._check_fetches
         self._started = time.perf_counter()
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
 
@@ -229,7 +233,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         loss = results.get("loss")
         if loss is not None and not math.isfinite(float(loss)) and controller.mode(self.step) in (STITCHED, PROBE):
             controller.loss_bad = True
-        for k, (inputs, original, stitched) in results.get("checks", {}).items():
+        checks = results.get("checks", ())
+        for k in self._judged if checks else ():
+            inputs, original, stitched = checks[k]
             _, done = self.installed[k]
             finding = judge(done.site.graph, inputs, original, stitched, self.settings.tolerance_factor)
             controller.checked(self.step, k, finding)

@@ -39,6 +39,7 @@ class Timing:
     clusters: int = 0
     probe_rounds: int = 2
     probe_group: bool = True
+    check_clusters: int = 1
 
     @classmethod
     def from_settings(cls, current: settings_module.Settings, clusters: int = 0) -> Timing:
@@ -55,10 +56,11 @@ class Timing:
             clusters,
             current.probe_rounds,
             current.probe_group,
+            current.check_clusters,
         )
 
     def __post_init__(self) -> None:
-        for name in ("warmup_steps", "check_first", "probe_steps", "clusters"):
+        for name in ("warmup_steps", "check_first", "probe_steps", "clusters", "check_clusters"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 0")
         for name in ("baseline_steps", "rebaseline_every", "window_steps", "check_every", "probe_rounds"):
@@ -155,8 +157,19 @@ class Timing:
             return (step - self.probe_start) % self.probe_steps < self.probe_checks
         if phase != STITCHED:
             return False
-        since_enabled = step - self.stitched_start
-        return since_enabled < self.check_first or step % self.check_every == 0
+        return self.first_checks(step) or step % self.check_every == 0
+
+    def first_checks(self, step: int) -> bool:
+        """One of the stitched phase's first `check_first` steps (for clusters not checked enough yet)."""
+        return self.phase(step) == STITCHED and 0 <= step - self.stitched_start < self.check_first
+
+    def rotation(self, step: int, on: int) -> list[int]:
+        """Positions among `on` clusters switched on that the periodic check at `step` judges: `check_clusters`
+        of them, the next ones each time (all with 0 or when that covers them all)."""
+        if self.check_clusters == 0 or self.check_clusters >= on:
+            return list(range(on))
+        turn = step // self.check_every
+        return sorted({(turn * self.check_clusters + j) % on for j in range(self.check_clusters)})
 
 
 @dataclass(frozen=True)

@@ -318,3 +318,51 @@ def test_a_rank_without_group_figures_leaves_the_group_unproven(tmp_path: Path, 
     assert controller.group_probe == "no group figures: 1 of 2 ranks had timed both windows"
     detail = "group not faster: no group figures: 1 of 2 ranks had timed both windows"
     assert _group_events(tmp_path)[0] == (0, "group not faster", detail, 11)
+
+
+# --- which clusters a check step judges -------------------------------------------------------------
+
+# no probing: the stitched phase starts at step 3 (warmup 1 + baseline 2) with all three clusters on
+NO_PROBE = {"probe_steps": 0, "check_first": 2, "check_every": 10}
+
+
+def _judging(controller: Controller, steps: range) -> dict[int, list[int]]:
+    """The clusters judged per step, booked as the hook books them."""
+    seen = {}
+    for step in steps:
+        judged = controller.judged(step)
+        controller.count_checks(judged)
+        if judged:
+            seen[step] = judged
+    return seen
+
+
+def test_first_checks_judge_every_cluster_then_periodic_checks_rotate(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels, **NO_PROBE)
+    assert _judging(controller, range(45)) == {3: [0, 1, 2], 4: [0, 1, 2], 10: [1], 20: [2], 30: [0], 40: [1]}
+
+
+def test_check_clusters_zero_judges_every_cluster_on_periodic_checks(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels, check_clusters=0, **NO_PROBE)
+    judged = _judging(controller, range(25))
+    assert judged == {3: [0, 1, 2], 4: [0, 1, 2], 10: [0, 1, 2], 20: [0, 1, 2]}
+
+
+def test_probe_checks_count_towards_the_first_checks(tmp_path: Path, kernels: Any) -> None:
+    """TIMING probes each cluster alone with a check at the start of its only-k window (check_first 2,
+    one round): each cluster enters the stitched phase (step 27) checked once, so the first stitched
+    step judges all three again and the second none: they have had their two checks."""
+    controller = _controller(tmp_path, kernels)
+    for c in controller.clusters:
+        c.kept = True  # as a proven probe would leave them (decisions are not under test here)
+    judged = _judging(controller, range(40))
+    probe_checks = {s: k for s, k in judged.items() if s < TIMING.probe_start + 2 * 4 * 3}
+    assert sorted(k for ks in probe_checks.values() for k in ks) == [0, 1, 2]
+    assert judged[27] == [0, 1, 2] and 28 not in judged
+    assert judged[30] == [0]  # the first periodic check after them: one cluster, in rotation
+    assert controller.check_counts == [3, 2, 2]
+
+
+def test_check_clusters_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="check_clusters=-1"):
+        Timing(check_clusters=-1)
