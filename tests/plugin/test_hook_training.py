@@ -6,8 +6,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 
 from stitchfleet.plugin.faults import Fault, FaultError
+from stitchfleet.telemetry import models as tables
 from tests.plugin.hook_harness import events, hooked, train
 
 pytestmark = pytest.mark.tf
@@ -99,3 +101,23 @@ def test_nan_from_the_native_op_is_blamed_on_the_kernel_and_reverted(tmp_path: P
     assert cluster.reverted_at == FIRST_STITCHED + 1
     assert cluster.reason == "non-finite stitched output (native bridge: TF's own ops were finite)"
     assert [e.step for e in events(url, "revert")] == [FIRST_STITCHED + 1]
+
+
+def test_the_check_executor_is_built_in_warmup_and_booked_as_setup(tmp_path: Path) -> None:
+    """The last warmup step fetches what check steps fetch (TF builds that executor once, there) and its
+    extra time goes into the job's compile seconds, which the report charges as overhead."""
+    hook, url = hooked(tmp_path, "prebuild", STITCHFLEET_WARMUP_STEPS="4")
+    train(8, hook)
+    assert hook.prebuild_seconds is not None and hook.prebuild_seconds >= 0.0
+    engine = sa.create_engine(url)
+    with engine.connect() as connection:
+        (compiled,) = connection.execute(sa.select(tables.Job.compile_seconds)).one()
+    engine.dispose()
+    assert compiled == pytest.approx(hook._setup_seconds + hook.prebuild_seconds)
+    assert compiled > hook._setup_seconds or hook.prebuild_seconds == 0.0
+
+
+def test_no_prebuild_step_without_two_warmup_steps(tmp_path: Path) -> None:
+    hook, _ = hooked(tmp_path, "no-prebuild", STITCHFLEET_WARMUP_STEPS="1")
+    train(4, hook)
+    assert hook.prebuild_seconds is None
