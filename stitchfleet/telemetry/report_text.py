@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import math
 from collections.abc import Sequence
 
 from stitchfleet.telemetry.savings import JobSavings, Rollup, Totals, WeeklyReport
@@ -22,8 +23,14 @@ RUN_ID_CHARS = 12
 
 
 def hours(value: float) -> str:
-    """GPU-hours for people: thousands separated, two decimals."""
-    return f"{value:,.2f}"
+    """GPU-hours for people: thousands separated, two decimals; below 0.01 (a short or small job) two
+    significant digits instead, so a real saving or loss does not read as 0.00 or -0.00."""
+    size = abs(value)
+    if size == 0.0 or size >= 0.005:
+        return f"{value:,.2f}"
+    decimals = min(1 - math.floor(math.log10(size)), 9)
+    text = f"{value:.{decimals}f}"
+    return text if float(text) != 0.0 else f"{value:.1e}"
 
 
 def seconds(value: float | None) -> str:

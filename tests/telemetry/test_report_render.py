@@ -104,3 +104,19 @@ def test_an_empty_week_renders(sqlite_url: str) -> None:
     assert "No task was reverted." in report_text.render_markdown(report)
     assert report_text.jobs_csv(report).splitlines()[0].startswith("week,cluster,namespace")
     assert "data:image/png;base64," in report_html.render_html(report)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0.0, "0.00"),
+        (1234.567, "1,234.57"),
+        (0.0049, "0.0049"),
+        (0.000062, "0.000062"),
+        (-0.00011, "-0.00011"),
+        (1e-12, "1.0e-12"),
+    ],
+)
+def test_small_gpu_hours_keep_two_significant_digits(value: float, text: str) -> None:
+    """A short job's saving (or loss) must not print as 0.00 or -0.00."""
+    assert report_text.hours(value) == text
