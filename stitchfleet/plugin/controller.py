@@ -3,7 +3,7 @@
 Input: the compiled clusters (`Cluster`: fingerprint, kernel, guard figures), the timing
 schedule, a `Ledger` and, per step, its duration, check results and the consensus vector.
 Output: the switch vector of every step, the local figures each step contributes to the
-consensus (bad flags per cluster, plugin fault, non-finite loss, fresh step-time medians,
+consensus (bad flags per cluster, plugin fault, non-finite loss, the slowdown bracket's figures,
 the medians of a finished probe pair, the group's and a cluster's), and every decision taken
 from the summed figures: a mismatching or non-finite cluster is reverted for the rest of the
 job (fleet verdict `reverted`); after the group probe (every cluster on vs all off) the group
@@ -15,9 +15,10 @@ it by more than those (small gains that only the group can resolve), else it is 
 (event `probe`, verdict `disabled`: not sticky, a later job probes it again; not a revert,
 so the weekly report's revert figures stay about faults); with no cluster kept
 stitching is off for the job (a `probe` event without a cluster; the job ends `finished`);
-a plugin fault, a non-finite loss or a slowdown beyond the
-margin reverts the whole job. Decisions use only the summed vector, so ranks that share it
-take the same decisions at the same step.
+a plugin fault, a non-finite loss or a slowdown beyond the margin and the noise (the stitched
+steps right around a baseline window against that window: `slowdown.Bracket`) reverts the whole
+job. Decisions use only the summed vector, so ranks that share it take the same decisions at the
+same step.
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ import numpy as np
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.schedule import GROUP, PROBE, REVERTED, STITCHED, Probes, Timing, Window, Windows
+from stitchfleet.plugin.slowdown import Bracket
 
 log = logging.getLogger("stitchfleet.plugin")
-# fault, loss, fresh medians, stitched median, baseline median, probe figures in, probe alone, probe baseline,
-# probe noise, then the same four probe figures of the group (every cluster on)
-EXTRA = 13
-GUARD, PROBED, GROUPED = slice(0, 5), slice(5, 9), slice(9, 13)  # the EXTRA figures, after the cluster flags
+# fault, loss, fresh bracket, its stitched median, baseline median and noise (`slowdown`), probe figures in,
+# probe alone, probe baseline, probe noise, then the same four probe figures of the group (every cluster on)
+EXTRA = 14
+GUARD, PROBED, GROUPED = slice(0, 6), slice(6, 10), slice(10, 14)  # the EXTRA figures, after the cluster flags
 NOISE_FACTOR = 2.0  # a kept cluster beats its baseline by this many standard errors (and by the margin)
 
 
@@ -64,7 +66,8 @@ class Controller:
         self.pending: dict[int, Finding | str] = {}
         self.fault: str | None = None
         self.loss_bad = False
-        self.fresh = False
+        # brackets of `baseline_steps` timed steps, adjacent within as many steps (checks leave holes)
+        self.bracket = Bracket(max(timing.baseline_steps - 1, 1), max(timing.baseline_steps, 2))
         self.announced = self.timing.probing  # probed clusters are announced by their decision
         self.check_counts = [0] * len(clusters)
         self.group_proven: bool | None = None  # the group probe's decision; None until taken (or without one)
@@ -121,10 +124,9 @@ class Controller:
     def local(self, step: int) -> np.ndarray[Any, np.dtype[np.float64]]:
         """This rank's figures for `step`, about to run (see the module docstring)."""
         flags = [float(i in self.pending or c.kernel.bad is not None) for i, c in enumerate(self.clusters)]
-        base, stitched = self.windows.baseline_median, self.windows.stitched_median
-        fresh = self.fresh and base is not None and stitched is not None
-        self.fresh = False
-        extra = [float(self.fault is not None), float(self.loss_bad), float(fresh), stitched or 0.0, base or 0.0]
+        bracket = self.bracket.take()
+        slowdown = [1.0, *bracket] if bracket is not None else [0.0, 0.0, 0.0, 0.0]
+        extra = [float(self.fault is not None), float(self.loss_bad), *slowdown]
         cluster = self._probe_figures(self.timing.decides(step))
         group = self._probe_figures(GROUP if self.timing.decides_group(step) else None)
         return np.array(flags + extra + cluster + group, dtype=np.float64)
@@ -145,6 +147,8 @@ class Controller:
         if mode == STITCHED and not self.announced:
             self._announce(step)
         self.probes.add(step, seconds, timed=not checked)
+        if not checked:
+            self.bracket.add(step, mode, seconds)
         for window in self.windows.add(step, mode, seconds, timed=not checked):
             self._record(window)
 
@@ -156,8 +160,6 @@ class Controller:
                 self.ledger.verdict(c.fingerprint, "enabled", op_count=c.op_count)
 
     def _record(self, window: Window) -> None:
-        if window.mode == STITCHED:
-            self.fresh = True
         self.ledger.window(
             window_index=window.index,
             first_step=window.first_step,
@@ -193,15 +195,18 @@ class Controller:
                 self._settle(step)
 
     def _guard_job(self, step: int, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
-        """Job-wide reverts from the summed fault, loss and (rank-summed) median figures."""
-        fault, loss, fresh, stitched, base = figures
+        """Job-wide reverts from the summed fault, loss and (rank-summed) bracket figures: a slowdown must
+        exceed both the margin and NOISE_FACTOR standard errors (`slowdown.Bracket`)."""
+        fault, loss, fresh, stitched, base, noise = figures
         if fault > 0:
             self._revert_job(step, "plugin error", self.fault or "a plugin error on another rank")
         elif loss > 0:
             self._revert_job(step, "non-finite loss", "the loss was NaN/Inf on a stitched step")
-        elif fresh >= self.size and self._stitching and stitched > base * (1.0 + self.timing.slowdown_margin):
-            mean_s, mean_b = stitched / self.size, base / self.size
-            self._revert_job(step, "slowdown", f"stitched median {mean_s:.6f} s vs baseline {mean_b:.6f} s per step")
+        elif fresh >= self.size and self._stitching:
+            mean_s, mean_b, mean_n = stitched / self.size, base / self.size, noise / self.size
+            if mean_s - mean_b > max(mean_b * self.timing.slowdown_margin, NOISE_FACTOR * mean_n):
+                detail = f"stitched median {mean_s:.6f} s vs baseline {mean_b:.6f} s per step (noise {mean_n:.6f} s)"
+                self._revert_job(step, "slowdown", detail)
 
     # --- probe decisions --------------------------------------------------------------------
     # The figures compared are the ranks' means of their own medians, the same on every rank.

@@ -60,9 +60,9 @@ def demo_settings(directory: Path, backend: str) -> settings_module.Settings:
         "STITCHFLEET_BACKEND": backend,
         "STITCHFLEET_WARMUP_STEPS": "10",
         "STITCHFLEET_BASELINE_STEPS": "20",
-        "STITCHFLEET_REBASELINE_EVERY": "100",
+        "STITCHFLEET_REBASELINE_EVERY": "500",
         "STITCHFLEET_WINDOW_STEPS": "20",
-        "STITCHFLEET_CHECK_EVERY": "50",
+        "STITCHFLEET_CHECK_EVERY": "100",
         "STITCHFLEET_CHECK_FIRST": "3",
         # (1 group + 10 clusters) x 2 rounds x (6 + 6) steps of probing from step 30: stitched from step 294,
         # so the default 600 steps end stitched

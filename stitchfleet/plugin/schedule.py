@@ -17,12 +17,26 @@ the step number, so ranks that share the step count share the schedule.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from stitchfleet import settings as settings_module
 
 WARMUP, BASELINE, PROBE, STITCHED, REVERTED = "warmup", "baseline", "probe", "stitched", "reverted"
 GROUP = -1  # the probe subject of the group phase (every cluster on), beside cluster indices 0..n-1
+
+
+def median_noise(first: Sequence[float], second: Sequence[float]) -> float:
+    """The standard error of median(first) - median(second), from each sample's spread (1.4826 MAD,
+    robust to the odd slow step) and the 1.2533 factor of a median's error; 0 when one is empty."""
+    if not first or not second:
+        return 0.0
+    variance = 0.0
+    for steps in (first, second):
+        centre = statistics.median(steps)
+        spread = 1.4826 * statistics.median(abs(s - centre) for s in steps)
+        variance += spread**2 / len(steps)
+    return float(1.2533 * variance**0.5)
 
 
 @dataclass(frozen=True)
@@ -265,16 +279,5 @@ class Probes:
         return statistics.median(alone), statistics.median(base)
 
     def noise(self, k: int) -> float:
-        """The standard error of (switched-on median - baseline median) of k or GROUP, from each half's
-        spread (1.4826 MAD, robust to the odd slow step) and the 1.2533 factor of a median's error; 0
-        without figures."""
-        halves = [self.seconds.get((k, PROBE)), self.seconds.get((k, BASELINE))]
-        if not all(halves):
-            return 0.0
-        variance = 0.0
-        for steps in halves:
-            assert steps is not None
-            centre = statistics.median(steps)
-            spread = 1.4826 * statistics.median(abs(s - centre) for s in steps)
-            variance += spread**2 / len(steps)
-        return float(1.2533 * variance**0.5)
+        """The standard error of (switched-on median - baseline median) of k or GROUP (`median_noise`)."""
+        return median_noise(self.seconds.get((k, PROBE), []), self.seconds.get((k, BASELINE), []))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from stitchfleet import settings
-from stitchfleet.plugin.controller import Cluster, Controller
+from stitchfleet.plugin.controller import EXTRA, GUARD, Cluster, Controller
 from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.schedule import BASELINE, STITCHED, WARMUP, Timing, Windows
 
@@ -56,10 +56,17 @@ def _controller(tmp_path: Path, size: int = 1) -> Controller:
     return Controller(clusters, timing, ledger, size)
 
 
+def _summed(fresh: float, stitched: float, base: float, noise: float = 0.0) -> np.ndarray:  # type: ignore[type-arg]
+    """A summed consensus vector for the one-cluster controller: flag, fault, loss, the bracket figures."""
+    vector = np.zeros(1 + EXTRA)
+    vector[1 + GUARD.start : 1 + GUARD.stop] = [0, 0, fresh, stitched, base, noise]
+    return vector
+
+
 def test_slowdown_beyond_the_margin_reverts_the_job(tmp_path: Path) -> None:
     controller = _controller(tmp_path, size=2)
-    # two ranks, both with fresh medians: stitched 1.1 s and 1.2 s, baseline 1.0 s each
-    controller.decide(10, np.array([0, 0, 0, 2, 2.3, 2.0, 0, 0, 0]))
+    # two ranks, both with fresh brackets: stitched 1.1 s and 1.2 s, baseline 1.0 s each
+    controller.decide(10, _summed(2, 2.3, 2.0))
     assert controller.job_reverted is not None and controller.job_reverted.startswith("slowdown")
     assert controller.mode(10) == "reverted" and not controller.switches(11).any()
     controller.ledger.close()
@@ -67,18 +74,31 @@ def test_slowdown_beyond_the_margin_reverts_the_job(tmp_path: Path) -> None:
 
 def test_slowdown_within_the_margin_or_without_every_rank_keeps_stitching(tmp_path: Path) -> None:
     controller = _controller(tmp_path, size=2)
-    controller.decide(10, np.array([0, 0, 0, 2, 2.08, 2.0, 0, 0, 0]))
-    controller.decide(11, np.array([0, 0, 0, 1, 5.0, 2.0, 0, 0, 0]))  # only one rank has fresh figures
+    controller.decide(10, _summed(2, 2.08, 2.0))
+    controller.decide(11, _summed(1, 5.0, 2.0))  # only one rank has fresh figures
     assert controller.job_reverted is None
+
+
+def test_a_slowdown_within_the_noise_keeps_stitching(tmp_path: Path) -> None:
+    """15% slower, but the bracket's standard error is 0.1 s per rank: not beyond 2 standard errors."""
+    controller = _controller(tmp_path, size=2)
+    controller.decide(10, _summed(2, 2.3, 2.0, noise=0.2))
+    assert controller.job_reverted is None
+    controller.decide(11, _summed(2, 2.3, 2.0, noise=0.1))
+    assert controller.job_reverted is not None and "noise 0.050000 s" in controller.job_reverted
     controller.ledger.close()
 
 
 def test_a_fault_or_a_nonfinite_loss_on_any_rank_reverts_the_job(tmp_path: Path) -> None:
     controller = _controller(tmp_path)
-    controller.decide(3, np.array([0, 0, 1, 0, 0, 0, 0, 0, 0]))
+    loss = _summed(0, 0, 0)
+    loss[2] = 1
+    controller.decide(3, loss)
     assert controller.job_reverted is not None and controller.job_reverted.startswith("non-finite loss")
     other = _controller(tmp_path / "b")
-    other.decide(3, np.array([0, 1, 0, 0, 0, 0, 0, 0, 0]))
+    fault = _summed(0, 0, 0)
+    fault[1] = 1
+    other.decide(3, fault)
     assert other.job_reverted is not None and other.job_reverted.startswith("plugin error")
     controller.ledger.close()
     other.ledger.close()
@@ -104,6 +124,6 @@ def test_the_stitched_median_pools_every_stitched_step_since_the_last_baseline()
 def test_no_slowdown_revert_without_a_stitched_cluster(tmp_path: Path) -> None:
     controller = _controller(tmp_path, size=2)
     controller.clusters[0].enabled = False  # left to TF or reverted: nothing runs stitched
-    controller.decide(10, np.array([0, 0, 0, 2, 2.3, 2.0, 0, 0, 0]))
+    controller.decide(10, _summed(2, 2.3, 2.0))
     assert controller.job_reverted is None
     controller.ledger.close()
