@@ -64,8 +64,9 @@ def demo_settings(directory: Path, backend: str) -> settings_module.Settings:
         "STITCHFLEET_WINDOW_STEPS": "20",
         "STITCHFLEET_CHECK_EVERY": "100",
         "STITCHFLEET_CHECK_FIRST": "3",
-        # (1 group + 10 clusters) x 2 rounds x (6 + 6) steps of probing from step 30: stitched from step 294,
-        # so the default 600 steps end stitched
+        # (1 group + 10 clusters) x 2 rounds x (6 + 6) steps of probing from step 30: stitched from step 294.
+        # The default 3000 steps give the stitched phase room to pay back the setup (compile, the check
+        # executor) and the probing, as a real job's thousands of steps do
         "STITCHFLEET_PROBE_STEPS": "6",
         "STITCHFLEET_PROBE_ROUNDS": "2",
         "STITCHFLEET_GPUS_PER_RANK": "1",
@@ -183,11 +184,24 @@ def train(steps: int, directory: Path, backend: str, every: int) -> str:
 
 
 def report(url: str) -> str:
+    """The weekly report of the run's database, then the run's balance in seconds."""
     from stitchfleet.telemetry.report_text import render_markdown
     from stitchfleet.telemetry.savings import weekly_summary
     from stitchfleet.telemetry.weeks import week_of
 
-    return render_markdown(weekly_summary(url, week_of(dt.datetime.now(dt.UTC))))
+    summary = weekly_summary(url, week_of(dt.datetime.now(dt.UTC)))
+    return "\n".join([render_markdown(summary), *(balance(job) for job in summary.jobs)])
+
+
+def balance(job: Any) -> str:
+    """One task's savings in GPU-seconds, the figures behind the report's GPU-hours, with the verdict."""
+    gross, setup, net = (3600.0 * h for h in (job.gross_gpu_hours, job.compile_gpu_hours, job.net_gpu_hours))
+    verdict = "the plugin paid for itself" if net > 0 else "the plugin did not pay back its setup in this run"
+    return (
+        f"\nbalance of {job.job_name} over {job.iterations:,} steps: gross {gross:+.2f} GPU-s saved (measured step"
+        f" times against the baseline), setup {setup:.2f} GPU-s (compile, the check executor): net {net:+.2f}"
+        f" GPU-s; {verdict}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ def test_demo_trains_records_and_reports(tmp_path: Path, capsys: pytest.CaptureF
     databases = list(tmp_path.glob("run-*/telemetry.db"))
     assert len(databases) == 1 and f"telemetry recorded in {databases[0]}" in out
     assert "# stitchfleet weekly savings report" in out and "demo-bert-encoder" in out
+    assert "balance of demo-bert-encoder over 40 steps: gross" in out and "GPU-s" in out
 
 
 def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
