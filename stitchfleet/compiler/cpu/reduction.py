@@ -34,7 +34,7 @@ class Reduce:
         self.gen, self.group = gen, group
         self.node = gen.graph.node(group.dominant)
         self.operand = gen.graph.node(self.node.inputs[0])
-        self.acc = accumulator(self.node.dtype)
+        self.acc = accumulator(self.node.dtype, self.node.op)
         self.ctype = c.COMPUTE[self.acc]
         self.count = math.prod(self.operand.shape) // max(math.prod(self.node.shape), 1)
 
