@@ -8,9 +8,10 @@ C text fragments used by `source` (loops, groups, the function) and `reduction`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stitchfleet.compiler.cpu import cexpr as c
+from stitchfleet.compiler.cpu.rowcache import RowCache
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower.phases import Phase
@@ -62,6 +63,8 @@ class Gen:
     ph: Phase
     names: Namer
     bounds: dict[str, int]
+    caches: list[RowCache] = field(default_factory=list)  # the current task's row caches
+    ready: list[RowCache] = field(default_factory=list)  # those its groups so far have written
 
     def group_bounds(self, **extra: int) -> dict[str, int]:
         return {**self.bounds, **extra}

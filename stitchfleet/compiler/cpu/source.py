@@ -44,6 +44,7 @@ from stitchfleet.compiler.cpu.generator import (
 )
 from stitchfleet.compiler.cpu.pieces import column_loops
 from stitchfleet.compiler.cpu.reduction import REDUCERS, Reduce
+from stitchfleet.compiler.cpu.rowcache import bind, row_caches
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower.phases import Phase, store_results
@@ -101,6 +102,8 @@ def _elementwise(gen: Gen, group: Group, pad: str) -> list[str]:
     bounds = gen.group_bounds(**{row.name: m.rows, col.name: m.cols})
     em = gen.ph.emitter(group)
     index = row if m.cols == 1 else k.add(k.mul(row, k.i64(m.cols)), col)
+    if m.cols > 1:
+        bind(em, gen.ready, group, group.roots, index)
     store_results(gen.ph, em, group, index)
     head = loop_range(row.name, "row0", m.rows_per_task, m.rows)
     if m.cols == 1:
@@ -147,10 +150,13 @@ def _loop(gen: Gen, loop: Loop, pad: str) -> list[str]:
         f"{pad}    const int64_t row0 = t * {per_task}L;",
         f"{pad}    (void)row0;",
     ]
-    for buf in _loop_shared(gen, loop):
+    gen.caches, gen.ready = row_caches(gen.graph, [gen.plan.group(g) for g in loop.groups]), []
+    for buf in [*_loop_shared(gen, loop), *(rc.buffer for rc in gen.caches)]:
         lines.append(f"{pad}    {c.STORAGE[buf.dtype]} {buf.name}[{buf.size}];")
     for gid in loop.groups:
         lines += _group(gen, gen.plan.group(gid), pad + "    ")
+        gen.ready += [rc for rc in gen.caches if rc.producer == gid]
+    gen.caches, gen.ready = [], []
     for gid in loop.finalize:
         lines += _finalize(gen, gen.plan.group(gid), pad + "    ")
     return [*lines, f"{pad}}}"]

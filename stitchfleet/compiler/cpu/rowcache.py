@@ -1,0 +1,129 @@
+"""Row caches: a row reduction's operand kept in a task-local array for the later groups of its task.
+
+Input: one planned loop (its groups in task order) and the cluster graph. Output: `RowCache`s,
+one per row-reduction operand that a later row-wise group or row reduction of the same task
+reads at the same element, and `bind`, which makes an emitter read such a value from its
+cache instead of computing it.
+
+Why: the GPU plan recomputes a row reduction's operand in every group that needs it (a
+softmax's `exp(x - max)`: once for the sum and once per output; registers are free there,
+the row is in shared memory). On a CPU each recomputation is a pass of the row's expensive
+producers; the row is short (the demo's attention rows are 32 floats), so the task keeps the
+values in a stack array (L1) written while reducing, and its later groups load them.
+The cached value is exactly the value computed (same statements, stored in the compute type),
+so results do not change. A consumer only reads a cache when every path from the value to
+what it computes is element-wise over the same shape (so it reads the value at its own
+element); otherwise it computes the value as before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from stitchfleet.compiler.ir import Graph, Node
+from stitchfleet.compiler.kernel import ir as k
+from stitchfleet.compiler.lower.values import Emitter
+from stitchfleet.compiler.plan import Group, MappingKind
+
+ROW_REDUCTIONS = (MappingKind.WARP_PER_ROW, MappingKind.BLOCK_PER_ROW)
+MAX_BYTES = 16 << 10  # a task's cache arrays together stay well inside L1 and the stack
+
+
+@dataclass(frozen=True)
+class RowCache:
+    node: int
+    producer: int  # the group whose reduction writes it
+    buffer: k.SharedBuffer  # rows_per_task x cols values, row-major from the task's first row
+    shape: tuple[int, int, int]  # rows, cols, rows per task of the groups that share it
+
+
+def row_shape(group: Group) -> tuple[int, int, int]:
+    m = group.mapping
+    return m.rows, m.cols, m.rows_per_task
+
+
+def _operand(graph: Graph, group: Group) -> Node | None:
+    """The operand of a row reduction over its last axis that the group computes (not a plain load)."""
+    if group.mapping.kind not in ROW_REDUCTIONS:
+        return None
+    operand = graph.node(graph.node(group.dominant).inputs[0])
+    rows, cols, _ = row_shape(group)
+    whole = operand.shape and operand.shape[-1] == cols and math.prod(operand.shape) == rows * cols
+    return operand if whole and operand.op.is_elementwise else None
+
+
+def in_place(graph: Graph, root: int, value: int, loaded: Collection[int] = ()) -> bool:
+    """Whether every path from `value` up to `root` is element-wise over `value`'s shape (or none exists);
+    `loaded` values (read from a buffer, not recomputed: a regional row max) end a path."""
+    shape = graph.node(value).shape
+    seen: dict[int, bool] = {}
+
+    def ok(node_id: int) -> bool:  # True: node_id reads `value` only in place, or not at all
+        if node_id == value:
+            return True
+        if node_id not in seen:
+            node = graph.node(node_id)
+            seen[node_id] = True  # a DAG: provisional value never read on a cycle
+            reads = [i for i in node.inputs if i not in loaded and _depends(graph, i, value)]
+            same = node.op.is_elementwise and node.shape == shape
+            seen[node_id] = not reads or (same and all(ok(i) for i in reads))
+        return seen[node_id]
+
+    return ok(root)
+
+
+def _depends(graph: Graph, node_id: int, value: int) -> bool:
+    stack, seen = [node_id], set()
+    while stack:
+        n = stack.pop()
+        if n == value:
+            return True
+        if n not in seen:
+            seen.add(n)
+            stack.extend(graph.node(n).inputs)
+    return False
+
+
+def _readers(graph: Graph, groups: Sequence[Group], after: int, operand: Node) -> bool:
+    """Whether a group after position `after` in the task reads `operand` (in place, same rows)."""
+    shape = row_shape(groups[after])
+    for g in groups[after + 1 :]:
+        kind_ok = g.mapping.kind is MappingKind.ROWWISE or g.mapping.kind in ROW_REDUCTIONS
+        if kind_ok and row_shape(g) == shape and any(_depends(graph, r, operand.id) for r in g.roots):
+            return True
+    return False
+
+
+def row_caches(graph: Graph, groups: Sequence[Group]) -> list[RowCache]:
+    """The caches worth keeping in one task of `groups` (in task order), within `MAX_BYTES`."""
+    out: list[RowCache] = []
+    budget = MAX_BYTES
+    for at, group in enumerate(groups):
+        operand = _operand(graph, group)
+        if operand is None or not _readers(graph, groups, at, operand):
+            continue
+        _, cols, per_task = row_shape(group)
+        size = cols * per_task * 8  # at most a double per value
+        if size > budget:
+            continue
+        budget -= size
+        buffer = k.SharedBuffer(f"rowc_{operand.id}", operand.dtype, cols * per_task)
+        out.append(RowCache(operand.id, group.id, buffer, row_shape(group)))
+    return out
+
+
+def local(cache: RowCache, index: k.Expr, row0: k.Expr) -> k.Expr:
+    """The cache slot of the element at flat `index` (row-major, rows counted from the task's first)."""
+    return k.sub(index, k.mul(row0, k.i64(cache.shape[1])))
+
+
+def bind(em: Emitter, ready: Sequence[RowCache], group: Group, roots: Sequence[int], index: k.Expr) -> None:
+    """Makes `em` load each ready cache's value at `index` where all of `roots` read it in place."""
+    src, row0 = em.sources, em.sources.row0
+    loaded = {*src.inputs, *src.shared, *src.scratch} - em.own
+    for cache in ready:
+        fits = cache.shape == row_shape(group)
+        if fits and row0 is not None and all(in_place(em.graph, r, cache.node, loaded) for r in roots):
+            em.bound[cache.node] = k.Load(cache.buffer, local(cache, index, row0))
