@@ -19,7 +19,7 @@ element); otherwise it computes the value as before.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from stitchfleet.compiler.ir import Graph, Node
@@ -29,6 +29,7 @@ from stitchfleet.compiler.plan import Group, MappingKind
 
 ROW_REDUCTIONS = (MappingKind.WARP_PER_ROW, MappingKind.BLOCK_PER_ROW)
 MAX_BYTES = 16 << 10  # a task's cache arrays together stay well inside L1 and the stack
+Loaded = Callable[[Group], Collection[int]]
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def in_place(graph: Graph, root: int, value: int, loaded: Collection[int] = ()) 
         if node_id not in seen:
             node = graph.node(node_id)
             seen[node_id] = True  # a DAG: provisional value never read on a cycle
-            reads = [i for i in node.inputs if i not in loaded and _depends(graph, i, value)]
+            reads = [i for i in node.inputs if i not in loaded and _depends(graph, i, value, loaded)]
             same = node.op.is_elementwise and node.shape == shape
             seen[node_id] = not reads or (same and all(ok(i) for i in reads))
         return seen[node_id]
@@ -74,35 +75,51 @@ def in_place(graph: Graph, root: int, value: int, loaded: Collection[int] = ()) 
     return ok(root)
 
 
-def _depends(graph: Graph, node_id: int, value: int) -> bool:
+def _depends(graph: Graph, node_id: int, value: int, loaded: Collection[int] = ()) -> bool:
+    """Whether computing `node_id` computes `value` (`loaded` values are read, not computed)."""
     stack, seen = [node_id], set()
     while stack:
         n = stack.pop()
         if n == value:
             return True
-        if n not in seen:
+        if n not in seen and n not in loaded:
             seen.add(n)
             stack.extend(graph.node(n).inputs)
     return False
 
 
-def _readers(graph: Graph, groups: Sequence[Group], after: int, operand: Node) -> bool:
-    """Whether a group after position `after` in the task reads `operand` (in place, same rows)."""
-    shape = row_shape(groups[after])
-    for g in groups[after + 1 :]:
-        kind_ok = g.mapping.kind is MappingKind.ROWWISE or g.mapping.kind in ROW_REDUCTIONS
-        if kind_ok and row_shape(g) == shape and any(_depends(graph, r, operand.id) for r in g.roots):
+def reads(graph: Graph, group: Group) -> list[int]:
+    """The nodes a consumer computes at its own element: a row-wise group's roots, a row reduction's operand."""
+    if group.mapping.kind in ROW_REDUCTIONS:
+        return [graph.node(group.dominant).inputs[0]]
+    return list(group.roots) if group.mapping.kind is MappingKind.ROWWISE else []
+
+
+def loaded(em: Emitter) -> set[int]:
+    """The values an emitter reads from a buffer instead of computing them."""
+    src = em.sources
+    return {*src.inputs, *src.shared, *src.scratch} - em.own
+
+
+def _read_later(graph: Graph, groups: Sequence[Group], at: int, operand: int, buffered: Loaded) -> bool:
+    """Whether a group after position `at` in the task computes from `operand`, and only in place."""
+    for g in groups[at + 1 :]:
+        roots, stop = reads(graph, g), buffered(g)
+        if row_shape(g) != row_shape(groups[at]) or not any(_depends(graph, r, operand, stop) for r in roots):
+            continue
+        if all(in_place(graph, r, operand, stop) for r in roots):
             return True
     return False
 
 
-def row_caches(graph: Graph, groups: Sequence[Group]) -> list[RowCache]:
-    """The caches worth keeping in one task of `groups` (in task order), within `MAX_BYTES`."""
+def row_caches(graph: Graph, groups: Sequence[Group], buffered: Loaded) -> list[RowCache]:
+    """The caches worth keeping in one task of `groups` (in task order), within `MAX_BYTES`;
+    `buffered(group)`: the values that group's emitter loads."""
     out: list[RowCache] = []
     budget = MAX_BYTES
     for at, group in enumerate(groups):
         operand = _operand(graph, group)
-        if operand is None or not _readers(graph, groups, at, operand):
+        if operand is None or not _read_later(graph, groups, at, operand.id, buffered):
             continue
         _, cols, per_task = row_shape(group)
         size = cols * per_task * 8  # at most a double per value
@@ -121,9 +138,8 @@ def local(cache: RowCache, index: k.Expr, row0: k.Expr) -> k.Expr:
 
 def bind(em: Emitter, ready: Sequence[RowCache], group: Group, roots: Sequence[int], index: k.Expr) -> None:
     """Makes `em` load each ready cache's value at `index` where all of `roots` read it in place."""
-    src, row0 = em.sources, em.sources.row0
-    loaded = {*src.inputs, *src.shared, *src.scratch} - em.own
+    row0, buffered = em.sources.row0, loaded(em)
     for cache in ready:
         fits = cache.shape == row_shape(group)
-        if fits and row0 is not None and all(in_place(em.graph, r, cache.node, loaded) for r in roots):
+        if fits and row0 is not None and all(in_place(em.graph, r, cache.node, buffered) for r in roots):
             em.bound[cache.node] = k.Load(cache.buffer, local(cache, index, row0))

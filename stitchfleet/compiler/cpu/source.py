@@ -44,7 +44,7 @@ from stitchfleet.compiler.cpu.generator import (
 )
 from stitchfleet.compiler.cpu.pieces import column_loops
 from stitchfleet.compiler.cpu.reduction import REDUCERS, Reduce
-from stitchfleet.compiler.cpu.rowcache import bind, row_caches
+from stitchfleet.compiler.cpu.rowcache import bind, loaded, row_caches
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower.phases import Phase, store_results
@@ -150,12 +150,13 @@ def _loop(gen: Gen, loop: Loop, pad: str) -> list[str]:
         f"{pad}    const int64_t row0 = t * {per_task}L;",
         f"{pad}    (void)row0;",
     ]
-    gen.caches, gen.ready = row_caches(gen.graph, [gen.plan.group(g) for g in loop.groups]), []
+    groups = [gen.plan.group(g) for g in loop.groups]
+    gen.caches, gen.ready = row_caches(gen.graph, groups, lambda g: loaded(gen.ph.emitter(g))), []
     for buf in [*_loop_shared(gen, loop), *(rc.buffer for rc in gen.caches)]:
         lines.append(f"{pad}    {c.STORAGE[buf.dtype]} {buf.name}[{buf.size}];")
-    for gid in loop.groups:
-        lines += _group(gen, gen.plan.group(gid), pad + "    ")
-        gen.ready += [rc for rc in gen.caches if rc.producer == gid]
+    for group in groups:
+        lines += _group(gen, group, pad + "    ")
+        gen.ready += [rc for rc in gen.caches if rc.producer == group.id]
     gen.caches, gen.ready = [], []
     for gid in loop.finalize:
         lines += _finalize(gen, gen.plan.group(gid), pad + "    ")

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.suite import build_case
 from stitchfleet.compiler.cpu.rowcache import in_place
 from stitchfleet.compiler.cpu.source import cluster_source
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
@@ -71,3 +72,9 @@ def test_only_element_wise_paths_of_the_same_shape_read_in_place() -> None:
     assert not in_place(graph, via_row.id, e.id)  # the row sum recomputed from e would need every element
     assert in_place(graph, via_row.id, e.id, loaded={row.id})  # unless the row sum is read from its buffer
     assert in_place(graph, x.id, e.id)  # no path at all
+
+
+def test_no_cache_is_kept_for_a_value_later_groups_only_reach_through_the_reduction() -> None:
+    """Softmax backward: the sum of dy * y is read from its buffer; dx recomputes dy and y, not dy * y."""
+    text = body(build_case("softmax_bwd", (64, 32), "f32"))
+    assert "rowc_" not in text
