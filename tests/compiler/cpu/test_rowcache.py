@@ -78,3 +78,12 @@ def test_no_cache_is_kept_for_a_value_later_groups_only_reach_through_the_reduct
     """Softmax backward: the sum of dy * y is read from its buffer; dx recomputes dy and y, not dy * y."""
     text = body(build_case("softmax_bwd", (64, 32), "f32"))
     assert "rowc_" not in text
+
+
+def test_a_light_value_read_by_one_group_is_recomputed_not_cached(tmp_path: Path) -> None:
+    b = GraphBuilder()
+    x, y = b.parameter("x", (48, 64)), b.parameter("y", (48, 64))
+    v = x * 1.5 + y
+    b.output("centred", v - b.broadcast_to(b.reduce_sum(v, (1,), keepdims=True), (48, 64)))
+    graph = b.build()
+    assert "rowc_" not in body(graph)
