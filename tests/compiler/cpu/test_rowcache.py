@@ -80,7 +80,7 @@ def test_no_cache_is_kept_for_a_value_later_groups_only_reach_through_the_reduct
     assert "rowc_" not in text
 
 
-def test_a_light_value_read_by_one_group_is_recomputed_not_cached(tmp_path: Path) -> None:
+def test_a_light_value_read_by_one_group_is_recomputed_not_cached() -> None:
     b = GraphBuilder()
     x, y = b.parameter("x", (48, 64)), b.parameter("y", (48, 64))
     v = x * 1.5 + y
