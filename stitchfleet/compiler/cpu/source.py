@@ -12,13 +12,16 @@ Layout, from the plan (AStitch's structure on a CPU):
   implicit barrier at its end stands for the grid barrier between stages;
 - a task's groups run in plan order in one thread; a reduction accumulates in
   registers (16 lanes, so the inner loop vectorises without reassociating: no
-  fast-math needed; floats in double, see `accumulator`), its tail and stores follow; element-wise groups loop over the
-  task's rows, columns innermost; loops whose iterations are independent (a reduction's
-  16 lanes, a column tile's columns, an element-wise row) are `omp simd`: inside an
-  outlined OpenMP region gcc 12 does not vectorise them on its own;
+  fast-math needed; float sums in double, see `accumulator`), its tail and stores
+  follow; element-wise groups loop over the task's rows, columns innermost; loops whose
+  iterations are independent (a reduction's 16 lanes, a column tile's columns, an
+  element-wise row) are `omp simd`: inside an outlined OpenMP region gcc 12 does not
+  vectorise them on its own;
 - regional values live in a stack array of rows-per-task elements, declared in the
-  task; global values and split-reduction partials in heap scratch allocated per call
-  (so concurrent calls share nothing); a split reduction's finalize loop folds them,
+  task; so does a row reduction's operand that later groups of the task recompute
+  (`rowcache`: computed once, loaded after); global values and split-reduction partials
+  in heap scratch allocated per call (so concurrent calls share nothing); a split
+  reduction's finalize loop folds them,
   or, where the plan combines atomically, each task adds its share (`omp atomic`) to
   the value's scratch (calloc'd: it starts at zero).
 Element values (broadcast/transpose/slice/concat index math, inlined producers) come
