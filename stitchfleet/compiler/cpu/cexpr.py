@@ -14,9 +14,8 @@ no conversion copies), bool as 1-byte `uint8_t` holding 0 or 1 (numpy's layout) 
 comes from a bool array scalar (measured: dropout+layernorm 4x slower, branch misses on random
 masks), and the bit select is exactly the chosen value, NaN payloads included.
 
-Index math is simplified before rendering: `(r*n + c) / n` is `r` and `% n` is `c` when
-`c` is known to lie in [0, n). That keeps per-element div/mod out of inner loops (what
-remains depends on the row only and is hoisted by the C compiler).
+Index math is simplified before rendering (`indexmath`), which keeps per-element div/mod out
+of inner loops (what remains depends on the row only and is hoisted by the C compiler).
 """
 
 from __future__ import annotations
@@ -26,7 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from stitchfleet.compiler.cpu import vmath
+from stitchfleet.compiler.cpu import finite, vmath
+from stitchfleet.compiler.cpu.indexmath import simplify
 from stitchfleet.compiler.evaluate import round_bf16
 from stitchfleet.compiler.ir import DType, Op
 from stitchfleet.compiler.kernel import ir as k
@@ -184,113 +184,6 @@ def cast_text(x: str, source: DType, target: DType) -> str:
     return f"(({COMPUTE[target]})({x}))"
 
 
-# ---- index simplification ------------------------------------------------------------------
-
-
-def _const(e: k.Expr) -> int | None:
-    if isinstance(e, k.Const) and not e.dtype.is_float and e.dtype is not DType.BOOL:
-        return int(e.value)
-    return None
-
-
-def upper(e: k.Expr, bounds: Mapping[str, int]) -> int | None:
-    """The largest value a non-negative index expression can take, when known."""
-    if isinstance(e, k.Var):
-        return bounds[e.name] - 1 if e.name in bounds else None
-    if isinstance(e, k.Const):
-        return _const(e)
-    if isinstance(e, k.Binary):
-        a, b = upper(e.a, bounds), upper(e.b, bounds)
-        if e.op is k.IndexOp.MOD and _const(e.b):
-            return int(_const(e.b) or 0) - 1
-        if a is None or b is None:
-            return None
-        table: dict[Op | k.IndexOp, int] = {Op.ADD: a + b, Op.MUL: a * b, Op.DIV: a // max(_const(e.b) or 1, 1)}
-        return table.get(e.op)
-    return None
-
-
-def _split(e: k.Expr, bounds: Mapping[str, int]) -> tuple[k.Expr, int, k.Expr] | None:
-    """(r, n, c) when `e` is r*n + c with c in [0, n)."""
-    if not (isinstance(e, k.Binary) and e.op is Op.ADD and isinstance(e.a, k.Binary) and e.a.op is Op.MUL):
-        return None
-    n = _const(e.a.b)
-    high = upper(e.b, bounds)
-    if n is None or n <= 0 or high is None or high >= n:
-        return None
-    return e.a.a, n, e.b
-
-
-def _scaled(op: Op | k.IndexOp, x: k.Expr, n: int, bounds: Mapping[str, int]) -> k.Expr | None:
-    """`(r*s) / n` is `r*(s/n)` and `(r*s) % n` is 0 when n divides s (unstacked rows: `(r*10) % 10`)."""
-    if not (isinstance(x, k.Binary) and x.op is Op.MUL):
-        return None
-    scale = _const(x.b)
-    if scale is None or scale <= 0 or scale % n:
-        return None
-    return simplify(k.mul(x.a, k.i64(scale // n)), bounds) if op is Op.DIV else k.i64(0)
-
-
-def _trivial(op: Op | k.IndexOp, x: k.Expr, n: int, bounds: Mapping[str, int]) -> k.Expr | None:
-    """x / n and x % n when n is 1, divides x's constant factor, or exceeds x."""
-    if n == 1:
-        return x if op is Op.DIV else k.i64(0)
-    scaled = _scaled(op, x, n, bounds)
-    if scaled is not None:
-        return scaled
-    high = upper(x, bounds)
-    if high is not None and 0 <= high < n:
-        return k.i64(0) if op is Op.DIV else x
-    return None
-
-
-def _divmod(op: Op | k.IndexOp, x: k.Expr, n: int, bounds: Mapping[str, int]) -> k.Expr | None:
-    direct = _trivial(op, x, n, bounds)
-    if direct is not None:
-        return direct
-    parts = _split(x, bounds)
-    if parts is None or n % parts[1]:
-        return None
-    r, inner, c = parts
-    if op is Op.DIV:
-        return r if n == inner else simplify(k.div(r, k.i64(n // inner)), bounds)
-    if n == inner:
-        return c
-    return k.add(k.mul(simplify(k.mod(r, k.i64(n // inner)), bounds), k.i64(inner)), c)
-
-
-def _fold_offsets(op: Op | k.IndexOp, a: k.Expr, cb: int | None) -> k.Expr | None:
-    """`(x + p) + q` and `(x + p) - q` with constants p, q as `x + (p +/- q)` (a shifted loop's index)."""
-    if cb is None or op not in (Op.ADD, Op.SUB) or not (isinstance(a, k.Binary) and a.op is Op.ADD):
-        return None
-    p = _const(a.b)
-    if p is None:
-        return None
-    return k.add(a.a, k.i64(p + cb if op is Op.ADD else p - cb))
-
-
-def simplify(e: k.Expr, bounds: Mapping[str, int]) -> k.Expr:
-    """Integer index math with the identities above (bounds: loop variable -> exclusive upper bound)."""
-    if not isinstance(e, k.Binary) or e.dtype.is_float:
-        return e
-    a, b = simplify(e.a, bounds), simplify(e.b, bounds)
-    ca, cb = _const(a), _const(b)
-    if e.op is Op.ADD and ca == 0:
-        return b
-    if e.op in (Op.ADD, Op.SUB) and cb == 0:
-        return a
-    folded = _fold_offsets(e.op, a, cb)
-    if folded is None and e.op is Op.MUL and (ca == 1 or cb == 1):
-        folded = b if ca == 1 else a
-    if folded is not None:
-        return simplify(folded, bounds)
-    if e.op in (Op.DIV, k.IndexOp.MOD) and cb is not None and cb > 0 and not a.dtype.is_float:
-        done = _divmod(e.op, a, cb, bounds)
-        if done is not None:
-            return done
-    return k.Binary(e.op, a, b)
-
-
 # ---- rendering -----------------------------------------------------------------------------
 
 
@@ -345,9 +238,10 @@ def rounded(value: str, dtype: DType) -> str:
 
 
 def store_text(buffer: k.AnyBuffer, index: str, value: str) -> str:
-    if buffer.dtype is DType.F16:
-        return f"{buffer.name}[{index}] = (_Float16)({value});"
-    return f"{buffer.name}[{index}] = {rounded(value, buffer.dtype)};"
+    """The store; for a float output, inside the guard's NaN/Inf test of the stored value (`finite`)."""
+    target = f"{buffer.name}[{index}]"
+    stored = f"(_Float16)({value})" if buffer.dtype is DType.F16 else rounded(value, buffer.dtype)
+    return finite.checked(buffer, STORAGE[buffer.dtype], target, stored) or f"{target} = {stored};"
 
 
 def assigned(stmts: Iterable[k.Stmt]) -> list[k.Var]:

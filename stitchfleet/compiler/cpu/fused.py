@@ -75,6 +75,12 @@ def _columns(ph: Phase, groups: Sequence[Group]) -> int:
     return cols if cols >= MIN_COLUMNS and total % cols == 0 else 1
 
 
+def inner_extent(ph: Phase, groups: Sequence[Group]) -> int:
+    """Iterations of the fused loop's innermost (simd) loop."""
+    cols = _columns(ph, groups)
+    return cols if cols > 1 else min(FLAT_CHUNK, _elements(groups[0]))
+
+
 def _emitter(ph: Phase, groups: Sequence[Group]) -> Emitter:
     own = frozenset(n for g in groups for n in g.roots)
     sources = Sources(ph.sources.inputs, {}, ph.sources.scratch, None)

@@ -8,10 +8,11 @@ C text fragments used by `source` (loops, groups, the function) and `reduction`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stitchfleet.compiler.cpu import cexpr as c
-from stitchfleet.compiler.ir import DType, Graph
+from stitchfleet.compiler.cpu.rowcache import RowCache
+from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower.phases import Phase
 from stitchfleet.compiler.lower.values import Namer
@@ -62,14 +63,23 @@ class Gen:
     ph: Phase
     names: Namer
     bounds: dict[str, int]
+    caches: list[RowCache] = field(default_factory=list)  # the current task's row caches
+    ready: list[RowCache] = field(default_factory=list)  # those its groups so far have written
 
     def group_bounds(self, **extra: int) -> dict[str, int]:
         return {**self.bounds, **extra}
 
 
-def accumulator(dtype: DType) -> DType:
-    """Float reductions accumulate in double: free on a memory-bound CPU loop, and the result then
-    no longer depends on the summation order the plan's task split imposes (one rounding at the end)."""
+_EXACT = frozenset({Op.REDUCE_MAX, Op.REDUCE_MIN})  # the result is one of the operands: no rounding
+
+
+def accumulator(dtype: DType, op: Op | None = None) -> DType:
+    """Float sums accumulate in double: free on a memory-bound CPU loop, and the result then no longer
+    depends on the summation order the plan's task split imposes (one rounding at the end). A max or
+    min is exact in any float type holding its operands, so it stays in the compute type: twice the
+    lanes per vector and no conversions (the demo softmax's row max)."""
+    if op in _EXACT and dtype.is_float:
+        return DType.F64 if dtype is DType.F64 else DType.F32
     return DType.F64 if dtype.is_float else dtype
 
 

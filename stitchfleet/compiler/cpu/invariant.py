@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from stitchfleet.compiler.cpu import cexpr as c
+from stitchfleet.compiler.cpu.indexmath import simplify
 from stitchfleet.compiler.ir import DType
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.kernel.syntax import INFIX
@@ -55,7 +56,7 @@ def _invariant(value: k.Expr, varying: set[str], written: set[str], bounds: Mapp
         return value.name not in varying
     if isinstance(value, k.Load):
         # the index as rendered: `(r*n + c) / n` simplifies to `r`
-        index = c.simplify(value.index, bounds)
+        index = simplify(value.index, bounds)
         return value.buffer.name not in written and _invariant(index, varying, written, bounds)
     parts = _operands(value)
     return parts is not None and all(_invariant(e, varying, written, bounds) for e in parts)
@@ -92,7 +93,7 @@ def branchy(stmts: Sequence[k.Stmt]) -> bool:
 def _movable(s: k.Stmt, varying: set[str], written: set[str], bounds: Mapping[str, int]) -> bool:
     if not isinstance(s, k.Assign) or s.var.name in varying:
         return False
-    return _invariant(c.simplify(s.value, bounds), varying, written, bounds)
+    return _invariant(simplify(s.value, bounds), varying, written, bounds)
 
 
 def hoist(

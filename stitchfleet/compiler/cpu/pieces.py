@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stitchfleet.compiler.cpu import cexpr as c
+from stitchfleet.compiler.cpu.indexmath import simplify
 from stitchfleet.compiler.cpu.invariant import hoisted_block
 from stitchfleet.compiler.ir import Op
 from stitchfleet.compiler.kernel import ir as k
@@ -28,7 +28,7 @@ def _boundary(cond: k.Expr, col: str, bounds: Mapping[str, int]) -> int | None:
     """K when `cond` is `col < K` once its index math is simplified."""
     if not (isinstance(cond, k.Binary) and cond.op is Op.LESS and isinstance(cond.b, k.Const)):
         return None
-    left = c.simplify(cond.a, bounds)
+    left = simplify(cond.a, bounds)
     return int(cond.b.value) if isinstance(left, k.Var) and left.name == col else None
 
 

@@ -19,6 +19,7 @@ from stitchfleet.compiler.cpu.generator import (
     loop_range,
 )
 from stitchfleet.compiler.cpu.invariant import branchy, hoisted_block
+from stitchfleet.compiler.cpu.rowcache import bind, local
 from stitchfleet.compiler.ir import DType, Op
 from stitchfleet.compiler.kernel import blocks
 from stitchfleet.compiler.kernel import ir as k
@@ -34,7 +35,7 @@ class Reduce:
         self.gen, self.group = gen, group
         self.node = gen.graph.node(group.dominant)
         self.operand = gen.graph.node(self.node.inputs[0])
-        self.acc = accumulator(self.node.dtype)
+        self.acc = accumulator(self.node.dtype, self.node.op)
         self.ctype = c.COMPUTE[self.acc]
         self.count = math.prod(self.operand.shape) // max(math.prod(self.node.shape), 1)
 
@@ -46,8 +47,13 @@ class Reduce:
 
     def operand_stmts(self, index: k.Expr, bounds: dict[str, int]) -> tuple[list[k.Stmt], str]:
         """Statements computing the operand at `index`, and its value (in the operand's compute type)."""
-        em = self.gen.ph.emitter(self.group)
+        gen, em = self.gen, self.gen.ph.emitter(self.group)
+        bind(em, gen.ready, self.group, [self.operand.id], index)
         value = em.value(self.operand.id, index)
+        row0 = gen.ph.sources.row0
+        for cache in (rc for rc in gen.caches if rc.producer == self.group.id):
+            assert row0 is not None, "a row cache is written outside a task loop"
+            em.stmts.append(k.Store(cache.buffer, local(cache, index, row0), value))
         return em.stmts, c.render(value, bounds)
 
     def operand_value(self, index: k.Expr, bounds: dict[str, int], pad: str) -> tuple[list[str], str]:
@@ -96,7 +102,7 @@ class Reduce:
         before, stmts = hoisted_block(raw, {var.name}, bounds, (pad, inner))
         yield from before
         yield f"{pad}for (; {i} + {LANES} <= {stop}; {i} += {LANES}) {{"
-        if branchy(raw):
+        if branchy([s for s in raw if not isinstance(s, k.Store)]):  # a row cache's store is no branch
             yield from self._split_chunk(lane, var, i, (stmts, text), pad)
         else:
             yield f"{pad}    #pragma omp simd"

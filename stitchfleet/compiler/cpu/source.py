@@ -12,13 +12,16 @@ Layout, from the plan (AStitch's structure on a CPU):
   implicit barrier at its end stands for the grid barrier between stages;
 - a task's groups run in plan order in one thread; a reduction accumulates in
   registers (16 lanes, so the inner loop vectorises without reassociating: no
-  fast-math needed; floats in double, see `accumulator`), its tail and stores follow; element-wise groups loop over the
-  task's rows, columns innermost; loops whose iterations are independent (a reduction's
-  16 lanes, a column tile's columns, an element-wise row) are `omp simd`: inside an
-  outlined OpenMP region gcc 12 does not vectorise them on its own;
+  fast-math needed; float sums in double, see `accumulator`), its tail and stores
+  follow; element-wise groups loop over the task's rows, columns innermost; loops whose
+  iterations are independent (a reduction's 16 lanes, a column tile's columns, an
+  element-wise row) are `omp simd`: inside an outlined OpenMP region gcc 12 does not
+  vectorise them on its own;
 - regional values live in a stack array of rows-per-task elements, declared in the
-  task; global values and split-reduction partials in heap scratch allocated per call
-  (so concurrent calls share nothing); a split reduction's finalize loop folds them,
+  task; so does a row reduction's operand that later groups of the task recompute
+  (`rowcache`: computed once, loaded after); global values and split-reduction partials
+  in heap scratch allocated per call (so concurrent calls share nothing); a split
+  reduction's finalize loop folds them,
   or, where the plan combines atomically, each task adds its share (`omp atomic`) to
   the value's scratch (calloc'd: it starts at zero).
 Element values (broadcast/transpose/slice/concat index math, inlined producers) come
@@ -30,8 +33,8 @@ from __future__ import annotations
 import math
 
 from stitchfleet.compiler.cpu import cexpr as c
-from stitchfleet.compiler.cpu.finite import NONFINITE, TYPEDEFS, finite_check
-from stitchfleet.compiler.cpu.fused import fused_loop, fused_sets
+from stitchfleet.compiler.cpu.finite import FLAG, HELPERS, NONFINITE, pass_after, unchecked, with_reductions
+from stitchfleet.compiler.cpu.fused import fused_loop, fused_sets, inner_extent
 from stitchfleet.compiler.cpu.generator import (
     PARALLEL_ELEMENTS,
     CSource,
@@ -44,11 +47,16 @@ from stitchfleet.compiler.cpu.generator import (
 )
 from stitchfleet.compiler.cpu.pieces import column_loops
 from stitchfleet.compiler.cpu.reduction import REDUCERS, Reduce
+from stitchfleet.compiler.cpu.rowcache import bind, loaded, row_caches
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower.phases import Phase, store_results
 from stitchfleet.compiler.lower.values import Namer, Sources
 from stitchfleet.compiler.plan import Combine, Group, Loop, MappingKind, Scheme, StitchPlan
+
+# The NaN/Inf test stays in a fused loop whose inner loop runs at least this long: in short inner loops
+# (the demo's 1024 x 32 softmax input) gcc 12's simd reduction costs more than the pass after (`finite`).
+CHECKED_INNER = 128
 
 
 def _params(graph: Graph) -> tuple[dict[int, k.Buffer], dict[int, list[k.Buffer]], list[Param]]:
@@ -84,7 +92,8 @@ def _partials(graph: Graph, plan: StitchPlan) -> dict[int, k.Buffer]:
     out = {}
     for g in plan.groups:
         if g.combine is Combine.PARTIALS:
-            dtype = accumulator(graph.node(g.dominant).dtype)
+            node = graph.node(g.dominant)
+            dtype = accumulator(node.dtype, node.op)
             out[g.id] = k.Buffer(f"part_{g.id}", dtype, g.mapping.partial_count, k.Role.SCRATCH)
     return out
 
@@ -96,6 +105,8 @@ def _elementwise(gen: Gen, group: Group, pad: str) -> list[str]:
     bounds = gen.group_bounds(**{row.name: m.rows, col.name: m.cols})
     em = gen.ph.emitter(group)
     index = row if m.cols == 1 else k.add(k.mul(row, k.i64(m.cols)), col)
+    if m.cols > 1:
+        bind(em, gen.ready, group, group.roots, index)
     store_results(gen.ph, em, group, index)
     head = loop_range(row.name, "row0", m.rows_per_task, m.rows)
     if m.cols == 1:
@@ -142,10 +153,14 @@ def _loop(gen: Gen, loop: Loop, pad: str) -> list[str]:
         f"{pad}    const int64_t row0 = t * {per_task}L;",
         f"{pad}    (void)row0;",
     ]
-    for buf in _loop_shared(gen, loop):
+    groups = [gen.plan.group(g) for g in loop.groups]
+    gen.caches, gen.ready = row_caches(gen.graph, groups, lambda g: loaded(gen.ph.emitter(g))), []
+    for buf in [*_loop_shared(gen, loop), *(rc.buffer for rc in gen.caches)]:
         lines.append(f"{pad}    {c.STORAGE[buf.dtype]} {buf.name}[{buf.size}];")
-    for gid in loop.groups:
-        lines += _group(gen, gen.plan.group(gid), pad + "    ")
+    for group in groups:
+        lines += _group(gen, group, pad + "    ")
+        gen.ready += [rc for rc in gen.caches if rc.producer == group.id]
+    gen.caches, gen.ready = [], []
     for gid in loop.finalize:
         lines += _finalize(gen, gen.plan.group(gid), pad + "    ")
     return [*lines, f"{pad}}}"]
@@ -171,7 +186,7 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     gen = Gen(graph, plan, ph, names, {"t": max((lp.tasks for lp in plan.loops), default=1)})
     args = ", ".join(f"{'' if p.output else 'const '}{c.STORAGE[p.dtype]} *restrict {p.cname}" for p in params)
     heap = [*scratch.values(), *partials.values()]
-    lines = [c.PRELUDE, TYPEDEFS, f"int {function}({args}) {{"]
+    lines = [f"int {function}({args}) {{", f"    int {FLAG} = 0;"]
     atomic = {scratch[g.exports[0]].name for g in plan.groups if g.combine is Combine.ATOMIC}
     for buf in heap:
         count, size = max(buf.size, 1), f"sizeof(*{buf.name})"
@@ -183,17 +198,21 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     lines.append("    omp_set_dynamic(1);  /* threads = cores - load average: no team waits on a busy core */")
     lines.append(f"    #pragma omp parallel if({int(_touched(graph) >= PARALLEL_ELEMENTS)})")
     lines.append("    {")
+    fused: set[str] = set()
     for stage in sorted({lp.stage for lp in plan.loops}):
         sets, planned = fused_sets(plan, [lp for lp in plan.loops if lp.stage == stage])
         for groups in sets:
             lines += fused_loop(ph, groups, "        ")
+            if inner_extent(ph, groups) >= CHECKED_INNER:
+                fused |= {b.name for g in groups for n in g.roots for b in outputs.get(n, ())}
         for loop in planned:
             lines += _loop(gen, loop, "        ")
     lines.append("    }")
+    lines, moved = unchecked(lines, fused)
     lines += [f"    free({b.name});" for b in heap]
-    lines += finite_check([bufs[0] for bufs in outputs.values()], c.STORAGE, "    ")
-    lines += [f"    return sf_bad ? {NONFINITE} : 0;", "}", "", *_entry(function, params)]
-    return CSource(function, "\n".join(lines), tuple(params))
+    lines += pass_after([(p.cname, c.STORAGE[p.dtype], math.prod(p.shape)) for p in params if p.cname in moved], "    ")
+    lines += [f"    return {FLAG} ? {NONFINITE} : 0;", "}", "", *_entry(function, params)]
+    return CSource(function, "\n".join([c.PRELUDE, HELPERS, *with_reductions(lines)]), tuple(params))
 
 
 def _entry(function: str, params: list[Param]) -> list[str]:
