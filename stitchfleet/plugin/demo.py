@@ -133,7 +133,8 @@ PLAIN_STEPS = 100  # plain TF steps timed after the plugin run, in the warmed-up
 
 def plain_median(steps: int = PLAIN_STEPS) -> float:
     """Median step seconds of the same model without the plugin: what the job costs without stitchfleet.
-    The plugin's own A/B baseline runs every cluster's TF ops inside a `tf.cond`, which costs a little;
+    The plugin's own A/B baseline runs every cluster's TF ops as a graph function inside its dispatch op,
+    with the hook's per-step bookkeeping, which costs a little;
     the report's savings are against that baseline, so the demo shows both."""
     graph, loss, train_op, feeds = _build(DIMS)
     times = []
