@@ -112,6 +112,9 @@ class Settings:
     probe_group: bool = _knob(
         True, "Probe every cluster on together first; once proven, a cluster is dropped only when slower."
     )
+    probe_group_factor: int = _knob(
+        4, "The group probe runs this many times PROBE_ROUNDS rounds (its decision gates all).", minimum=1
+    )
     remote_stitch_budget: int = _knob(8, "Most independent clusters merged into one stitch op.", minimum=1)
     dump_dir: str = _knob("", "Write every compiler artifact here (empty: off).")
     # Home-relative defaults are resolved once, at import: a process's home does not move.

@@ -31,7 +31,7 @@ import numpy as np
 
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.schedule import GROUP, PROBE, REVERTED, STITCHED, Probes, Timing, Window, Windows
+from stitchfleet.plugin.schedule import BASELINE, GROUP, PROBE, REVERTED, STITCHED, Probes, Timing, Window, Windows
 from stitchfleet.plugin.slowdown import Bracket
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -108,8 +108,8 @@ class Controller:
         if not self.timing.checks(step):
             return []
         on = [k for k, s in enumerate(self.switches(step)) if s]
-        if self.mode(step) != STITCHED:
-            return on
+        if self.mode(step) != STITCHED:  # a probe window: what it switched on, until checked enough
+            return [k for k in on if self.check_counts[k] < self.timing.check_first]
         if self.timing.first_checks(step):
             fresh = [k for k in on if self.check_counts[k] < self.timing.check_first]
             if fresh or step % self.timing.check_every:
@@ -219,7 +219,7 @@ class Controller:
             self.group_probe = f"no group figures: {ready:.0f} of {self.size} ranks had timed both windows"
         else:
             on, base, noise = on / self.size, base / self.size, noise / self.size
-            self.group_probe = self._describe(on, base, noise)
+            self.group_probe = self._describe(GROUP, on, base, noise)
             self.group_proven = base - on > self._needed(base, noise)
         label = "group proven" if self.group_proven else "group not faster"
         log.info("stitchfleet: %s at step %d: %s", label, step, self.group_probe)
@@ -234,7 +234,7 @@ class Controller:
             self._leave(step, c, "no probe figures", f"{ready:.0f} of {self.size} ranks had timed both windows")
             return
         alone, base, noise = alone / self.size, base / self.size, noise / self.size
-        c.probe = self._describe(alone, base, noise)
+        c.probe = self._describe(self.clusters.index(c), alone, base, noise)
         needed = self._needed(base, noise)
         if self.group_proven:
             # the group's gain is real, and a cluster's small share of it is below one probe's noise: the
@@ -256,10 +256,11 @@ class Controller:
         than apart)."""
         return max(base * self.timing.probe_margin, NOISE_FACTOR * noise)
 
-    def _describe(self, on: float, base: float, noise: float) -> str:
-        """A probe's figures, e.g. "-0.41 ms/step (2.49 vs 2.90 ms, 9+10 steps, noise 0.05 ms)"."""
-        t = self.timing
-        steps = f"{(t.probe_steps - t.probe_checks) * t.probe_rounds}+{t.probe_steps * t.probe_rounds} steps"
+    def _describe(self, subject: int, on: float, base: float, noise: float) -> str:
+        """A probe's figures, e.g. "-0.41 ms/step (2.49 vs 2.90 ms, 9+10 steps, noise 0.05 ms)": this rank's
+        timed steps switched on + baseline (check steps are not timed)."""
+        counts = [len(self.probes.seconds.get((subject, mode), [])) for mode in (PROBE, BASELINE)]
+        steps = f"{counts[0]}+{counts[1]} steps"
         return (
             f"{(on - base) * 1e3:+.2f} ms/step ({on * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps},"
             f" noise {noise * 1e3:.2f} ms)"

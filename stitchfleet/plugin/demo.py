@@ -64,7 +64,8 @@ def demo_settings(directory: Path, backend: str) -> settings_module.Settings:
         "STITCHFLEET_WINDOW_STEPS": "20",
         "STITCHFLEET_CHECK_EVERY": "100",
         "STITCHFLEET_CHECK_FIRST": "3",
-        # (1 group + 10 clusters) x 2 rounds x (6 + 6) steps of probing from step 30: stitched from step 294.
+        # probing from step 30: the group 4 x 2 rounds, then 10 clusters x 2 rounds, each a pair of 6 + 6 steps:
+        # stitched from step 366.
         # The default 3000 steps give the stitched phase room to pay back the setup (compile, the check
         # executor) and the probing, as a real job's thousands of steps do
         "STITCHFLEET_PROBE_STEPS": "6",

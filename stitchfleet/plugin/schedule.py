@@ -7,8 +7,10 @@ or reverted), whether it is a check step, which cluster a probe step or a probe 
 concerns, and closed `Window`s with the figures a StepWindow row needs (saved seconds against
 the current baseline median). After warmup and the first baseline window comes the group
 probe (with `probe_group` and at least two clusters): `probe_steps` baseline steps and
-`probe_steps` steps with every cluster on, repeated for `probe_rounds` rounds (odd rounds
-group first), decided on the step after its last pair; then the per-cluster probes: per
+`probe_steps` steps with every cluster on, repeated for `group_factor` x `probe_rounds` rounds
+(odd rounds group first; the group decides whether anything is kept, and its ~10% effect on a
+small step needs more samples than one probe's noise allows), decided on the step after its
+last pair; then the per-cluster probes: per
 cluster k, `probe_steps` baseline steps and `probe_steps` steps with only k on, in the same
 rounds; then the stitched phase with periodic baseline windows. Everything is a function of
 the step number, so ranks that share the step count share the schedule.
@@ -54,6 +56,7 @@ class Timing:
     probe_rounds: int = 2
     probe_group: bool = True
     check_clusters: int = 1
+    group_factor: int = 1
 
     @classmethod
     def from_settings(cls, current: settings_module.Settings, clusters: int = 0) -> Timing:
@@ -71,13 +74,21 @@ class Timing:
             current.probe_rounds,
             current.probe_group,
             current.check_clusters,
+            current.probe_group_factor,
         )
 
     def __post_init__(self) -> None:
         for name in ("warmup_steps", "check_first", "probe_steps", "clusters", "check_clusters"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 0")
-        for name in ("baseline_steps", "rebaseline_every", "window_steps", "check_every", "probe_rounds"):
+        for name in (
+            "baseline_steps",
+            "rebaseline_every",
+            "window_steps",
+            "check_every",
+            "probe_rounds",
+            "group_factor",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 1")
 
@@ -103,7 +114,11 @@ class Timing:
     @property
     def cluster_start(self) -> int:
         """The first step of the per-cluster probes (after every round of the group's pair, if any)."""
-        return self.probe_start + (2 * self.probe_steps * self.probe_rounds if self.grouping else 0)
+        return self.probe_start + (2 * self.probe_steps * self.group_rounds if self.grouping else 0)
+
+    @property
+    def group_rounds(self) -> int:
+        return self.group_factor * self.probe_rounds
 
     @property
     def stitched_start(self) -> int:

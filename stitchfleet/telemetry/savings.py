@@ -39,9 +39,12 @@ UNSPECIFIED = "unspecified"
 ATTRIBUTION = (
     "A step window counts in the ISO week (Monday 00:00 UTC to the next Monday, excluded) that holds its "
     "recorded_at, the end of its last step. A task (one run of a job) is listed when it has a window in the "
-    "week or started in it. GPU-hours saved = saved seconds summed over ranks x GPUs per rank / 3600; compile "
-    "overhead = compile seconds of the slowest rank x all GPUs of the task / 3600, charged to the week the "
-    "task started; net = gross - compile overhead. Medians are over windows (mean step time of each)."
+    "week or started in it. A stitched step saves the median of its job's latest baseline window (the same "
+    "job's steps with every cluster on TF's own ops, through the plugin) minus its own time, check steps "
+    "included. GPU-hours saved = saved seconds summed over ranks x GPUs per rank / 3600; compile overhead = "
+    "setup seconds (compile, the check executor) of the slowest rank x all GPUs of the task / 3600, charged "
+    "to the week the task started; net = gross - compile overhead. Medians are over windows (mean step time "
+    "of each)."
 )
 
 

@@ -366,3 +366,14 @@ def test_probe_checks_count_towards_the_first_checks(tmp_path: Path, kernels: An
 def test_check_clusters_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="check_clusters=-1"):
         Timing(check_clusters=-1)
+
+
+def test_probe_windows_stop_checking_a_cluster_checked_enough(tmp_path: Path, kernels: Any) -> None:
+    """Four group rounds with check_first 2: the first two windows with every cluster on judge all three,
+    the other two are timed whole; each cluster's own window then needs no check either."""
+    controller = _controller(tmp_path, kernels, probe_group=True, group_factor=4, probe_rounds=1)
+    timing = controller.timing
+    judged = _judging(controller, range(timing.stitched_start))
+    assert list(judged.values()) == [[0, 1, 2], [0, 1, 2]]
+    assert all(timing.grouped(step) for step in judged)
+    assert controller.check_counts == [2, 2, 2]

@@ -195,6 +195,18 @@ def test_the_group_setting_off_is_the_schedule_without_a_group_phase() -> None:
     off = Timing.from_settings(settings.load({"STITCHFLEET_PROBE_GROUP": "0"}), clusters=2)
     on = Timing.from_settings(settings.load({}), clusters=2)
     assert (off.probe_group, on.probe_group) == (False, True)
-    assert on.stitched_start - off.stitched_start == 2 * on.probe_steps * on.probe_rounds
+    assert on.group_rounds == 4 * on.probe_rounds  # STITCHFLEET_PROBE_GROUP_FACTOR's default
+    assert on.stitched_start - off.stitched_start == 2 * on.probe_steps * on.group_rounds
     with pytest.raises(settings.SettingsError, match="STITCHFLEET_PROBE_GROUP"):
         settings.load({"STITCHFLEET_PROBE_GROUP": "maybe"})
+
+
+def test_the_group_factor_multiplies_the_group_rounds_and_keeps_their_alternation() -> None:
+    four = Timing(**{**GROUPED.__dict__, "group_factor": 4})
+    assert four.group_rounds == 4 * GROUPED.probe_rounds
+    assert four.cluster_start == four.probe_start + 2 * four.probe_steps * four.group_rounds
+    firsts = [four.phase(four.probe_start + 2 * four.probe_steps * r) for r in range(four.group_rounds)]
+    assert firsts == ["baseline", "probe"] * (four.group_rounds // 2)  # odd rounds run the group first
+    assert four.decides_group(four.cluster_start) and not four.decides_group(four.cluster_start - 1)
+    with pytest.raises(ValueError, match="group_factor=0"):
+        Timing(group_factor=0)
