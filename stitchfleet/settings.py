@@ -97,6 +97,9 @@ class Settings:
     window_steps: int = _knob(100, "Steps per telemetry window.", minimum=1)
     check_every: int = _knob(100, "Steps between numeric checks against the fp64 reference.", minimum=1)
     check_first: int = _knob(5, "Checks a cluster passes when it first runs stitched (probe checks count).", minimum=0)
+    check_budget: float = _knob(
+        0.01, "Skip periodic checks while checks took more than this share of the job's time.", minimum=0.0
+    )
     check_clusters: int = _knob(
         1, "Clusters judged per periodic check step, in rotation (0: every cluster switched on).", minimum=0
     )

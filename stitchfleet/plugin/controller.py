@@ -70,6 +70,8 @@ class Controller:
         self.bracket = Bracket(max(timing.baseline_steps - 1, 1), max(timing.baseline_steps, 2))
         self.announced = self.timing.probing  # probed clusters are announced by their decision
         self.check_counts = [0] * len(clusters)
+        self.job_seconds = 0.0  # every step's time, and what check steps took beyond a usual step
+        self.check_seconds = 0.0
         self.group_proven: bool | None = None  # the group probe's decision; None until taken (or without one)
         self.group_probe = ""  # what the group probe measured, in a cluster's `probe` format
         for c in clusters:
@@ -103,7 +105,9 @@ class Controller:
         group). The stitched phase's first steps judge only clusters checked fewer than `check_first`
         times so far in this job (probe checks count: the code and its numerics did not change). A
         periodic check judges `check_clusters` of the clusters on, in rotation: each check costs 1-25 ms
-        per cluster of numpy on the host, which a small step cannot pay for every cluster every time.
+        per cluster of numpy on the host, which a small step cannot pay for every cluster every time;
+        and it is skipped while the checks so far took more than `check_budget` of the job's time
+        (on a 3 ms CPU step a check every 100 steps is ~5% of the job; on a 100 ms GPU step, 0.2%).
         """
         if not self.timing.checks(step):
             return []
@@ -114,6 +118,8 @@ class Controller:
             fresh = [k for k in on if self.check_counts[k] < self.timing.check_first]
             if fresh or step % self.timing.check_every:
                 return fresh
+        if self.check_seconds > self.timing.check_budget * self.job_seconds:
+            return []
         return [on[j] for j in self.timing.rotation(step, len(on))]
 
     def count_checks(self, judged: list[int]) -> None:
@@ -147,7 +153,11 @@ class Controller:
         if mode == STITCHED and not self.announced:
             self._announce(step)
         self.probes.add(step, seconds, timed=not checked)
-        if not checked:
+        self.job_seconds += seconds
+        if checked:
+            usual = self.windows.stitched_median or self.windows.baseline_median or 0.0
+            self.check_seconds += max(seconds - usual, 0.0)
+        else:
             self.bracket.add(step, mode, seconds)
         for window in self.windows.add(step, mode, seconds, timed=not checked):
             self._record(window)

@@ -57,6 +57,7 @@ class Timing:
     probe_group: bool = True
     check_clusters: int = 1
     group_factor: int = 1
+    check_budget: float = 1.0
 
     @classmethod
     def from_settings(cls, current: settings_module.Settings, clusters: int = 0) -> Timing:
@@ -75,10 +76,11 @@ class Timing:
             current.probe_group,
             current.check_clusters,
             current.probe_group_factor,
+            current.check_budget,
         )
 
     def __post_init__(self) -> None:
-        for name in ("warmup_steps", "check_first", "probe_steps", "clusters", "check_clusters"):
+        for name in ("warmup_steps", "check_first", "probe_steps", "clusters", "check_clusters", "check_budget"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 0")
         for name in (

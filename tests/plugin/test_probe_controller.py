@@ -377,3 +377,29 @@ def test_probe_windows_stop_checking_a_cluster_checked_enough(tmp_path: Path, ke
     assert list(judged.values()) == [[0, 1, 2], [0, 1, 2]]
     assert all(timing.grouped(step) for step in judged)
     assert controller.check_counts == [2, 2, 2]
+
+
+def test_periodic_checks_wait_while_checks_took_more_than_their_budget(tmp_path: Path, kernels: Any) -> None:
+    """1 ms steps, 50 ms of extra time per check, budget 1%: after the first checks (100 ms of checks in
+    ~0.1 s), the periodic check at step 10 waits until the job's time is 100x the checks' again."""
+    controller = _controller(tmp_path, kernels, check_budget=0.01, **NO_PROBE)
+    judged_at = []
+    for step in range(12_000):
+        judged = controller.judged(step)
+        controller.count_checks(judged)
+        controller.timed(step, 0.001 + (0.05 if judged else 0.0), bool(judged))
+        if judged:
+            judged_at.append(step)
+    assert judged_at[:2] == [3, 4]  # the first checks are never skipped
+    periodic = judged_at[2:]
+    assert periodic and periodic[0] > 10 and all(b - a >= 5000 for a, b in zip(periodic, periodic[1:]))
+    assert controller.check_seconds <= 0.01 * controller.job_seconds + 0.05
+
+
+def test_a_generous_budget_keeps_every_periodic_check(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels, check_budget=1.0, **NO_PROBE)
+    for step in range(45):
+        judged = controller.judged(step)
+        controller.count_checks(judged)
+        controller.timed(step, 0.001 + (0.005 if judged else 0.0), bool(judged))
+    assert controller.check_counts == [3, 4, 3]  # two first checks each, then 10: 1, 20: 2, 30: 0, 40: 1
