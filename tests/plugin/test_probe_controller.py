@@ -8,6 +8,7 @@ per-cluster change while that cluster's switch is on (what the hook would have m
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -392,7 +393,7 @@ def test_periodic_checks_wait_while_checks_took_more_than_their_budget(tmp_path:
             judged_at.append(step)
     assert judged_at[:2] == [3, 4]  # the first checks are never skipped
     periodic = judged_at[2:]
-    assert periodic and periodic[0] > 10 and all(b - a >= 5000 for a, b in zip(periodic, periodic[1:]))
+    assert periodic and periodic[0] > 10 and all(b - a >= 5000 for a, b in itertools.pairwise(periodic))
     assert controller.check_seconds <= 0.01 * controller.job_seconds + 0.05
 
 
