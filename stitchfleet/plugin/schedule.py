@@ -18,6 +18,7 @@ the step number, so ranks that share the step count share the schedule.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -94,35 +95,35 @@ class Timing:
             if getattr(self, name) < 1:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 1")
 
-    @property
+    @functools.cached_property
     def period(self) -> int:
         """Steps from one baseline window's start to the next (room for stitched steps kept)."""
         return max(self.rebaseline_every, self.baseline_steps + 1)
 
-    @property
+    @functools.cached_property
     def probing(self) -> bool:
         return self.probe_steps > 0
 
-    @property
+    @functools.cached_property
     def probe_start(self) -> int:
         """The first step of the probe phase (right after the first baseline window)."""
         return self.warmup_steps + self.baseline_steps
 
-    @property
+    @functools.cached_property
     def grouping(self) -> bool:
         """Whether a group probe runs: a group of one cluster would only repeat that cluster's probe."""
         return self.probing and self.probe_group and self.clusters >= 2
 
-    @property
+    @functools.cached_property
     def cluster_start(self) -> int:
         """The first step of the per-cluster probes (after every round of the group's pair, if any)."""
         return self.probe_start + (2 * self.probe_steps * self.group_rounds if self.grouping else 0)
 
-    @property
+    @functools.cached_property
     def group_rounds(self) -> int:
         return self.group_factor * self.probe_rounds
 
-    @property
+    @functools.cached_property
     def stitched_start(self) -> int:
         """The first step of the stitched phase (after every round of every cluster's probe pair)."""
         return self.cluster_start + 2 * self.probe_steps * self.clusters * self.probe_rounds
@@ -137,7 +138,7 @@ class Timing:
         pair, offset = divmod(step - self.cluster_start, 2 * self.probe_steps)
         return pair // self.clusters, pair % self.clusters, offset // self.probe_steps
 
-    @property
+    @functools.cached_property
     def probe_checks(self) -> int:
         """Check steps at the start of each only-k window: one, leaving at least one timed step."""
         return min(self.check_first, 1, max(self.probe_steps - 1, 0))

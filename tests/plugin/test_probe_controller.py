@@ -7,6 +7,7 @@ per-cluster change while that cluster's switch is on (what the hook would have m
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 from collections.abc import Callable, Sequence
@@ -67,7 +68,7 @@ def _controller(
     current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp / f"state{rank}"), "STITCHFLEET_JOB_UID": "probe"})
     ledger = Ledger(current, rank, size, f"sqlite:///{tmp / 't.db'}")
     clusters = [Cluster(i, fp, kernel, ops) for i, (fp, kernel, ops) in enumerate(kernels)]
-    return Controller(clusters, Timing(**{**TIMING.__dict__, **timing}), ledger, size)
+    return Controller(clusters, dataclasses.replace(TIMING, **timing), ledger, size)
 
 
 def _step_time(base_ms: float, change_ms: Sequence[float], jitter: float = 0.0) -> StepTime:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from stitchfleet import settings
@@ -117,7 +119,7 @@ def test_probe_knobs_come_from_settings_and_are_validated() -> None:
 def test_rounds_repeat_every_pair_with_the_order_swapped_and_decide_after_the_last() -> None:
     """Two rounds: round 0 runs baseline then only-k, round 1 only-k then baseline (a steady drift lands
     on both halves); each cluster is decided once, after its last pair, from the pooled steps."""
-    two = Timing(**{**PROBING.__dict__, "probe_rounds": 2})
+    two = dataclasses.replace(PROBING, probe_rounds=2)
     assert two.stitched_start == 5 + 2 * 4 * 2 * 2
     phases = [two.phase(s) for s in range(5, 37)]
     assert phases == ([BASELINE] * 4 + [PROBE] * 4) * 2 + ([PROBE] * 4 + [BASELINE] * 4) * 2
@@ -143,7 +145,7 @@ def test_probe_noise_is_the_standard_error_of_the_median_difference() -> None:
 # With the group probe (the default): warmup 0-1, baseline 2-4, group pair: baseline 5-8 + every cluster on
 # 9-12, decided at 13; pair 0: baseline 13-16 + only-0 17-20, pair 1: baseline 21-24 + only-1 25-28; stitched
 # from 29
-GROUPED = Timing(**{**PROBING.__dict__, "probe_group": True})
+GROUPED = dataclasses.replace(PROBING, probe_group=True)
 
 
 def test_the_group_pair_comes_first_and_is_decided_before_any_cluster() -> None:
@@ -170,7 +172,7 @@ def test_the_first_step_with_every_cluster_on_is_a_check() -> None:
 
 
 def test_group_rounds_alternate_their_order_and_pool_their_steps() -> None:
-    two = Timing(**{**GROUPED.__dict__, "probe_rounds": 2})
+    two = dataclasses.replace(GROUPED, probe_rounds=2)
     assert (two.cluster_start, two.stitched_start) == (5 + 2 * 4 * 2, 21 + 2 * 4 * 2 * 2)
     assert [two.phase(s) for s in range(5, 21)] == [BASELINE] * 4 + [PROBE] * 4 + [PROBE] * 4 + [BASELINE] * 4
     assert [s for s in range(60) if two.decides_group(s)] == [21]
@@ -183,7 +185,7 @@ def test_group_rounds_alternate_their_order_and_pool_their_steps() -> None:
 
 
 def test_a_single_cluster_gets_no_group_phase() -> None:
-    one = Timing(**{**GROUPED.__dict__, "clusters": 1})
+    one = dataclasses.replace(GROUPED, clusters=1)
     assert not one.grouping and one.cluster_start == one.probe_start == 5
     assert not any(one.grouped(s) or one.decides_group(s) for s in range(40))
 
@@ -202,7 +204,7 @@ def test_the_group_setting_off_is_the_schedule_without_a_group_phase() -> None:
 
 
 def test_the_group_factor_multiplies_the_group_rounds_and_keeps_their_alternation() -> None:
-    four = Timing(**{**GROUPED.__dict__, "group_factor": 4})
+    four = dataclasses.replace(GROUPED, group_factor=4)
     assert four.group_rounds == 4 * GROUPED.probe_rounds
     assert four.cluster_start == four.probe_start + 2 * four.probe_steps * four.group_rounds
     firsts = [four.phase(four.probe_start + 2 * four.probe_steps * r) for r in range(four.group_rounds)]
