@@ -66,8 +66,9 @@ def demo_settings(directory: Path, backend: str) -> settings_module.Settings:
         "STITCHFLEET_CHECK_FIRST": "3",
         # probing from step 30: the group 4 x 2 rounds, then 10 clusters x 2 rounds, each a pair of 6 + 6 steps:
         # stitched from step 366.
-        # The default 3000 steps give the stitched phase room to pay back the setup (compile, the check
-        # executor) and the probing, as a real job's thousands of steps do
+        # The default 6000 steps give the stitched phase room to pay back the setup (compile, the check
+        # executor: ~0.7 s) and the probing, as a real job's thousands of steps do; 3000 did not (measured
+        # 2026-11-21: gross +0.44 s against 0.71 s of setup)
         "STITCHFLEET_PROBE_STEPS": "6",
         "STITCHFLEET_PROBE_ROUNDS": "2",
         "STITCHFLEET_GPUS_PER_RANK": "1",
@@ -129,7 +130,7 @@ def _decisions(controller: Controller) -> None:
         print(f"stitching off for this job: {controller.stitching_off}")
 
 
-PLAIN_STEPS = 100  # plain TF steps timed after the plugin run, in the warmed-up process (first 10 untimed)
+PLAIN_STEPS = 400  # plain TF steps timed after the plugin run, in the warmed-up process (first 10 untimed)
 
 
 def plain_median(steps: int = PLAIN_STEPS) -> float:
