@@ -154,10 +154,11 @@ def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
                 for position, read in enumerate(user.inputs):
                     if read is tensor:
                         user._update_input(position, constant)
-    for reader in site.control_readers:
+    for reader in [*site.control_readers, *site.ordering_readers]:
         kept = [c for c in reader.control_inputs if c.name not in names]
         reader._remove_all_control_inputs()
-        reader._add_control_inputs([*kept, anchor])
+        # a stateful reader still runs after the cluster; a stateless one only lost an ordering edge
+        reader._add_control_inputs([*kept, anchor] if reader in site.control_readers else kept)
 
 
 def _install(

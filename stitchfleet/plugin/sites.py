@@ -13,9 +13,10 @@ A cluster the scope pass drew through the middle of a TF op is first redrawn at 
 granularity (`granularity.regroup`). An interior tensor that an outside op reads where the
 IR does not show it (ZerosLike reads only a shape, yet TF runs it after its input) becomes
 an extra cluster output. An outside op may still read another output of a multi-output op
-the cluster clones (Unpack's other slices): the original op keeps running for it. An input
-whose TF op waits (control edge) for the cluster's ops would close a cycle once that edge
-moves onto the stitched op: its op joins the cluster when the IR allows it. Stateful ops and
+the cluster clones (Unpack's other slices): the original op keeps running for it. A stateless
+outside op that waits (control edge) for the cluster's ops only for ordering loses that edge;
+an input whose stateful TF op waits for them would close a cycle once that edge moves onto
+the stitched op: its op joins the cluster when the IR allows it. Stateful ops and
 control flow between the inputs and outputs, and cycles through outside ops that remain, are
 refused with their reason.
 """
@@ -53,7 +54,8 @@ class Site:
     internal: list[Any]
     folded: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
     shape_readers: list[Any] = field(default_factory=list)
-    control_readers: list[Any] = field(default_factory=list)
+    control_readers: list[Any] = field(default_factory=list)  # stateful: their edges move to the stitched op
+    ordering_readers: list[Any] = field(default_factory=list)  # stateless: their edges to its ops are dropped
     plan: StitchPlan | None = None  # the plan of `graph`, when the caller passed one to map_cluster
 
     @property
@@ -139,9 +141,46 @@ def _readers(site: Site, folded: dict[str, Any]) -> None:
                     shape_readers[reader.name] = reader
     site.shape_readers = list(shape_readers.values())
     graph_ops = site.outputs[0].graph.get_operations() if site.outputs else []
-    site.control_readers = [
-        op for op in graph_ops if op.name not in names and any(c.name in names for c in op.control_inputs)
-    ]
+    waiting = [op for op in graph_ops if op.name not in names and any(c.name in names for c in op.control_inputs)]
+    after = _data_descendants(site.internal)
+    ordering = [op for op in waiting if not _stateful(op) and _stateful_descendants(op) <= after]
+    site.ordering_readers = ordering
+    site.control_readers = [op for op in waiting if op not in ordering]
+
+
+def _forward(roots: list[Any], control: bool) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    stack = list(roots)
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen[op.name] = op
+        stack += [r for t in op.outputs for r in t.consumers()]
+        stack += list(op._control_outputs) if control else []
+    return seen
+
+
+def _data_descendants(ops: list[Any]) -> set[str]:
+    """The ops that read, through data edges, what `ops` compute: they run after them whatever the edges."""
+    return set(_forward([r for op in ops for t in op.outputs for r in t.consumers()], control=False))
+
+
+def _stateful_descendants(op: Any) -> set[str]:
+    return {name for name, found in _forward([op], control=True).items() if _stateful(found)}
+
+
+def _stateful(op: Any) -> bool:
+    """Whether an op's effect depends on when it runs.
+
+    A stateless op's control edge only orders it (TF's gradient functions put the incoming gradient
+    before Square_grad's and Erf_grad's ops to bound memory), and the stateful ops after it, which TF
+    orders through it (`control_dependencies` skips ops whose inputs already wait). So the edge is
+    dropped (values stay as they were; moving it onto the stitched op closed a cycle and kept the
+    demo's clusters 6 and 7 off) only when every stateful op after that op reads the cluster's results
+    through data anyway, such as the optimizer's updates after a gradient.
+    """
+    return bool(op.op_def.is_stateful) if op.op_def is not None else True
 
 
 @dataclass(frozen=True)

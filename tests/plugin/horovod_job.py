@@ -20,7 +20,7 @@ from stitchfleet.plugin.hook import StitchHook
 from tests.plugin.hook_harness import make_settings, train
 
 PROBE_STEPS = 2
-PROBE_RUN = 54  # warmup 2 + baseline 3 + (the group + 10 clusters) x 2 x 2 probe steps, then stitched steps
+PROBE_RUN = 62  # warmup 2 + baseline 3 + (the group + 12 clusters) x 2 x 2 probe steps, then stitched steps
 
 hvd.init()
 tmp, scenario = Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "fault"

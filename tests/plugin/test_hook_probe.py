@@ -37,13 +37,13 @@ def _verdicts(url: str) -> dict[str, tuple[str, str]]:
 
 def test_every_cluster_is_probed_and_its_decision_recorded(tmp_path: Path) -> None:
     hook, url = hooked(tmp_path, "probe", STITCHFLEET_PROBE_STEPS=str(PROBE_STEPS), STITCHFLEET_PROBE_ROUNDS="1")
-    plain = train(52, None)
-    run = train(52, hook)
+    plain = train(60, None)
+    run = train(60, hook)
     np.testing.assert_allclose(run.losses, plain.losses, rtol=2e-5)  # probing never changes the training
     assert hook.controller is not None and hook.controller.job_reverted is None
     clusters = hook.controller.clusters
     timing = hook.controller.timing
-    assert timing.stitched_start == FIRST_PROBE + GROUP_STEPS + 2 * PROBE_STEPS * len(clusters) <= 52
+    assert timing.stitched_start == FIRST_PROBE + GROUP_STEPS + 2 * PROBE_STEPS * len(clusters) <= 60
     group = next(e for e in events(url, "probe") if e.cluster_fingerprint is None)
     assert hook.controller.group_proven is not None and group.step == FIRST_PROBE + GROUP_STEPS
     assert group.reason == ("group proven" if hook.controller.group_proven else "group not faster")
