@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +62,24 @@ def kernels(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, Cluster
     return found
 
 
+_OPEN: list[Ledger] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_ledgers() -> Iterator[None]:
+    """Regression: tests that never closed their controller's ledger left its writer thread running into
+    later tests, where its Alembic upgrade raced theirs (CI: "index already exists", KeyError 'config')."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
 def _controller(
     tmp: Path, kernels: Sequence[tuple[str, ClusterKernel, int]], rank: int = 0, size: int = 1, **timing: Any
 ) -> Controller:
     current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp / f"state{rank}"), "STITCHFLEET_JOB_UID": "probe"})
     ledger = Ledger(current, rank, size, f"sqlite:///{tmp / 't.db'}")
+    _OPEN.append(ledger)
     clusters = [Cluster(i, fp, kernel, ops) for i, (fp, kernel, ops) in enumerate(kernels)]
     return Controller(clusters, dataclasses.replace(TIMING, **timing), ledger, size)
 

@@ -87,6 +87,7 @@ def test_a_slowdown_within_the_noise_keeps_stitching(tmp_path: Path) -> None:
     controller.decide(11, _summed(2, 2.3, 2.0, noise=0.1))
     assert controller.job_reverted is not None and "noise 0.050000 s" in controller.job_reverted
     controller.ledger.close()
+    controller.ledger.close()
 
 
 def test_a_fault_or_a_nonfinite_loss_on_any_rank_reverts_the_job(tmp_path: Path) -> None:
