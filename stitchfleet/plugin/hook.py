@@ -200,13 +200,11 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._judged = controller.judged(self.step)
         controller.count_checks(self._judged)
         self._checking = bool(self._judged)
-        if self._checking:
+        if self._checking or self.step == self._prebuild_step:  # the latter judged by nobody: see _prebuilt
             # Every cluster's tensors, although only those switched on are judged: one fetch signature
             # for all check steps. A signature per probed cluster cost a new TF executor each (graph
             # pruning and grappler, ~300 ms on the demo model) the first time it ran.
             fetches["checks"] = self._check_fetches
-        elif self.step == self._prebuild_step:
-            fetches["checks"] = self._check_fetches  # judged by nobody: see _prebuilt
         self._started = time.perf_counter()
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
 
