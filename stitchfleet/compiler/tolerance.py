@@ -51,7 +51,8 @@ def scaled_error(values: Array, reference: npt.NDArray[np.float64], floor: float
     return float(np.max(diff / (np.abs(reference[finite]) + floor), initial=0.0))
 
 
-def _floor(reference: npt.NDArray[np.float64], floor_ratio: float) -> float:
+def error_floor(reference: npt.NDArray[np.float64], floor_ratio: float) -> float:
+    """`floor_ratio` times the RMS of the finite elements (never below the smallest float64)."""
     finite = reference[np.isfinite(reference)]
     rms = float(np.sqrt(np.mean(np.square(finite)))) if finite.size else 0.0
     return max(floor_ratio * rms, float(np.finfo(np.float64).tiny))
@@ -82,7 +83,7 @@ def check(
     if bad.any():
         count = int(np.count_nonzero(bad))
         return Verdict(False, float("inf"), 0.0, 0.0, f"{count} non-finite value(s) where the fp64 reference is finite")
-    floor = _floor(ref, floor_ratio)
+    floor = error_floor(ref, floor_ratio)
     compiled_error = scaled_error(got, ref, floor)
     native_error = scaled_error(base, ref, floor)
     allowed = factor * max(native_error, roundoff(base.dtype, bf16))

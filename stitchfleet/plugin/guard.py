@@ -27,7 +27,7 @@ import numpy as np
 
 from stitchfleet.compiler.evaluate import evaluate
 from stitchfleet.compiler.ir import Graph
-from stitchfleet.compiler.tolerance import Verdict, check, roundoff
+from stitchfleet.compiler.tolerance import Verdict, check, error_floor, roundoff, scaled_error
 
 # Elements below 1% of an output's RMS are judged against that floor: gradients cancel, and a
 # near-zero element's relative error says nothing about the kernel (corruptions are O(1)).
@@ -102,10 +102,7 @@ def _distance(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any]) -> float | 
     a, b = got.astype(np.float64), want.astype(np.float64)
     if not (np.isfinite(a).all() and np.isfinite(b).all()):
         return None
-    if b.size == 0:
-        return 0.0
-    floor = max(FLOOR_RATIO * math.sqrt(float(np.mean(np.square(b)))), float(np.finfo(np.float64).tiny))
-    return float(np.max(np.abs(a - b) / (np.abs(b) + floor)))
+    return scaled_error(a, b, error_floor(b, FLOOR_RATIO))  # the rule's own distance, TF's result as reference
 
 
 def _reduction_length(graph: Graph) -> int:
