@@ -43,9 +43,10 @@ def bench(url: str, spec: synthetic.FleetSpec) -> None:
     page = timed("render html (top 500 tasks)", lambda: report_html.render_html(report, top=500))
     t = report.totals
     print(f"  rows written {rows:,}; tasks {t.tasks:,}, distributed {t.distributed_tasks / t.tasks:.1%}")
-    hours = f"gross {t.gross_gpu_hours:,.0f}, compile {t.compile_gpu_hours:,.0f}, net {t.net_gpu_hours:,.0f}"
-    print(f"  GPU-hours saved: {hours}")
-    print(f"  reverted {t.reverted_share:.1%}: {dict(t.revert_reasons)}")
+    for kind in t.by_kind:
+        hours = f"gross {kind.gross_hours:,.0f}, compile {kind.compile_hours:,.0f}, net {kind.net_hours:,.0f}"
+        print(f"  {kind.unit} saved ({kind.tasks:,} {kind.device_kind} tasks): {hours}")
+    print(f"  reverted {t.reverted_share:.1%}: {[(r.reason, r.tasks, r.reverts) for r in t.revert_reasons]}")
     sizes = f"markdown {len(markdown) / 1e6:.1f} MB, csv {len(jobs_csv) / 1e6:.1f} MB, html {len(page) / 1e6:.1f} MB"
     print(f"  sizes: {sizes}")
 

@@ -61,6 +61,7 @@ class Rollup:
             tasks=current.tasks,
             gpu_hours_saved=current.gpu_hours_saved,
             gross_gpu_hours_saved=current.gross_gpu_hours_saved,
+            cpu_core_hours_saved=current.cpu_core_hours_saved,
             reverted_jobs=current.reverted_jobs,
             revert_reasons=current.revert_reasons,
             at=now.timestamp(),

@@ -34,6 +34,9 @@ class FleetSummary:
     jobs: int = 0
     gpu_hours_saved: float = 0.0
     gross_gpu_hours_saved: float = 0.0
+    # CPU jobs save CPU core-hours: a separate unit, never added to the GPU-hours.
+    cpu_core_hours_saved: float = 0.0
+    gross_cpu_core_hours_saved: float = 0.0
     reverted_jobs: int = 0
     revert_reasons: Mapping[str, int] = field(default_factory=dict)
 
@@ -58,6 +61,8 @@ def report_status(summary: FleetSummary, generated_at: dt.datetime) -> dict[str,
         "jobs": summary.jobs,
         "gpuHoursSaved": round(summary.gpu_hours_saved, 6),
         "grossGpuHoursSaved": round(summary.gross_gpu_hours_saved, 6),
+        "cpuCoreHoursSaved": round(summary.cpu_core_hours_saved, 6),
+        "grossCpuCoreHoursSaved": round(summary.gross_cpu_core_hours_saved, 6),
         "revertedJobs": summary.reverted_jobs,
         "revertReasons": {reason or "unspecified": count for reason, count in summary.revert_reasons.items()},
         "generatedAt": generated_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -116,13 +121,16 @@ def _create(api: Any, api_exception: type[Exception], week: str, namespace: str,
 def summary_of(report: WeeklyReport) -> FleetSummary:
     """The CR's figures from telemetry's weekly report: a job run is a task, a reverted run a reverted job."""
     totals = report.totals
+    gpu, cpu = totals.kind("gpu"), totals.kind("cpu")
     return FleetSummary(
         tasks=totals.tasks,
         jobs=totals.jobs,
-        gpu_hours_saved=totals.net_gpu_hours,
-        gross_gpu_hours_saved=totals.gross_gpu_hours,
+        gpu_hours_saved=gpu.net_hours,
+        gross_gpu_hours_saved=gpu.gross_hours,
+        cpu_core_hours_saved=cpu.net_hours,
+        gross_cpu_core_hours_saved=cpu.gross_hours,
         reverted_jobs=totals.reverted_tasks,
-        revert_reasons=dict(totals.revert_reasons),
+        revert_reasons={reason.reason: reason.reverts for reason in totals.revert_reasons},
     )
 
 

@@ -197,13 +197,14 @@ def report(url: str) -> str:
 
 
 def balance(job: Any) -> str:
-    """One task's savings in GPU-seconds, the figures behind the report's GPU-hours, with the verdict."""
-    gross, setup, net = (3600.0 * h for h in (job.gross_gpu_hours, job.compile_gpu_hours, job.net_gpu_hours))
+    """One task's savings in device-seconds (GPU-s, or CPU core-s on CPU), the figures behind its hours."""
+    gross, setup, net = (3600.0 * h for h in (job.gross_hours, job.compile_hours, job.net_hours))
+    unit = "GPU-s" if job.device_kind == "gpu" else "CPU core-s"
     verdict = "the plugin paid for itself" if net > 0 else "the plugin did not pay back its setup in this run"
     return (
-        f"\nbalance of {job.job_name} over {job.iterations:,} steps: gross {gross:+.2f} GPU-s saved (measured step"
-        f" times against the baseline), setup {setup:.2f} GPU-s (compile, the check executor): net {net:+.2f}"
-        f" GPU-s; {verdict}"
+        f"\nbalance of {job.job_name} over {job.iterations:,} steps on {job.devices_per_rank} {job.device_kind}"
+        f" device(s) per rank: gross {gross:+.2f} {unit} saved (measured step times against the baseline), setup"
+        f" {setup:.2f} {unit} (compile, the check executor): net {net:+.2f} {unit}; {verdict}"
     )
 
 

@@ -23,6 +23,7 @@ import tensorflow as tf
 from stitchfleet import settings as settings_module
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.pipeline import Options, compile_graph
+from stitchfleet.plugin import rank_devices
 from stitchfleet.plugin.bridge_op import choose as choose_bridge
 from stitchfleet.plugin.consensus import Consensus
 from stitchfleet.plugin.controller import Cluster, Controller
@@ -78,6 +79,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             log.exception("stitchfleet: stitching is off for this job")
             self.active = False
             self._event("compile_failure", None, f"plugin setup failed: {type(err).__name__}", str(err))
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        # Accounting needs what this rank really uses (its GPUs or CPU cores), which only the
+        # created session knows; the job runs on whatever happens here.
+        if self.ledger is None:
+            return
+        try:
+            found = rank_devices.measure(session)
+            self.ledger.measured(found.kind, found.count)
+        except Exception as err:
+            log.warning("stitchfleet: could not measure this rank's devices: %s", err)
 
     def before_run(self, run_context: Any) -> Any:
         if not self.active:

@@ -60,6 +60,23 @@ class Ledger:
             JobStarted, self.key, self.rank, s.team, s.model, s.pod_name, self.world_size, s.gpus_per_rank, s.gpu_type
         )
 
+    def measured(self, device_kind: str, devices_per_rank: int) -> None:
+        """The devices this rank computes on, measured once its session exists (for accounting)."""
+        s = self.settings
+        self.safely(
+            JobStarted,
+            self.key,
+            self.rank,
+            s.team,
+            s.model,
+            s.pod_name,
+            self.world_size,
+            s.gpus_per_rank,
+            s.gpu_type,
+            device_kind=device_kind,
+            devices_per_rank=devices_per_rank,
+        )
+
     def compiled(self, seconds: float) -> None:
         self.safely(JobCompiled, self.key, self.rank, seconds)
 

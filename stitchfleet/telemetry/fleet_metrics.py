@@ -25,6 +25,9 @@ class FleetMetrics(Exposition):
         self.week_tasks = self._gauge("week_tasks", "Training tasks (ranks) that ran with stitchfleet this ISO week.")
         self.saved = self._gauge("week_gpu_hours_saved", "Net GPU-hours saved this ISO week.")
         self.gross = self._gauge("week_gross_gpu_hours_saved", "GPU-hours saved this ISO week before overheads.")
+        self.cpu_saved = self._gauge(
+            "week_cpu_core_hours_saved", "Net CPU core-hours saved this ISO week by CPU jobs (never in GPU-hours)."
+        )
         self.reverted = self._gauge("week_reverted_jobs", "Jobs with a reverted stitch cluster this ISO week.")
         self.reverts = Gauge(
             "stitchfleet_fleet_week_reverts",
@@ -44,6 +47,7 @@ class FleetMetrics(Exposition):
         tasks: int,
         gpu_hours_saved: float,
         gross_gpu_hours_saved: float,
+        cpu_core_hours_saved: float = 0.0,
         reverted_jobs: int,
         revert_reasons: Mapping[str, int],
         at: float,
@@ -53,6 +57,7 @@ class FleetMetrics(Exposition):
         self.week_tasks.set(tasks)
         self.saved.set(gpu_hours_saved)
         self.gross.set(gross_gpu_hours_saved)
+        self.cpu_saved.set(cpu_core_hours_saved)
         self.reverted.set(reverted_jobs)
         self.reverts.clear()
         for reason, count in revert_reasons.items():

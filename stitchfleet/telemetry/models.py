@@ -58,6 +58,13 @@ class JobStatus(enum.StrEnum):
 STATUS_RANK = {JobStatus.RUNNING: 0, JobStatus.FINISHED: 1, JobStatus.REVERTED: 2, JobStatus.FAILED: 3}
 
 
+class DeviceKind(enum.StrEnum):
+    """What a job's ranks compute on; its saved hours are in that device's unit, never mixed."""
+
+    GPU = "gpu"
+    CPU = "cpu"
+
+
 class WindowMode(enum.StrEnum):
     """What ran during a step window."""
 
@@ -130,6 +137,11 @@ class Job(Base):
     world_size: Mapped[int] = mapped_column(Integer, default=1)
     gpus_per_rank: Mapped[int] = mapped_column(Integer, default=1)
     gpu_type: Mapped[str] = mapped_column(String(64), default="")
+    # What the ranks measured they compute on ("" until a rank says): GPU jobs are accounted in
+    # GPU-hours, CPU jobs in CPU core-hours. devices_per_rank is what one rank uses (its visible
+    # GPUs, or its CPU cores), which is not the pod's allocation when a pod runs several ranks.
+    device_kind: Mapped[str] = mapped_column(String(8), default="")
+    devices_per_rank: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime, index=True)
     ended_at: Mapped[dt.datetime | None] = mapped_column(UtcDateTime)
     status: Mapped[str] = mapped_column(String(16), default=JobStatus.RUNNING.value)

@@ -2,7 +2,8 @@
 
 Input: a `savings.WeeklyReport`. Output: an HTML document (string) with the fleet totals, revert
 reasons, rollups, the task table and a chart drawn with matplotlib's Agg canvas (no display,
-no pyplot global state): gross GPU-hours saved per day and the top tasks by net GPU-hours,
+no pyplot global state): gross hours saved per day and the top tasks by net hours, of one device
+kind (GPU when the week has GPU tasks, else CPU: GPU-hours and CPU core-hours never share an axis),
 embedded as a base64 `data:` PNG so the page needs no other file.
 """
 
@@ -14,7 +15,7 @@ import io
 from collections.abc import Sequence
 
 from stitchfleet.telemetry import report_text as text
-from stitchfleet.telemetry.savings import WeeklyReport
+from stitchfleet.telemetry.savings import UNITS, WeeklyReport
 
 CHART_TOP_TASKS = 10
 STYLE = """
@@ -27,24 +28,33 @@ footer { margin-top: 2em; font-size: 0.85em; color: #555; }
 """
 
 
+def charted_kind(report: WeeklyReport) -> str:
+    """The device kind the chart shows: GPU when the week has GPU tasks, else CPU (never both on one axis)."""
+    kinds = [kind.device_kind for kind in report.totals.by_kind]
+    return kinds[0] if kinds else "gpu"
+
+
 def chart_png(report: WeeklyReport, top: int = CHART_TOP_TASKS) -> bytes:
-    """The chart as PNG bytes: daily gross GPU-hours saved (left), top tasks by net (right)."""
+    """The chart as PNG bytes: daily gross hours saved (left), top tasks by net (right), of one device kind."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    kind = charted_kind(report)
+    unit = UNITS[kind]
     figure = Figure(figsize=(12, 4.5), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     daily, best = figure.subplots(1, 2, width_ratios=(1, 1.3))
     days = [day.day.strftime("%a\n%m-%d") for day in report.daily]
-    daily.bar(days, [day.gross_gpu_hours for day in report.daily], color="#3a7dc9")
-    daily.set_title(f"Gross GPU-hours saved per day, {report.week.label}")
-    daily.set_ylabel("GPU-hours")
-    leaders = list(report.jobs[:top])[::-1]
+    per_day = [day.gross_gpu_hours if kind == "gpu" else day.gross_cpu_core_hours for day in report.daily]
+    daily.bar(days, per_day, color="#3a7dc9")
+    daily.set_title(f"Gross {unit} saved per day, {report.week.label}")
+    daily.set_ylabel(unit)
+    leaders = [job for job in report.jobs if job.device_kind == kind][:top][::-1]
     labels = [f"{job.namespace}/{job.job_name}" for job in leaders]
-    best.barh(range(len(leaders)), [job.net_gpu_hours for job in leaders], color="#48a868")
+    best.barh(range(len(leaders)), [job.net_hours for job in leaders], color="#48a868")
     best.set_yticks(range(len(leaders)), labels, fontsize=8)
-    best.set_title(f"Top {len(leaders)} tasks by net GPU-hours saved")
-    best.set_xlabel("GPU-hours")
+    best.set_title(f"Top {len(leaders)} {kind.upper()} tasks by net {unit} saved")
+    best.set_xlabel(unit)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png")
     return buffer.getvalue()
@@ -67,7 +77,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric: Sequen
 def _reasons(report: WeeklyReport) -> str:
     if not report.totals.revert_reasons:
         return "<p>No task was reverted.</p>"
-    return _table(text.REASON_HEADER, text.reason_cells(report.totals), [False, True, True])
+    return _table(text.REASON_HEADER, text.reason_cells(report.totals), text.REASON_NUMERIC)
 
 
 def _rollups(report: WeeklyReport, dimension: str) -> str:
@@ -83,7 +93,7 @@ def render_html(report: WeeklyReport, top: int | None = None) -> str:
     sections = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p>Week {html.escape(text.span(report))}.</p>",
-        f'<img alt="GPU-hours saved per day and top tasks" src="data:image/png;base64,{png}">',
+        f'<img alt="{UNITS[charted_kind(report)]} saved per day and top tasks" src="data:image/png;base64,{png}">',
         "<h2>Fleet totals</h2>",
         _table(["Figure", "Value"], text.totals_cells(report.totals), [False, True]),
         "<h2>Why tasks were reverted</h2>",

@@ -3,8 +3,9 @@
 Input: a `savings.WeeklyReport`. Output: a string. Markdown tables are padded to aligned columns
 (numbers right-aligned), so they read in a terminal as well as on a rendered page. CSV is one
 table per output, with a header row: `jobs_csv` one row per task (full precision, empty cells for
-missing medians), `rollups_csv` one row per (dimension, key) plus a final `fleet,all` row with the
-totals. The CLI picks the table with `--csv-table jobs|rollups`.
+missing medians), `rollups_csv` one row per (dimension, key, device kind) plus a final `fleet,all`
+row per device kind with the totals. GPU-hours and CPU core-hours are separate figures everywhere,
+never summed. The CLI picks the table with `--csv-table jobs|rollups`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import io
 import math
 from collections.abc import Sequence
 
-from stitchfleet.telemetry.savings import JobSavings, Rollup, Totals, WeeklyReport
+from stitchfleet.telemetry.savings import DEVICE_NOUNS, UNITS, DeviceTotals, JobSavings, Rollup, Totals, WeeklyReport
 
 DIMENSION_TITLES = {"namespace": "Namespace", "team": "Team", "model": "Model"}
 UNSET = "(unset)"
@@ -23,7 +24,7 @@ RUN_ID_CHARS = 12
 
 
 def hours(value: float) -> str:
-    """GPU-hours for people: thousands separated, two decimals; below 0.01 (a short or small job) two
+    """Device-hours for people: thousands separated, two decimals; below 0.01 (a short or small job) two
     significant digits instead, so a real saving or loss does not read as 0.00 or -0.00."""
     size = abs(value)
     if size == 0.0 or size >= 0.005:
@@ -64,39 +65,53 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric
 
 def totals_cells(totals: Totals) -> list[list[str]]:
     share = f"{totals.reverted_tasks:,} ({totals.reverted_share:.1%})"
-    return [
+    rows = [
         ["Tasks (job runs)", f"{totals.tasks:,}"],
         ["Jobs (distinct names)", f"{totals.jobs:,}"],
         ["Distributed tasks", f"{totals.distributed_tasks:,}"],
-        ["GPUs (sum over tasks)", f"{totals.gpus:,}"],
         ["Iterations", f"{totals.iterations:,}"],
-        ["Gross GPU-hours saved", hours(totals.gross_gpu_hours)],
-        ["Compile overhead, GPU-hours", hours(totals.compile_gpu_hours)],
-        ["Net GPU-hours saved", hours(totals.net_gpu_hours)],
-        ["Reverted tasks", share],
+    ]
+    for kind in totals.by_kind or (totals.gpu,):
+        rows += kind_cells(kind)
+    return [*rows, ["Reverted tasks (any cluster or the job)", share]]
+
+
+def kind_cells(kind: DeviceTotals) -> list[list[str]]:
+    """The totals of one device kind, each figure named with its unit."""
+    label = "GPU" if kind.device_kind == "gpu" else "CPU"
+    return [
+        [f"{label} tasks", f"{kind.tasks:,}"],
+        [f"{DEVICE_NOUNS[kind.device_kind]} (sum over tasks)", f"{kind.devices:,}"],
+        [f"Gross {kind.unit} saved", hours(kind.gross_hours)],
+        [f"Compile overhead, {kind.unit}", hours(kind.compile_hours)],
+        [f"Net {kind.unit} saved", hours(kind.net_hours)],
     ]
 
 
 def reason_cells(totals: Totals) -> list[list[str]]:
-    """Rows of the revert reasons table: reason, reverted tasks, share of the reverted."""
-    return [[reason, f"{count:,}", f"{count / totals.reverted_tasks:.1%}"] for reason, count in totals.revert_reasons]
+    """Rows of the revert reasons table: reason, tasks, revert events, share of the reverted tasks."""
+    return [
+        [r.reason, f"{r.tasks:,}", f"{r.reverts:,}", f"{r.tasks / totals.reverted_tasks:.1%}"]
+        for r in totals.revert_reasons
+    ]
 
 
-REASON_HEADER = ("Reason", "Tasks", "Share of reverted")
+REASON_HEADER = ("Reason", "Tasks", "Reverts", "Share of reverted tasks")
+REASON_NUMERIC = (False, True, True, True)
 
 
 def _reasons_table(totals: Totals) -> str:
     if not totals.revert_reasons:
         return "No task was reverted."
-    return markdown_table(REASON_HEADER, reason_cells(totals), [False, True, True])
+    return markdown_table(REASON_HEADER, reason_cells(totals), REASON_NUMERIC)
 
 
 def rollup_header(dimension: str) -> list[str]:
-    """Header of a rollup table for `dimension`."""
-    return [DIMENSION_TITLES[dimension], "Tasks", "GPUs", "Gross GPU-h", "Compile GPU-h", "Net GPU-h", "Reverted"]
+    """Header of a rollup table for `dimension` (hours in each row's unit, see Unit)."""
+    return [DIMENSION_TITLES[dimension], "Unit", "Tasks", "Devices", "Gross h", "Compile h", "Net h", "Reverted"]
 
 
-ROLLUP_NUMERIC = (False,) + (True,) * 6
+ROLLUP_NUMERIC = (False, False) + (True,) * 6
 
 
 def rollup_cells(rollups: Sequence[Rollup], dimension: str) -> list[list[str]]:
@@ -104,11 +119,12 @@ def rollup_cells(rollups: Sequence[Rollup], dimension: str) -> list[list[str]]:
     return [
         [
             r.key or UNSET,
+            UNITS[r.device_kind],
             f"{r.tasks:,}",
-            f"{r.gpus:,}",
-            hours(r.gross_gpu_hours),
-            hours(r.compile_gpu_hours),
-            hours(r.net_gpu_hours),
+            f"{r.devices:,}",
+            hours(r.gross_hours),
+            hours(r.compile_hours),
+            hours(r.net_hours),
             f"{r.reverted_tasks:,}",
         ]
         for r in rollups
@@ -122,18 +138,24 @@ JOB_HEADER = (
     "Model",
     "Job",
     "Run",
-    "GPUs",
+    "Devices",
     "Iterations",
     "Baseline s",
     "Stitched s",
     "Speedup",
-    "Gross GPU-h",
-    "Compile GPU-h",
-    "Net GPU-h",
+    "Gross h",
+    "Compile h",
+    "Net h",
+    "Unit",
     "Status",
     "Revert reason",
 )
-JOB_NUMERIC = (False,) * 5 + (True,) * 8 + (False, False)
+JOB_NUMERIC = (False,) * 5 + (True,) * 8 + (False, False, False)
+
+
+def devices(job: JobSavings) -> str:
+    """A task's devices for people: '8 GPUs (8 x 1)' or '4 CPU cores (1 x 4)'."""
+    return f"{job.devices:,} {DEVICE_NOUNS[job.device_kind]} ({job.world_size} x {job.devices_per_rank})"
 
 
 def job_cells(job: JobSavings) -> list[str]:
@@ -144,14 +166,15 @@ def job_cells(job: JobSavings) -> list[str]:
         job.model or UNSET,
         job.job_name,
         job.job_uid[:RUN_ID_CHARS],
-        f"{job.gpus:,}",
+        devices(job),
         f"{job.iterations:,}",
         seconds(job.baseline_step_seconds),
         seconds(job.stitched_step_seconds),
         ratio(job.speedup),
-        hours(job.gross_gpu_hours),
-        hours(job.compile_gpu_hours),
-        hours(job.net_gpu_hours),
+        hours(job.gross_hours),
+        hours(job.compile_hours),
+        hours(job.net_hours),
+        job.unit,
         job.status,
         job.revert_reason or "-",
     ]
@@ -160,9 +183,9 @@ def job_cells(job: JobSavings) -> list[str]:
 def shown_jobs(report: WeeklyReport, top: int | None) -> tuple[tuple[JobSavings, ...], str]:
     """The tasks a human rendering lists (the `top` by net saving, or all) and a caption."""
     jobs = report.jobs if not top else report.jobs[:top]
-    caption = f"{len(jobs):,} tasks, by net GPU-hours saved"
+    caption = f"{len(jobs):,} tasks, GPU tasks first, by net hours saved"
     if len(jobs) < len(report.jobs):
-        caption = f"top {len(jobs):,} of {len(report.jobs):,} tasks by net GPU-hours saved (CSV lists all)"
+        caption = f"top {len(jobs):,} of {len(report.jobs):,} tasks, GPU first, by net hours saved (CSV lists all)"
     return jobs, caption
 
 
@@ -172,10 +195,16 @@ def span(report: WeeklyReport) -> str:
     return f"{days[0].isoformat()} to {days[-1].isoformat()} (UTC)"
 
 
+DAILY_HEADER = ("Day", "GPU-hours", "CPU core-hours")
+
+
 def render_markdown(report: WeeklyReport, top: int | None = None) -> str:
     """The whole report as Markdown; `top` limits the task table (None or 0: every task)."""
     jobs, caption = shown_jobs(report, top)
-    daily = [[day.day.strftime("%a %Y-%m-%d"), hours(day.gross_gpu_hours)] for day in report.daily]
+    daily = [
+        [day.day.strftime("%a %Y-%m-%d"), hours(day.gross_gpu_hours), hours(day.gross_cpu_core_hours)]
+        for day in report.daily
+    ]
     parts = [
         f"# stitchfleet weekly savings report: {report.week.label}",
         f"Week {span(report)}.",
@@ -183,8 +212,8 @@ def render_markdown(report: WeeklyReport, top: int | None = None) -> str:
         markdown_table(["Figure", "Value"], totals_cells(report.totals), [False, True]),
         "## Why tasks were reverted",
         _reasons_table(report.totals),
-        "## Gross GPU-hours saved per day",
-        markdown_table(["Day", "GPU-hours"], daily, [False, True]),
+        "## Gross hours saved per day",
+        markdown_table(DAILY_HEADER, daily, [False, True, True]),
     ]
     for dimension in DIMENSION_TITLES:
         table = markdown_table(rollup_header(dimension), rollup_cells(report.rollups, dimension), ROLLUP_NUMERIC)
@@ -217,18 +246,20 @@ ROLLUP_FIELDS = tuple(field.name for field in dataclasses.fields(Rollup))
 
 
 def rollups_csv(report: WeeklyReport) -> str:
-    """One row per rollup (dimension, key), then `fleet,all` with the fleet totals."""
+    """One row per rollup (dimension, key, device kind), then `fleet,all` per device kind with the totals."""
     rows = [[report.week.label, *(getattr(rollup, name) for name in ROLLUP_FIELDS)] for rollup in report.rollups]
-    fleet = Rollup(
-        dimension="fleet",
-        key="all",
-        tasks=report.totals.tasks,
-        gpus=report.totals.gpus,
-        iterations=report.totals.iterations,
-        gross_gpu_hours=report.totals.gross_gpu_hours,
-        compile_gpu_hours=report.totals.compile_gpu_hours,
-        net_gpu_hours=report.totals.net_gpu_hours,
-        reverted_tasks=report.totals.reverted_tasks,
-    )
-    rows.append([report.week.label, *(getattr(fleet, name) for name in ROLLUP_FIELDS)])
+    for kind in report.totals.by_kind:
+        fleet = Rollup(
+            dimension="fleet",
+            key="all",
+            device_kind=kind.device_kind,
+            tasks=kind.tasks,
+            devices=kind.devices,
+            iterations=kind.iterations,
+            gross_hours=kind.gross_hours,
+            compile_hours=kind.compile_hours,
+            net_hours=kind.net_hours,
+            reverted_tasks=kind.reverted_tasks,
+        )
+        rows.append([report.week.label, *(getattr(fleet, name) for name in ROLLUP_FIELDS)])
     return _csv(["week", *ROLLUP_FIELDS], rows)

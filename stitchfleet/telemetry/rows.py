@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from stitchfleet import settings as settings_module
-from stitchfleet.telemetry.models import EventKind, JobStatus, Verdict, WindowMode
+from stitchfleet.telemetry.models import DeviceKind, EventKind, JobStatus, Verdict, WindowMode
 
 
 def utcnow() -> dt.datetime:
@@ -83,12 +83,23 @@ class JobStarted:
     gpus_per_rank: int = 1
     gpu_type: str = ""
     started_at: dt.datetime = field(default_factory=utcnow)
+    # Measured by the rank itself ("" and None: not measured, e.g. the operator's view of a pod);
+    # gpus_per_rank above is what was declared (the container's GPU limit).
+    device_kind: str = ""
+    devices_per_rank: int | None = None
 
     def __post_init__(self) -> None:
         _require(self.rank >= 0, self, f"rank={self.rank}: expected >= 0")
         _require(self.world_size >= 1, self, f"world_size={self.world_size}: expected >= 1")
         _require(self.rank < self.world_size, self, f"rank={self.rank} is not below world_size={self.world_size}")
         _require(self.gpus_per_rank >= 0, self, f"gpus_per_rank={self.gpus_per_rank}: expected >= 0")
+        if self.device_kind:
+            _require_choice(self, "device_kind", self.device_kind, DeviceKind)
+        _require(
+            self.devices_per_rank is None or self.devices_per_rank >= 1,
+            self,
+            f"devices_per_rank={self.devices_per_rank}: expected >= 1 (None when not measured)",
+        )
         _require_aware(self, "started_at", self.started_at)
 
 

@@ -11,7 +11,10 @@ Attribution (the contract the report footer states):
   [Monday 00:00 UTC, next Monday 00:00 UTC);
 - a task appears when it has a window in the week or started in it;
 - its compile overhead is charged to the week containing `started_at` (a task whose start was
-  never recorded: the week of its first window).
+  never recorded: the week of its first window);
+- its device kind and devices per rank are what its ranks measured (`device_kind`,
+  `devices_per_rank`); a task no rank measured (written before they did) falls back to what was
+  declared: a GPU task with `gpus_per_rank` GPUs when it declared any, else a CPU task on one core.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Float, Select, and_, case, cast, func, literal, or_, select
+from sqlalchemy import ColumnElement, Connection, Float, Select, and_, case, cast, func, literal, or_, select
 
 from stitchfleet.telemetry import models
 from stitchfleet.telemetry.weeks import Week
@@ -45,7 +48,8 @@ class TaskRow:
     team: str
     model: str
     world_size: int
-    gpus_per_rank: int
+    device_kind: str
+    devices_per_rank: int
     status: str
     reason: str
     compile_seconds: float
@@ -53,6 +57,17 @@ class TaskRow:
     windows: int
     iterations: int
     saved_seconds: float
+
+
+# The accounting unit of a task (see the module docstring): measured, else declared.
+task_device_kind: ColumnElement[str] = case(
+    (J.device_kind != "", J.device_kind),
+    (J.gpus_per_rank > 0, literal(models.DeviceKind.GPU.value)),
+    else_=literal(models.DeviceKind.CPU.value),
+)
+task_devices_per_rank = func.coalesce(
+    J.devices_per_rank, case((task_device_kind == models.DeviceKind.GPU.value, J.gpus_per_rank), else_=1)
+)
 
 
 def _in_week(column: Any, week: Week) -> Any:
@@ -110,7 +125,8 @@ def _task_select(week: Week) -> Select[Any]:
             J.team,
             J.model,
             J.world_size,
-            J.gpus_per_rank,
+            task_device_kind,
+            task_devices_per_rank,
             J.status,
             J.reason,
             J.compile_seconds,
@@ -140,14 +156,15 @@ def _task_row(row: Any) -> TaskRow:
         team=str(row[5] or ""),
         model=str(row[6] or ""),
         world_size=int(row[7]),
-        gpus_per_rank=int(row[8]),
-        status=str(row[9]),
-        reason=str(row[10] or ""),
-        compile_seconds=float(row[11] or 0.0),
-        compile_charged=bool(row[12]),
-        windows=int(row[13]),
-        iterations=int(row[14]),
-        saved_seconds=float(row[15]),
+        device_kind=str(row[8]),
+        devices_per_rank=int(row[9]),
+        status=str(row[10]),
+        reason=str(row[11] or ""),
+        compile_seconds=float(row[12] or 0.0),
+        compile_charged=bool(row[13]),
+        windows=int(row[14]),
+        iterations=int(row[15]),
+        saved_seconds=float(row[16]),
     )
 
 
@@ -224,24 +241,47 @@ def first_revert_reasons(connection: Connection, job_ids: Sequence[int]) -> dict
     return found
 
 
-def daily_saved_gpu_seconds(connection: Connection, week: Week) -> list[float]:
-    """Saved GPU-seconds (saved seconds x GPUs per rank) per UTC day of the week, Monday first.
+def revert_counts(connection: Connection, job_ids: Sequence[int]) -> dict[str, tuple[int, int]]:
+    """Per revert reason label over the tasks `job_ids`: (tasks with such a revert, revert events).
+
+    A revert is of one cluster or of the whole job; a task reverted for two reasons counts under
+    both, so the task counts of all reasons can sum to more than the reverted tasks.
+    """
+    tasks: dict[str, set[int]] = {}
+    events: dict[str, int] = {}
+    for chunk in _chunks(job_ids):
+        query = (
+            select(E.reason, E.job_id, func.count())
+            .where(E.kind == models.EventKind.REVERT.value, E.job_id.in_(chunk))
+            .group_by(E.reason, E.job_id)
+        )
+        for reason, job, count in connection.execute(query):
+            label = str(reason or "")
+            tasks.setdefault(label, set()).add(int(job))
+            events[label] = events.get(label, 0) + int(count)
+    return {label: (len(members), events[label]) for label, members in tasks.items()}
+
+
+def daily_saved_device_seconds(connection: Connection, week: Week) -> dict[str, list[float]]:
+    """Saved device-seconds (saved seconds x devices per rank) per device kind and UTC day, Monday first.
 
     Days are bucketed by comparing with bound instants, so no dialect's date functions or
-    session time zone are involved.
+    session time zone are involved. GPU and CPU seconds are separate series, never summed.
     """
     days = week.days()
     bounds = [week.start + dt.timedelta(days=offset) for offset in range(1, len(days))]
     day_index = case(*[(W.recorded_at < bound, index) for index, bound in enumerate(bounds)], else_=len(bounds))
+    kind = task_device_kind.label("kind")
     query = (
-        select(day_index.label("day"), func.sum(W.saved_seconds * J.gpus_per_rank))
+        select(day_index.label("day"), kind, func.sum(W.saved_seconds * task_devices_per_rank))
         .join(J, J.id == W.job_id)
         .where(_in_week(W.recorded_at, week))
-        .group_by(day_index)
+        .group_by(day_index, kind)
     )
-    totals = [0.0] * len(days)
-    for index, value in connection.execute(query):
-        totals[int(index)] = float(value or 0.0)
+    totals: dict[str, list[float]] = {}
+    for index, device_kind, value in connection.execute(query):
+        series = totals.setdefault(str(device_kind), [0.0] * len(days))
+        series[int(index)] = float(value or 0.0)
     return totals
 
 

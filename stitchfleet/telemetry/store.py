@@ -90,14 +90,18 @@ def _job_started(connection: Connection, row: JobStarted) -> None:
         gpus_per_rank=row.gpus_per_rank,
         gpu_type=row.gpu_type,
         started_at=row.started_at,
+        device_kind=row.device_kind,
+        devices_per_rank=row.devices_per_rank,
     )
     new = stmt.excluded
     # Rank 0's pod names the job; other ranks only fill it while it is empty.
     pod = new.pod_name if row.rank == 0 else case((JOBS.c.pod_name == "", new.pod_name), else_=JOBS.c.pod_name)
     # Several writers describe a job (its ranks, the operator watching its pods): an empty text
     # is "not known", never a value, and the largest world seen wins, whatever the order.
-    update = {name: _filled(new[name], JOBS.c[name]) for name in ("team", "model", "gpu_type")}
+    update = {name: _filled(new[name], JOBS.c[name]) for name in ("team", "model", "gpu_type", "device_kind")}
     update |= {"gpus_per_rank": new.gpus_per_rank, "world_size": _larger(new.world_size, JOBS.c.world_size)}
+    # A rank that measured its devices wins over an unmeasured view; ranks that differ keep the most.
+    update |= {"devices_per_rank": _larger(new.devices_per_rank, JOBS.c.devices_per_rank)}
     update |= {"pod_name": pod, "started_at": _smaller(new.started_at, JOBS.c.started_at)}
     connection.execute(stmt.on_conflict_do_update(index_elements=list(JOB_KEY), set_=update))
 

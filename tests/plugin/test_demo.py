@@ -24,7 +24,9 @@ def test_demo_trains_records_and_reports(tmp_path: Path, capsys: pytest.CaptureF
     databases = list(tmp_path.glob("run-*/telemetry.db"))
     assert len(databases) == 1 and f"telemetry recorded in {databases[0]}" in out
     assert "# stitchfleet weekly savings report" in out and "demo-bert-encoder" in out
-    assert "balance of demo-bert-encoder over 40 steps: gross" in out and "GPU-s" in out
+    # A CPU job: accounted in CPU core-hours from the cores its rank measured, never in GPU-hours.
+    assert "balance of demo-bert-encoder over 40 steps on" in out and "CPU core-s" in out and "GPU-s" not in out
+    assert "Net CPU core-hours saved" in out and "Net GPU-hours saved" not in out
 
 
 def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,7 +42,11 @@ def test_markdown_tables_are_aligned(report: savings.WeeklyReport) -> None:
     assert "1.250x" in tasks[2]
     assert "| numeric_mismatch |" in markdown
     assert "Net GPU-hours saved" in markdown and "0.14 |" in markdown  # 486 GPU-seconds
-    assert markdown.rstrip().splitlines()[-1].startswith("How figures are attributed: A step window counts")
+    assert (
+        markdown.rstrip()
+        .splitlines()[-1]
+        .startswith("How figures are attributed: One telemetry row (a step window) covers")
+    )
 
 
 def test_markdown_top_limits_the_task_table(report: savings.WeeklyReport) -> None:
@@ -56,8 +60,8 @@ def test_jobs_csv_parses_back(report: savings.WeeklyReport) -> None:
     assert len(parsed) == len(report.jobs) == 4
     for row, job in zip(parsed, report.jobs, strict=True):
         assert row["week"] == "2026-W47"
-        assert (row["job_name"], row["job_uid"], int(row["gpus"])) == (job.job_name, job.job_uid, job.gpus)
-        assert float(row["net_gpu_hours"]) == job.net_gpu_hours
+        assert (row["job_name"], row["job_uid"], int(row["devices"])) == (job.job_name, job.job_uid, job.devices)
+        assert float(row["net_hours"]) == job.net_hours
         assert row["revert_reason"] == job.revert_reason
     assert float(parsed[0]["speedup"]) == pytest.approx(1.25)
 
@@ -68,7 +72,7 @@ def test_rollups_csv_ends_with_the_fleet(report: savings.WeeklyReport) -> None:
     assert len(parsed) == len(report.rollups) + 1
     fleet = parsed[-1]
     assert (int(fleet["tasks"]), int(fleet["reverted_tasks"])) == (4, 1)
-    assert float(fleet["net_gpu_hours"]) == report.totals.net_gpu_hours
+    assert float(fleet["net_hours"]) == report.totals.gpu.net_hours
     assert sum(int(row["tasks"]) for row in parsed if row["dimension"] == "team") == 4
 
 

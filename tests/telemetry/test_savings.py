@@ -25,35 +25,42 @@ def test_tasks_of_the_week(any_url: str) -> None:
     assert [job.job_name for job in report.jobs] == ["bert-b", "resnet-a", "resnet-a", "vit-c"]
 
     a = jobs[("resnet-a", "run-1")]
-    assert (a.gpus, a.windows, a.iterations, a.status, a.revert_reason) == (1, 5, 5000, "finished", "")
+    assert (a.devices, a.windows, a.iterations, a.status, a.revert_reason) == (1, 5, 5000, "finished", "")
     assert a.baseline_step_seconds == pytest.approx(0.2, rel=1e-12)
     assert a.stitched_step_seconds == pytest.approx((0.15 + 0.16) / 2, rel=1e-12)  # even count: mean of middle two
     assert a.speedup == pytest.approx(0.2 / 0.155, rel=1e-12)
-    assert (a.gross_gpu_hours, a.compile_gpu_hours) == (180 / H, 30 / H)
-    assert a.net_gpu_hours == 180 / H - 30 / H
+    assert (a.gross_hours, a.compile_hours) == (180 / H, 30 / H)
+    assert a.net_hours == 180 / H - 30 / H
 
     b = jobs[("bert-b", "run-1")]
-    assert (b.world_size, b.gpus_per_rank, b.gpus, b.windows, b.iterations) == (4, 2, 8, 9, 1500)
+    assert (b.world_size, b.device_kind, b.devices_per_rank, b.devices, b.windows, b.iterations) == (
+        4,
+        "gpu",
+        2,
+        8,
+        9,
+        1500,
+    )
     assert (b.baseline_step_seconds, b.stitched_step_seconds) == (pytest.approx(0.5), pytest.approx(0.4))
     # 5 stitched windows x 50 s over ranks, x 2 GPUs per rank; compile: slowest rank (20 s) x 8 GPUs.
-    assert (b.gross_gpu_hours, b.compile_gpu_hours) == (500 / H, 160 / H)
+    assert (b.gross_hours, b.compile_hours) == (500 / H, 160 / H)
 
     a2 = jobs[("resnet-a", "run-2")]
     assert (a2.baseline_step_seconds, a2.stitched_step_seconds) == (pytest.approx(0.2), pytest.approx(0.16))
-    assert (a2.gross_gpu_hours, a2.compile_gpu_hours, a2.status) == (36 / H, 0.0, "running")
+    assert (a2.gross_hours, a2.compile_hours, a2.status) == (36 / H, 0.0, "running")
 
 
 def test_a_task_crossing_the_week_boundary(any_url: str) -> None:
     write_fleet(any_url)
     c47 = _by_run(savings.weekly_summary(any_url, "2026-W47"))[("vit-c", "run-1")]
-    assert (c47.windows, c47.iterations, c47.gross_gpu_hours, c47.compile_gpu_hours) == (4, 400, 40 / H, 80 / H)
+    assert (c47.windows, c47.iterations, c47.gross_hours, c47.compile_hours) == (4, 400, 40 / H, 80 / H)
     assert (c47.status, c47.revert_reason) == ("reverted", "numeric_mismatch")
     week48 = savings.weekly_summary(any_url, weeks.parse_week("2026-W48"))
     assert [job.job_name for job in week48.jobs] == ["vit-c"]
     c48 = week48.jobs[0]
     # The compile was charged to W47, where the task started; W48 has no baseline window, so the
     # stitched windows' reference (0.5 s) stands in.
-    assert (c48.windows, c48.iterations, c48.gross_gpu_hours, c48.compile_gpu_hours) == (4, 400, 40 / H, 0.0)
+    assert (c48.windows, c48.iterations, c48.gross_hours, c48.compile_hours) == (4, 400, 40 / H, 0.0)
     assert (c48.baseline_step_seconds, c48.stitched_step_seconds) == (pytest.approx(0.5), pytest.approx(0.4))
 
 
@@ -61,13 +68,17 @@ def test_totals_rollups_and_days(any_url: str) -> None:
     write_fleet(any_url)
     report = savings.weekly_summary(any_url, "2026-W47")
     t = report.totals
-    assert (t.tasks, t.jobs, t.distributed_tasks, t.gpus, t.iterations) == (4, 3, 2, 12, 5000 + 100 + 1500 + 400)
-    assert t.gross_gpu_hours == pytest.approx(756 / H, rel=1e-12)
-    assert t.compile_gpu_hours == pytest.approx(270 / H, rel=1e-12)
-    assert t.net_gpu_hours == pytest.approx(486 / H, rel=1e-12)
-    assert (t.reverted_tasks, t.reverted_share, t.revert_reasons) == (1, 0.25, (("numeric_mismatch", 1),))
+    assert (t.tasks, t.jobs, t.distributed_tasks, t.gpu.devices, t.iterations) == (4, 3, 2, 12, 5000 + 100 + 1500 + 400)
+    assert t.gpu.gross_hours == pytest.approx(756 / H, rel=1e-12)
+    assert t.gpu.compile_hours == pytest.approx(270 / H, rel=1e-12)
+    assert t.gpu.net_hours == pytest.approx(486 / H, rel=1e-12)
+    assert (t.reverted_tasks, t.reverted_share) == (1, 0.25)
+    # C's two revert events (numeric_mismatch, then nan): one task and one revert under each reason.
+    assert [(x.reason, x.tasks, x.reverts) for x in t.revert_reasons] == [("nan", 1, 1), ("numeric_mismatch", 1, 1)]
+    assert [k.device_kind for k in t.by_kind] == ["gpu"] and t.kind("cpu").tasks == 0
 
-    rollups = {(r.dimension, r.key): r for r in report.rollups}
+    rollups = {(r.dimension, r.key): r for r in report.rollups if r.device_kind == "gpu"}
+    assert len(rollups) == len(report.rollups)
     assert set(rollups) == {
         ("namespace", "vision"),
         ("namespace", "nlp"),
@@ -78,10 +89,10 @@ def test_totals_rollups_and_days(any_url: str) -> None:
         ("model", "vit"),
     }
     vision = rollups[("namespace", "vision")]
-    assert (vision.tasks, vision.gpus, vision.reverted_tasks) == (3, 4, 1)
-    assert vision.gross_gpu_hours == pytest.approx(256 / H, rel=1e-12)
-    assert vision.net_gpu_hours == pytest.approx(146 / H, rel=1e-12)
-    assert rollups[("model", "resnet50")].net_gpu_hours == pytest.approx(186 / H, rel=1e-12)
+    assert (vision.tasks, vision.devices, vision.reverted_tasks) == (3, 4, 1)
+    assert vision.gross_hours == pytest.approx(256 / H, rel=1e-12)
+    assert vision.net_hours == pytest.approx(146 / H, rel=1e-12)
+    assert rollups[("model", "resnet50")].net_hours == pytest.approx(186 / H, rel=1e-12)
 
     assert [d.day for d in report.daily] == [dt.date(2026, 11, day) for day in range(16, 23)]
     expected = [500, 40, 140, 0, 36, 0, 40]  # GPU-seconds per day, Monday first
@@ -103,7 +114,7 @@ def test_a_task_with_no_recorded_start(tmp_path: object, sqlite_url: str) -> Non
     engine.dispose()
     # Its compile is charged to the week of its first window.
     job = savings.weekly_summary(sqlite_url, "2026-W47").jobs[0]
-    assert (job.job_name, job.compile_gpu_hours, job.net_gpu_hours) == ("late", 36 / H, -36 / H)
+    assert (job.job_name, job.compile_hours, job.net_hours) == ("late", 36 / H, -36 / H)
 
 
 def test_an_empty_week(sqlite_url: str) -> None:

@@ -93,8 +93,8 @@ def test_bulk_and_upsert_paths_give_the_same_report(any_url: str, tmp_path: obje
     assert bulk.totals.tasks == 120
     assert bulk.totals.reverted_tasks == sum(1 for p in plans if p.revert_reason)
     assert bulk.totals.distributed_tasks == sum(1 for p in plans if p.ranks > 1)
-    assert bulk.totals.compile_gpu_hours == pytest.approx(sum(p.compile_seconds * p.ranks for p in plans) / 3600)
-    assert bulk.totals.gross_gpu_hours > 0
+    assert bulk.totals.gpu.compile_hours == pytest.approx(sum(p.compile_seconds * p.ranks for p in plans) / 3600)
+    assert bulk.totals.gpu.gross_hours > 0
 
 
 def test_upsert_path_into_a_fresh_database(sqlite_url: str, tmp_path: object) -> None:
