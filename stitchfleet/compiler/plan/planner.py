@@ -51,6 +51,9 @@ class PlanOptions:
     grid_barrier: bool = True
     smem_limit: int | None = None  # bytes; default: the device's per-block limit
     deterministic: bool = False  # refuse atomic cross-block combines (bitwise reproducible sums)
+    # Blocks per wave at most: the co-resident grid the real device measured for a compiled kernel
+    # (its real registers and shared memory), when the model's wave does not fit there.
+    max_wave: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,14 +159,21 @@ def _smem(ctx: _Context, structure: Structure, groups: Sequence[Group], stages: 
     return smem_layout([b for b in structure.shared if b.loop in ids], scratch)
 
 
+def _capped(options: PlanOptions, wave: int) -> int:
+    return wave if options.max_wave is None else max(1, min(wave, options.max_wave))
+
+
 def _launch(ctx: _Context, kernel: int, stages: Sequence[int], loops: Sequence[Loop], smem: tuple[int, int]) -> Launch:
     scratch_offset, smem_bytes = smem
     occ = occupancy(ctx.dev, ctx.block, ASSUMED_REGISTERS, smem_bytes)
     tasks = max(loop.tasks for loop in loops)
-    grid = min(tasks, occ.blocks_per_wave)
+    wave = _capped(ctx.options, occ.blocks_per_wave)
+    grid = min(tasks, wave)
     registers = relax_registers(ctx.dev, ctx.block, smem_bytes, ASSUMED_REGISTERS)
     barriers = len(stages) - 1
     why = f"{occ.reason}; {tasks} task(s) per loop at most -> grid {grid}"
+    if wave < occ.blocks_per_wave:
+        why += f" (wave capped at {wave}: what the device holds at once of the compiled kernel)"
     why += f"; register cap relaxed to {registers} keeping {occ.blocks_per_sm} block(s)/SM"
     if barriers:
         why += f"; {barriers} grid barrier(s): grid within one wave"
@@ -172,7 +182,7 @@ def _launch(ctx: _Context, kernel: int, stages: Sequence[int], loops: Sequence[L
         tuple(stages),
         grid,
         ctx.block,
-        occ.blocks_per_wave,
+        wave,
         registers,
         smem_bytes,
         barriers,
@@ -200,7 +210,7 @@ def plan_cluster(graph: Graph, cluster: int = 0, options: PlanOptions | None = N
         raise mappings.MappingError(f"cannot force {opts.force_row_mapping.value}: not a row-reduction mapping")
     dev = device(opts.device)
     block = min(BLOCK, dev.threads_per_block)
-    wave = occupancy(dev, block, ASSUMED_REGISTERS).blocks_per_wave
+    wave = _capped(opts, occupancy(dev, block, ASSUMED_REGISTERS).blocks_per_wave)
     raw = grouping.group(graph)
     ctx = _Context(graph, dev, block, wave, opts, raw.owner)
     groups, edges = _groups_and_edges(ctx, raw)

@@ -1,0 +1,175 @@
+"""The launch library from Python: build the C source, load it with ctypes, pack a kernel's arguments.
+
+Input: `launch_source.SOURCE`, a C compiler, the CUDA driver header (`cuda.h` from the
+`nvidia-cuda-runtime-cu12` wheel or a toolkit); then cubins (NVRTC's, nvcc's) and device
+pointers and a stream handle (ints, from pycuda, torch or TF). Output: `LaunchLibrary` with
+`init`, `device`, `load`, `function`, `occupancy` and `launch`, each raising `LaunchError` with the
+driver call that failed and its message. `pack_arguments` is the launch contract of a rendered
+kernel (its buffers in parameter order, then the grid barrier's counter) and runs on any machine.
+The built library is cached by hash of its source, compiler and header folder.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from stitchfleet.compiler.kernel import ir
+from stitchfleet.compiler.render.cuda import CudaKernel
+from stitchfleet.compiler.runtime.cubin_cache import CubinCache
+from stitchfleet.compiler.runtime.launch_source import SOURCE
+from stitchfleet.compiler.runtime.native_build import build_shared_object
+from stitchfleet.compiler.runtime.nvrtc import include_dirs
+
+ALIGNMENT = 16
+BUILD_TIMEOUT_S = 120
+
+
+class LaunchError(RuntimeError):
+    """The launch library cannot be built or loaded, or a driver call it made failed."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The current context's device as the driver reports it."""
+
+    sms: int
+    arch: str
+    cooperative: bool
+
+
+@dataclass(frozen=True)
+class Function:
+    """A loaded kernel with its compiled resource use."""
+
+    handle: int
+    name: str
+    registers: int
+    static_smem: int
+
+
+def header_dir() -> Path:
+    """A folder with the driver API's cuda.h; LaunchError naming where it looked when none has it."""
+    for folder in include_dirs():
+        if (folder / "cuda.h").is_file():
+            return folder
+    raise LaunchError("no cuda.h: install nvidia-cuda-runtime-cu12 (the dev extra) or a CUDA toolkit")
+
+
+def build(cache: CubinCache, compiler: str = "cc") -> Path:
+    """The built library's path in `cache` (suffix so), compiled on a miss."""
+    if shutil.which(compiler) is None:
+        raise LaunchError(f"no C compiler {compiler!r} on PATH to build the launch library")
+    include = header_dir()
+    key = hashlib.sha256(f"{SOURCE}\0{compiler}\0{include}".encode()).hexdigest()
+
+    def command(source: Path, output: Path) -> list[str]:
+        return [compiler, "-O2", "-shared", "-fPIC", "-std=gnu99", f"-I{include}", str(source), "-o", str(output)]
+
+    cache.get_or_build(key, lambda: build_shared_object(SOURCE, "launch.c", command, BUILD_TIMEOUT_S))
+    return cache.path(key)
+
+
+def pack_arguments(kernel: CudaKernel, pointers: Mapping[str, int], counter: int = 0) -> list[int]:
+    """The kernel's arguments in parameter order: each buffer's device pointer, then the barrier counter.
+
+    Checks what a GPU would not: a missing buffer, a pointer not 16-byte aligned (vector accesses
+    assume it), a grid barrier without a counter or a counter for a kernel without one.
+    """
+    missing = [buf.name for buf in kernel.params if buf.name not in pointers]
+    if missing:
+        raise LaunchError(f"kernel {kernel.name}: no pointer for buffer(s) {', '.join(missing)}")
+    values = [int(pointers[buf.name]) for buf in kernel.params]
+    for buf, value in zip(kernel.params, values, strict=True):
+        if value == 0 and buf.size > 0:
+            raise LaunchError(f"kernel {kernel.name}: buffer {buf.name} is a null pointer")
+        if value % ALIGNMENT:
+            raise LaunchError(f"kernel {kernel.name}: buffer {buf.name} at {value:#x} is not {ALIGNMENT}-byte aligned")
+    if kernel.grid_barrier and not counter:
+        raise LaunchError(f"kernel {kernel.name} has a grid barrier: it needs a counter (4 bytes of scratch)")
+    if counter and not kernel.grid_barrier:
+        raise LaunchError(f"kernel {kernel.name} has no grid barrier: it takes no counter")
+    return [*values, counter] if kernel.grid_barrier else values
+
+
+def scratch_bytes(kernel: CudaKernel) -> int:
+    """Bytes of per-launch scratch a kernel's caller allocates: its SCRATCH buffers and the counter."""
+    buffers = sum(buf.size * buf.dtype.itemsize for buf in kernel.params if buf.role is ir.Role.SCRATCH)
+    return buffers + (4 if kernel.grid_barrier else 0)
+
+
+class LaunchLibrary:
+    """The loaded C library; call `init` once before the driver calls."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            self.lib = ctypes.CDLL(str(path))
+        except OSError as err:
+            raise LaunchError(f"cannot load the launch library {path}: {err}") from None
+        self._declare()
+
+    def _declare(self) -> None:
+        lib, c_int_p = self.lib, ctypes.POINTER(ctypes.c_int)
+        lib.sf_last_error.restype = ctypes.c_char_p
+        lib.sf_device_info.argtypes = [c_int_p, c_int_p, c_int_p, c_int_p]
+        lib.sf_module_load.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+        lib.sf_module_unload.argtypes = [ctypes.c_void_p]
+        lib.sf_function.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
+        lib.sf_function.argtypes += [c_int_p, c_int_p]
+        lib.sf_occupancy.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, c_int_p]
+        lib.sf_launch.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p]
+        lib.sf_launch.argtypes += [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64]
+        lib.sf_coresident_grid.restype = ctypes.c_longlong
+        lib.sf_coresident_grid.argtypes = [ctypes.c_int, ctypes.c_int]
+
+    def _check(self, status: int) -> None:
+        if status != 0:
+            raise LaunchError((self.lib.sf_last_error() or b"unknown error").decode(errors="replace"))
+
+    def init(self) -> None:
+        """Opens the CUDA driver (libcuda.so.1); LaunchError saying so on a machine without one."""
+        self._check(self.lib.sf_init())
+
+    def device(self) -> DeviceInfo:
+        sms, major, minor, cooperative = (ctypes.c_int() for _ in range(4))
+        self._check(self.lib.sf_device_info(*(ctypes.byref(v) for v in (sms, major, minor, cooperative))))
+        return DeviceInfo(sms.value, f"sm_{major.value}{minor.value}", bool(cooperative.value))
+
+    def load(self, cubin: bytes) -> int:
+        """A module handle for `cubin` in the current context."""
+        module = ctypes.c_void_p()
+        self._check(self.lib.sf_module_load(cubin, ctypes.byref(module)))
+        return int(module.value or 0)
+
+    def function(self, module: int, kernel: CudaKernel) -> Function:
+        handle, registers, static = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_int()
+        refs = (ctypes.byref(handle), ctypes.byref(registers), ctypes.byref(static))
+        self._check(self.lib.sf_function(module, kernel.name.encode(), kernel.dynamic_smem_bytes, *refs))
+        return Function(int(handle.value or 0), kernel.name, registers.value, static.value)
+
+    def occupancy(self, function: Function, kernel: CudaKernel) -> int:
+        """Blocks of `kernel` one SM holds at once, from the compiled function's real resource use."""
+        blocks = ctypes.c_int()
+        self._check(
+            self.lib.sf_occupancy(function.handle, kernel.launch.block, kernel.dynamic_smem_bytes, ctypes.byref(blocks))
+        )
+        return blocks.value
+
+    def coresident_grid(self, blocks_per_sm: int, sms: int) -> int:
+        return int(self.lib.sf_coresident_grid(blocks_per_sm, sms))
+
+    def launch(self, function: Function, kernel: CudaKernel, arguments: list[int], stream: int = 0) -> None:
+        """One launch of `kernel` on `stream` (0: the legacy default stream), cooperative with a grid barrier."""
+        values = [ctypes.c_uint64(value) for value in arguments]
+        array = (ctypes.c_void_p * len(values))(*(ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values))
+        counter = arguments[-1] if kernel.grid_barrier else 0
+        launch = kernel.launch
+        self._check(
+            self.lib.sf_launch(
+                function.handle, launch.grid, launch.block, kernel.dynamic_smem_bytes, stream, array, counter
+            )
+        )
