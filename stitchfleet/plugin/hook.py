@@ -23,7 +23,7 @@ import tensorflow as tf
 from stitchfleet import settings as settings_module
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.pipeline import Options, compile_graph
-from stitchfleet.plugin import rank_devices
+from stitchfleet.plugin import placement, rank_devices
 from stitchfleet.plugin.bridge_op import choose as choose_bridge
 from stitchfleet.plugin.consensus import Consensus
 from stitchfleet.plugin.controller import Cluster, Controller
@@ -35,6 +35,7 @@ from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.rewrite import Installed, Rewired, rewire
 from stitchfleet.plugin.schedule import PROBE, STITCHED, Timing
 from stitchfleet.plugin.sites import Site, StepOps, UnmappableError, map_cluster
+from stitchfleet.plugin.training_steps import TrainingSteps, training_path
 
 log = logging.getLogger("stitchfleet.plugin")
 
@@ -69,6 +70,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._local = np.zeros(0)
         self._bridge: Any = None
         self._faults_seen = 0
+        self.training: TrainingSteps | None = None
+        self._in_step = False  # the current run is a training step (before_run said so)
 
     # --- SessionRunHook -------------------------------------------------------------------
 
@@ -92,8 +95,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             log.warning("stitchfleet: could not measure this rank's devices: %s", err)
 
     def before_run(self, run_context: Any) -> Any:
+        self._in_step = False
         if not self.active:
             return None
+        try:
+            # Only training steps are touched (training_steps: its rule); any other run is left as written.
+            if self.training is None or not self.training.is_training(run_context.original_args.fetches):
+                return None
+        except Exception:
+            log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
+            return None
+        self._in_step = True
         try:
             return self._before_run()
         except Exception as err:
@@ -101,7 +113,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return self._consensus_only()
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
-        if not self.active:
+        if not self.active or not self._in_step:
             return
         try:
             self._after_run(run_values.results or {})
@@ -133,25 +145,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         assert art.report is not None
         backend = resolve_backend(self.backend)
         known_bad = self.ledger.reverted()
-        sites: list[Site] = []
-        clusters: list[Cluster] = []
-        for i, (cg, plan, summary) in enumerate(zip(art.cluster_graphs, art.stitch, art.report.clusters, strict=True)):
-            fingerprint = summary.fingerprint
-            if isinstance(plan, Decision):
-                self._off(i, fingerprint, plan.reason)
-                continue
-            try:
-                site = map_cluster(graph, conversion, i, cg, plan)  # may redraw it at TF op granularity
-                fault = self.fault if self.fault is not None and self.fault.applies(i, self.consensus.rank) else None
-                kernel = ClusterKernel(site.graph, site.plan or plan, backend, current.cache_dir, fault)
-            except UnmappableError as err:
-                self._off(i, fingerprint, f"not mapped: {err}")
-                continue
-            except Exception as err:
-                self._off(i, fingerprint, f"{backend} compile failed: {type(err).__name__}: {err}")
-                continue
-            sites.append(site)
-            clusters.append(Cluster(i, fingerprint, kernel, len(cg.nodes), fingerprint not in known_bad))
+        sites, clusters = self._clusters(graph, conversion, art, backend, known_bad)
         bridge = choose_bridge(current.bridge, backend, current.cache_dir)
         rewired = rewire(graph, sites, [c.kernel for c in clusters], bridge)
         self._bridge, self._faults_seen = bridge, bridge.faults() if bridge is not None else 0
@@ -163,12 +157,45 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         )
         self.consensus.build(graph, self.controller.length)
         self.switches = rewired.switches
+        self.training = TrainingSteps(graph, [[t.op for t in done.switched] for _, done in self.installed])
         self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
         self.loss_tensor = self._find_loss(graph, rewired)
         self._setup_seconds = time.perf_counter() - started
         self.ledger.compiled(self._setup_seconds)
         self.active = bool(self.installed)
         log.info("stitchfleet: %d cluster(s) stitched, %d left off", len(self.installed), len(self.off))
+
+    def _clusters(
+        self, graph: Any, conversion: Any, art: Any, backend: str, known_bad: set[str]
+    ) -> tuple[list[Site], list[Cluster]]:
+        """Each compiled cluster mapped onto the TF graph and built, or left to TF with the reason."""
+        assert self.consensus is not None
+        current = self.settings
+        sites: list[Site] = []
+        clusters: list[Cluster] = []
+        path, on_gpu = training_path(graph), placement.gpu_visible()
+        for i, (cg, plan, summary) in enumerate(zip(art.cluster_graphs, art.stitch, art.report.clusters, strict=True)):
+            fingerprint = summary.fingerprint
+            if isinstance(plan, Decision):
+                self._off(i, fingerprint, plan.reason)
+                continue
+            try:
+                site = map_cluster(graph, conversion, i, cg, plan)  # may redraw it at TF op granularity
+                left = _left_to_tf(site, path, on_gpu)
+                if left is not None:
+                    self._off(i, fingerprint, left)
+                    continue
+                fault = self.fault if self.fault is not None and self.fault.applies(i, self.consensus.rank) else None
+                kernel = ClusterKernel(site.graph, site.plan or plan, backend, current.cache_dir, fault)
+            except UnmappableError as err:
+                self._off(i, fingerprint, f"not mapped: {err}")
+                continue
+            except Exception as err:
+                self._off(i, fingerprint, f"{backend} compile failed: {type(err).__name__}: {err}")
+                continue
+            sites.append(site)
+            clusters.append(Cluster(i, fingerprint, kernel, len(cg.nodes), fingerprint not in known_bad))
+        return sites, clusters
 
     def _adopt(self, rewired: Rewired, clusters: list[Cluster]) -> None:
         for cluster, done in zip(clusters, rewired.clusters, strict=True):
@@ -207,8 +234,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         feeds, fetches = self.consensus.args(self._local)
         switches = controller.switches(self.step)
         feeds[self.switches] = switches
-        if self.loss_tensor is not None:
-            fetches["loss"] = self.loss_tensor
+        reached = self.training.reached if self.training is not None else frozenset()
+        if self.loss_tensor is not None and self.loss_tensor.op.name in reached:
+            fetches["loss"] = self.loss_tensor  # only a loss the step computes anyway (no feed it lacks)
         self._judged = controller.judged(self.step)
         controller.count_checks(self._judged)
         self._checking = bool(self._judged)
@@ -288,3 +316,13 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def backend_calls(self) -> dict[int, int]:
         """Backend runs per cluster index (the stitched path really executing)."""
         return {c.index: c.kernel.calls for c, _ in self.installed}
+
+
+def _left_to_tf(site: Site, path: frozenset[str], gpu_visible: bool) -> str | None:
+    """Why a mapped cluster stays with TF before any rewrite: GPU placement, or off the training path."""
+    reason = placement.gpu_reason(site.internal, gpu_visible)
+    if reason is not None:
+        return reason
+    if not any(op.name in path for op in site.internal):
+        return "not on the training path (no variable update depends on it): evals and metrics run it as written"
+    return None

@@ -1,0 +1,65 @@
+"""training_steps: which runs are training steps, and which clusters lie on the training path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from stitchfleet.plugin.training_steps import TrainingSteps, fetched_ops, training_path  # noqa: E402
+
+pytestmark = pytest.mark.tf
+
+
+def _graph() -> tuple[Any, dict[str, Any]]:
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        w = tf.compat.v1.get_variable("w", [8, 8])
+        hidden = tf.tanh(tf.matmul(x, w), name="hidden")  # stands for a stitched cluster's result
+        loss = tf.reduce_mean(tf.square(hidden), name="loss")
+        metric = tf.reduce_max(tf.abs(hidden), name="metric")  # feeds no update: off the training path
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train_op = tf.compat.v1.train.AdamOptimizer(0.1).minimize(loss, global_step=step, name="train_op")
+    return graph, {"x": x, "hidden": hidden, "loss": loss, "metric": metric, "step": step, "train": train_op}
+
+
+def test_the_training_run_is_recognised_in_every_fetch_form() -> None:
+    graph, t = _graph()
+    steps = TrainingSteps(graph, [[t["hidden"].op]])
+    assert steps.is_training([t["loss"], t["train"]])
+    assert steps.is_training({"out": (t["train"],), "loss": t["loss"]})
+    assert steps.is_training("train_op") and steps.is_training(["loss:0", "train_op"])
+    assert "loss" in steps.reached and "hidden" in steps.reached
+
+
+def test_side_runs_are_not_training_steps() -> None:
+    graph, t = _graph()
+    steps = TrainingSteps(graph, [[t["hidden"].op]])
+    assert not steps.is_training(t["step"])  # a global-step read
+    assert not steps.is_training([t["loss"], t["metric"]])  # an eval: the cluster runs, nothing is updated
+    assert not steps.is_training(None) and not steps.is_training("no_such_op:0")
+
+
+def test_a_run_missing_a_stitched_cluster_is_not_a_training_step() -> None:
+    graph, t = _graph()
+    # A second "cluster" the training run never reaches: stitching it needs feeds this run lacks.
+    steps = TrainingSteps(graph, [[t["hidden"].op], [t["metric"].op]])
+    assert not steps.is_training([t["loss"], t["train"]])
+
+
+def test_the_training_path_excludes_metrics() -> None:
+    graph, _ = _graph()
+    path = training_path(graph)
+    assert {"hidden", "x"} <= path and "metric" not in path
+    # The loss value itself feeds no update (its gradient needs only shapes): a cluster that is only
+    # the loss stays with TF, which is safe; in real graphs it joins the backward cluster anyway.
+    assert "loss" not in path
+
+
+def test_fetched_ops_flattens_nested_structures() -> None:
+    graph, t = _graph()
+    found = fetched_ops(graph, {"a": [t["loss"], ("train_op", None)], "b": t["step"]})
+    assert sorted(op.name for op in found) == sorted(["loss", "train_op", t["step"].op.name])
