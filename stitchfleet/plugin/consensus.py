@@ -39,24 +39,32 @@ class Consensus:
         self.size = int(self.hvd.size()) if self.hvd is not None else current.world_size
         self.feed: Any = None
         self.summed: Any = None
+        self.slots = 0  # cluster flags in the fixed-length vector (the controller's vector is padded to it)
+        self.clusters = 0  # the controller's cluster flags, once ranks agreed on them
 
-    def build(self, graph: Any, length: int) -> None:
-        """Adds the allreduce of a `length` vector to the graph (Horovod only)."""
+    def build(self, graph: Any, slots: int, extra: int) -> None:
+        """Adds the allreduce of a fixed-length vector (`slots` cluster flags, `extra` figures) to the graph
+        (Horovod only): its length is known before any rank compiles, so it is the same on every rank."""
         if self.hvd is None:
             return
         import tensorflow as tf
 
+        self.slots = slots
         with graph.as_default(), tf.name_scope("stitchfleet"):
-            self.feed = tf.compat.v1.placeholder(tf.float64, [length], name="consensus_in")
+            self.feed = tf.compat.v1.placeholder(tf.float64, [slots + extra], name="consensus_in")
             self.summed = self.hvd.allreduce(self.feed, op=self.hvd.Sum, name="stitchfleet_consensus")
 
     def args(self, local: Vector) -> tuple[dict[Any, Any], dict[str, Any]]:
-        """(feeds, fetches) to add to a step."""
+        """(feeds, fetches) to add to a step: `local` (the controller's layout) padded to the fixed length."""
         if self.summed is None:
             return {}, {}
-        return {self.feed: local}, {"consensus": self.summed}
+        padded = np.zeros(self.slots + len(local) - self.clusters)
+        padded[: self.clusters], padded[self.slots :] = local[: self.clusters], local[self.clusters :]
+        return {self.feed: padded}, {"consensus": self.summed}
 
     def result(self, local: Vector, fetched: dict[str, Any]) -> Vector:
+        """The summed vector in the controller's layout."""
         if self.summed is None:
             return local
-        return np.asarray(fetched["consensus"], dtype=np.float64)
+        summed = np.asarray(fetched["consensus"], dtype=np.float64)
+        return np.concatenate([summed[: self.clusters], summed[self.slots :]])

@@ -3,7 +3,8 @@
 Input: a `Fault` (what to corrupt, in which cluster, on which rank) handed to the hook's
 constructor; never read from the environment by library code. Output: a corrupted cluster
 graph (the IR the backend compiles: a wrong or NaN constant, a dropped term) or corrupted backend
-outputs (an off-by-one index, a NaN) or a backend that raises. The fp64 reference always uses the real graph.
+outputs (an off-by-one index, a NaN) or a backend that raises, a cluster whose compile fails (`compile`)
+or a hook whose whole setup fails (`setup`, for Horovod's agreement). The fp64 reference always uses the real graph.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy.typing as npt
 
 from stitchfleet.compiler.ir import Attrs, Graph, Node, Op
 
-KINDS: tuple[str, ...] = ("constant", "drop_term", "nan_constant", "off_by_one", "nan", "raise")
+KINDS: tuple[str, ...] = ("constant", "drop_term", "nan_constant", "off_by_one", "nan", "raise", "compile", "setup")
 Array = npt.NDArray[Any]
 
 
@@ -40,6 +41,10 @@ class Fault:
     def applies(self, cluster: int, rank: int) -> bool:
         return cluster == self.cluster and self.rank in (None, rank)
 
+    def fails_setup(self, rank: int) -> bool:
+        """Whether the hook's whole setup fails on `rank` (kind `setup`: a rank whose begin raised)."""
+        return self.kind == "setup" and self.rank in (None, rank)
+
     @property
     def in_graph(self) -> bool:
         """Whether the fault lives in the compiled code alone (so any caller of that code, the native
@@ -47,7 +52,10 @@ class Fault:
         return self.kind in ("constant", "drop_term", "nan_constant")
 
     def corrupt_graph(self, graph: Graph) -> Graph:
-        """The graph the backend compiles; unchanged for output-level faults."""
+        """The graph the backend compiles; unchanged for output-level faults. Kind `compile` fails here,
+        as a compiler error on one rank would."""
+        if self.kind == "compile":
+            raise FaultError("injected compile failure")
         if self.kind in ("constant", "nan_constant"):
             return _replace(graph, _wrong_constant(graph, nan=self.kind == "nan_constant"))
         if self.kind == "drop_term":

@@ -24,9 +24,10 @@ from stitchfleet import settings as settings_module
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.pipeline import Options, compile_graph
 from stitchfleet.plugin import placement, rank_devices
+from stitchfleet.plugin.agreement import SLOTS, Agreement
 from stitchfleet.plugin.bridge_op import choose as choose_bridge
 from stitchfleet.plugin.consensus import Consensus
-from stitchfleet.plugin.controller import Cluster, Controller
+from stitchfleet.plugin.controller import EXTRA, Cluster, Controller
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.guard import judge
@@ -72,6 +73,11 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._faults_seen = 0
         self.training: TrainingSteps | None = None
         self._in_step = False  # the current run is a training step (before_run said so)
+        self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
+        self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
+        self._in_agreement = False
+        self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
+        self._positions: list[int] = []  # each controller cluster's place in that vector
 
     # --- SessionRunHook -------------------------------------------------------------------
 
@@ -95,7 +101,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             log.warning("stitchfleet: could not measure this rank's devices: %s", err)
 
     def before_run(self, run_context: Any) -> Any:
-        self._in_step = False
+        self._in_step = self._in_agreement = False
+        if self._agreeing is not None:
+            return self._agreement_step(run_context.original_args.fetches)
         if not self.active:
             return None
         try:
@@ -113,6 +121,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return self._consensus_only()
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
+        if self._in_agreement:
+            self._agreed((run_values.results or {}).get("agreement"))
+            return
         if not self.active or not self._in_step:
             return
         try:
@@ -134,11 +145,19 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def _begin(self) -> None:
         current = self.settings
+        graph = tf.compat.v1.get_default_graph()
         self.consensus = Consensus(current)
+        self.training = TrainingSteps(graph)
+        if self.consensus.hvd is not None:
+            # First, what a rank whose setup fails below still joins: it then says so to the others.
+            self.consensus.build(graph, SLOTS, EXTRA)
+            self.agreement = Agreement(self.consensus.hvd, graph)
+            self._agreeing = Agreement.vector([], ok=False)
+        if self.fault is not None and self.fault.fails_setup(self.consensus.rank):
+            raise RuntimeError("injected setup failure")
         self.ledger = Ledger(current, self.consensus.rank, self.consensus.size, self.db_url)
         self.ledger.started()
         started = time.perf_counter()
-        graph = tf.compat.v1.get_default_graph()
         conversion = convert(StepOps(graph), name=current.job_name or "graph")
         dump = Path(current.dump_dir) if current.dump_dir else None
         art = compile_graph(conversion.graph, Options(remote_budget=current.remote_stitch_budget, dump_dir=dump))
@@ -150,20 +169,61 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         rewired = rewire(graph, sites, [c.kernel for c in clusters], bridge)
         self._bridge, self._faults_seen = bridge, bridge.faults() if bridge is not None else 0
         self._adopt(rewired, clusters)
-        self.controller = Controller([c for c, _ in self.installed], Timing.from_settings(current), self.ledger)
-        self.controller.size = self.consensus.size
-        self.controller.pending.update(
-            {k: "reverted by an earlier job" for k, (c, _) in enumerate(self.installed) if not c.enabled}
-        )
-        self.consensus.build(graph, self.controller.length)
-        self.switches = rewired.switches
-        self.training = TrainingSteps(graph, [[t.op for t in done.switched] for _, done in self.installed])
-        self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
+        self.switches, self._switch_count = rewired.switches, len(self.installed)
         self.loss_tensor = self._find_loss(graph, rewired)
         self._setup_seconds = time.perf_counter() - started
         self.ledger.compiled(self._setup_seconds)
-        self.active = bool(self.installed)
         log.info("stitchfleet: %d cluster(s) stitched, %d left off", len(self.installed), len(self.off))
+        if self.agreement is None:
+            self._start(list(range(len(self.installed))))
+        else:  # the controller starts once every rank said what it installed (the first training run)
+            self._agreeing = Agreement.vector([c.index for c, _ in self.installed], ok=True)
+
+    def _start(self, positions: list[int]) -> None:
+        """Runs the controller over the installed clusters at `positions` (all ranks agreed on them)."""
+        assert self.consensus is not None and self.ledger is not None and self.training is not None
+        self._positions = positions
+        self.installed = [self.installed[p] for p in positions]
+        self.controller = Controller(
+            [c for c, _ in self.installed], Timing.from_settings(self.settings), self.ledger, self.consensus.size
+        )
+        self.controller.pending.update(
+            {k: "reverted by an earlier job" for k, (c, _) in enumerate(self.installed) if not c.enabled}
+        )
+        self.consensus.clusters = len(self.installed)
+        self.training.require([[t.op for t in done.switched] for _, done in self.installed])
+        self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
+        self.active = bool(self.installed)
+
+    def _agreement_step(self, fetches: Any) -> Any:
+        """Horovod's first training run: every rank, its setup failed or not, says what it installed."""
+        assert self.agreement is not None and self._agreeing is not None and self.training is not None
+        try:
+            if not self.training.updates_variables(fetches):
+                return None
+        except Exception:
+            log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
+            return None
+        self._in_agreement = True
+        feeds, extra = self.agreement.args(self._agreeing)
+        return tf.compat.v1.train.SessionRunArgs(extra, feed_dict=feeds)
+
+    def _agreed(self, summed: Any) -> None:
+        """Every rank's answer: stitch the clusters all installed, or nothing when a rank's setup failed."""
+        assert self.agreement is not None and self._agreeing is not None
+        ok, self._agreeing = bool(self._agreeing[SLOTS]), None
+        agreed = self.agreement.decide(np.asarray(summed, dtype=np.float64)) if summed is not None else None
+        if not ok:
+            return  # this rank's own setup failed: recorded in begin, it stays off like the others
+        if agreed is None:
+            log.warning("stitchfleet: stitching is off for this job: the setup of another rank failed")
+            self._event("compile_failure", None, "another rank's setup failed", "every rank leaves the job to TF")
+            return
+        kept = [p for p, (c, _) in enumerate(self.installed) if c.index in agreed]
+        for c, _ in self.installed:
+            if c.index not in agreed:
+                self._off(c.index, c.fingerprint, "not installed on every rank: left to TF on all of them")
+        self._start(kept)
 
     def _clusters(
         self, graph: Any, conversion: Any, art: Any, backend: str, known_bad: set[str]
@@ -178,6 +238,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             fingerprint = summary.fingerprint
             if isinstance(plan, Decision):
                 self._off(i, fingerprint, plan.reason)
+                continue
+            if self.agreement is not None and i >= SLOTS:
+                self._off(i, fingerprint, f"cluster {i} is past the {SLOTS} clusters Horovod ranks can agree on")
                 continue
             try:
                 site = map_cluster(graph, conversion, i, cg, plan)  # may redraw it at TF op granularity
@@ -232,7 +295,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._poll_faults()
         self._local = controller.local(self.step)
         feeds, fetches = self.consensus.args(self._local)
-        switches = controller.switches(self.step)
+        switches = np.zeros(self._switch_count, dtype=bool)
+        switches[self._positions] = controller.switches(self.step)
         feeds[self.switches] = switches
         reached = self.training.reached if self.training is not None else frozenset()
         if self.loss_tensor is not None and self.loss_tensor.op.name in reached:

@@ -4,9 +4,10 @@ Input: the rewired graph (after `begin`), the ops that carry the stitched cluste
 per run, the user's own fetches (`run_context.original_args.fetches`). Output: `is_training(fetches)`.
 
 The rule: a run is a training step when the ops it executes (everything its fetches depend on,
-through data and control edges) include an update of a trainable variable (an optimizer's
-`Apply*`/`ResourceApply*`, an assign to a trainable variable) that itself depends on a stitched
-cluster, and include every stitched cluster. Such a run already computes every value the hook adds
+through data and control edges) include an update of a trainable variable or of the global step
+(an optimizer's `Apply*`/`ResourceApply*`, an assign) and every stitched cluster. Under Horovod
+the first such run, before ranks agree on their clusters, is recognised by the update alone, a
+rule that does not depend on what each rank compiled. Such a run already computes every value the hook adds
 (check tensors, loss) from the feeds the user gave it. Everything else (a global-step read, an
 eval with other feeds, summaries, checkpoints, rank-0-only logging) runs exactly as the user
 wrote it: no fetch or feed is added, and it is neither counted nor timed, so Horovod ranks pair
@@ -43,20 +44,6 @@ def _writes_variable(op: Any, variables: set[str]) -> bool:
     if op.type not in WRITER_TYPES and not op.type.startswith(WRITER_PREFIXES):
         return False
     return bool(op.inputs) and op.inputs[0].op.name in variables
-
-
-def _downstream(starts: Iterable[Any]) -> set[str]:
-    """Names of every op that depends on one of `starts` (data or control), the starts included."""
-    seen: set[str] = set()
-    todo = list(starts)
-    while todo:
-        op = todo.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        todo.extend(consumer for out in op.outputs for consumer in out.consumers())
-        todo.extend(op._control_outputs)
-    return seen
 
 
 def _upstream(starts: Iterable[Any]) -> set[str]:
@@ -105,32 +92,34 @@ def training_path(graph: Any) -> frozenset[str]:
 class TrainingSteps:
     """Recognises the training step among a session's runs (see the module docstring)."""
 
-    def __init__(self, graph: Any, stitched: Sequence[Sequence[Any]]) -> None:
-        """`stitched`: per installed cluster, the ops that carry its results to the rest of the graph."""
+    def __init__(self, graph: Any) -> None:
         self.graph = graph
-        self.clusters = [frozenset(op.name for op in ops) for ops in stitched]
-        after = _downstream(op for ops in stitched for op in ops)
         variables = _variable_ops(graph)
-        self.updates = frozenset(
-            op.name for op in graph.get_operations() if op.name in after and _writes_variable(op, variables)
-        )
-        self._known: dict[frozenset[str], frozenset[str] | None] = {}
+        self.updates = frozenset(op.name for op in graph.get_operations() if _writes_variable(op, variables))
+        self.clusters: list[frozenset[str]] = []
+        self._known: dict[frozenset[str], frozenset[str]] = {}
         self.reached: frozenset[str] = frozenset()  # the ops the last training step runs
 
-    def is_training(self, fetches: Any) -> bool:
-        """True when a run with these fetches is a training step; a fetch this graph cannot name is not."""
+    def require(self, stitched: Sequence[Sequence[Any]]) -> None:
+        """From now on a training step must also run every cluster of `stitched` (per cluster, the ops
+        that carry its results to the rest of the graph)."""
+        self.clusters = [frozenset(op.name for op in ops) for ops in stitched]
+
+    def updates_variables(self, fetches: Any) -> bool:
+        """True when a run with these fetches updates a trainable variable (the rule every Horovod rank
+        applies alike, whatever it compiled); a fetch this graph cannot name is not."""
         try:
             ops = fetched_ops(self.graph, fetches)
         except (KeyError, ValueError, TypeError):
             return False
         key = frozenset(op.name for op in ops)
         if key not in self._known:
-            reached = frozenset(_upstream(ops))
-            every = all(not cluster.isdisjoint(reached) for cluster in self.clusters)
-            training = bool(self.clusters) and every and not self.updates.isdisjoint(reached)
-            self._known[key] = reached if training else None
-        found = self._known[key]
-        if found is None:
+            self._known[key] = frozenset(_upstream(ops))
+        self.reached = self._known[key]
+        return not self.updates.isdisjoint(self.reached)
+
+    def is_training(self, fetches: Any) -> bool:
+        """True when a run with these fetches is a training step (updates a variable, runs every cluster)."""
+        if not self.updates_variables(fetches):
             return False
-        self.reached = found
-        return True
+        return bool(self.clusters) and all(not cluster.isdisjoint(self.reached) for cluster in self.clusters)

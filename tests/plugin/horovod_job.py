@@ -2,9 +2,12 @@
 
 Arguments: the temporary directory (shared SQLite database inside) and the scenario:
 `fault` (rank 1's kernel of cluster 5 is corrupted, probing off; prints 'rank R reverted_at
-S fingerprint F losses N') or `probe` (probing on, no fault; prints 'rank R decisions JSON',
+S fingerprint F losses N'), `probe` (probing on, no fault; prints 'rank R decisions JSON',
 each installed cluster's index, kept flag and reason, and 'rank R group JSON', the group probe's
-verdict and figures).
+verdict and figures), or one of the ranks-that-differ scenarios, each printing 'rank R state JSON'
+(active, the stitched cluster indices, their reverted_at steps, training steps counted, runs made):
+`sideruns` (rank 0 alone makes an eval-like run every 3 steps), `compile` (cluster 5 fails to
+compile on rank 1 only), `setup` (rank 1's whole setup fails).
 """
 
 from __future__ import annotations
@@ -14,10 +17,32 @@ import sys
 from pathlib import Path
 
 import horovod.tensorflow as hvd
+import tensorflow as tf
 
+from benchmarks import models
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.hook import StitchHook
-from tests.plugin.hook_harness import make_settings, train
+from tests.plugin.hook_harness import _feeds, make_settings, train
+
+DIFFER_STEPS = 24
+
+
+def train_with_side_runs(steps: int, hook: StitchHook, side_every: int) -> int:
+    """The harness's training loop; with `side_every`, rank 0 alone also runs the loss every few steps."""
+    graph = models.build("bert_encoder", "small", seed=1)
+    runs = 0
+    with graph.as_default():
+        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
+        feeds = _feeds(graph)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for step in range(steps):
+                session.run([loss, train_op], feeds)
+                runs += 1
+                if side_every and hvd.rank() == 0 and step % side_every == 0:
+                    session.run(loss, feeds)  # logging on rank 0 only: no variable update
+                    runs += 1
+    return runs
+
 
 PROBE_STEPS = 2
 PROBE_RUN = 62  # warmup 2 + baseline 3 + (the group + 12 clusters) x 2 x 2 probe steps, then stitched steps
@@ -39,6 +64,21 @@ if scenario == "probe":
     decisions = [[c.index, c.kept, c.reason] for c in hook.controller.clusters]
     print(f"rank {hvd.rank()} decisions {json.dumps(decisions)}")
     print(f"rank {hvd.rank()} group {json.dumps([hook.controller.group_proven, hook.controller.group_probe])}")
+elif scenario in ("sideruns", "compile", "setup"):
+    current = make_settings(tmp / f"rank{hvd.rank()}", f"horovod-{scenario}", STITCHFLEET_FLUSH_SECONDS="30")
+    faults = {"compile": Fault("compile", cluster=5, rank=1), "setup": Fault("setup", cluster=0, rank=1)}
+    hook = StitchHook(current, backend="cpu", fault=faults.get(scenario), db_url=db_url)
+    runs = train_with_side_runs(DIFFER_STEPS, hook, 3 if scenario == "sideruns" else 0)
+    clusters = hook.controller.clusters if hook.controller is not None else []
+    state = {
+        "active": hook.active,
+        "stitched": [c.index for c in clusters],
+        "reverted": [c.reverted_at for c in clusters],
+        "steps": hook.step,
+        "runs": runs,
+        "off5": hook.off.get(5, ""),
+    }
+    print(f"rank {hvd.rank()} state {json.dumps(state)}")
 else:
     current = make_settings(tmp / f"rank{hvd.rank()}", "horovod-job", STITCHFLEET_FLUSH_SECONDS="30")
     hook = StitchHook(current, backend="cpu", fault=Fault("constant", cluster=5, rank=1), db_url=db_url)

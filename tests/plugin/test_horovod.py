@@ -64,3 +64,33 @@ def test_two_ranks_probing_keep_the_same_clusters_at_the_same_steps(tmp_path: Pa
         steps = [{(fp, step) for rank, fp, step in rows if rank == r} for r in (0, 1)]
     engine.dispose()
     assert steps[0] == steps[1] and len(steps[0]) == len(decisions[0])
+
+
+def _states(stdout: str) -> dict[str, dict[str, object]]:
+    found = {rank: json.loads(state) for rank, state in re.findall(r"rank (\d) state (.+)", stdout)}
+    assert sorted(found) == ["0", "1"], stdout[-2000:]
+    return found
+
+
+def test_rank_zero_side_runs_never_shift_the_pairing(tmp_path: Path) -> None:
+    states = _states(_two_ranks(tmp_path, "sideruns"))
+    zero, one = states["0"], states["1"]
+    assert zero["runs"] == 24 + 8 and one["runs"] == 24  # rank 0 ran 8 more runs than rank 1...
+    assert zero["steps"] == one["steps"] == 24 - 1  # ...yet both counted the same training steps
+    assert zero["stitched"] == one["stitched"] and zero["stitched"] and zero["active"] and one["active"]
+    assert zero["reverted"] == one["reverted"]
+
+
+def test_a_cluster_one_rank_failed_to_compile_is_left_to_tf_on_every_rank(tmp_path: Path) -> None:
+    states = _states(_two_ranks(tmp_path, "compile"))
+    zero, one = states["0"], states["1"]
+    assert zero["stitched"] == one["stitched"] and 5 not in zero["stitched"] and len(zero["stitched"]) >= 2
+    assert "not installed on every rank" in str(zero["off5"]) and "compile failed" in str(one["off5"])
+    assert zero["steps"] == one["steps"] == 24 - 1 and zero["reverted"] == one["reverted"]
+
+
+def test_a_rank_whose_setup_failed_still_joins_and_every_rank_leaves_the_job_to_tf(tmp_path: Path) -> None:
+    states = _states(_two_ranks(tmp_path, "setup"))
+    assert [states[r]["active"] for r in ("0", "1")] == [False, False]
+    assert states["0"]["stitched"] == [] and states["1"]["stitched"] == []
+    assert states["0"]["runs"] == states["1"]["runs"] == 24

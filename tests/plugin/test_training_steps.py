@@ -28,7 +28,8 @@ def _graph() -> tuple[Any, dict[str, Any]]:
 
 def test_the_training_run_is_recognised_in_every_fetch_form() -> None:
     graph, t = _graph()
-    steps = TrainingSteps(graph, [[t["hidden"].op]])
+    steps = TrainingSteps(graph)
+    steps.require([[t["hidden"].op]])
     assert steps.is_training([t["loss"], t["train"]])
     assert steps.is_training({"out": (t["train"],), "loss": t["loss"]})
     assert steps.is_training("train_op") and steps.is_training(["loss:0", "train_op"])
@@ -37,7 +38,8 @@ def test_the_training_run_is_recognised_in_every_fetch_form() -> None:
 
 def test_side_runs_are_not_training_steps() -> None:
     graph, t = _graph()
-    steps = TrainingSteps(graph, [[t["hidden"].op]])
+    steps = TrainingSteps(graph)
+    steps.require([[t["hidden"].op]])
     assert not steps.is_training(t["step"])  # a global-step read
     assert not steps.is_training([t["loss"], t["metric"]])  # an eval: the cluster runs, nothing is updated
     assert not steps.is_training(None) and not steps.is_training("no_such_op:0")
@@ -46,8 +48,10 @@ def test_side_runs_are_not_training_steps() -> None:
 def test_a_run_missing_a_stitched_cluster_is_not_a_training_step() -> None:
     graph, t = _graph()
     # A second "cluster" the training run never reaches: stitching it needs feeds this run lacks.
-    steps = TrainingSteps(graph, [[t["hidden"].op], [t["metric"].op]])
+    steps = TrainingSteps(graph)
+    steps.require([[t["hidden"].op], [t["metric"].op]])
     assert not steps.is_training([t["loss"], t["train"]])
+    assert steps.updates_variables([t["loss"], t["train"]])  # the rule before ranks agree on clusters
 
 
 def test_the_training_path_excludes_metrics() -> None:

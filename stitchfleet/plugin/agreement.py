@@ -1,0 +1,54 @@
+"""Before any decision, Horovod ranks agree on the clusters they all installed and on their setup.
+
+Input: Horovod (through `Consensus`), the graph in `begin`, and per rank the compile-report
+indices of the clusters it installed and whether its setup succeeded. Output: the agreed cluster
+indices (installed on every rank), or None when any rank's setup failed. Why: ranks compile alone
+(a compile can fail on one rank, a fleet verdict can arrive between two ranks' reads), and the
+consensus vector, the probe schedule and every switch decision must be the same on every rank,
+or an allreduce of different lengths fails and one rank waits for a decision the others never take.
+
+The vector has a fixed length (`SLOTS` cluster flags, then the setup flag), known to a rank whose
+setup failed before it compiled anything: such a rank still joins this one collective, and then
+every rank leaves the job to TF together. It runs once, in the first run that updates a trainable
+variable (the rule every rank applies alike), with every cluster switched off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+SLOTS = 512  # cluster indices a job can agree on; clusters past it stay with TF (a reason says so)
+Vector = npt.NDArray[np.float64]
+
+
+class Agreement:
+    """The agreement allreduce, built in `begin` before anything of the rank's setup can fail."""
+
+    def __init__(self, hvd: Any, graph: Any) -> None:
+        import tensorflow as tf
+
+        self.size = int(hvd.size())
+        with graph.as_default(), tf.name_scope("stitchfleet"):
+            self.feed = tf.compat.v1.placeholder(tf.float64, [SLOTS + 1], name="agreement_in")
+            self.summed = hvd.allreduce(self.feed, op=hvd.Sum, name="stitchfleet_agreement")
+
+    @staticmethod
+    def vector(installed: Sequence[int], ok: bool) -> Vector:
+        """This rank's contribution: a flag per installed cluster index, then whether setup succeeded."""
+        local = np.zeros(SLOTS + 1)
+        local[[i for i in installed if 0 <= i < SLOTS]] = 1.0
+        local[SLOTS] = float(ok)
+        return local
+
+    def args(self, local: Vector) -> tuple[dict[Any, Any], dict[str, Any]]:
+        return {self.feed: local}, {"agreement": self.summed}
+
+    def decide(self, summed: Vector) -> list[int] | None:
+        """The cluster indices every rank installed, or None when some rank's setup failed."""
+        if summed[SLOTS] < self.size:
+            return None
+        return [int(i) for i in np.flatnonzero(summed[:SLOTS] >= self.size)]
