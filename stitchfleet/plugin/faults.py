@@ -3,13 +3,14 @@
 Input: a `Fault` (what to corrupt, in which cluster, on which rank) handed to the hook's
 constructor; never read from the environment by library code. Output: a corrupted cluster
 graph (the IR the backend compiles: a wrong or NaN constant, a dropped term) or corrupted backend
-outputs (an off-by-one index, a NaN) or a backend that raises, a cluster whose compile fails (`compile`)
+outputs (an off-by-one index, a NaN), a backend that raises or is slow (`slow`), a cluster whose compile fails (`compile`)
 or a hook whose whole setup fails (`setup`, for Horovod's agreement). The fp64 reference always uses the real graph.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,18 @@ import numpy.typing as npt
 
 from stitchfleet.compiler.ir import Attrs, Graph, Node, Op
 
-KINDS: tuple[str, ...] = ("constant", "drop_term", "nan_constant", "off_by_one", "nan", "raise", "compile", "setup")
+KINDS: tuple[str, ...] = (
+    "constant",
+    "drop_term",
+    "nan_constant",
+    "off_by_one",
+    "nan",
+    "raise",
+    "slow",
+    "compile",
+    "setup",
+)
+SLOW_SECONDS = 0.05  # what a `slow` kernel adds to each of its runs: far beyond any margin on a test graph
 Array = npt.NDArray[Any]
 
 
@@ -66,6 +78,9 @@ class Fault:
         """The backend's results as a buggy kernel would return them."""
         if self.kind == "raise":
             raise RuntimeError("injected backend failure")
+        if self.kind == "slow":
+            time.sleep(SLOW_SECONDS)  # right results, late: what only the slowdown guard can catch
+            return outputs
         if self.kind not in ("off_by_one", "nan"):
             return outputs
         name = _first_float(outputs)

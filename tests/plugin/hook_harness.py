@@ -26,7 +26,6 @@ FAST = {
     "STITCHFLEET_WINDOW_STEPS": "5",
     "STITCHFLEET_CHECK_EVERY": "4",
     "STITCHFLEET_CHECK_FIRST": "2",
-    "STITCHFLEET_SLOWDOWN_MARGIN": "1000",  # tiny graphs: numpy_function overhead dominates; tested apart
     "STITCHFLEET_FLUSH_SECONDS": "10",
     "STITCHFLEET_PROBE_STEPS": "0",  # the guard's flow with every cluster on; probing is tested apart
     "STITCHFLEET_PROBE_GROUP_FACTOR": "1",  # probe tests count one group round per probe round
