@@ -3,8 +3,9 @@
 Input: a `Fault` (what to corrupt, in which cluster, on which rank) handed to the hook's
 constructor; never read from the environment by library code. Output: a corrupted cluster
 graph (the IR the backend compiles: a wrong or NaN constant, a dropped term) or corrupted backend
-outputs (an off-by-one index, a NaN), a backend that raises or is slow (`slow`), a cluster whose compile fails (`compile`)
-or a hook whose whole setup fails (`setup`, for Horovod's agreement). The fp64 reference always uses the real graph.
+outputs (an off-by-one index, a NaN), a backend that raises or is slow (`slow`), a cluster whose
+compile fails (`compile`) or a hook whose whole setup fails (`setup`, for Horovod's agreement).
+The fp64 reference always uses the real graph.
 """
 
 from __future__ import annotations

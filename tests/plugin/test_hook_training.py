@@ -78,7 +78,10 @@ def test_fault_kinds_are_validated() -> None:
 def test_both_bridges_train_like_plain_tf(tmp_path: Path, bridge: str) -> None:
     """The native op (no Python per call) and tf.numpy_function give the same losses as plain TF."""
     plain = train(12, None)
-    hook, _ = hooked(tmp_path, f"bridge-{bridge}", STITCHFLEET_BRIDGE=bridge)
+    # tf.numpy_function costs more than these small clusters save: the slowdown guard would rightly revert
+    # the Python bridge here, and this test is about its numbers, so only it raises the margin.
+    margin = {"STITCHFLEET_SLOWDOWN_MARGIN": "1000"} if bridge == "python" else {}
+    hook, _ = hooked(tmp_path, f"bridge-{bridge}", STITCHFLEET_BRIDGE=bridge, **margin)
     stitched = train(12, hook)
     np.testing.assert_allclose(stitched.losses, plain.losses, rtol=2e-5)
     graph = hook.installed[0][1].switched[0].graph
