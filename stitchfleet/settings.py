@@ -106,6 +106,9 @@ class Settings:
     tolerance_factor: float = _knob(
         8.0, "A stitched result may be this many times further from fp64 than unfused fp32.", minimum=1.0
     )
+    translation_check: bool = _knob(
+        True, "Before install, check each cluster's IR against TF's own ops on random inputs (refuse on mismatch)."
+    )
     slowdown_margin: float = _knob(
         0.05, "Revert when stitched steps are slower than baseline by this share.", minimum=0.0
     )

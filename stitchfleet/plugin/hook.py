@@ -37,6 +37,7 @@ from stitchfleet.plugin.rewrite import Installed, Rewired, rewire
 from stitchfleet.plugin.schedule import PROBE, STITCHED, Timing
 from stitchfleet.plugin.sites import Site, StepOps, UnmappableError, map_cluster
 from stitchfleet.plugin.training_steps import TrainingSteps, training_path
+from stitchfleet.plugin.translation import check_sites
 
 log = logging.getLogger("stitchfleet.plugin")
 
@@ -165,6 +166,13 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         backend = resolve_backend(self.backend)
         known_bad = self.ledger.reverted()
         sites, clusters = self._clusters(graph, conversion, art, backend, known_bad)
+        if current.translation_check and sites:
+            refused = check_sites(graph, sites, current.tolerance_factor)
+            for site, cluster in zip(sites, clusters, strict=True):
+                if site.index in refused:
+                    self._off(cluster.index, cluster.fingerprint, refused[site.index])
+            kept = [k for k, site in enumerate(sites) if site.index not in refused]
+            sites, clusters = [sites[k] for k in kept], [clusters[k] for k in kept]
         bridge = choose_bridge(current.bridge, backend, current.cache_dir)
         rewired = rewire(graph, sites, [c.kernel for c in clusters], bridge)
         self._bridge, self._faults_seen = bridge, bridge.faults() if bridge is not None else 0

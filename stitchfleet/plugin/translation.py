@@ -1,0 +1,145 @@
+"""Before a cluster is installed, its IR is checked against TensorFlow's own ops on the same inputs.
+
+Input: the session-less TF graph in `begin` and the mapped clusters (`Site`: the cluster IR, the
+TF tensors it reads and the TF tensors it replaces). Output: per cluster, None (its IR computes
+what TF computes) or the reason it is refused, with the figures. Why: the guard's fp64 reference
+is computed from the same IR as the stitched kernel, so a frontend that translates an op wrongly
+(an approximate GELU read as the exact one, a wrong axis) would pass every check step while
+training on wrong numbers. Here TF itself is the reference: the cluster's own TF ops are copied
+into a small graph of their own (`isolated`: inputs as placeholders, no control edges), random
+inputs are fed to it in a throwaway session, and the IR is evaluated in float64 on the same
+values. TF's float32 result may differ from that by its own rounding: the allowance is the
+guard's (`factor` x u x the square roots of the output's reduction lengths, capped) or `factor`
+times the IR's own float32 error, whichever is larger. A cluster whose TF ops cannot run on
+random inputs (an index out of range, say) is not refused here: the step's checks still judge it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from stitchfleet.compiler.evaluate import evaluate, random_inputs
+from stitchfleet.compiler.tolerance import error_floor, scaled_error
+from stitchfleet.plugin.guard import FLOOR_RATIO, reduction_paths, summation_allowance
+from stitchfleet.plugin.sites import Site
+
+log = logging.getLogger("stitchfleet.plugin")
+SEED = 20261122
+
+
+def check_sites(graph: Any, sites: Sequence[Site], factor: float) -> dict[int, str]:
+    """The sites (by cluster index) whose IR disagrees with TF's ops, with why; the others pass."""
+    refused: dict[int, str] = {}
+    for site in sites:
+        reason = _check(graph, site, factor)
+        if reason is not None:
+            refused[site.index] = reason
+    return refused
+
+
+def isolated(graph: Any, site: Site) -> Any:
+    """A GraphDef of the cluster's TF ops alone: its inputs become placeholders `stitchfleet_in_K`, a
+    value the frontend folded (a shape computation, a constant) becomes a constant, and control edges
+    and colocation constraints into it are dropped (ordering only: gradient code reaches the whole
+    training step through them)."""
+    import tensorflow as tf
+
+    internal = {op.name for op in site.internal}
+    fed = {tensor.name: f"stitchfleet_in_{k}" for k, tensor in enumerate(site.inputs)}
+    out = tf.compat.v1.GraphDef()
+    for k, tensor in enumerate(site.inputs):
+        node = out.node.add(name=f"stitchfleet_in_{k}", op="Placeholder")
+        node.attr["dtype"].type = tensor.dtype.as_datatype_enum
+        node.attr["shape"].shape.CopyFrom(tensor.shape.as_proto())
+    constants: dict[str, str] = {}
+    for op in site.internal:
+        node = out.node.add()
+        node.CopyFrom(op.node_def)
+        del node.input[:]
+        for name in op.node_def.input:
+            if name.startswith("^"):
+                continue
+            tensor = name if ":" in name else f"{name}:0"
+            if tensor in fed:
+                node.input.append(fed[tensor])
+            elif tensor.rsplit(":", 1)[0] in internal:
+                node.input.append(name)
+            else:
+                node.input.append(_constant(out, graph, site, tensor, constants))
+    for node in out.node:
+        node.ClearField("device")
+        if "_class" in node.attr:
+            del node.attr["_class"]
+    return out
+
+
+def _constant(out: Any, graph: Any, site: Site, tensor: str, made: dict[str, str]) -> str:
+    """A constant node in `out` holding an outside value the cluster reads (folded or a Const)."""
+    import tensorflow as tf
+
+    if tensor not in made:
+        if tensor in site.folded:
+            value = np.asarray(site.folded[tensor])
+        elif graph.get_tensor_by_name(tensor).op.type == "Const":
+            value = tf.make_ndarray(graph.get_tensor_by_name(tensor).op.get_attr("value"))
+        else:
+            raise ValueError(f"the cluster reads {tensor} from outside and it is neither an input nor a constant")
+        dtype = graph.get_tensor_by_name(tensor).dtype
+        made[tensor] = f"stitchfleet_const_{len(made)}"
+        node = out.node.add(name=made[tensor], op="Const")
+        node.attr["dtype"].type = dtype.as_datatype_enum
+        node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value.astype(dtype.as_numpy_dtype)))
+    return made[tensor]
+
+
+def _check(graph: Any, site: Site, factor: float) -> str | None:
+    import tensorflow as tf
+
+    values = random_inputs(site.graph, SEED + site.index)
+    names = [str(p.attrs["name"]) for p in site.graph.parameters]
+    try:
+        with tf.Graph().as_default() as alone:
+            tf.compat.v1.import_graph_def(isolated(graph, site), name="")
+            feeds = {f"stitchfleet_in_{k}:0": values[name] for k, name in enumerate(names)}
+            with tf.compat.v1.Session(graph=alone) as session:
+                got = session.run([tensor.name for tensor in site.outputs], feed_dict=feeds)
+    except (tf.errors.OpError, ValueError, TypeError, KeyError) as err:
+        log.info("stitchfleet: cluster %d: translation check skipped (%s: %s)", site.index, type(err).__name__, err)
+        return None
+    single = evaluate(site.graph, values)
+    double = evaluate(site.graph, values, "float64")
+    paths = reduction_paths(site.graph)
+    for (name, _), tf_value in zip(site.graph.outputs, got, strict=True):
+        reason = _compare(name, np.asarray(tf_value), (single[name], double[name]), paths[name], factor=factor)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _compare(
+    name: str, tf_value: np.ndarray[Any, Any], ir: tuple[Any, Any], lengths: list[int], *, factor: float
+) -> str | None:
+    """Why TF's value of one output is not the IR's (`ir`: its float32 and float64 values), or None when
+    it is (within TF's own rounding)."""
+    single, double = ir
+    reference = np.asarray(double, dtype=np.float64)
+    if tf_value.shape != reference.shape:
+        shapes = f"{tf_value.shape} in TF, {reference.shape} in the IR"
+        return f"translation differs from TF: output {name} has shape {shapes}"
+    if tf_value.dtype.kind != "f":
+        same = np.array_equal(tf_value, np.asarray(single))
+        return None if same else f"translation differs from TF: integer output {name} is not TF's"
+    finite = np.isfinite(reference)
+    if not np.array_equal(finite, np.isfinite(tf_value.astype(np.float64))):
+        return f"translation differs from TF: output {name} is finite where TF's is not (or the other way)"
+    floor = error_floor(reference, FLOOR_RATIO)
+    error = scaled_error(tf_value, reference, floor)
+    own = scaled_error(np.asarray(single), reference, floor)
+    allowed = max(summation_allowance(tf_value.dtype, lengths, factor), factor * own)
+    if error <= allowed:
+        return None
+    return f"translation differs from TF: output {name} is {error:.3g} from TF's ops ({allowed:.3g} allowed)"
