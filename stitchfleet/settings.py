@@ -100,6 +100,9 @@ class Settings:
     check_budget: float = _knob(
         0.01, "Skip periodic checks while checks took more than this share of the job's time.", minimum=0.0
     )
+    check_max_gap: int = _knob(
+        1000, "Steps at most between two periodic checks, whatever the check budget (never starved).", minimum=1
+    )
     check_clusters: int = _knob(
         1, "Clusters judged per periodic check step, in rotation (0: every cluster switched on).", minimum=0
     )

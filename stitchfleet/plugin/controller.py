@@ -72,6 +72,8 @@ class Controller:
         self.check_counts = [0] * len(clusters)
         self.job_seconds = 0.0  # every step's time, and what check steps took beyond a usual step
         self.check_seconds = 0.0
+        self.last_check = 0  # the last step that judged a cluster: checks wait for the budget at most check_max_gap
+        self.turn = 0  # periodic checks made so far (their rotation over the clusters)
         self.group_proven: bool | None = None  # the group probe's decision; None until taken (or without one)
         self.group_probe = ""  # what the group probe measured, in a cluster's `probe` format
         for c in clusters:
@@ -107,7 +109,9 @@ class Controller:
         periodic check judges `check_clusters` of the clusters on, in rotation: each check costs 1-25 ms
         per cluster of numpy on the host, which a small step cannot pay for every cluster every time;
         and it is skipped while the checks so far took more than `check_budget` of the job's time
-        (on a 3 ms CPU step a check every 100 steps is ~5% of the job; on a 100 ms GPU step, 0.2%).
+        (on a 3 ms CPU step a check every 100 steps is ~5% of the job; on a 100 ms GPU step, 0.2%), but
+        never for more than `check_max_gap` steps since the last check: the budget delays checks, it cannot
+        stop them, so a fault that starts late is judged within a bounded number of steps (see Timing).
         """
         if not self.timing.checks(step):
             return []
@@ -118,14 +122,19 @@ class Controller:
             fresh = [k for k in on if self.check_counts[k] < self.timing.check_first]
             if fresh or step % self.timing.check_every:
                 return fresh
-        if self.check_seconds > self.timing.check_budget * self.job_seconds:
+        over_budget = self.check_seconds > self.timing.check_budget * self.job_seconds
+        if over_budget and step - self.last_check < self.timing.check_max_gap:
             return []
-        return [on[j] for j in self.timing.rotation(step, len(on))]
+        return [on[j] for j in self.timing.rotation(self.turn, len(on))]
 
-    def count_checks(self, judged: list[int]) -> None:
+    def count_checks(self, judged: list[int], step: int | None = None) -> None:
         """Books the clusters a step judged (the hook calls this once per step, before it runs)."""
         for k in judged:
             self.check_counts[k] += 1
+        if judged and step is not None:
+            self.last_check = step
+            if self.mode(step) == STITCHED and not self.timing.first_checks(step):
+                self.turn += 1  # a periodic check was made: the rotation moves on
 
     def local(self, step: int) -> np.ndarray[Any, np.dtype[np.float64]]:
         """This rank's figures for `step`, about to run (see the module docstring)."""

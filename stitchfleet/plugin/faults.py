@@ -46,6 +46,7 @@ class Fault:
     kind: str
     cluster: int
     rank: int | None = None
+    after: int = 0  # output faults start after this many runs of the kernel (a fault that starts late)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

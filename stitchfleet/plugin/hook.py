@@ -310,7 +310,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.loss_tensor is not None and self.loss_tensor.op.name in reached:
             fetches["loss"] = self.loss_tensor  # only a loss the step computes anyway (no feed it lacks)
         self._judged = controller.judged(self.step)
-        controller.count_checks(self._judged)
+        controller.count_checks(self._judged, self.step)
         self._checking = bool(self._judged)
         if self._checking or self.step == self._prebuild_step:  # the latter judged by nobody: see _prebuilt
             # Every cluster's tensors, although only those switched on are judged: one fetch signature

@@ -123,7 +123,8 @@ class ClusterKernel:
         with self._lock:
             self._calls += 1
         try:
-            values, bad = self._run(arrays) if self.fault is None else self._faulty(arrays)
+            healthy = self.fault is None or self._calls <= self.fault.after
+            values, bad = self._run(arrays) if healthy else self._faulty(arrays)
         except Exception as err:  # a backend failure must not reach TensorFlow
             log.warning("stitchfleet: cluster %s backend failed: %s", self.graph.metadata.get("cluster"), err)
             return self._fallback(self._named(arrays), f"backend error: {type(err).__name__}")

@@ -59,6 +59,7 @@ class Timing:
     check_clusters: int = 1
     group_factor: int = 1
     check_budget: float = 1.0
+    check_max_gap: int = 1000
 
     @classmethod
     def from_settings(cls, current: settings_module.Settings, clusters: int = 0) -> Timing:
@@ -78,6 +79,7 @@ class Timing:
             current.check_clusters,
             current.probe_group_factor,
             current.check_budget,
+            current.check_max_gap,
         )
 
     def __post_init__(self) -> None:
@@ -91,6 +93,7 @@ class Timing:
             "check_every",
             "probe_rounds",
             "group_factor",
+            "check_max_gap",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 1")
@@ -195,12 +198,12 @@ class Timing:
         """One of the stitched phase's first `check_first` steps (for clusters not checked enough yet)."""
         return self.phase(step) == STITCHED and 0 <= step - self.stitched_start < self.check_first
 
-    def rotation(self, step: int, on: int) -> list[int]:
-        """Positions among `on` clusters switched on that the periodic check at `step` judges: `check_clusters`
-        of them, the next ones each time (all with 0 or when that covers them all)."""
+    def rotation(self, turn: int, on: int) -> list[int]:
+        """Positions among `on` clusters switched on that the `turn`-th periodic check judges: `check_clusters`
+        of them, the next ones each time (all with 0 or when that covers them all). Turns count the checks
+        made, not the steps: checks the budget skipped never make the rotation skip a cluster."""
         if self.check_clusters == 0 or self.check_clusters >= on:
             return list(range(on))
-        turn = step // self.check_every
         return sorted({(turn * self.check_clusters + j) % on for j in range(self.check_clusters)})
 
 

@@ -124,3 +124,24 @@ def test_no_prebuild_step_without_two_warmup_steps(tmp_path: Path) -> None:
     hook, _ = hooked(tmp_path, "no-prebuild", STITCHFLEET_WARMUP_STEPS="1")
     train(4, hook)
     assert hook.prebuild_seconds is None
+
+
+@pytest.mark.parametrize(("budget", "gap"), [("1.0", "1000"), ("0", "12")])
+def test_a_fault_that_starts_late_is_caught_within_the_stated_bound(tmp_path: Path, budget: str, gap: str) -> None:
+    """Cluster 5 turns wrong after 30 of its runs (step 35). Periodic checks judge one cluster in rotation
+    every 4 steps: a fault is judged within clusters x 4 steps (12 x 4 = 48) with the budget free, and
+    within clusters x the max gap rounded up to a check step when the budget allows no check at all
+    (budget 0, max gap 12: 12 x 12 = 144); then reverted at that step's decision."""
+    start = FIRST_STITCHED + 30
+    hook, _ = hooked(
+        tmp_path,
+        f"late-{budget}",
+        Fault("off_by_one", cluster=5, after=30),
+        STITCHFLEET_CHECK_BUDGET=budget,
+        STITCHFLEET_CHECK_MAX_GAP=gap,
+    )
+    train(start + 160, hook)
+    assert hook.controller is not None
+    cluster = next(c for c in hook.controller.clusters if c.index == 5)
+    bound = len(hook.controller.clusters) * (CHECK_EVERY if budget == "1.0" else int(gap))
+    assert cluster.reverted_at is not None and start <= cluster.reverted_at <= start + bound, cluster.reverted_at

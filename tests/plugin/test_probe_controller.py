@@ -346,7 +346,7 @@ def _judging(controller: Controller, steps: range) -> dict[int, list[int]]:
     seen = {}
     for step in steps:
         judged = controller.judged(step)
-        controller.count_checks(judged)
+        controller.count_checks(judged, step)
         if judged:
             seen[step] = judged
     return seen
@@ -354,7 +354,8 @@ def _judging(controller: Controller, steps: range) -> dict[int, list[int]]:
 
 def test_first_checks_judge_every_cluster_then_periodic_checks_rotate(tmp_path: Path, kernels: Any) -> None:
     controller = _controller(tmp_path, kernels, **NO_PROBE)
-    assert _judging(controller, range(45)) == {3: [0, 1, 2], 4: [0, 1, 2], 10: [1], 20: [2], 30: [0], 40: [1]}
+    # the rotation counts the periodic checks made (not steps): cluster 0 first
+    assert _judging(controller, range(45)) == {3: [0, 1, 2], 4: [0, 1, 2], 10: [0], 20: [1], 30: [2], 40: [0]}
 
 
 def test_check_clusters_zero_judges_every_cluster_on_periodic_checks(tmp_path: Path, kernels: Any) -> None:
@@ -397,11 +398,11 @@ def test_probe_windows_stop_checking_a_cluster_checked_enough(tmp_path: Path, ke
 def test_periodic_checks_wait_while_checks_took_more_than_their_budget(tmp_path: Path, kernels: Any) -> None:
     """1 ms steps, 50 ms of extra time per check, budget 1%: after the first checks (100 ms of checks in
     ~0.1 s), the periodic check at step 10 waits until the job's time is 100x the checks' again."""
-    controller = _controller(tmp_path, kernels, check_budget=0.01, **NO_PROBE)
+    controller = _controller(tmp_path, kernels, check_budget=0.01, check_max_gap=100_000, **NO_PROBE)
     judged_at = []
     for step in range(12_000):
         judged = controller.judged(step)
-        controller.count_checks(judged)
+        controller.count_checks(judged, step)
         controller.timed(step, 0.001 + (0.05 if judged else 0.0), bool(judged))
         if judged:
             judged_at.append(step)
@@ -415,6 +416,23 @@ def test_a_generous_budget_keeps_every_periodic_check(tmp_path: Path, kernels: A
     controller = _controller(tmp_path, kernels, check_budget=1.0, **NO_PROBE)
     for step in range(45):
         judged = controller.judged(step)
-        controller.count_checks(judged)
+        controller.count_checks(judged, step)
         controller.timed(step, 0.001 + (0.005 if judged else 0.0), bool(judged))
-    assert controller.check_counts == [3, 4, 3]  # two first checks each, then 10: 1, 20: 2, 30: 0, 40: 1
+    assert controller.check_counts == [4, 3, 3]  # two first checks each, then 10: 0, 20: 1, 30: 2, 40: 0
+
+
+def test_the_budget_delays_checks_but_never_beyond_the_max_gap(tmp_path: Path, kernels: Any) -> None:
+    """Checks that cost 50x a step and a 1% budget: the budget alone would wait ~5000 steps; the max gap
+    (300) keeps a periodic check at least every 300 steps (at the next multiple of check_every), and the
+    rotation still reaches every cluster in turn."""
+    controller = _controller(tmp_path, kernels, check_budget=0.01, check_max_gap=300, **NO_PROBE)
+    periodic: list[tuple[int, list[int]]] = []
+    for step in range(3_000):
+        judged = controller.judged(step)
+        controller.count_checks(judged, step)
+        controller.timed(step, 0.001 + (0.05 if judged else 0.0), bool(judged))
+        if judged and step > 4:
+            periodic.append((step, judged))
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(periodic)]
+    assert gaps and max(gaps) <= 300 + 10
+    assert [j for _, j in periodic[:3]] == [[0], [1], [2]]
