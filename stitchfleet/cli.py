@@ -261,6 +261,16 @@ def _install_shim(args: argparse.Namespace) -> int:
         return 1
     print(f"installed stitchfleet {__version__} ({done.files} files) into {done.package_dir.parent}")
     print(f"boot shim: {done.shim_file} (put {done.shim_file.parent} first on PYTHONPATH)")
+    if not args.with_op:
+        return 0
+    try:
+        from stitchfleet.plugin.bridge_op import build_prebuilt
+
+        built = build_prebuilt(Path(args.dir))
+    except Exception as err:  # no TensorFlow or no compiler here: say which, and fail the image build
+        print(f"stitchfleet shim install: cannot prebuild the native TF op: {err}", file=sys.stderr)
+        return 1
+    print(f"native TF op prebuilt for this TensorFlow: {built}")
     return 0
 
 
@@ -269,6 +279,11 @@ def _add_shim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     actions = parser.add_subparsers(dest="shim_action", required=True)
     install = actions.add_parser("install", help="copy the package and its sitecustomize shim into DIR")
     install.add_argument("dir", metavar="DIR", help="target directory, e.g. /opt/stitchfleet")
+    install.add_argument(
+        "--with-op",
+        action="store_true",
+        help="also build the native TF op for the TensorFlow installed here into DIR/ops (pods then need no compiler)",
+    )
     install.set_defaults(handler=_install_shim)
 
 

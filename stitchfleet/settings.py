@@ -109,6 +109,9 @@ class Settings:
     tolerance_factor: float = _knob(
         8.0, "A stitched result may be this many times further from fp64 than unfused fp32.", minimum=1.0
     )
+    compile_budget: float = _knob(
+        120.0, "Seconds of cluster compiles a job may spend in begin; clusters past it stay with TF.", minimum=0.0
+    )
     translation_check: bool = _knob(
         True, "Before install, check each cluster's IR against TF's own ops on random inputs (refuse on mismatch)."
     )

@@ -8,8 +8,10 @@ tensors, and whose `count` tells how often an entry ran, failed or was at fault 
 
 Why: `tf.numpy_function` costs tens of microseconds per call (GIL hand-over, array wrapping) and
 serialises clusters on the GIL; measured ~0.1 ms per cluster inside a training step, which is
-more than small clusters save. The op library is built once per TF version, compiler and source
-(content-addressed cache, atomic rename: `cubin_cache`) and loaded once per process.
+more than small clusters save. A pod loads the op prebuilt by `stitchfleet shim install DIR
+--with-op` (DIR/ops, named by source, TF version and compile flags, so another TF never loads it);
+without one, the library is built once per TF version, compiler and source (content-addressed
+cache, atomic rename: `cubin_cache`; ~20-30 s and a C++ compiler). Loaded once per process.
 """
 
 from __future__ import annotations
@@ -110,8 +112,35 @@ def _build() -> bytes:
         raise BridgeUnavailableError(f"building the bridge op failed: {err}") from None
 
 
+def prebuilt_name() -> str:
+    """The file name of a prebuilt op for this TF: its source, TF version and compile flags (the ABI)."""
+    blob = "\0".join([SOURCE, tf.__version__, *_flags()])
+    return f"tfop-{hashlib.sha256(blob.encode()).hexdigest()[:32]}.so"
+
+
+def prebuilt_dirs() -> list[Path]:
+    """Where `stitchfleet shim install --with-op` puts prebuilt ops: DIR/ops beside the shim's package copy."""
+    return [Path(__file__).resolve().parents[2] / PREBUILT_DIR]
+
+
+def build_prebuilt(target: Path) -> Path:
+    """Builds the op for the TF of this process into `target`/ops (what a shim image ships)."""
+    folder = target / PREBUILT_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / prebuilt_name()
+    temporary = path.with_suffix(".tmp")
+    temporary.write_bytes(_build())
+    temporary.replace(path)
+    return path
+
+
 def library_path(cache_dir: Path) -> Path:
-    """The op library for this TF and compiler, built on a cache miss."""
+    """The op library for this TF: a prebuilt one shipped with the shim when its TF matches, else the
+    cache's, else built (seconds and a C++ compiler, which a training image may not have)."""
+    for folder in prebuilt_dirs():
+        prebuilt = folder / prebuilt_name()
+        if prebuilt.is_file():
+            return prebuilt
     versions = {"tensorflow": tf.__version__, "c++": _compiler_version()}
     key = cache_key(SOURCE, hashlib.sha256(" ".join(_flags()).encode()).hexdigest(), versions, ())
     cache = CubinCache(Path(cache_dir) / "tfop", suffix="so")
@@ -119,6 +148,7 @@ def library_path(cache_dir: Path) -> Path:
 
 
 _LOADED: list[BridgeOp] = []
+PREBUILT_DIR = "ops"
 _LOCK = threading.Lock()
 
 

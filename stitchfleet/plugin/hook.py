@@ -242,10 +242,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         sites: list[Site] = []
         clusters: list[Cluster] = []
         path, on_gpu = training_path(graph), placement.gpu_visible()
+        deadline = time.perf_counter() + current.compile_budget
         for i, (cg, plan, summary) in enumerate(zip(art.cluster_graphs, art.stitch, art.report.clusters, strict=True)):
             fingerprint = summary.fingerprint
             if isinstance(plan, Decision):
                 self._off(i, fingerprint, plan.reason)
+                continue
+            if time.perf_counter() > deadline:
+                self._off(i, fingerprint, f"compile budget spent: {current.compile_budget:g} s of compiles in begin")
                 continue
             if self.agreement is not None and i >= SLOTS:
                 self._off(i, fingerprint, f"cluster {i} is past the {SLOTS} clusters Horovod ranks can agree on")
