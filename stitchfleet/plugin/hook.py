@@ -161,13 +161,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         started = time.perf_counter()
         conversion = convert(StepOps(graph), name=current.job_name or "graph")
         dump = Path(current.dump_dir) if current.dump_dir else None
-        art = compile_graph(conversion.graph, Options(remote_budget=current.remote_stitch_budget, dump_dir=dump))
+        options = Options(remote_budget=current.remote_stitch_budget, dump_dir=dump, baselines=("per_op",))
+        art = compile_graph(conversion.graph, options)
         assert art.report is not None
         backend = resolve_backend(self.backend)
         known_bad = self.ledger.reverted()
         sites, clusters = self._clusters(graph, conversion, art, backend, known_bad)
         if current.translation_check and sites:
-            refused = check_sites(graph, sites, current.tolerance_factor)
+            refused = check_sites(graph, sites, current.tolerance_factor, current.cache_dir)
             for site, cluster in zip(sites, clusters, strict=True):
                 if site.index in refused:
                     self._off(cluster.index, cluster.fingerprint, refused[site.index])

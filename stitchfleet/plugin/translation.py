@@ -16,13 +16,16 @@ random inputs (an index out of range, say) is not refused here: the step's check
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
+from stitchfleet.compiler.ir import fingerprint
 from stitchfleet.compiler.tolerance import error_floor, scaled_error
 from stitchfleet.plugin.guard import FLOOR_RATIO, reduction_paths, summation_allowance
 from stitchfleet.plugin.sites import Site
@@ -31,14 +34,44 @@ log = logging.getLogger("stitchfleet.plugin")
 SEED = 20261122
 
 
-def check_sites(graph: Any, sites: Sequence[Site], factor: float) -> dict[int, str]:
-    """The sites (by cluster index) whose IR disagrees with TF's ops, with why; the others pass."""
+def check_sites(graph: Any, sites: Sequence[Site], factor: float, cache_dir: Path | None = None) -> dict[int, str]:
+    """The sites (by cluster index) whose IR disagrees with TF's ops, with why; the others pass. With
+    `cache_dir`, a pass is remembered per (TF ops, IR, TF version), so a restarted or second pod of the
+    same job skips the check."""
     refused: dict[int, str] = {}
     for site in sites:
+        marker = _marker(graph, site, factor, cache_dir)
+        if marker is not None and marker.is_file():
+            continue
         reason = _check(graph, site, factor)
         if reason is not None:
             refused[site.index] = reason
+        elif marker is not None:
+            _remember(marker)
     return refused
+
+
+def _marker(graph: Any, site: Site, factor: float, cache_dir: Path | None) -> Path | None:
+    """The file that records a passed check of this cluster, or None without a cache (or a graph to key)."""
+    if cache_dir is None:
+        return None
+    import tensorflow as tf
+
+    try:
+        ops = isolated(graph, site).SerializeToString(deterministic=True)
+    except ValueError:
+        return None
+    key = hashlib.sha256(b"\0".join([ops, fingerprint(site.graph).encode(), tf.__version__.encode()]))
+    key.update(f"{factor}:{SEED}".encode())
+    return cache_dir / "translation" / f"{key.hexdigest()}.ok"
+
+
+def _remember(marker: Path) -> None:
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("passed\n")
+    except OSError as err:  # a read-only cache only costs the check next time
+        log.info("stitchfleet: translation check not cached: %s", err)
 
 
 def isolated(graph: Any, site: Site) -> Any:

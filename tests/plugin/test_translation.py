@@ -44,3 +44,21 @@ def test_the_check_can_be_switched_off(tmp_path: Path, monkeypatch: pytest.Monke
     hook, _ = hooked(tmp_path, "unchecked", STITCHFLEET_TRANSLATION_CHECK="false")
     train(2, hook)
     assert not any(v.startswith("translation") for v in hook.off.values())
+
+
+@pytest.mark.slow  # a fresh kernel cache: the first pod compiles its 12 clusters
+def test_a_second_pod_of_the_job_reuses_the_passed_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stitchfleet.plugin import translation
+
+    cache = {"STITCHFLEET_CACHE_DIR": str(tmp_path / "cache")}
+    first, _ = hooked(tmp_path / "one", "first-pod", **cache)
+    train(1, first)
+    assert len(list((tmp_path / "cache" / "translation").glob("*.ok"))) == 12
+
+    def not_again(*args: object) -> None:
+        raise AssertionError("a passed check ran again")
+
+    monkeypatch.setattr(translation, "_check", not_again)
+    second, _ = hooked(tmp_path / "two", "second-pod", **cache)
+    train(1, second)
+    assert len(second.installed) == 12
