@@ -23,6 +23,7 @@ refused with their reason.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -347,7 +348,8 @@ def map_cluster(
     return site
 
 
-def _ancestors(roots: list[Any]) -> set[str]:
+def ancestors(roots: Iterable[Any]) -> set[str]:
+    """Names of the ops `roots` depend on through data and control edges, the roots included."""
     seen: set[str] = set()
     stack = list(roots)
     while stack:
@@ -371,9 +373,9 @@ class StepOps:
 
         with graph.as_default():
             variables = tf.compat.v1.global_variables() + tf.compat.v1.local_variables()
-        init = _ancestors([v.initializer for v in variables])
+        init = ancestors([v.initializer for v in variables])
         ops = graph.get_operations()
-        needed = _ancestors([op for op in ops if op.name not in init])
+        needed = ancestors([op for op in ops if op.name not in init])
         self.ops = [op for op in ops if op.name not in init or op.name in needed]
 
     def get_operations(self) -> list[Any]:

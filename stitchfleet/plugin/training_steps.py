@@ -17,10 +17,12 @@ fetched ops (a script has a few), then the answer is cached.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
+
+from stitchfleet.plugin.sites import ancestors
 
 # Op types that write a variable; for each, input 0 is the variable (a ref or a resource handle).
 WRITER_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
@@ -44,20 +46,6 @@ def _writes_variable(op: Any, variables: set[str]) -> bool:
     if op.type not in WRITER_TYPES and not op.type.startswith(WRITER_PREFIXES):
         return False
     return bool(op.inputs) and op.inputs[0].op.name in variables
-
-
-def _upstream(starts: Iterable[Any]) -> set[str]:
-    """Names of every op that `starts` depend on (data or control), the starts included."""
-    seen: set[str] = set()
-    todo = list(starts)
-    while todo:
-        op = todo.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        todo.extend(tensor.op for tensor in op.inputs)
-        todo.extend(op.control_inputs)
-    return seen
 
 
 def fetched_ops(graph: Any, fetches: Any) -> list[Any]:
@@ -86,7 +74,7 @@ def training_path(graph: Any) -> frozenset[str]:
     """Names of the ops some trainable-variable update depends on: a cluster elsewhere (a metric, an
     eval-only head) would never run in a training step, so the hook leaves it to TF."""
     variables = _variable_ops(graph)
-    return frozenset(_upstream(op for op in graph.get_operations() if _writes_variable(op, variables)))
+    return frozenset(ancestors(op for op in graph.get_operations() if _writes_variable(op, variables)))
 
 
 class TrainingSteps:
@@ -114,7 +102,7 @@ class TrainingSteps:
             return False
         key = frozenset(op.name for op in ops)
         if key not in self._known:
-            self._known[key] = frozenset(_upstream(ops))
+            self._known[key] = frozenset(ancestors(ops))
         self.reached = self._known[key]
         return not self.updates.isdisjoint(self.reached)
 
