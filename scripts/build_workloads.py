@@ -25,12 +25,12 @@ import tensorflow as tf
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.models import MODELS, SIZES, build, training_step  # noqa: E402
 from stitchfleet.compiler import ir  # noqa: E402
 from stitchfleet.compiler.pipeline import Options, compile_graph  # noqa: E402
 from stitchfleet.plugin.frontend import Conversion  # noqa: E402
 from stitchfleet.plugin.frontend.converter import convert_graph_def  # noqa: E402
 from stitchfleet.plugin.frontend.validation import compare, random_feeds  # noqa: E402
+from stitchfleet.plugin.training_graphs import MODELS, SIZES, build, training_step  # noqa: E402
 
 
 def _check(graph: Any, conversion: Conversion) -> dict[str, object]:

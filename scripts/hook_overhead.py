@@ -18,8 +18,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from benchmarks import models
 from stitchfleet import settings
+from stitchfleet.plugin import training_graphs as models
 from stitchfleet.plugin.hook import StitchHook
 from tests.plugin.hook_harness import _feeds
 

@@ -101,3 +101,20 @@ def test_contract_breaks_on_forbidden_import(tree_copy: Path, module: str, line:
     assert result.returncode != 0
     assert f"{contract}" in result.stdout
     assert "BROKEN" in result.stdout
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_the_demo_runs_from_any_directory_without_the_repository(tmp_path: Path) -> None:
+    """Only the package (as `stitchfleet shim install` copies it) on the path, cwd elsewhere: no benchmarks/."""
+    from stitchfleet.boot import installer
+
+    copy = tmp_path / "opt"
+    installer.install(copy)
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith(("STITCHFLEET_", "PYTHONPATH"))}
+    env |= {"PYTHONPATH": str(copy), "TF_CPP_MIN_LOG_LEVEL": "3", "STITCHFLEET_STATE_DIR": str(tmp_path / "state")}
+    command = [sys.executable, "-m", "stitchfleet.cli", "demo", "--steps", "12", "--every", "6", "--dir", str(tmp_path)]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "# stitchfleet weekly savings report" in done.stdout
+    assert not (copy / "benchmarks").exists()

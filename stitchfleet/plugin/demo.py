@@ -35,7 +35,7 @@ DIMS = {"batch": 8, "seq": 32, "hidden": 128, "heads": 4}
 
 
 def _build(dims: dict[str, int]) -> tuple[Any, Any, Any, Callable[[], dict[Any, Any]]]:
-    from benchmarks import models  # the repository's model builders (make demo runs from its root)
+    from stitchfleet.plugin import training_graphs as models
 
     graph = tf.Graph()
     with graph.as_default():

@@ -9,7 +9,8 @@ few steps statically: a tf.while_loop would be control flow, which the frontend 
 as a boundary. Models: a BERT-base encoder layer, a pre-LN Transformer decoder block
 with a softmax cross-entropy head, a DIEN-style interest extractor (GRU) with target
 attention and an attention-updated GRU, and a CRNN-style conv + batch-norm +
-bidirectional-LSTM head.
+bidirectional-LSTM head. They live in the package, not beside the benchmarks, because
+`stitchfleet demo` trains one: an installed stitchfleet runs its demo from any directory.
 """
 
 from __future__ import annotations

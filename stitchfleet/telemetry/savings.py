@@ -50,12 +50,12 @@ ATTRIBUTION = (
     "stitched step saves the median of its job's latest baseline window minus its own time, check steps "
     "included; the baseline runs every cluster's TF ops through the plugin's switched-off path, not plain "
     "TensorFlow without the plugin (that path cost 3-8% over plain TF on the CPU demo model, so savings "
-    "against plain TF are smaller by as much). GPU tasks are accounted in GPU-hours, CPU tasks in CPU core-hours, never summed together: "
-    "hours saved = saved seconds summed over ranks x devices per rank (the GPUs, or CPU cores, one rank "
-    "measured it uses) / 3600; compile overhead = setup seconds (compile, the check executor) of the slowest "
-    "rank x all devices of the task / 3600, charged to the week the task started; net = gross - compile "
-    "overhead. A task counts as reverted when any of its clusters, or the whole job, was reverted. Medians "
-    "are over windows (mean step time of each)."
+    "against plain TF are smaller by as much). GPU tasks are accounted in GPU-hours, CPU tasks in CPU "
+    "core-hours, never summed together: hours saved = saved seconds summed over ranks x devices per rank "
+    "(the GPUs, or CPU cores, one rank measured it uses) / 3600; compile overhead = setup seconds (compile, "
+    "the check executor) of the slowest rank x all devices of the task / 3600, charged to the week the task "
+    "started; net = gross - compile overhead. A task counts as reverted when any of its clusters, or the "
+    "whole job, was reverted. Medians are over windows (mean step time of each)."
 )
 
 

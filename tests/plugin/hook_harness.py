@@ -14,8 +14,8 @@ import numpy as np
 import sqlalchemy as sa
 import tensorflow as tf
 
-from benchmarks import models
 from stitchfleet import settings
+from stitchfleet.plugin import training_graphs as models
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.hook import StitchHook
 from stitchfleet.telemetry import models as tables

@@ -19,7 +19,7 @@ from pathlib import Path
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from benchmarks import models
+from stitchfleet.plugin import training_graphs as models
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.hook import StitchHook
 from tests.plugin.hook_harness import _feeds, make_settings, train

@@ -1,6 +1,6 @@
 """Shared by the site tests: stitch a TF training graph the way the hook does, then train it both ways.
 
-Input: a model name and size from benchmarks.models (or any graph with a `loss` and a
+Input: a model name and size from stitchfleet.plugin.training_graphs (or any graph with a `loss` and a
 `train_op`). Output: `Stitched` (the conversion, the sites mapped, the refusals with their
 reasons, the rewired graph and kernels) and the per-step losses of a training run with every
 cluster switch off or on, from the same initial variables and feeds.
@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from benchmarks import models
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.pipeline import compile_graph
+from stitchfleet.plugin import training_graphs as models
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.kernels import ClusterKernel

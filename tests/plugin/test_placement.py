@@ -45,7 +45,7 @@ def test_a_graph_placed_on_a_gpu_is_left_to_tf_and_runs(tmp_path: Path) -> None:
     """The demo encoder built under /device:GPU:0 (soft placement runs it on this CPU machine)."""
     import tensorflow as tf
 
-    from benchmarks import models
+    from stitchfleet.plugin import training_graphs as models
     from tests.plugin.hook_harness import _feeds, hooked
 
     hook, _ = hooked(tmp_path, "gpu-placed")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.models import MODELS, build, training_step
 from stitchfleet.compiler.ir import Op
 from stitchfleet.plugin.frontend.converter import convert_graph_def
+from stitchfleet.plugin.training_graphs import MODELS, build, training_step
 from tests.plugin.tf_harness import check_graph
 
 pytestmark = pytest.mark.tf
