@@ -1,6 +1,6 @@
 """Prints the StitchHook's per-step bookkeeping overhead (no checks, every switch off).
 
-Input: none (small BERT encoder from benchmarks/models.py, TF CPU). Output: on stdout, the
+Input: none (small BERT encoder from stitchfleet/plugin/training_graphs.py, TF CPU). Output: on stdout, the
 median step time without the hook and with it (all steps in the untouched warm-up phase,
 so only the hook's own work differs: the switch feed, loss fetch, window bookkeeping and
 decisions), and the mean time spent inside before_run + after_run. Run from the repository
