@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from stitchfleet.compiler.ir.types import Op
+from stitchfleet.compiler.evaluate import round_bf16
+from stitchfleet.compiler.ir.types import DType, Op
 from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.kernel.printer import format_stmt
 from stitchfleet.compiler.kernel.verify import KernelError, verify
@@ -140,7 +141,9 @@ class _Launch:
 
     def _atomic(self, stmt: ir.Atomic, path: str, idx: Ints) -> None:
         addr = self.eval(stmt.index, idx).astype(np.int64)
-        self._memory(stmt.buffer).atomic(idx, addr, self.eval(stmt.value, idx), _ATOMIC_UFUNC[stmt.op])
+        # bf16 is kept in float32 here; the target's CAS loop rounds after every update.
+        fit = round_bf16 if stmt.buffer.dtype is DType.BF16 else None
+        self._memory(stmt.buffer).atomic(idx, addr, self.eval(stmt.value, idx), _ATOMIC_UFUNC[stmt.op], fit)
 
     def _for(self, stmt: ir.For, path: str, idx: Ints) -> None:
         start, stop, step = (self.eval(e, idx).astype(np.int64) for e in (stmt.start, stmt.stop, stmt.step))

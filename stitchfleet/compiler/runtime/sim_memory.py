@@ -17,6 +17,7 @@ went wrong and for which thread. Tracking, per element, since the last barrier:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,32 @@ def raise_if_duplicate(name: str, recorded: Ints, tids: Ints, addr: Ints) -> Non
     if lost.any():
         a = int(addr[int(np.argmax(lost))])
         raise AccessError(f"write-write race: several threads store {name}[{a}] in one step")
+
+
+def apply_atomic(
+    data: Array, where: tuple[Ints, ...], values: Array, ufunc: np.ufunc, fit: Callable[[Array], Array] | None
+) -> None:
+    """Fold `values` into `data[where]` one update at a time, as the target's atomics do.
+
+    With `fit` (bf16: the CUDA compare-and-swap loop stores a bf16 after every add) each
+    update is rounded before the next one to the same element; threads apply in id
+    order, one legal order. Updates to distinct elements go together, round by round.
+    """
+    if fit is None:
+        ufunc.at(data, where, values)
+        return
+    values = np.broadcast_to(values, where[0].shape)
+    keys = np.ravel_multi_index(where, data.shape)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_keys)) + 1]
+    run = np.arange(sorted_keys.size) - np.repeat(starts, np.diff(np.r_[starts, sorted_keys.size]))
+    rank = np.empty_like(run)
+    rank[order] = run  # how many earlier updates hit the same element
+    for r in range(int(rank.max(initial=-1)) + 1):
+        pick = rank == r
+        at = tuple(w[pick] for w in where)
+        data[at] = fit(ufunc(data[at], values[pick]))
 
 
 class GlobalBuffer:
@@ -144,14 +171,16 @@ class GlobalBuffer:
         self.stamp[addr] = self.block_epoch[tids // self.block]
         self.dirty = True
 
-    def atomic(self, tids: Ints, addr: Ints, values: Array, ufunc: np.ufunc) -> None:
+    def atomic(
+        self, tids: Ints, addr: Ints, values: Array, ufunc: np.ufunc, fit: Callable[[Array], Array] | None = None
+    ) -> None:
         check_bounds(self.name, self.data.size, tids, addr)
         if self.dirty:
             bad = self._unordered(tids, addr) & (self.writer[addr] != ATOMIC)
             if bad.any():
                 self._raise_conflict(tids, addr, bad, "atomic update")
         self._check_war(tids, addr)
-        ufunc.at(self.data, addr, values)
+        apply_atomic(self.data, (addr,), values, ufunc, fit)
         self.writer[addr] = ATOMIC
         self.dirty = True
 
@@ -270,10 +299,12 @@ class SharedBuffer:
         self._fail_if(~w_ok, blocks, local, addr, verb="writes", other=w)
         self._fail_if((r != NONE) & (r != me), blocks, local, addr, verb="writes", other=r)
 
-    def atomic(self, tids: Ints, addr: Ints, values: Array, ufunc: np.ufunc) -> None:
+    def atomic(
+        self, tids: Ints, addr: Ints, values: Array, ufunc: np.ufunc, fit: Callable[[Array], Array] | None = None
+    ) -> None:
         blocks, local, rows, cells = self._keys(tids, addr)
         if (self.memory.owner[rows, cells] != self.id).any():
             raise AccessError(f"atomic update of uninitialised shared {self.name} (shared memory is not zeroed)")
         self._check_write(blocks, local, addr, rows, cells, atomic=True)
-        ufunc.at(self.data, (blocks, addr), values)
+        apply_atomic(self.data, (blocks, addr), values, ufunc, fit)
         self.memory.writer[rows, cells] = ATOMIC
