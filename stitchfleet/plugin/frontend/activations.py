@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from stitchfleet.compiler.ir import Op, Value
+from stitchfleet.compiler.ir import DType, Op, Value
 from stitchfleet.plugin.frontend.context import Rule, Site
 
 # TF's constants for SELU (selu_op_functor in relu_op_functor.h)
 SELU_SCALE = 1.0507009873554804934193349852946
 SELU_ALPHA = 1.6732632423543772848170429916717
+# machine epsilon per type, as Eigen's NumTraits<T>::epsilon() that softplus' threshold uses
+EPSILON = {DType.F16: 2.0**-10, DType.BF16: 2.0**-7, DType.F32: 2.0**-23, DType.F64: 2.0**-52}
 
 
 def _expm1(site: Site, x: Value) -> Value:
@@ -86,7 +86,7 @@ def _softplus(site: Site) -> list[Value]:
     """TF's softplus: x where exp(x) would overflow the log1p, exp(x) where 1 + exp(x) rounds to 1."""
     b = site.b
     x = site.value(0)
-    threshold = math.log(float(np.finfo(x.dtype.numpy).eps)) + 2.0
+    threshold = math.log(EPSILON[x.dtype]) + 2.0
     x_exp = b.exp(x)
     small = b.select(b.binary(Op.LESS, x, threshold), x_exp, b.unary(Op.LOG1P, x_exp))
     return [b.select(b.binary(Op.GREATER, x, -threshold), x, small)]
