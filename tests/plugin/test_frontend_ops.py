@@ -123,6 +123,16 @@ CASES: list[tuple[str, Callable[[], tuple[list[Any], Any]], set[str]]] = [
     ("Mul_f64", _xy(lambda x, y: tf.tanh(x) * y, tf.float64), {"Mul", "Tanh"}),
     ("Mul_bf16", _xy(lambda x, y: tf.nn.relu(x) * y + x, tf.bfloat16), {"Mul", "Relu"}),
     ("Div", _xy(lambda x, y: tf.raw_ops.Div(x=x, y=_pos(y))), {"Div"}),
+    ("Relu6", _xy(lambda x, y: tf.nn.relu6(x * 4.0)), {"Relu6", "Relu6Grad"}),
+    ("Elu", _xy(lambda x, y: tf.nn.elu(x)), {"Elu", "EluGrad"}),
+    ("Elu_small", _xy(lambda x, y: tf.nn.elu(x * 1e-4)), {"Elu", "EluGrad"}),
+    ("LeakyRelu", _xy(lambda x, y: tf.nn.leaky_relu(x, alpha=0.3)), {"LeakyRelu", "LeakyReluGrad"}),
+    ("Selu", _xy(lambda x, y: tf.nn.selu(x)), {"Selu", "SeluGrad"}),
+    ("Softplus", _xy(lambda x, y: tf.nn.softplus(x * 20.0)), {"Softplus"}),
+    ("Softplus_f64", _xy(lambda x, y: tf.nn.softplus(x * 40.0), tf.float64), {"Softplus"}),
+    # TF differentiates Softplus with a Sigmoid; its grad op still appears in older graphs
+    ("SoftplusGrad", _xy(lambda x, y: tf.raw_ops.SoftplusGrad(gradients=y, features=x * 5.0)), {"SoftplusGrad"}),
+    ("IdentityN", _xy(lambda x, y: tf.identity_n([x * y, y])[0] * 2.0), set()),
 ]
 
 

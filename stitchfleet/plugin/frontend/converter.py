@@ -21,12 +21,12 @@ from typing import Any
 import tensorflow as tf
 
 from stitchfleet.compiler.ir import DType, Graph, Node, Op, TensorType, Value
-from stitchfleet.plugin.frontend import elementwise, structure
+from stitchfleet.plugin.frontend import activations, elementwise, structure
 from stitchfleet.plugin.frontend.context import Arg, Lowering, LoweringError, Rule, Site
 from stitchfleet.plugin.frontend.folding import fold
 from stitchfleet.plugin.frontend.result import Conversion, Disposition, Fate, FrontendError, TensorRef
 
-RULES: dict[str, Rule] = {**elementwise.RULES, **structure.RULES}
+RULES: dict[str, Rule] = {**elementwise.RULES, **activations.RULES, **structure.RULES}
 COMPUTE_INTENSIVE = frozenset(
     {
         "MatMul",
