@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,3 +70,33 @@ def test_missing_directory_is_a_clear_error(tmp_path: Path, capsys: pytest.Captu
     err = capsys.readouterr().err
     assert "spool directory" in err and "does not exist" in err
     assert "Traceback" not in err
+
+
+KILLED_CHILD = """
+import os, signal, sys
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from stitchfleet.telemetry import spool
+from tests.telemetry.workload import workload
+own = spool.Spool(Path(sys.argv[1]))
+own.append(workload("run-killed", windows=4))
+os.kill(os.getpid(), signal.SIGKILL)  # no close, no atexit: the kernel drops the lock
+"""
+
+
+def test_a_sigkilled_writers_rows_all_load(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_CHILD, str(tmp_path / "spool")], timeout=120, check=False, capture_output=True
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    url = f"sqlite:///{tmp_path / 'db.db'}"
+    summary = spool_ingest.load(tmp_path / "spool", url)
+    expected = workload("run-killed", windows=4)
+    assert (summary.files, summary.rows, summary.busy) == (1, len(expected), [])
+    reference = tmp_path / "reference"
+    _dead_spool(reference, [expected])
+    reference_url = f"sqlite:///{tmp_path / 'reference.db'}"
+    spool_ingest.load(reference, reference_url)
+    assert figures(url) == figures(reference_url)
