@@ -122,6 +122,39 @@ def _add_db(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     downgrade.set_defaults(handler=_migrate_db)
 
 
+def _add_telemetry(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("telemetry", help="telemetry data: load spooled rows into a database")
+    actions = parser.add_subparsers(dest="telemetry_action", required=True)
+    ingest = actions.add_parser("ingest", help="load a spool directory into a database (loading twice changes nothing)")
+    ingest.add_argument("spool_dir", type=Path, metavar="SPOOL_DIR", help="directory of *.jsonl spool files")
+    ingest.add_argument("--db", default=None, help="SQLAlchemy URL (default: STITCHFLEET_DB_URL or SQLite)")
+    ingest.set_defaults(handler=_ingest_spool)
+
+
+def _ingest_spool(args: argparse.Namespace) -> int:
+    from stitchfleet.telemetry import database, spool_ingest
+
+    url = database.resolve_url(args.db)
+    try:
+        database.parse_url(url)
+        summary = spool_ingest.load(args.spool_dir, url)
+    except FileNotFoundError as err:
+        print(f"stitchfleet telemetry ingest: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # driver-specific failures: report which database and why, never trace
+        print(f"stitchfleet telemetry ingest: {database.describe_failure(url, err)}", file=sys.stderr)
+        return 1
+    for note in summary.problems:
+        print(f"stitchfleet telemetry ingest: {note}", file=sys.stderr)
+    for path in summary.busy:
+        print(f"stitchfleet telemetry ingest: {path}: skipped, its writer is still running", file=sys.stderr)
+    print(
+        f"stitchfleet telemetry ingest: {summary.rows} rows from {summary.files} files into {database.safe_url(url)}"
+        f" ({len(summary.problems)} bad lines skipped, {len(summary.busy)} files still being written)"
+    )
+    return 0
+
+
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("report", help="savings reports")
     kinds = parser.add_subparsers(dest="report_kind", required=True)
@@ -287,7 +320,17 @@ def _add_shim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     install.set_defaults(handler=_install_shim)
 
 
-_COMMANDS = (_add_settings, _add_compile, _add_db, _add_report, _add_operator, _add_bench, _add_demo, _add_shim)
+_COMMANDS = (
+    _add_settings,
+    _add_compile,
+    _add_db,
+    _add_telemetry,
+    _add_report,
+    _add_operator,
+    _add_bench,
+    _add_demo,
+    _add_shim,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,7 +2,8 @@
 
 Input: the settings (job identity, database URL, metrics port), the rank and world size,
 and what the hook reports (compile results, windows, reverts, the end). Output: rows for
-the `Recorder` (database or spool, Prometheus metrics). Every method swallows and logs
+the `Recorder` (database or spool, Prometheus metrics), or, in a pod without SQLAlchemy,
+for the spool alone (loaded later by `stitchfleet telemetry ingest`). Every method swallows and logs
 its own errors: telemetry must never stop training. `reverted()` reads the fleet's
 reverted cluster fingerprints with a bounded wait (a database that is down answers
 "none known" after `timeout` seconds).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 from stitchfleet import settings as settings_module
@@ -26,8 +28,22 @@ from stitchfleet.telemetry.rows import (
     StepWindow,
     new_job_uid,
 )
+from stitchfleet.telemetry.spool import Spool
 
 log = logging.getLogger("stitchfleet.plugin")
+
+
+class SpoolSink:
+    """The Recorder's place in a pod without SQLAlchemy: every row fsync'ed into this process's spool."""
+
+    def __init__(self, directory: Path) -> None:
+        self.spool = Spool(directory)
+
+    def record(self, row: Row) -> None:
+        self.spool.append([row])
+
+    def close(self) -> None:
+        self.spool.close()  # keeps the file: its rows wait for an ingest
 
 
 class Ledger:
@@ -40,6 +56,11 @@ class Ledger:
             from stitchfleet.telemetry.recorder import Recorder
 
             self.recorder = Recorder(self.url, settings=current)
+        except ImportError as err:
+            # A training image without SQLAlchemy: the rows still go to the durable spool, which
+            # `stitchfleet telemetry ingest` (or a later Recorder's orphan replay) loads.
+            log.warning("stitchfleet: no database client (%s); telemetry rows go to the spool", err)
+            self.recorder = SpoolSink(current.spool_dir)
         except Exception as err:
             log.warning("stitchfleet: telemetry is off for this job: %s", err)
 

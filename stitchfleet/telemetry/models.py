@@ -17,7 +17,6 @@ a migration.
 from __future__ import annotations
 
 import datetime as dt
-import enum
 
 from sqlalchemy import (
     BigInteger,
@@ -35,6 +34,26 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from stitchfleet.telemetry.kinds import (
+    STATUS_RANK,
+    VERDICT_RANK,
+    DeviceKind,
+    EventKind,
+    JobStatus,
+    Verdict,
+    WindowMode,
+)
+
+__all__ = [  # the vocabulary moved to kinds (pods import it without SQLAlchemy); callers still name it here
+    "STATUS_RANK",
+    "VERDICT_RANK",
+    "DeviceKind",
+    "EventKind",
+    "JobStatus",
+    "Verdict",
+    "WindowMode",
+]
+
 # Explicit constraint names: PostgreSQL and SQLite then agree, and migrations can drop them.
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -43,56 +62,6 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
-
-
-class JobStatus(enum.StrEnum):
-    """Lifecycle of a job; a later status never goes back to an earlier one (see STATUS_RANK)."""
-
-    RUNNING = "running"
-    FINISHED = "finished"
-    REVERTED = "reverted"
-    FAILED = "failed"
-
-
-# Ranks report independently; the worst outcome wins whatever the arrival order.
-STATUS_RANK = {JobStatus.RUNNING: 0, JobStatus.FINISHED: 1, JobStatus.REVERTED: 2, JobStatus.FAILED: 3}
-
-
-class DeviceKind(enum.StrEnum):
-    """What a job's ranks compute on; its saved hours are in that device's unit, never mixed."""
-
-    GPU = "gpu"
-    CPU = "cpu"
-
-
-class WindowMode(enum.StrEnum):
-    """What ran during a step window."""
-
-    WARMUP = "warmup"
-    BASELINE = "baseline"
-    STITCHED = "stitched"
-    REVERTED = "reverted"
-
-
-class EventKind(enum.StrEnum):
-    """Kinds of events a job reports."""
-
-    REVERT = "revert"
-    COMPILE_FAILURE = "compile_failure"
-    GUARD_CHECK = "guard_check"
-    CLUSTER_ENABLED = "cluster_enabled"
-    PROBE = "probe"  # a probed cluster left to TF (slower alone), or no cluster kept: not a revert
-
-
-class Verdict(enum.StrEnum):
-    """A cluster fingerprint's standing; reverted is sticky (see VERDICT_RANK)."""
-
-    ENABLED = "enabled"
-    DISABLED = "disabled"
-    REVERTED = "reverted"
-
-
-VERDICT_RANK = {Verdict.ENABLED: 0, Verdict.DISABLED: 1, Verdict.REVERTED: 2}
 
 
 class UtcDateTime(TypeDecorator[dt.datetime]):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from stitchfleet import settings as settings_module
-from stitchfleet.telemetry.models import DeviceKind, EventKind, JobStatus, Verdict, WindowMode
+from stitchfleet.telemetry.kinds import DeviceKind, EventKind, JobStatus, Verdict, WindowMode
 
 
 def utcnow() -> dt.datetime:

@@ -1,0 +1,60 @@
+"""The telemetry vocabulary: job statuses, window modes, event kinds, verdicts and their ranks.
+
+Input: none. Output: string enums shared by the rows (`rows`, importable in a pod with only the
+standard library) and the SQLAlchemy tables (`models`). No SQLAlchemy here, on purpose: a
+training pod without it must still build and spool rows.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class JobStatus(enum.StrEnum):
+    """Lifecycle of a job; a later status never goes back to an earlier one (see STATUS_RANK)."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    REVERTED = "reverted"
+    FAILED = "failed"
+
+
+# Ranks report independently; the worst outcome wins whatever the arrival order.
+STATUS_RANK = {JobStatus.RUNNING: 0, JobStatus.FINISHED: 1, JobStatus.REVERTED: 2, JobStatus.FAILED: 3}
+
+
+class DeviceKind(enum.StrEnum):
+    """What a job's ranks compute on; its saved hours are in that device's unit, never mixed."""
+
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+class WindowMode(enum.StrEnum):
+    """What ran during a step window."""
+
+    WARMUP = "warmup"
+    BASELINE = "baseline"
+    STITCHED = "stitched"
+    REVERTED = "reverted"
+
+
+class EventKind(enum.StrEnum):
+    """Kinds of events a job reports."""
+
+    REVERT = "revert"
+    COMPILE_FAILURE = "compile_failure"
+    GUARD_CHECK = "guard_check"
+    CLUSTER_ENABLED = "cluster_enabled"
+    PROBE = "probe"  # a probed cluster left to TF (slower alone), or no cluster kept: not a revert
+
+
+class Verdict(enum.StrEnum):
+    """A cluster fingerprint's standing; reverted is sticky (see VERDICT_RANK)."""
+
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+    REVERTED = "reverted"
+
+
+VERDICT_RANK = {Verdict.ENABLED: 0, Verdict.DISABLED: 1, Verdict.REVERTED: 2}
