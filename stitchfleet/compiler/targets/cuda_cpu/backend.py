@@ -75,7 +75,18 @@ def _build(text: str, options: CudaCpuOptions) -> bytes:
     def command(source: Path, output: Path) -> list[str]:
         for name in _STUB_HEADERS:
             (source.parent / name).write_text("// provided by the cuda-cpu header\n")
-        return ["nice", "-n", "10", options.compiler, *options.flags, "-I", str(source.parent), str(source), "-o", str(output)]
+        return [
+            "nice",
+            "-n",
+            "10",
+            options.compiler,
+            *options.flags,
+            "-I",
+            str(source.parent),
+            str(source),
+            "-o",
+            str(output),
+        ]
 
     try:
         return build_shared_object(text, "kernel.cpp", command, COMPILE_TIMEOUT_S)
@@ -103,7 +114,9 @@ def load_kernel(rendered: CudaKernel, options: CudaCpuOptions) -> ctypes.CDLL:
     """The kernel's shared object, built on a cache miss (key: sha256 of the whole unit and flags)."""
     text = translation_unit(rendered)
     cache = CubinCache(Path(options.cache_dir) / "cuda-cpu", suffix="so")
-    key = cache_key(text, hashlib.sha256(b"x86-64").hexdigest(), {"cxx": _compiler_version(options.compiler)}, options.flags)
+    key = cache_key(
+        text, hashlib.sha256(b"x86-64").hexdigest(), {"cxx": _compiler_version(options.compiler)}, options.flags
+    )
     path = cache.path(key) if cache.get(key) is not None else cache.put(key, _build(text, options))
     with _LOCK:
         if path not in _LOADED:
@@ -135,7 +148,9 @@ def _aligned_zeros(nbytes: int) -> Array:
 class CudaCpuProgram:
     """Compiled kernels of one program; call it with host arrays by buffer name."""
 
-    def __init__(self, loaded: list[tuple[CudaKernel, ctypes.CDLL]], layout: dict[str, ir.Buffer], options: CudaCpuOptions) -> None:
+    def __init__(
+        self, loaded: list[tuple[CudaKernel, ctypes.CDLL]], layout: dict[str, ir.Buffer], options: CudaCpuOptions
+    ) -> None:
         self.loaded, self.layout, self.options = loaded, layout, options
 
     def _allocate(self, inputs: Mapping[str, Any]) -> dict[str, Array]:
@@ -193,7 +208,9 @@ class CudaCpuBackend:
 
     name = "cuda-cpu"
 
-    def __init__(self, cache_dir: Path | None = None, *, debug: bool = False, reverse: bool = False, fma: bool = False) -> None:
+    def __init__(
+        self, cache_dir: Path | None = None, *, debug: bool = False, reverse: bool = False, fma: bool = False
+    ) -> None:
         if cache_dir is None:
             from stitchfleet import settings
 
