@@ -17,7 +17,6 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-
 from typing import Any
 
 import numpy as np
@@ -98,16 +97,17 @@ def run_graph(
         report.dumps() if report_format == "json" else format_table(report), end="" if report_format != "json" else "\n"
     )
     if device in ("sim", "cpu", "cuda-cpu"):
-        runners = {
-            "sim": lambda: _sim_runner,
-            "cpu": lambda: _cpu_runner(cache_dir),
-            "cuda-cpu": lambda: _cuda_cpu_runner(cache_dir),
-        }
-        return _check_clusters(art, runners[device](), device)
+        return _check_clusters(art, _runner(device, cache_dir), device)
     return _check_reference(graph) if device == "reference" else EXIT_OK
 
 
 Runner = Callable[[ir.Graph, StitchPlan, dict[str, Any]], dict[str, Any]]
+
+
+def _runner(device: str, cache_dir: Path | None) -> Runner:
+    if device == "cpu":
+        return _cpu_runner(cache_dir)
+    return _cuda_cpu_runner(cache_dir) if device == "cuda-cpu" else _sim_runner
 
 
 def _sim_runner(cluster: ir.Graph, plan: StitchPlan, inputs: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,8 @@ a mask naming an exited lane, a shuffle reading a lane outside its mask, and mis
 masks abort the launch with a message; fibers run in reverse order when asked.
 """
 
+# ruff: noqa: E501  (C++ text: its lines follow C++ layout, not Python's)
+
 HEADER = r"""
 #pragma once
 #include <atomic>

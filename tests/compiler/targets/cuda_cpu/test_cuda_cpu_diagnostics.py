@@ -6,8 +6,10 @@ Each kernel is one tiny `extern "C" __global__` text launched with the backend's
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from stitchfleet.compiler.ir import DType
@@ -21,12 +23,12 @@ X = Buffer("x", DType.F32, 64, Role.INPUT)
 Y = Buffer("y", DType.F32, 64, Role.OUTPUT)
 
 
-def _run(tmp_path: Path, body: str, *, reverse: bool = False, debug: bool = True) -> np.ndarray:
+def _run(tmp_path: Path, body: str, *, reverse: bool = False, debug: bool = True) -> npt.NDArray[Any]:
     source = f'extern "C" __global__ void k(const float* x, float* y) {{\n{body}\n}}\n'
     kernel = CudaKernel("k", source, (X, Y), Launch(1, 64, 1), False, 0, 0)
     options = CudaCpuOptions(tmp_path, debug=debug, reverse=reverse)
     program = CudaCpuProgram([(kernel, load_kernel(kernel, options))], {"x": X, "y": Y}, options)
-    result: np.ndarray = program({"x": np.arange(64, dtype=np.float32)})["y"]
+    result: npt.NDArray[Any] = program({"x": np.arange(64, dtype=np.float32)})["y"]
     return result
 
 
