@@ -58,7 +58,8 @@ def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         default=None,
         help=(
             "run the graph and check it: 'reference' (numpy evaluate), 'sim' (stitched kernels on the sim)"
-            " or 'cpu' (stitched C + OpenMP compiled here, cached in STITCHFLEET_CACHE_DIR)"
+            ", 'cpu' (stitched C + OpenMP compiled here, cached in STITCHFLEET_CACHE_DIR)"
+            " or 'cuda-cpu' (the rendered CUDA compiled with g++ and run on this CPU)"
         ),
     )
     parser.set_defaults(handler=_compile)

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from stitchfleet.compiler import ir
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.evaluate import EvaluationError, evaluate, evaluate_nodes, random_inputs
@@ -29,7 +31,7 @@ from stitchfleet.compiler.report import format_table
 from stitchfleet.compiler.tolerance import check, check_outputs
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
-DEVICES = ("reference", "sim", "cpu")
+DEVICES = ("reference", "sim", "cpu", "cuda-cpu")
 GRAPHDEF_SUFFIXES = (".pb", ".pbtxt")
 
 
@@ -94,12 +96,18 @@ def run_graph(
     print(
         report.dumps() if report_format == "json" else format_table(report), end="" if report_format != "json" else "\n"
     )
-    if device in ("sim", "cpu"):
-        return _check_clusters(art, _cpu_runner(cache_dir) if device == "cpu" else _sim_runner, device)
+    if device in ("sim", "cpu", "cuda-cpu"):
+        return _check_clusters(art, _runner(device, cache_dir), device)
     return _check_reference(graph) if device == "reference" else EXIT_OK
 
 
 Runner = Callable[[ir.Graph, StitchPlan, dict[str, Any]], dict[str, Any]]
+
+
+def _runner(device: str, cache_dir: Path | None) -> Runner:
+    if device == "cpu":
+        return _cpu_runner(cache_dir)
+    return _cuda_cpu_runner(cache_dir) if device == "cuda-cpu" else _sim_runner
 
 
 def _sim_runner(cluster: ir.Graph, plan: StitchPlan, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -115,6 +123,22 @@ def _cpu_runner(cache_dir: Path | None) -> Runner:
         return compile_cluster(cluster, where, plan)(inputs)
 
     return run_cpu
+
+
+def _cuda_cpu_runner(cache_dir: Path | None) -> Runner:
+    from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend
+
+    backend = CudaCpuBackend(
+        cache_dir if cache_dir is not None else Path(tempfile.mkdtemp(prefix="stitchfleet-cuda-cpu-"))
+    )
+
+    def run_cuda_cpu(cluster: ir.Graph, plan: StitchPlan, inputs: dict[str, Any]) -> dict[str, Any]:
+        lowered = lower(cluster, plan)
+        raw = backend.compile(lowered.kernels)({b: np.asarray(inputs[n]).reshape(-1) for n, b in lowered.inputs})
+        shapes = {name: cluster.node(node_id).shape for name, node_id in cluster.outputs}
+        return {name: raw[buf].reshape(shapes[name]) for name, buf in lowered.outputs}
+
+    return run_cuda_cpu
 
 
 def _check_cluster(cluster: ir.Graph, plan: StitchPlan | Decision, values: list[Any], runner: Runner) -> int:
@@ -143,7 +167,9 @@ def _check_clusters(art: Artifacts, runner: Runner, device: str) -> int:
         values = evaluate_nodes(art.graph, random_inputs(art.graph, seed=0))
     except EvaluationError as err:
         return _fail(f"reference evaluation failed: {err}")
-    what = "kernels on the sim" if device == "sim" else "C + OpenMP code on this CPU"
+    what = {"sim": "kernels on the sim", "cpu": "C + OpenMP code on this CPU", "cuda-cpu": "CUDA text run on this CPU"}[
+        device
+    ]
     print(f"stitched {what} vs evaluate, per cluster, on random inputs:")
     results = [_check_cluster(g, p, values, runner) for g, p in zip(art.cluster_graphs, art.stitch, strict=True)]
     return max(results, default=EXIT_OK)

@@ -1,0 +1,427 @@
+"""The C++ compatibility header that lets g++ compile the CUDA renderer's text for the CPU.
+
+Input: nothing. Output: `HEADER`, force-included (`-include`) before the rendered source,
+and `LAUNCHER`, appended after it. Model (CUDA semantics, as far as one CPU can show them):
+- every CUDA thread is a fiber (ucontext, its own stack) that yields only at
+  `__syncthreads` and warp intrinsics; a block's fibers run on one OS thread, so
+  `__shared__` is `thread_local` (per running block) and `extern __shared__` binds to a
+  per-OS-thread buffer of the launch's dynamic size filled with 0xff bytes (NaN) first;
+- `__syncthreads` releases when every live thread of the block waits; a `*_sync`
+  intrinsic releases when every lane of its mask waits with that mask; warps are 32
+  lanes; shuffles follow PTX `shfl.sync` (idx/up/down/bfly segment and clamp rules);
+- atomics are GCC `__atomic` builtins (the renderer's own CAS loops do the rest);
+- a grid-barrier launch runs one OS thread per block (all resident at once), others a
+  pool of two.
+With SF_DEBUG: a barrier reached by part of a block, two different barriers met at once,
+a mask naming an exited lane, a shuffle reading a lane outside its mask, and mismatched
+masks abort the launch with a message; fibers run in reverse order when asked.
+"""
+
+# ruff: noqa: E501  (C++ text: its lines follow C++ layout, not Python's)
+
+HEADER = r"""
+#pragma once
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+#include <ucontext.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ thread_local
+
+struct sf_dim3 { unsigned x, y, z; };
+
+// ---- 16-bit float storage types (arithmetic is done in float by the prelude) ----
+struct __half { uint16_t bits; };
+struct __nv_bfloat16 { uint16_t bits; };
+inline float __half2float(__half h) { _Float16 f; std::memcpy(&f, &h.bits, 2); return (float)f; }
+inline __half __float2half_rn(float x) { _Float16 f = (_Float16)x; __half h; std::memcpy(&h.bits, &f, 2); return h; }
+inline __half __double2half(double x) { _Float16 f = (_Float16)x; __half h; std::memcpy(&h.bits, &f, 2); return h; }
+inline float __bfloat162float(__nv_bfloat16 b) { uint32_t u = (uint32_t)b.bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
+inline __nv_bfloat16 __float2bfloat16_rn(float x) {
+  uint32_t u; std::memcpy(&u, &x, 4);
+  __nv_bfloat16 b;
+  if ((u & 0x7fffffffu) > 0x7f800000u) { b.bits = (uint16_t)((u >> 16) | 0x40u); return b; }
+  u += 0x7fffu + ((u >> 16) & 1u);
+  b.bits = (uint16_t)(u >> 16);
+  return b;
+}
+inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline float __int_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline int __float_as_int(float x) { int i; std::memcpy(&i, &x, 4); return i; }
+inline double __longlong_as_double(long long x) { double d; std::memcpy(&d, &x, 8); return d; }
+inline long long __double_as_longlong(double x) { long long i; std::memcpy(&i, &x, 8); return i; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+
+// ---- runtime state -------------------------------------------------------------------
+struct sf_block;
+struct sf_fiber {
+  ucontext_t ctx;
+  unsigned tid;
+  bool done;
+  char* stack;
+};
+struct sf_warp {
+  uint64_t value[32];
+  uint64_t result[32];
+  unsigned lane_mask[32];
+  int kind[32];
+  int arg[32];
+  int width[32];
+  unsigned arrived;
+  unsigned done;
+};
+struct sf_launch;
+struct sf_block {
+  sf_launch* launch;
+  unsigned index;
+  std::vector<sf_fiber> fibers;
+  std::vector<sf_warp> warps;
+  ucontext_t sched;
+  unsigned live;
+  unsigned bar_count;
+  unsigned long bar_gen;
+  int bar_line;
+  unsigned long progress;
+  sf_fiber* current;
+};
+struct sf_launch {
+  unsigned grid, block;
+  size_t dyn_smem;
+  bool reverse;
+  bool debug;
+  std::atomic<bool> abort{false};
+  std::mutex mutex;
+  std::string error;
+};
+
+extern thread_local sf_block* sf_cur_block;
+extern thread_local sf_dim3 sf_block_idx;
+extern thread_local unsigned char* sf_dyn_smem_ptr;
+extern sf_dim3 sf_grid_dim, sf_block_dim;
+
+struct sf_thread_idx_t { unsigned x, y, z; };
+inline sf_thread_idx_t sf_thread_idx() { return {sf_cur_block->current->tid, 0, 0}; }
+#define threadIdx (sf_thread_idx())
+#define blockIdx (sf_block_idx)
+#define blockDim (sf_block_dim)
+#define gridDim (sf_grid_dim)
+
+[[noreturn]] void sf_fail(const std::string& message);
+
+inline void sf_yield() {
+  sf_block* b = sf_cur_block;
+  swapcontext(&b->current->ctx, &b->sched);
+  if (b->launch->abort.load(std::memory_order_relaxed)) sf_fail("");
+}
+
+inline void sf_syncthreads(int line) {
+  sf_block* b = sf_cur_block;
+  b->progress++;
+  if (b->launch->debug) {
+    if (b->live != b->fibers.size())
+      sf_fail("__syncthreads reached after " + std::to_string(b->fibers.size() - b->live) +
+              " thread(s) of block " + std::to_string(b->index) + " exited (a barrier reached by part of a block)");
+    if (b->bar_count > 0 && b->bar_line != line)
+      sf_fail("threads of block " + std::to_string(b->index) + " wait at different barriers (lines " +
+              std::to_string(b->bar_line) + " and " + std::to_string(line) + ")");
+  }
+  b->bar_line = line;
+  unsigned long gen = b->bar_gen;
+  if (++b->bar_count == b->live) {
+    b->bar_count = 0;
+    b->bar_gen++;
+    return;
+  }
+  while (b->bar_gen == gen) sf_yield();
+}
+#define __syncthreads() sf_syncthreads(__LINE__)
+
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+enum { SF_IDX = 0, SF_UP = 1, SF_DOWN = 2, SF_XOR = 3, SF_BALLOT = 4 };
+
+inline void sf_warp_complete(sf_block* b, sf_warp& w, unsigned mask, unsigned warp_base) {
+  for (unsigned lane = 0; lane < 32; lane++) {
+    if (!(mask & (1u << lane))) continue;
+    if (w.kind[lane] == SF_BALLOT) {
+      unsigned bits = 0;
+      for (unsigned l = 0; l < 32; l++)
+        if ((mask & (1u << l)) && w.value[l]) bits |= 1u << l;
+      w.result[lane] = bits;
+      continue;
+    }
+    // PTX shfl.sync: c = ((32 - width) << 8) | 0x1f (0 for up); segmask = c >> 8.
+    unsigned width = (unsigned)w.width[lane];
+    unsigned segmask = (32u - width) & 31u;
+    unsigned cval = w.kind[lane] == SF_UP ? 0u : 31u;
+    unsigned max_lane = (lane & segmask) | (cval & ~segmask);
+    unsigned min_lane = lane & segmask;
+    unsigned bval = (unsigned)w.arg[lane];
+    unsigned j = lane;
+    bool ok = true;
+    switch (w.kind[lane]) {
+      case SF_IDX: j = min_lane | (bval & ~segmask); ok = j <= max_lane; break;
+      case SF_UP: j = lane - bval; ok = (int)j >= (int)max_lane; break;
+      case SF_DOWN: j = lane + bval; ok = j <= max_lane; break;
+      case SF_XOR: j = lane ^ bval; ok = j <= max_lane; break;
+    }
+    if (!ok) j = lane;
+    j &= 31u;
+    if (!(mask & (1u << j))) {
+      if (b->launch->debug)
+        sf_fail("shuffle: lane " + std::to_string(warp_base + lane) + " reads lane " + std::to_string(j) +
+                " outside its mask");
+    }
+    w.result[lane] = w.value[j];
+  }
+}
+
+inline uint64_t sf_warp_op(int kind, unsigned mask, uint64_t value, int arg, int width) {
+  sf_block* b = sf_cur_block;
+  b->progress++;
+  unsigned tid = b->current->tid, lane = tid & 31u;
+  sf_warp& w = b->warps[tid >> 5];
+  unsigned base = tid & ~31u;
+  if (b->launch->debug) {
+    if (!(mask & (1u << lane))) sf_fail("thread " + std::to_string(tid) + " calls a *_sync intrinsic with a mask without itself");
+    for (unsigned l = 0; l < 32; l++) {
+      if (!(mask & (1u << l))) continue;
+      if (base + l >= b->fibers.size() || b->fibers[base + l].done)
+        sf_fail("mask of thread " + std::to_string(tid) + " names lane " + std::to_string(l) +
+                " which has exited or does not exist");
+    }
+  }
+  w.value[lane] = value;
+  w.kind[lane] = kind;
+  w.arg[lane] = arg;
+  w.width[lane] = width;
+  w.lane_mask[lane] = mask;
+  w.arrived |= 1u << lane;
+  for (;;) {
+    if (w.done & (1u << lane)) break;
+    if ((w.arrived & mask) == mask) {
+      bool same = true;
+      for (unsigned l = 0; l < 32; l++)
+        if ((mask & (1u << l)) && w.lane_mask[l] != mask) same = false;
+      if (same) {
+        sf_warp_complete(b, w, mask, base);
+        w.arrived &= ~mask;
+        w.done |= mask;
+        break;
+      }
+      if (b->launch->debug) {
+        for (unsigned l = 0; l < 32; l++)
+          if ((mask & (1u << l)) && w.lane_mask[l] != mask && (w.lane_mask[l] & mask) != 0)
+            sf_fail("lanes of warp " + std::to_string(tid >> 5) + " wait in *_sync intrinsics with different masks");
+      }
+    }
+    sf_yield();
+  }
+  w.done &= ~(1u << lane);
+  b->progress++;
+  return w.result[lane];
+}
+
+template <typename T>
+inline T sf_shfl(int kind, unsigned mask, T var, int arg, int width) {
+  static_assert(sizeof(T) <= 8, "shuffle of a type wider than 8 bytes");
+  uint64_t bits = 0;
+  std::memcpy(&bits, &var, sizeof(T));
+  uint64_t got = sf_warp_op(kind, mask, bits, arg, width);
+  T out;
+  std::memcpy(&out, &got, sizeof(T));
+  return out;
+}
+template <typename T> inline T __shfl_sync(unsigned m, T v, int lane, int w = 32) { return sf_shfl(SF_IDX, m, v, lane, w); }
+template <typename T> inline T __shfl_up_sync(unsigned m, T v, unsigned d, int w = 32) { return sf_shfl(SF_UP, m, v, (int)d, w); }
+template <typename T> inline T __shfl_down_sync(unsigned m, T v, unsigned d, int w = 32) { return sf_shfl(SF_DOWN, m, v, (int)d, w); }
+template <typename T> inline T __shfl_xor_sync(unsigned m, T v, int d, int w = 32) { return sf_shfl(SF_XOR, m, v, d, w); }
+inline unsigned __ballot_sync(unsigned m, int pred) { return (unsigned)sf_warp_op(SF_BALLOT, m, pred ? 1u : 0u, 0, 32); }
+inline void __syncwarp(unsigned m = 0xffffffffu) { (void)sf_warp_op(SF_BALLOT, m, 0, 0, 32); }
+
+// ---- atomics --------------------------------------------------------------------------
+template <typename T> inline T atomicCAS(T* p, T expected, T desired) {
+  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  return expected;
+}
+template <typename T> inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline float atomicAdd(float* p, float v) {
+  uint32_t* word = reinterpret_cast<uint32_t*>(p);
+  uint32_t old = __atomic_load_n(word, __ATOMIC_SEQ_CST), next;
+  do {
+    float f; std::memcpy(&f, &old, 4); f += v; std::memcpy(&next, &f, 4);
+  } while (!__atomic_compare_exchange_n(word, &old, next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+  float f; std::memcpy(&f, &old, 4);
+  return f;
+}
+template <typename T> inline T atomicMax(T* p, T v) {
+  T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+  return old;
+}
+template <typename T> inline T atomicMin(T* p, T v) {
+  T old = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+  while (old > v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
+  return old;
+}
+"""
+
+LAUNCHER = r"""
+// ---- launcher (appended after the rendered kernels) --------------------------------------
+thread_local sf_block* sf_cur_block;
+thread_local sf_dim3 sf_block_idx;
+sf_dim3 sf_grid_dim, sf_block_dim;
+thread_local __attribute__((aligned(16))) unsigned char sf_smem[SF_SMEM_CAPACITY];
+
+static thread_local void (*sf_body)(void**);
+static thread_local void** sf_args;
+static thread_local sf_launch* sf_cur_launch;
+
+struct sf_abort {};
+
+[[noreturn]] void sf_fail(const std::string& message) {
+  sf_launch* l = sf_cur_block->launch;
+  if (!message.empty()) {
+    std::lock_guard<std::mutex> lock(l->mutex);
+    if (l->error.empty()) l->error = message;
+  }
+  l->abort.store(true);
+  sf_cur_block->current->done = true;
+  setcontext(&sf_cur_block->sched);
+  std::abort();
+}
+
+static void sf_fiber_main(unsigned lo, unsigned hi) {
+  sf_block* b = sf_cur_block;
+  (void)lo; (void)hi;
+  sf_body(sf_args);
+  b->current->done = true;
+  b->live--;
+  b->progress++;
+  if (b->bar_count > 0) {
+    if (b->launch->debug)
+      sf_fail("thread " + std::to_string(b->current->tid) + " of block " + std::to_string(b->index) +
+              " exited while others wait at __syncthreads (a barrier reached by part of a block)");
+    if (b->bar_count == b->live) { b->bar_count = 0; b->bar_gen++; }
+  }
+  setcontext(&b->sched);
+}
+
+static void sf_run_block(sf_launch* l, unsigned index) {
+  sf_block b;
+  b.launch = l;
+  b.index = index;
+  b.live = l->block;
+  b.bar_count = 0;
+  b.bar_gen = 0;
+  b.bar_line = 0;
+  b.progress = 0;
+  b.fibers.resize(l->block);
+  b.warps.resize((l->block + 31) / 32);
+  for (auto& w : b.warps) { w.arrived = 0; w.done = 0; }
+  sf_cur_block = &b;
+  sf_block_idx = {index, 0, 0};
+  std::memset(sf_smem, 0xff, l->dyn_smem);
+  for (unsigned t = 0; t < l->block; t++) {
+    sf_fiber& f = b.fibers[t];
+    f.tid = t;
+    f.done = false;
+    f.stack = static_cast<char*>(std::malloc(SF_STACK_BYTES));  // untouched pages stay unmapped
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = SF_STACK_BYTES;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, (void (*)())sf_fiber_main, 2, 0u, 0u);
+  }
+  unsigned finished = 0;
+  while (finished < l->block && !l->abort.load()) {
+    unsigned long before = b.progress;
+    finished = 0;
+    for (unsigned k = 0; k < l->block && !l->abort.load(); k++) {
+      unsigned t = l->reverse ? l->block - 1 - k : k;
+      sf_fiber& f = b.fibers[t];
+      if (f.done) { finished++; continue; }
+      b.current = &f;
+      swapcontext(&b.sched, &f.ctx);
+      if (f.done) finished++;
+    }
+    if (finished < l->block && b.progress == before && !l->abort.load()) {
+      std::lock_guard<std::mutex> lock(l->mutex);
+      if (l->error.empty())
+        l->error = "deadlock in block " + std::to_string(index) + ": " + std::to_string(b.bar_count) +
+                   " of " + std::to_string(b.live) + " live thread(s) wait at __syncthreads, the rest in warp intrinsics";
+      l->abort.store(true);
+    }
+  }
+  for (auto& f : b.fibers) std::free(f.stack);
+  sf_cur_block = nullptr;
+}
+
+static void sf_worker(sf_launch* l, std::atomic<unsigned>* next, void (*body)(void**), void** args) {
+  sf_body = body;
+  sf_args = args;
+  sf_cur_launch = l;
+  for (;;) {
+    unsigned i = next->fetch_add(1);
+    if (i >= l->grid || l->abort.load()) return;
+    sf_run_block(l, i);
+  }
+}
+
+static int sf_launch_kernel(void (*body)(void**), void** args, unsigned grid, unsigned block, size_t dyn_smem,
+                            int grid_barrier, int reverse, int debug, unsigned* counter, char* error, size_t error_size) {
+  if (dyn_smem > SF_SMEM_CAPACITY) {
+    std::snprintf(error, error_size, "dynamic shared memory %zu > capacity %d", dyn_smem, SF_SMEM_CAPACITY);
+    return 1;
+  }
+  sf_launch l;
+  l.grid = grid; l.block = block; l.dyn_smem = dyn_smem; l.reverse = reverse != 0; l.debug = debug != 0;
+  sf_grid_dim = {grid, 1, 1};
+  sf_block_dim = {block, 1, 1};
+  std::atomic<unsigned> next{0};
+  unsigned workers = grid_barrier ? grid : (grid < 2 ? grid : 2);
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < workers; i++) threads.emplace_back(sf_worker, &l, &next, body, args);
+  if (grid_barrier && counter != nullptr) {
+    // A failed block never arrives at the grid barrier: while the launch is aborted keep
+    // flipping the counter's top bit, so the blocks spinning there leave and see the abort.
+    std::atomic<bool> stop{false};
+    std::thread watcher([&] {
+      while (!stop.load()) {
+        if (l.abort.load()) __atomic_fetch_add(counter, 0x80000000u, __ATOMIC_SEQ_CST);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+    for (auto& t : threads) t.join();
+    stop.store(true);
+    watcher.join();
+  } else {
+    for (auto& t : threads) t.join();
+  }
+  if (l.abort.load()) {
+    std::snprintf(error, error_size, "%s", l.error.empty() ? "launch aborted" : l.error.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+struct sf_ptr {
+  void* p;
+  template <typename T> operator T*() const { return static_cast<T*>(p); }
+};
+"""
