@@ -14,6 +14,9 @@ BASE=${BASE:-local}
 NICE="nice -n 10"
 BUILDAH="$NICE buildah --storage-driver vfs"
 mkdir -p "$OUT" "$CACHE"
+# One build at a time (a test session and `make images` share out/): wait for the other.
+exec 9>"$CACHE/.lock"
+flock 9
 
 if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then
   echo "== installing buildah and debootstrap (apt-get)"
@@ -25,28 +28,39 @@ if [ "$BASE" = local ]; then
   if [ ! -f "$CACHE/rootfs.tar" ]; then
     start=$(date +%s)
     echo "== debootstrap bookworm root filesystem (cached in $CACHE/rootfs.tar)"
-    rm -rf "$CACHE/rootfs"
+    # A directory of this run's own: debootstrap mounts /proc in it, and a failed run must
+    # unmount before anything deletes the tree (rm -rf would walk into the live /proc).
+    ROOTFS=$(mktemp -d "$CACHE/rootfs.XXXXXX")
+    trap 'umount "$ROOTFS/proc" "$ROOTFS/sys" 2>/dev/null || true; rm -rf --one-file-system "$ROOTFS"' EXIT
     $NICE debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,passwd \
-      bookworm "$CACHE/rootfs" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >/dev/null
-    rm -rf "$CACHE/rootfs/var/cache/apt/archives/"*.deb "$CACHE/rootfs/var/lib/apt/lists/"*
-    tar -C "$CACHE/rootfs" -cf "$CACHE/rootfs.tar.part" . && mv "$CACHE/rootfs.tar.part" "$CACHE/rootfs.tar"
-    rm -rf "$CACHE/rootfs"
+      bookworm "$ROOTFS" "${DEBIAN_MIRROR:-http://deb.debian.org/debian}" >"$CACHE/debootstrap.log" \
+      || { tail -20 "$CACHE/debootstrap.log" >&2; exit 1; }
+    umount "$ROOTFS/proc" "$ROOTFS/sys" 2>/dev/null || true
+    rm -rf "$ROOTFS/var/cache/apt/archives/"*.deb "$ROOTFS/var/lib/apt/lists/"*
+    tar -C "$ROOTFS" --one-file-system -cf "$CACHE/rootfs.tar.part" . && mv "$CACHE/rootfs.tar.part" "$CACHE/rootfs.tar"
+    rm -rf --one-file-system "$ROOTFS"
+    trap - EXIT
     echo "   debootstrap took $(( $(date +%s) - start )) s"
   fi
-  cp "$CACHE/rootfs.tar" images/rootfs.tar
-  trap 'rm -f images/rootfs.tar' EXIT
-  $BUILDAH bud --isolation chroot -q -f images/base.Containerfile -t localhost/stitchfleet-base:bookworm images >/dev/null
+  # The cache directory is the base image's build context: it holds rootfs.tar.
+  $BUILDAH bud --isolation chroot -q -f images/base.Containerfile -t localhost/stitchfleet-base:bookworm "$CACHE" >/dev/null
   BASE_IMAGE=localhost/stitchfleet-base:bookworm
 else
   BASE_IMAGE=python:3.11-slim
 fi
+
+# The host's CA bundle, mounted for pip during the build only (not in the image): where a proxy
+# re-signs TLS, the base image's own bundle fails to verify PyPI.
+HOST_CA=${STITCHFLEET_BUILD_CA:-/etc/ssl/certs/ca-certificates.crt}
+CA_ARGS=""
+[ -f "$HOST_CA" ] && CA_ARGS="--volume $HOST_CA:/run/host-ca.crt:ro --build-arg PIP_CERT=/run/host-ca.crt"
 
 for name in operator shim; do
   start=$(date +%s)
   image=ghcr.io/stitchfleet/stitchfleet
   [ "$name" = shim ] && image=ghcr.io/stitchfleet/stitchfleet-shim
   echo "== building $image:$TAG from $BASE_IMAGE"
-  $BUILDAH bud --isolation chroot --layers=false -q --build-arg "BASE=$BASE_IMAGE" \
+  $BUILDAH bud --isolation chroot --layers=false -q --build-arg "BASE=$BASE_IMAGE" $CA_ARGS \
     -f "images/$name.Containerfile" -t "$image:$TAG" . >/dev/null
   # The content list goes into labels: a second commit of the built image with them added.
   ctr=$($BUILDAH from "$image:$TAG")
