@@ -78,7 +78,7 @@ def test_operator_image_runs_stitchfleet(operator: str) -> None:
 
 
 def test_operator_image_labels_its_content(archives: dict[str, Path], operator: str) -> None:
-    labels = buildah("inspect", "--format", "{{json .OCIv1.Config.Labels}}", operator)
+    labels = buildah("inspect", "--format", "{{.OCIv1.Config.Labels}}", operator)
     assert f"stitchfleet {__version__}" in labels
     assert "kopf==" in labels and "alembic==" in labels
 
