@@ -12,7 +12,7 @@ SYSTEM := $(VENV)/.stamp-system
 PYTEST_ARGS ?=
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo test lint install clean-venv
+.PHONY: demo test lint install clean-venv images
 
 demo: $(DEPS) $(SYSTEM)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m stitchfleet.cli demo
@@ -53,6 +53,11 @@ $(HOROVOD): $(DEPS)
 $(SYSTEM): | $(PY)
 	@sh scripts/install-system-deps.sh
 	touch $@
+
+# Operator and shim images as OCI archives under out/images (debootstrap + buildah, offline;
+# BASE=registry builds FROM python:3.11-slim instead).
+images:
+	sh scripts/build_images.sh
 
 clean-venv:
 	rm -rf $(VENV)
