@@ -21,12 +21,12 @@ from typing import Any
 import tensorflow as tf
 
 from stitchfleet.compiler.ir import DType, Graph, Node, Op, TensorType, Value
-from stitchfleet.plugin.frontend import activations, elementwise, structure
+from stitchfleet.plugin.frontend import activations, batchnorm, elementwise, structure
 from stitchfleet.plugin.frontend.context import Arg, Lowering, LoweringError, Rule, Site
 from stitchfleet.plugin.frontend.folding import fold
 from stitchfleet.plugin.frontend.result import Conversion, Disposition, Fate, FrontendError, TensorRef
 
-RULES: dict[str, Rule] = {**elementwise.RULES, **activations.RULES, **structure.RULES}
+RULES: dict[str, Rule] = {**elementwise.RULES, **activations.RULES, **batchnorm.RULES, **structure.RULES}
 COMPUTE_INTENSIVE = frozenset(
     {
         "MatMul",
@@ -86,7 +86,8 @@ class _Walk:
 
     def site(self, op: Any) -> tuple[Site, list[TensorType | None]]:
         args = [self._arg(t) for t in op.inputs]
-        outs = [_out_type(t) for t in op.outputs]
+        unbound = batchnorm.UNBOUND_OUTPUTS.get(op.type, frozenset())
+        outs = [None if t.value_index in unbound else _out_type(t) for t in op.outputs]
         return Site(op, args, [o for o in outs if o is not None], self.low), outs
 
     def _arg(self, tensor: Any) -> Arg:
@@ -164,7 +165,7 @@ class _Walk:
 
     def _lower(self, site: Site, outs: list[TensorType | None]) -> None:
         op = site.op
-        if not outs or None in outs:
+        if not outs or (None in outs and not _untyped_ok(op.type, outs)):
             return self._untyped(site, outs)
         if op.type in FEEDABLE or not site.args:
             return self.cut(op, outs, "graph input")
@@ -178,7 +179,8 @@ class _Walk:
     def _opaque_reason(self, site: Site) -> str | None:
         """Why this op, whose outputs the IR can hold, still stays an OPAQUE boundary (None: it does not)."""
         kind = site.type
-        if not all(a.is_static for a in site.args if a.dtype is not None):
+        unread = batchnorm.UNREAD_OPERANDS.get(kind, frozenset())
+        if not all(a.is_static for i, a in enumerate(site.args) if a.dtype is not None and i not in unread):
             return "dynamic shape"
         if kind in structure.NEEDS_RESULT_SHAPE and not all(_static(o) for o in site.outs):
             return "dynamic shape"
@@ -232,6 +234,7 @@ class _Walk:
 
     def _apply(self, site: Site, outs: list[TensorType | None]) -> None:
         op = site.op
+        typed = [t for t, o in zip(op.outputs, outs, strict=True) if o is not None]
         if any(a.dtype is None for a in site.args):
             return self.opaque(site, outs, "an operand has a type the IR cannot hold")
         try:
@@ -244,9 +247,15 @@ class _Walk:
         if wrong or len(values) != len(site.outs):
             # a rule bug; the nodes it built are pruned as nothing reads them
             return self.opaque(site, outs, f"not lowered: the rule gave {_types(values)}, TF says {_types(site.outs)}")
-        for tensor, value in zip(op.outputs, values, strict=True):
+        for tensor, value in zip(typed, values, strict=True):
             self.low.bind(_ref(tensor), value)
         self.record(op, "lowered")
+
+
+def _untyped_ok(kind: str, outs: list[TensorType | None]) -> bool:
+    """The op's rule gives values for its typed outputs only: its untyped ones are read by no lowered op."""
+    allowed = batchnorm.UNBOUND_OUTPUTS.get(kind, frozenset())
+    return all(o is not None or i in allowed for i, o in enumerate(outs))
 
 
 def _types(values: Sequence[Value | TensorType]) -> str:
