@@ -64,8 +64,25 @@ def ir_dtype(tf_dtype: Any) -> DType | None:
 
 
 def _shape(tensor: Any) -> tuple[int, ...] | None:
-    dims = tensor.shape.as_list() if tensor.shape.rank is not None else None
+    shape = tensor.shape
+    if not shape.is_fully_defined():
+        # functional control flow (If, While, calls) declares its output shapes, from its bodies,
+        # in an attribute that TF's shape inference does not always carry over to the tensors
+        shape = shape.merge_with(_declared_shape(tensor)) if shape.is_compatible_with(_declared_shape(tensor)) else shape
+    dims = shape.as_list() if shape.rank is not None else None
     return None if dims is None else tuple(-1 if d is None else int(d) for d in dims)
+
+
+def _declared_shape(tensor: Any) -> Any:
+    """The shape an op's `output_shapes` / `_output_shapes` attribute declares for the tensor (unknown if none)."""
+    for name in ("output_shapes", "_output_shapes"):
+        try:
+            shapes = tensor.op.get_attr(name)
+        except ValueError:
+            continue
+        if len(shapes) == len(tensor.op.outputs):
+            return tf.TensorShape(shapes[tensor.value_index])
+    return tf.TensorShape(None)
 
 
 def _ref(tensor: Any) -> TensorRef:
