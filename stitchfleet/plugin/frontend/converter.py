@@ -68,7 +68,8 @@ def _shape(tensor: Any) -> tuple[int, ...] | None:
     if not shape.is_fully_defined():
         # functional control flow (If, While, calls) declares its output shapes, from its bodies,
         # in an attribute that TF's shape inference does not always carry over to the tensors
-        shape = shape.merge_with(_declared_shape(tensor)) if shape.is_compatible_with(_declared_shape(tensor)) else shape
+        declared = _declared_shape(tensor)
+        shape = shape.merge_with(declared) if shape.is_compatible_with(declared) else shape
     dims = shape.as_list() if shape.rank is not None else None
     return None if dims is None else tuple(-1 if d is None else int(d) for d in dims)
 
