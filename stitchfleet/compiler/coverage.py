@@ -5,8 +5,9 @@ decision). Output: `Coverage`: the memory-intensive op instances of the graph, h
 of them lie in a cluster that got a stitch plan, and the most common reasons for the rest.
 Counted on IR nodes: an element-wise, reduction or data-movement node is memory-intensive;
 so is an OPAQUE node (a TF op the frontend kept as a boundary) unless its TF type is a
-GEMM or convolution, graph I/O, a variable or optimizer update, a random draw, control flow
-or shape metadata. Constants and parameters are not ops. A TF op the frontend decomposed
+GEMM or convolution, graph I/O, a variable or optimizer update, a random draw, control flow,
+shape metadata or an Identity (TF forwards the buffer: no data moves). Constants and
+parameters are not ops. A TF op the frontend decomposed
 counts once per IR node it became.
 """
 
@@ -47,6 +48,10 @@ NOT_MEMORY_INTENSIVE = (
     "PartitionedCall",
     "StatefulPartitionedCall",
     "NoOp",
+    "Identity",
+    "IdentityN",
+    "StopGradient",
+    "PreventGradient",
     "Shape",
     "ShapeN",
     "Size",

@@ -24,6 +24,7 @@ from stitchfleet.compiler.ir import DType, Graph, Node, Op, TensorType, Value
 from stitchfleet.plugin.frontend import activations, batchnorm, elementwise, structure
 from stitchfleet.plugin.frontend.context import Arg, Lowering, LoweringError, Rule, Site
 from stitchfleet.plugin.frontend.folding import fold
+from stitchfleet.plugin.frontend.inlining import inline_functions
 from stitchfleet.plugin.frontend.result import Conversion, Disposition, Fate, FrontendError, TensorRef
 
 RULES: dict[str, Rule] = {**elementwise.RULES, **activations.RULES, **batchnorm.RULES, **structure.RULES}
@@ -369,11 +370,12 @@ def convert(graph: Any, name: str = "graph") -> Conversion:
 
 
 def convert_graph_def(graph_def: Any, name: str = "graph") -> Conversion:
-    """Imports a GraphDef into a fresh graph and converts it; a malformed GraphDef raises FrontendError."""
+    """Imports a GraphDef into a fresh graph (known calls and conds inlined, inlining.py) and converts it;
+    a malformed GraphDef raises FrontendError."""
     graph = tf.Graph()
     try:
         with graph.as_default():
-            tf.graph_util.import_graph_def(graph_def, name="")
+            tf.graph_util.import_graph_def(inline_functions(graph_def), name="")
     except (ValueError, TypeError, tf.errors.OpError) as err:
         raise FrontendError(f"graph {name!r} is not a valid GraphDef: {_first_lines(str(err))}") from None
     return convert(graph, name)
