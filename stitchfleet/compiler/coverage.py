@@ -7,8 +7,7 @@ Counted on IR nodes: an element-wise, reduction or data-movement node is memory-
 so is an OPAQUE node (a TF op the frontend kept as a boundary) unless its TF type is a
 GEMM or convolution, graph I/O, a variable or optimizer update, a random draw, control flow,
 shape metadata or an Identity (TF forwards the buffer: no data moves). Constants and
-parameters are not ops. A TF op the frontend decomposed
-counts once per IR node it became.
+parameters are not ops. A TF op the frontend decomposed counts once per IR node it became.
 """
 
 from __future__ import annotations

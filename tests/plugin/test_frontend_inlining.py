@@ -16,9 +16,11 @@ pytestmark = pytest.mark.tf
 v1 = tf.compat.v1
 
 
-@tf.function
-def _body(x: Any) -> Any:
+def _relu6_twice(x: Any) -> Any:
     return tf.nn.relu6(x * 2.0) + 1.0
+
+
+_body = tf.function(_relu6_twice)  # a PartitionedCall in the graph it is called in
 
 
 def _graph(pred: Any) -> tuple[Any, Any]:
