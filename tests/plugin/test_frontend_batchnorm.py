@@ -16,17 +16,19 @@ P = tf.compat.v1.placeholder
 SHAPES = {"NHWC": [4, 3, 5, 6], "NCHW": [4, 6, 3, 5]}
 
 
-def _batch_norm(version: str, training: bool, factor: float, fmt: str = "NHWC") -> Callable[[], tuple[list[Any], Any]]:
+def _batch_norm(
+    version: str, training: bool, factor: float, fmt: str = "NHWC", dtype: Any = tf.float32
+) -> Callable[[], tuple[list[Any], Any]]:
     """y plus the running statistics broadcast into it, so every output is compared with TF's."""
 
     def build() -> tuple[list[Any], Any]:
-        x = P(tf.float32, SHAPES[fmt], name="x")
+        x = P(dtype, SHAPES[fmt], name="x")
         scale, offset = P(tf.float32, [6], name="scale"), P(tf.float32, [6], name="offset")
         mean, variance = P(tf.float32, [6], name="mean"), tf.abs(P(tf.float32, [6], name="variance")) + 0.5
         op = getattr(tf.raw_ops, version)
         kwargs = {"exponential_avg_factor": factor} if version != "FusedBatchNorm" else {}
         outs = op(
-            x=x * 3.0 + 1.0,
+            x=x * tf.constant(3.0, dtype) + tf.constant(1.0, dtype),
             scale=scale,
             offset=offset,
             mean=mean,
@@ -38,7 +40,7 @@ def _batch_norm(version: str, training: bool, factor: float, fmt: str = "NHWC") 
         )
         stats = tf.stop_gradient(outs[1] * 2.0 + outs[2] * 3.0)
         spread = tf.reshape(stats, [1, 6, 1, 1] if fmt == "NCHW" else [1, 1, 1, 6])
-        return [x, scale, offset], outs[0] + spread
+        return [x, scale, offset], tf.cast(outs[0], tf.float32) + spread
 
     return build
 
@@ -52,6 +54,7 @@ CASES = [
     ("V1_infer", _batch_norm("FusedBatchNorm", False, 1.0)),
     ("V3_train_NCHW", _batch_norm("FusedBatchNormV3", True, 0.5, "NCHW")),
     ("V3_infer_NCHW", _batch_norm("FusedBatchNormV3", False, 1.0, "NCHW")),
+    ("V3_train_f16", _batch_norm("FusedBatchNormV3", True, 0.5, dtype=tf.float16)),
 ]
 
 
