@@ -66,3 +66,26 @@ def test_a_fed_predicate_keeps_its_cond_with_static_output_shapes() -> None:
     assert cond.reason == "control flow"
     after = [d for d in conversion.ops.values() if d.op_type in ("Mul", "Sum")]
     assert after and all(d.fate == "lowered" for d in after), after
+
+
+def test_an_inlined_call_keeps_its_side_effects_ordered() -> None:
+    graph = tf.Graph()
+    with graph.as_default():
+        counter = v1.get_variable("counter", [], initializer=v1.zeros_initializer(), use_resource=True)
+        x = v1.placeholder(tf.float32, [3], name="x")
+
+        def step(x: Any) -> Any:
+            counter.assign_add(1.0)
+            return x * 2.0
+
+        tf.identity(tf.function(step)(x), name="out")
+    inlined = inline_functions(graph.as_graph_def())
+    nodes = {n.name: n for n in inlined.node}
+    call = next(n for n in inlined.node if n.op == "IdentityN")
+    effects = [nodes[i[1:]].op for i in call.input if i.startswith("^")]
+    assert "AssignAddVariableOp" in effects, list(call.input)
+    with v1.Session(graph=tf.Graph()) as session:
+        tf.graph_util.import_graph_def(inlined, name="")
+        session.run("counter/Assign")
+        session.run("out:0", {"x:0": np.ones(3, np.float32)})
+        assert session.run("counter/Read/ReadVariableOp:0") == 1.0

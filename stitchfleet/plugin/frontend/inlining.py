@@ -76,8 +76,10 @@ def _inline(node: Any, fdef: Any, inputs: list[str]) -> list[Any]:
         copy.device = copy.device or node.device
         made.append(copy)
     results = [_rename(nested_to_flat[fdef.ret[o.name]], node.name, args) for o in fdef.signature.output_arg]
+    # the body's side effects (its control outputs) still happen before anything that reads the call
+    effects = [f"^{node.name}/{fdef.control_ret[name]}" for name in fdef.signature.control_output]
     forward = tf.compat.v1.NodeDef(name=node.name, op="IdentityN")
-    forward.input.extend(results + controls)
+    forward.input.extend(results + controls + effects)
     forward.attr["T"].list.type.extend(node.attr["Tout"].list.type)
     return [*made, forward]
 
