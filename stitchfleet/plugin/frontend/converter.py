@@ -21,12 +21,13 @@ from typing import Any
 import tensorflow as tf
 
 from stitchfleet.compiler.ir import DType, Graph, Node, Op, TensorType, Value
-from stitchfleet.plugin.frontend import activations, elementwise, structure
+from stitchfleet.plugin.frontend import activations, batchnorm, elementwise, structure
 from stitchfleet.plugin.frontend.context import Arg, Lowering, LoweringError, Rule, Site
 from stitchfleet.plugin.frontend.folding import fold
+from stitchfleet.plugin.frontend.inlining import inline_functions
 from stitchfleet.plugin.frontend.result import Conversion, Disposition, Fate, FrontendError, TensorRef
 
-RULES: dict[str, Rule] = {**elementwise.RULES, **activations.RULES, **structure.RULES}
+RULES: dict[str, Rule] = {**elementwise.RULES, **activations.RULES, **batchnorm.RULES, **structure.RULES}
 COMPUTE_INTENSIVE = frozenset(
     {
         "MatMul",
@@ -64,8 +65,26 @@ def ir_dtype(tf_dtype: Any) -> DType | None:
 
 
 def _shape(tensor: Any) -> tuple[int, ...] | None:
-    dims = tensor.shape.as_list() if tensor.shape.rank is not None else None
+    shape = tensor.shape
+    if not shape.is_fully_defined():
+        # functional control flow (If, While, calls) declares its output shapes, from its bodies,
+        # in an attribute that TF's shape inference does not always carry over to the tensors
+        declared = _declared_shape(tensor)
+        shape = shape.merge_with(declared) if shape.is_compatible_with(declared) else shape
+    dims = shape.as_list() if shape.rank is not None else None
     return None if dims is None else tuple(-1 if d is None else int(d) for d in dims)
+
+
+def _declared_shape(tensor: Any) -> Any:
+    """The shape an op's `output_shapes` / `_output_shapes` attribute declares for the tensor (unknown if none)."""
+    for name in ("output_shapes", "_output_shapes"):
+        try:
+            shapes = tensor.op.get_attr(name)
+        except ValueError:
+            continue
+        if len(shapes) == len(tensor.op.outputs):
+            return tf.TensorShape(shapes[tensor.value_index])
+    return tf.TensorShape(None)
 
 
 def _ref(tensor: Any) -> TensorRef:
@@ -86,7 +105,8 @@ class _Walk:
 
     def site(self, op: Any) -> tuple[Site, list[TensorType | None]]:
         args = [self._arg(t) for t in op.inputs]
-        outs = [_out_type(t) for t in op.outputs]
+        unbound = batchnorm.UNBOUND_OUTPUTS.get(op.type, frozenset())
+        outs = [None if t.value_index in unbound else _out_type(t) for t in op.outputs]
         return Site(op, args, [o for o in outs if o is not None], self.low), outs
 
     def _arg(self, tensor: Any) -> Arg:
@@ -164,7 +184,7 @@ class _Walk:
 
     def _lower(self, site: Site, outs: list[TensorType | None]) -> None:
         op = site.op
-        if not outs or None in outs:
+        if not outs or (None in outs and not _untyped_ok(op.type, outs)):
             return self._untyped(site, outs)
         if op.type in FEEDABLE or not site.args:
             return self.cut(op, outs, "graph input")
@@ -178,7 +198,8 @@ class _Walk:
     def _opaque_reason(self, site: Site) -> str | None:
         """Why this op, whose outputs the IR can hold, still stays an OPAQUE boundary (None: it does not)."""
         kind = site.type
-        if not all(a.is_static for a in site.args if a.dtype is not None):
+        unread = batchnorm.UNREAD_OPERANDS.get(kind, frozenset())
+        if not all(a.is_static for i, a in enumerate(site.args) if a.dtype is not None and i not in unread):
             return "dynamic shape"
         if kind in structure.NEEDS_RESULT_SHAPE and not all(_static(o) for o in site.outs):
             return "dynamic shape"
@@ -232,6 +253,7 @@ class _Walk:
 
     def _apply(self, site: Site, outs: list[TensorType | None]) -> None:
         op = site.op
+        typed = [t for t, o in zip(op.outputs, outs, strict=True) if o is not None]
         if any(a.dtype is None for a in site.args):
             return self.opaque(site, outs, "an operand has a type the IR cannot hold")
         try:
@@ -244,9 +266,15 @@ class _Walk:
         if wrong or len(values) != len(site.outs):
             # a rule bug; the nodes it built are pruned as nothing reads them
             return self.opaque(site, outs, f"not lowered: the rule gave {_types(values)}, TF says {_types(site.outs)}")
-        for tensor, value in zip(op.outputs, values, strict=True):
+        for tensor, value in zip(typed, values, strict=True):
             self.low.bind(_ref(tensor), value)
         self.record(op, "lowered")
+
+
+def _untyped_ok(kind: str, outs: list[TensorType | None]) -> bool:
+    """The op's rule gives values for its typed outputs only: its untyped ones are read by no lowered op."""
+    allowed = batchnorm.UNBOUND_OUTPUTS.get(kind, frozenset())
+    return all(o is not None or i in allowed for i, o in enumerate(outs))
 
 
 def _types(values: Sequence[Value | TensorType]) -> str:
@@ -342,11 +370,12 @@ def convert(graph: Any, name: str = "graph") -> Conversion:
 
 
 def convert_graph_def(graph_def: Any, name: str = "graph") -> Conversion:
-    """Imports a GraphDef into a fresh graph and converts it; a malformed GraphDef raises FrontendError."""
+    """Imports a GraphDef into a fresh graph (known calls and conds inlined, inlining.py) and converts it;
+    a malformed GraphDef raises FrontendError."""
     graph = tf.Graph()
     try:
         with graph.as_default():
-            tf.graph_util.import_graph_def(graph_def, name="")
+            tf.graph_util.import_graph_def(inline_functions(graph_def), name="")
     except (ValueError, TypeError, tf.errors.OpError) as err:
         raise FrontendError(f"graph {name!r} is not a valid GraphDef: {_first_lines(str(err))}") from None
     return convert(graph, name)
