@@ -71,3 +71,13 @@ def block_kernels() -> list[ir.Kernel]:
             name = f"block_atomic_{op.value.lower()}_{dtype.value}"
             kernels.append(ir.Kernel(name, (src, dst), (), _launch(), body))
     return kernels
+
+
+def scale_kernel(n: int = 4096) -> ir.Kernel:
+    """y = 2x over `n` floats in a grid-stride loop: the renderer makes it 16-byte vector accesses."""
+    x = ir.Buffer("x", ir.DType.F32, n, ir.Role.INPUT)
+    y = ir.Buffer("y", ir.DType.F32, n, ir.Role.OUTPUT)
+    i = ir.Var("i", ir.DType.I64)
+    body = (ir.Store(y, i, ir.mul(ir.Load(x, i), ir.const(2.0, ir.DType.F32))),)
+    loop = ir.For(i, ir.global_thread_index(), ir.i64(n), ir.mul(ir.BLOCK_DIM, ir.GRID_DIM), body)
+    return ir.Kernel("scale", (x, y), (), ir.Launch(8, 128, 8), (loop,))

@@ -11,11 +11,10 @@ import re
 
 import pytest
 
-from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.render.cuda import render_kernel, render_module
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache
 from stitchfleet.compiler.runtime.nvcc import Nvcc, NvccError, parse_arch_list
-from tests.compiler.render.suite_kernels import MODELS, block_kernels, suite_kernels, workload_kernels
+from tests.compiler.render.suite_kernels import MODELS, block_kernels, scale_kernel, suite_kernels, workload_kernels
 
 ENTRY = re.compile(rb"stitch_c\d+_k\d+|block_\w+")
 
@@ -64,14 +63,7 @@ def test_building_block_kernels_compile(nvcc: Nvcc, nvcc_cache: CubinCache, whic
 
 
 def test_vector_loop_becomes_16_byte_accesses(nvcc: Nvcc, nvcc_cache: CubinCache) -> None:
-    n = 4096
-    x = ir.Buffer("x", ir.DType.F32, n, ir.Role.INPUT)
-    y = ir.Buffer("y", ir.DType.F32, n, ir.Role.OUTPUT)
-    i = ir.Var("i", ir.DType.I64)
-    body = (ir.Store(y, i, ir.mul(ir.Load(x, i), ir.const(2.0, ir.DType.F32))),)
-    loop = ir.For(i, ir.global_thread_index(), ir.i64(n), ir.mul(ir.BLOCK_DIM, ir.GRID_DIM), body)
-    kernel = ir.Kernel("scale", (x, y), (), ir.Launch(8, 128, 8), (loop,))
-    rendered = render_kernel(kernel)
+    rendered = render_kernel(scale_kernel())
     assert rendered.vector_loops == 1
     ptx = nvcc.compile(rendered.source, "sm_90", nvcc_cache, target="ptx").decode()
     assert re.search(r"ld\.global\.nc\.v4\.(f32|u32|b32)", ptx), "expected one 16-byte vector load"

@@ -17,7 +17,7 @@ from stitchfleet.compiler.render.cuda import render_kernel, render_module
 from stitchfleet.compiler.runtime import nvrtc as nvrtc_module
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache
 from stitchfleet.compiler.runtime.nvrtc import Nvrtc, NvrtcError, find_nvrtc
-from tests.compiler.render.suite_kernels import MODELS, suite_kernels, workload_kernels
+from tests.compiler.render.suite_kernels import MODELS, scale_kernel, suite_kernels, workload_kernels
 
 ARCHS = ("sm_90", "sm_80")
 
@@ -67,13 +67,7 @@ def test_every_suite_kernel_compiles_for_sm_80(nvrtc: Nvrtc, nvcc_cache: CubinCa
 
 
 def test_ptx_keeps_the_vector_accesses(nvrtc: Nvrtc) -> None:
-    n = 4096
-    x = ir.Buffer("x", ir.DType.F32, n, ir.Role.INPUT)
-    y = ir.Buffer("y", ir.DType.F32, n, ir.Role.OUTPUT)
-    i = ir.Var("i", ir.DType.I64)
-    body = (ir.Store(y, i, ir.mul(ir.Load(x, i), ir.const(2.0, ir.DType.F32))),)
-    loop = ir.For(i, ir.global_thread_index(), ir.i64(n), ir.mul(ir.BLOCK_DIM, ir.GRID_DIM), body)
-    rendered = render_kernel(ir.Kernel("scale", (x, y), (), ir.Launch(8, 128, 8), (loop,)))
+    rendered = render_kernel(scale_kernel())
     ptx = nvrtc.compile(rendered.source, "sm_90", target="ptx").decode()
     assert ".target sm_90" in ptx
     assert re.search(r"ld\.global\.nc\.v4\.(f32|u32|b32)", ptx) and re.search(r"st\.global\.v4\.(f32|u32|b32)", ptx)

@@ -28,6 +28,7 @@ from stitchfleet.compiler.runtime.device_arrays import (
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
 from stitchfleet.compiler.tolerance import check_outputs
+from tests.compiler.test_stitch_sim import SMALL
 
 HAS_PYCUDA = importlib.util.find_spec("pycuda") is not None
 
@@ -100,24 +101,6 @@ def test_grid_barrier_launch_larger_than_the_device_holds_is_refused() -> None:
 
 
 # ---- gpu tier: the compiler suite on the cuda backend, checked against evaluate -----------------
-
-SMALL: dict[str, tuple[int, ...]] = {
-    "layernorm_fwd": (24, 200),
-    "layernorm_bwd": (24, 200),
-    "rmsnorm_fwd": (20, 96),
-    "rmsnorm_bwd": (20, 96),
-    "softmax_fwd": (40, 64),
-    "softmax_bwd": (12, 300),
-    "attention_softmax": (2, 2, 8, 8),
-    "bias_gelu_fwd": (16, 48),
-    "gelu_bwd_bias_grad": (40, 24),
-    "dropout_residual_layernorm": (12, 40),
-    "cross_entropy_fwd": (64, 100),
-    "astitch_fig7": (2, 128),
-    "many_short_rows": (200, 32),
-    "few_long_rows": (2, 1500),
-    "bert_layernorm_residual": (8, 768),
-}
 
 
 @pytest.mark.gpu

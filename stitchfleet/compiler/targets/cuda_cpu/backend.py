@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
-import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import numpy.typing as npt
 # The one place this backend names the renderer and the shared runtime helpers.
 from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.render.cuda import CudaKernel, render_kernel
+from stitchfleet.compiler.runtime.cpu import CpuCompileError, compiler_version
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
 from stitchfleet.compiler.runtime.device_arrays import DeviceArrayError, device_dtype, from_device, to_device
 from stitchfleet.compiler.runtime.native_build import BuildError, build_shared_object
@@ -94,20 +94,15 @@ def _build(text: str, options: CudaCpuOptions) -> bytes:
         raise CudaCpuError(str(err)) from None
 
 
-_VERSIONS: dict[str, str] = {}
 _LOADED: dict[Path, ctypes.CDLL] = {}
 _LOCK = threading.Lock()
 
 
 def _compiler_version(compiler: str) -> str:
-    with _LOCK:
-        if compiler not in _VERSIONS:
-            try:
-                done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30, check=True)
-            except (OSError, subprocess.SubprocessError) as err:
-                raise CudaCpuError(f"C++ compiler {compiler!r} is not usable: {err}") from None
-            _VERSIONS[compiler] = done.stdout.splitlines()[0] if done.stdout else "unknown"
-        return _VERSIONS[compiler]
+    try:
+        return compiler_version(compiler)  # the cpu backend's, cached per process
+    except CpuCompileError as err:
+        raise CudaCpuError(f"C++ compiler {compiler!r} is not usable: {err}") from None
 
 
 def load_kernel(rendered: CudaKernel, options: CudaCpuOptions) -> ctypes.CDLL:

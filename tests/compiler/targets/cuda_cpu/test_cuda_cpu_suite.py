@@ -22,26 +22,10 @@ from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend
 from stitchfleet.compiler.tolerance import check_outputs
+from tests.compiler.test_stitch_sim import SMALL
 
 pytestmark = pytest.mark.cuda_cpu
 
-SMALL: dict[str, tuple[int, ...]] = {
-    "layernorm_fwd": (24, 200),
-    "layernorm_bwd": (24, 200),
-    "rmsnorm_fwd": (20, 96),
-    "rmsnorm_bwd": (20, 96),
-    "softmax_fwd": (40, 64),
-    "softmax_bwd": (12, 300),
-    "attention_softmax": (2, 2, 8, 8),
-    "bias_gelu_fwd": (16, 48),
-    "gelu_bwd_bias_grad": (40, 24),
-    "dropout_residual_layernorm": (12, 40),
-    "cross_entropy_fwd": (64, 100),
-    "astitch_fig7": (2, 128),
-    "many_short_rows": (200, 32),
-    "few_long_rows": (2, 1500),
-    "bert_layernorm_residual": (8, 768),
-}
 FAST = (("softmax_fwd", "bf16"), ("few_long_rows", "f32"), ("layernorm_bwd", "f32"), ("gelu_bwd_bias_grad", "bf16"))
 
 
