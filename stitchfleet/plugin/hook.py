@@ -38,6 +38,9 @@ from stitchfleet.plugin.schedule import PROBE, STITCHED, Timing
 from stitchfleet.plugin.sites import Site, StepOps, UnmappableError, map_cluster
 from stitchfleet.plugin.training_steps import TrainingSteps, training_path
 from stitchfleet.plugin.translation import check_sites
+from stitchfleet.plugin.twin import Diverter
+from stitchfleet.plugin.twin import build as build_twin
+from stitchfleet.plugin.warmup import ExecutorWarmup
 
 log = logging.getLogger("stitchfleet.plugin")
 
@@ -67,8 +70,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._judged: list[int] = []
         self._check_fetches: list[Any] = []
         self._setup_seconds = 0.0
-        self._warmup_seconds: list[float] = []
-        self.prebuild_seconds: float | None = None  # the check executor's build, once measured
+        self.prebuild_seconds: float | None = None  # the twin's executor builds in warmup, once measured
+        self.warmup = ExecutorWarmup(0)
         self._local = np.zeros(0)
         self._bridge: Any = None
         self._faults_seen = 0
@@ -79,6 +82,10 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._in_agreement = False
         self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
         self._positions: list[int] = []  # each controller cluster's place in that vector
+        self.diverter: Diverter | None = None  # runs a step on the stitched twin (see twin.py)
+        self._originals: dict[int, Site] = {}  # each installed cluster's site in the user's graph
+        self.loss_tensor: Any = None  # the loss in the user's graph, and its value on the twin
+        self.twin_loss: Any = None
 
     # --- SessionRunHook -------------------------------------------------------------------
 
@@ -93,6 +100,11 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def after_create_session(self, session: Any, coord: Any) -> None:
         # Accounting needs what this rank really uses (its GPUs or CPU cores), which only the
         # created session knows; the job runs on whatever happens here.
+        if self.diverter is not None:
+            try:
+                self.diverter.attach(session)  # a recovered session is attached anew
+            except Exception as err:
+                self._fault(err)
         if self.ledger is None:
             return
         try:
@@ -105,21 +117,28 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._in_step = self._in_agreement = False
         if self._agreeing is not None:
             return self._agreement_step(run_context.original_args.fetches)
-        if not self.active:
-            return None
-        try:
-            # Only training steps are touched (training_steps: its rule); any other run is left as written.
-            if self.training is None or not self.training.is_training(run_context.original_args.fetches):
-                return None
-        except Exception:
-            log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
+        if not self.active or not self._is_step(run_context):
             return None
         self._in_step = True
         try:
-            return self._before_run()
+            return self._before_run(run_context.session)
         except Exception as err:
             self._fault(err)
+            if self.diverter is not None:
+                self.diverter.armed = False
             return self._consensus_only()
+
+    def _is_step(self, run_context: Any) -> bool:
+        """Only training steps are touched (training_steps: its rule); any other run is left as written, and
+        so is one the twin cannot take (another session, a feed into what the twin computes)."""
+        try:
+            args = run_context.original_args
+            if self.training is None or not self.training.is_training(args.fetches):
+                return False
+            return self.diverter is not None and self.diverter.diverts(run_context.session, args.feed_dict)
+        except Exception:
+            log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
+            return False
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         if self._in_agreement:
@@ -128,6 +147,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if not self.active or not self._in_step:
             return
         try:
+            if self.diverter is not None and self.diverter.armed:
+                self.diverter.armed = False
+                raise RuntimeError("the step did not run through the session the twin is attached to")
             self._after_run(run_values.results or {})
         except Exception as err:
             self._fault(err)
@@ -166,7 +188,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         assert art.report is not None
         backend = resolve_backend(self.backend)
         known_bad = self.ledger.reverted()
-        sites, clusters = self._clusters(graph, conversion, art, backend, known_bad)
+        sites, clusters, mapped = self._clusters(graph, conversion, art, backend, known_bad)
         if current.translation_check and sites:
             refused = check_sites(graph, sites, current.tolerance_factor, current.cache_dir)
             for site, cluster in zip(sites, clusters, strict=True):
@@ -175,11 +197,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             kept = [k for k, site in enumerate(sites) if site.index not in refused]
             sites, clusters = [sites[k] for k in kept], [clusters[k] for k in kept]
         bridge = choose_bridge(current.bridge, backend, current.cache_dir)
-        rewired = rewire(graph, sites, [c.kernel for c in clusters], bridge)
+        twin = build_twin(graph, mapped) if sites else None
+        twin_sites = [twin.site(site) for site in sites] if twin is not None else []
+        rewired = rewire(graph, twin_sites, [c.kernel for c in clusters], bridge)
         self._bridge, self._faults_seen = bridge, bridge.faults() if bridge is not None else 0
+        self._originals = {site.index: site for site in sites}
         self._adopt(rewired, clusters)
         self.switches, self._switch_count = rewired.switches, len(self.installed)
-        self.loss_tensor = self._find_loss(graph, rewired)
+        self.loss_tensor = self._find_loss(graph)
+        if twin is not None:
+            self.diverter = Diverter(twin)
+            self.twin_loss = rewired.current(twin.tensor(self.loss_tensor)) if self.loss_tensor is not None else None
         self._setup_seconds = time.perf_counter() - started
         self.ledger.compiled(self._setup_seconds)
         log.info("stitchfleet: %d cluster(s) stitched, %d left off", len(self.installed), len(self.off))
@@ -196,11 +224,12 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.controller = Controller(
             [c for c, _ in self.installed], Timing.from_settings(self.settings), self.ledger, self.consensus.size
         )
+        self.warmup = ExecutorWarmup(self.controller.timing.warmup_steps)
         self.controller.pending.update(
             {k: "reverted by an earlier job" for k, (c, _) in enumerate(self.installed) if not c.enabled}
         )
         self.consensus.clusters = len(self.installed)
-        self.training.require([[t.op for t in done.switched] for _, done in self.installed])
+        self.training.require([self._originals[done.site.index].internal for _, done in self.installed])
         self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
         self.active = bool(self.installed)
 
@@ -236,12 +265,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def _clusters(
         self, graph: Any, conversion: Any, art: Any, backend: str, known_bad: set[str]
-    ) -> tuple[list[Site], list[Cluster]]:
-        """Each compiled cluster mapped onto the TF graph and built, or left to TF with the reason."""
+    ) -> tuple[list[Site], list[Cluster], list[Site]]:
+        """Each compiled cluster mapped onto the TF graph and built, or left to TF with the reason; and
+        every mapped cluster, built or not (the twin copies what depends on them: the same on every rank)."""
         assert self.consensus is not None
         current = self.settings
         sites: list[Site] = []
         clusters: list[Cluster] = []
+        mapped: list[Site] = []
         path, on_gpu = training_path(graph), placement.gpu_visible()
         deadline = time.perf_counter() + current.compile_budget
         for i, (cg, plan, summary) in enumerate(zip(art.cluster_graphs, art.stitch, art.report.clusters, strict=True)):
@@ -249,29 +280,34 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             if isinstance(plan, Decision):
                 self._off(i, fingerprint, plan.reason)
                 continue
-            if time.perf_counter() > deadline:
-                self._off(i, fingerprint, f"compile budget spent: {current.compile_budget:g} s of compiles in begin")
-                continue
             if self.agreement is not None and i >= SLOTS:
                 self._off(i, fingerprint, f"cluster {i} is past the {SLOTS} clusters Horovod ranks can agree on")
                 continue
             try:
                 site = map_cluster(graph, conversion, i, cg, plan)  # may redraw it at TF op granularity
                 left = _left_to_tf(site, path, on_gpu)
-                if left is not None:
-                    self._off(i, fingerprint, left)
-                    continue
-                fault = self.fault if self.fault is not None and self.fault.applies(i, self.consensus.rank) else None
-                kernel = ClusterKernel(site.graph, site.plan or plan, backend, current.cache_dir, fault)
             except UnmappableError as err:
                 self._off(i, fingerprint, f"not mapped: {err}")
                 continue
+            except Exception as err:
+                self._off(i, fingerprint, f"not mapped: {type(err).__name__}: {err}")
+                continue
+            if left is not None:
+                self._off(i, fingerprint, left)
+                continue
+            mapped.append(site)
+            if time.perf_counter() > deadline:
+                self._off(i, fingerprint, f"compile budget spent: {current.compile_budget:g} s of compiles in begin")
+                continue
+            try:
+                fault = self.fault if self.fault is not None and self.fault.applies(i, self.consensus.rank) else None
+                kernel = ClusterKernel(site.graph, site.plan or plan, backend, current.cache_dir, fault)
             except Exception as err:
                 self._off(i, fingerprint, f"{backend} compile failed: {type(err).__name__}: {err}")
                 continue
             sites.append(site)
             clusters.append(Cluster(i, fingerprint, kernel, len(cg.nodes), fingerprint not in known_bad))
-        return sites, clusters
+        return sites, clusters, mapped
 
     def _adopt(self, rewired: Rewired, clusters: list[Cluster]) -> None:
         for cluster, done in zip(clusters, rewired.clusters, strict=True):
@@ -288,7 +324,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.ledger is not None:
             self.ledger.event(kind, None, fingerprint, reason, detail=detail)
 
-    def _find_loss(self, graph: Any, rewired: Rewired) -> Any:
+    def _find_loss(self, graph: Any) -> Any:
         loss = self.loss
         if loss is None:
             losses = graph.get_collection(tf.compat.v1.GraphKeys.LOSSES)
@@ -298,51 +334,40 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
                 loss = graph.get_tensor_by_name("loss:0")
             except KeyError:
                 return None
-        return rewired.current(loss)
+        return loss
 
     # --- steps ----------------------------------------------------------------------------
 
-    def _before_run(self) -> Any:
-        assert self.controller is not None and self.consensus is not None
+    def _before_run(self, session: Any) -> Any:
+        assert self.controller is not None and self.consensus is not None and self.diverter is not None
         controller = self.controller
         self._poll_faults()
         self._local = controller.local(self.step)
         feeds, fetches = self.consensus.args(self._local)
         switches = np.zeros(self._switch_count, dtype=bool)
         switches[self._positions] = controller.switches(self.step)
-        feeds[self.switches] = switches
+        # Every switch off: the user's own graph runs, exactly plain TF. Otherwise the twin runs; the
+        # choice depends on the consensus-driven switches and the step number only, so Horovod ranks
+        # take the same path (and name the same collectives) at every step.
+        on_twin = bool(switches.any()) or self.step in self.warmup.builds
+        self.diverter.armed = on_twin
+        if on_twin:
+            feeds[self.switches] = switches
+        loss = self.twin_loss if on_twin else self.loss_tensor
         reached = self.training.reached if self.training is not None else frozenset()
-        if self.loss_tensor is not None and self.loss_tensor.op.name in reached:
-            fetches["loss"] = self.loss_tensor  # only a loss the step computes anyway (no feed it lacks)
+        if loss is not None and self.loss_tensor.op.name in reached:
+            fetches["loss"] = loss  # only a loss the step computes anyway (no feed it lacks)
+        # Only clusters switched on are judged, so a check step is always a twin step.
         self._judged = controller.judged(self.step)
         controller.count_checks(self._judged, self.step)
         self._checking = bool(self._judged)
-        if self._checking or self.step == self._prebuild_step:  # the latter judged by nobody: see _prebuilt
+        if self._checking or self.step == self.warmup.checks:  # the latter judged by nobody: see ExecutorWarmup
             # Every cluster's tensors, although only those switched on are judged: one fetch signature
             # for all check steps. A signature per probed cluster cost a new TF executor each (graph
             # pruning and grappler, ~300 ms on the demo model) the first time it ran.
             fetches["checks"] = self._check_fetches
         self._started = time.perf_counter()
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
-
-    @property
-    def _prebuild_step(self) -> int:
-        """The last warmup step (with at least one warmup step before it): it fetches what a check step
-        fetches, so TF builds that step's executor (graph pruning, grappler: ~0.5 s on the demo model) there."""
-        warmup = self.controller.timing.warmup_steps if self.controller is not None else 0
-        return warmup - 1 if warmup >= 2 else -1
-
-    def _prebuilt(self, seconds: float) -> None:
-        """Books the check executor's one-off build with the compile time (the report charges it as setup,
-        in the open): that step's time beyond the median of the warmup steps before it (not the first,
-        which built the training step's own executor)."""
-        if 0 < self.step < self._prebuild_step:
-            self._warmup_seconds.append(seconds)
-        if self.step != self._prebuild_step or self.ledger is None:
-            return
-        usual = float(np.median(self._warmup_seconds)) if self._warmup_seconds else 0.0
-        self.prebuild_seconds = max(seconds - usual, 0.0)
-        self.ledger.compiled(self._setup_seconds + self.prebuild_seconds)
 
     def _poll_faults(self) -> None:
         """Flags the clusters whose native op found NaN/Inf where TF's ops were finite (one read per step;
@@ -370,7 +395,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         seconds = time.perf_counter() - self._started
         controller = self.controller
         controller.timed(self.step, seconds, self._checking)
-        self._prebuilt(seconds)
+        if self.warmup.timed(self.step, seconds) and self.ledger is not None:
+            self.prebuild_seconds = self.warmup.seconds
+            self.ledger.compiled(self._setup_seconds + (self.prebuild_seconds or 0.0))
         loss = results.get("loss")
         if loss is not None and not math.isfinite(float(loss)) and controller.mode(self.step) in (STITCHED, PROBE):
             controller.loss_bad = True

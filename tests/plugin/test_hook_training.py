@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from stitchfleet.plugin.faults import Fault, FaultError
+from stitchfleet.plugin.twin import PREFIX
 from stitchfleet.telemetry import models as tables
 from tests.plugin.hook_harness import events, hooked, train
 
@@ -27,7 +28,8 @@ def test_stitched_training_matches_plain_training(tmp_path: Path) -> None:
     stitched_steps = STEPS - FIRST_STITCHED
     assert hook.installed and all(calls == stitched_steps for calls in hook.backend_calls.values())
     interiors = [op.name for _, done in hook.installed for op in done.site.internal]
-    assert any(n.startswith("gradients/") for n in interiors), "no backward cluster was stitched"
+    assert all(n.startswith(f"{PREFIX}/") for n in interiors), "stitching is installed on the twin only"
+    assert any(n.startswith(f"{PREFIX}/gradients/") for n in interiors), "no backward cluster was stitched"
     assert any(not n.startswith("gradients/") for n in interiors), "no forward cluster was stitched"
     assert hook.controller is not None and hook.controller.job_reverted is None
     assert all(c.enabled for c in hook.controller.clusters)

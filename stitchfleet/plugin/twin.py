@@ -1,0 +1,250 @@
+"""The stitched twin: a copy of the graph downstream of the clusters, where stitching is installed.
+
+Input: the TF graph (before it is finalized) and the mapped `Site`s. Output: a `Twin`: the
+copy's op names, `site(s)` (a Site moved onto the copy, for `rewrite.rewire`), `tensor(t)` /
+`element(x)` (what stands for an original tensor or op on the copy), and `run(...)`, which
+runs a `session.run` on the copy with the same result structure.
+
+Why a copy instead of rewiring the user's graph in place: a step with every cluster off then
+runs the graph exactly as the user built it (the same ops, the same executor, no dispatch op
+and no graph-function call per cluster), so a job where stitching loses costs nothing after
+its probes, and the baseline that the slowdown guard and the savings figures use is plain
+TensorFlow measured in the same job. Only steps with some cluster on (and the guard's check
+steps) run the copy.
+
+The copy holds every op that depends, through data or control edges, on an op of any mapped
+cluster: the rest of the forward pass, the gradients, the optimizer's updates, the train op.
+Every other op is shared (it computes the same value on either path, since it does not
+depend on a cluster), and so is state: an op with no data inputs that holds state (a
+variable, a queue) is never copied, so both paths update the same variables. Colocation with
+shared ops is kept. A TF1 while loop (control flow v1) is copied whole when part of it
+depends on a cluster, since a frame cannot be split between two copies; a loop whose ops
+cannot be found refuses the copy (`TwinError`), and the hook then leaves the job to TF.
+Stateful random ops that are copied draw from their own generator: a step on the copy and a
+step on the original draw different, equally valid, random values.
+
+Rank agreement: the copy is built from every mapped cluster (compiled or not), which depends
+only on the graph, so Horovod ranks whose compiles differ still copy the same ops and name
+the same collectives on each path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2, graph_pb2
+
+from stitchfleet.plugin.sites import Site
+
+PREFIX = "stitchfleet_twin"
+WHILE_V1 = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "NextIteration", "RefNextIteration", "LoopCond"})
+COLOCATION = "_class"
+
+
+class TwinError(ValueError):
+    """The copy cannot be built; the message is the reason recorded for the job."""
+
+
+def _name(text: str) -> str:
+    """The op name an input string of a NodeDef refers to ('^op', 'op', 'op:1')."""
+    return text.lstrip("^").split(":", 1)[0]
+
+
+def _shared_state(op: Any) -> bool:
+    """State every path must share: an op without data inputs that holds state (variables, queues)."""
+    return not op.inputs and op.op_def is not None and bool(op.op_def.is_stateful)
+
+
+def _outermost_loop(op: Any) -> Any:
+    context, found = op._get_control_flow_context(), None
+    while context is not None:
+        if context.IsWhileContext():
+            found = context
+        context = context.outer_context
+    return found
+
+
+def _loop_ops(graph: Any, members: set[str]) -> set[str]:
+    """Every op of each TF1 while loop that has an op among `members` (its frame is copied whole)."""
+    loops = set()
+    for name in members:
+        op = graph.get_operation_by_name(name)
+        loop = _outermost_loop(op)
+        if loop is not None:
+            loops.add(loop.name)
+        elif op.type in WHILE_V1:
+            raise TwinError(f"TF1 while-loop op {op.name!r} depends on a cluster and its loop is unknown")
+    if not loops:
+        return set()
+    return {
+        op.name
+        for op in graph.get_operations()
+        if (loop := _outermost_loop(op)) is not None and loop.name in loops and not _shared_state(op)
+    }
+
+
+def _downstream(graph: Any, seeds: Iterable[Any]) -> set[str]:
+    """The ops that depend on `seeds` (included) through data and control edges, loops closed."""
+    members: set[str] = set()
+    stack = list(seeds)
+    while True:
+        while stack:
+            op = stack.pop()
+            if op.name in members or _shared_state(op):
+                continue
+            members.add(op.name)
+            stack.extend(reader for t in op.outputs for reader in t.consumers())
+            stack.extend(op._control_outputs)
+        extra = _loop_ops(graph, members) - members
+        if not extra:
+            return members
+        stack = [graph.get_operation_by_name(name) for name in extra]
+
+
+def _copy_def(graph: Any, members: set[str]) -> tuple[Any, dict[str, Any], dict[str, list[bytes]]]:
+    """The members as a GraphDef, what their inputs from shared ops map to, and colocations with shared ops."""
+    graph_def = graph_pb2.GraphDef()
+    graph_def.versions.CopyFrom(graph.graph_def_versions)
+    input_map: dict[str, Any] = {}
+    colocated: dict[str, list[bytes]] = {}
+    for op in graph.get_operations():
+        if op.name not in members:
+            continue
+        node = graph_def.node.add()
+        node.CopyFrom(op.node_def)
+        for text in node.input:
+            if _name(text) in members:
+                continue
+            if text.startswith("^"):
+                input_map[text] = graph.get_operation_by_name(text[1:])
+            else:
+                key = text if ":" in text else f"{text}:0"
+                input_map[key] = graph.get_tensor_by_name(key)
+        if COLOCATION in node.attr:
+            groups = list(node.attr[COLOCATION].list.s)
+            outside = [g for g in groups if g.decode().removeprefix("loc:@") not in members]
+            if outside:
+                # The importer would look for the shared op under the copy's prefix: set after import.
+                colocated[op.name] = outside
+                inside = [g for g in groups if g not in outside]
+                del node.attr[COLOCATION].list.s[:]
+                node.attr[COLOCATION].list.s.extend(inside)
+                if not inside:
+                    del node.attr[COLOCATION]
+    return graph_def, input_map, colocated
+
+
+class Twin:
+    """The copy (see the module docstring) and the mapping of original names onto it."""
+
+    def __init__(self, graph: Any, members: frozenset[str]) -> None:
+        self.graph = graph
+        self.members = members
+
+    def op_name(self, name: str) -> str:
+        return f"{PREFIX}/{name}" if name in self.members else name
+
+    def tensor(self, tensor: Any) -> Any:
+        """What carries `tensor`'s value on the copy (itself when it is shared)."""
+        if tensor.op.name not in self.members:
+            return tensor
+        return self.graph.get_tensor_by_name(f"{PREFIX}/{tensor.name}")
+
+    def op(self, op: Any) -> Any:
+        return self.graph.get_operation_by_name(self.op_name(op.name)) if op.name in self.members else op
+
+    def element(self, element: Any) -> Any:
+        """A fetched graph element (tensor or op) on the copy."""
+        return self.op(element) if isinstance(element, tf.Operation) else self.tensor(element)
+
+    def site(self, site: Site) -> Site:
+        """`site` moved onto the copy: the rewrite then installs its cluster there."""
+        ops = self.op
+        folded = {self._tensor_name(name): value for name, value in site.folded.items()}
+        return replace(
+            site,
+            inputs=[self.tensor(t) for t in site.inputs],
+            outputs=[self.tensor(t) for t in site.outputs],
+            internal=[ops(op) for op in site.internal],
+            folded=folded,
+            shape_readers=[ops(op) for op in site.shape_readers],
+            control_readers=[ops(op) for op in site.control_readers],
+            ordering_readers=[ops(op) for op in site.ordering_readers],
+        )
+
+    def _tensor_name(self, name: str) -> str:
+        return f"{PREFIX}/{name}" if _name(name) in self.members else name
+
+    def diverts(self, feed_dict: Any) -> bool:
+        """False when the run feeds a tensor the copy computes: a fed intermediate value that a stitched
+        cluster would not see, so such a run stays on the original graph."""
+        for key in feed_dict or ():
+            tensor = key if isinstance(key, tf.Tensor) else None
+            if isinstance(key, str):
+                tensor = self.graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
+            if tensor is not None and tensor.op.name in self.members:
+                return False
+        return True
+
+    def run(self, run: Callable[..., Any], fetches: Any, feed_dict: Any, options: Any, run_metadata: Any) -> Any:
+        """`run(fetches, feed_dict, ...)` on the copy, its results in `fetches`' own structure (TF's fetch
+        mapper flattens the fetches and rebuilds the results, as `Session.run` itself does)."""
+        from tensorflow.python.client import session as tf_session
+
+        with self.graph.as_default():
+            mapper = tf_session._FetchMapper.for_fetch(fetches)
+        flat = [self.element(x) for x in mapper.unique_fetches()]
+        values = run(flat, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+        return mapper.build_results(values)
+
+
+class Diverter:
+    """Sends the next `session.run` of one session onto the copy, when armed.
+
+    A `SessionRunHook` cannot change the fetches of the run it joins, so the raw session that
+    `MonitoredSession` wraps gets a `run` that maps the run's fetches (the caller's and every
+    hook's) and feeds onto the copy when the hook armed it for this step, and calls the
+    session's own `run` untouched otherwise. A session it did not attach to is never diverted.
+    """
+
+    def __init__(self, twin: Twin) -> None:
+        self.twin = twin
+        self.session: Any = None
+        self.armed = False
+
+    def attach(self, session: Any) -> None:
+        own = session.run
+        twin = self.twin
+
+        def run(fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
+            if not self.armed:
+                return own(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+            self.armed = False
+            return twin.run(own, fetches, feed_dict, options, run_metadata)
+
+        session.run = run
+        self.session = session
+
+    def diverts(self, session: Any, feed_dict: Any) -> bool:
+        """Whether a run of `session` with these feeds can go to the copy: the attached session, no feed
+        into the copy."""
+        return session is not None and session is self.session and self.twin.diverts(feed_dict)
+
+
+def build(graph: Any, sites: Sequence[Site]) -> Twin:
+    """Copies the ops downstream of `sites` (see the module docstring); the graph must not be finalized."""
+    members = _downstream(graph, [op for site in sites for op in site.internal])
+    if not members:
+        raise TwinError("no op depends on a cluster")
+    graph_def, input_map, colocated = _copy_def(graph, members)
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, input_map=input_map, name=PREFIX)
+    for name, outside in colocated.items():
+        copy = graph.get_operation_by_name(f"{PREFIX}/{name}")
+        inside = [g for g in copy.colocation_groups() if g != b"loc:@" + copy.name.encode()]
+        groups = attr_value_pb2.AttrValue.ListValue(s=inside + outside)
+        copy._set_attr(COLOCATION, attr_value_pb2.AttrValue(list=groups))
+    return Twin(graph, frozenset(members))

@@ -1,0 +1,68 @@
+"""A step with every cluster off runs the user's own graph: exactly what plain TF runs.
+
+The hook installs stitching on a copy of what depends on the clusters (`plugin.twin`). These
+tests trace which TF nodes each step of a real training run (small BERT encoder, cpu backend)
+executed: baseline and warmup steps run the same nodes as a run without the plugin, stitched
+steps run the copy and none of the original ops it copies.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from stitchfleet.plugin import training_graphs as models
+from stitchfleet.plugin.hook import StitchHook
+from stitchfleet.plugin.schedule import BASELINE, STITCHED, WARMUP
+from stitchfleet.plugin.twin import PREFIX
+from tests.plugin.hook_harness import _feeds, hooked
+
+pytestmark = pytest.mark.tf
+
+STEPS = 14
+
+
+def _traced(steps: int, hook: StitchHook | None) -> list[tuple[str, set[str]]]:
+    """(mode before the step, names of the nodes it executed) per step."""
+    graph = models.build("bert_encoder", "small", seed=1)
+    traced = []
+    with graph.as_default():
+        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
+        feeds = _feeds(graph)
+        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.SOFTWARE_TRACE)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook] if hook else []) as session:
+            for step in range(steps):
+                controller = hook.controller if hook is not None else None
+                mode = controller.mode(step) if controller is not None else "plain"
+                if hook is not None and step in hook.warmup.builds:
+                    mode = "build"
+                metadata = tf.compat.v1.RunMetadata()
+                session.run([loss, train_op], feeds, options=options, run_metadata=metadata)
+                names = {n.node_name for d in metadata.step_stats.dev_stats for n in d.node_stats}
+                traced.append((mode, names))
+    return traced
+
+
+def _kernel_nodes(names: set[str]) -> set[str]:
+    # The executor traces its _SOURCE node and the fetch/feed nodes it adds per run: not the user's ops.
+    return {n for n in names if not n.startswith("_")}
+
+
+def test_steps_with_every_cluster_off_run_exactly_plain_tf(tmp_path: Path) -> None:
+    plain = _traced(3, None)
+    reference = _kernel_nodes(plain[-1][1])
+    hook, _ = hooked(tmp_path, "twin-trace", STITCHFLEET_WARMUP_STEPS="4")
+    traced = _traced(STEPS, hook)
+    assert hook.installed
+    modes = [mode for mode, _ in traced]
+    assert modes.count(BASELINE) >= 3 and modes.count(STITCHED) >= 3 and modes.count("build") == 2
+    for step, (mode, names) in enumerate(traced):
+        ran = _kernel_nodes(names)
+        if mode in (WARMUP, BASELINE) and step > 0:
+            assert ran == reference, f"step {step} ({mode}) ran other nodes than plain TF"
+        elif mode in (STITCHED, "build"):
+            assert any(n.startswith(f"{PREFIX}/") for n in ran), f"step {step} ({mode}) did not run the twin"
+            originals_copied = {n for n in ran if n in reference and f"{PREFIX}/{n}" in ran}
+            assert not originals_copied, f"step {step} ran original ops the twin copies: {sorted(originals_copied)[:5]}"
