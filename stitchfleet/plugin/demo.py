@@ -31,7 +31,7 @@ import tensorflow as tf
 from stitchfleet import settings as settings_module
 from stitchfleet.plugin.controller import Cluster, Controller
 from stitchfleet.plugin.hook import StitchHook
-from stitchfleet.plugin.schedule import PROBE
+from stitchfleet.plugin.schedule import PROBE, REFERENCE
 
 DIMS = {"batch": 8, "seq": 32, "hidden": 128, "heads": 4}
 
@@ -102,13 +102,15 @@ def _progress(hook: StitchHook, step: int, loss: float, times: list[float]) -> N
 
 
 def _phase(controller: Controller, step: int) -> str:
-    """What the step ran: warmup, baseline, `probe all` (every cluster on), `probe K` (cluster K alone),
-    stitched or reverted."""
+    """What the step ran: warmup, baseline, `probe all` (every cluster on), `probe K` / `without K` (the
+    halves of cluster K's pair: the enabled clusters with and without K), stitched or reverted."""
     mode = controller.mode(step)
-    if mode != PROBE:
+    if mode not in (PROBE, REFERENCE):
         return mode
     probed = controller.timing.probed(step)
-    return f"probe {controller.clusters[probed].index}" if probed is not None else "probe all"
+    if probed is None:
+        return "probe all"
+    return f"{'probe' if mode == PROBE else 'without'} {controller.clusters[probed].index}"
 
 
 def _decision(c: Cluster) -> str:
@@ -125,7 +127,7 @@ def _decisions(controller: Controller) -> None:
     if controller.group_proven is not None:
         verdict = "proven" if controller.group_proven else "not faster"
         print(f"\ngroup probe (every cluster on vs all off): {verdict}: {controller.group_probe}")
-    print("\nper-cluster decisions (probe: the cluster alone vs its paired baseline, medians per step):")
+    print("\nper-cluster decisions (probe: the enabled clusters with it vs without it, medians per step):")
     for c in controller.clusters:
         print(f"  cluster {c.index}: {_decision(c)}")
     if controller.stitching_off:
@@ -151,15 +153,17 @@ def plain_median(steps: int = PLAIN_STEPS) -> float:
 
 
 def _compare(plain: float, controller: Controller | None) -> None:
+    """The job's baseline (its own graph, plain TF inside the job) and stitched medians, beside plain TF timed
+    in a second session after the run (a cross-check of that baseline)."""
     base = controller.windows.baseline_median if controller is not None else None
     line = f"median step times: plain TF in a second session after the run {plain * 1e3:.2f} ms"
     if base is not None:
-        line += f"; baseline steps (the user's graph inside the job, the report's reference) {base * 1e3:.2f} ms"
-        line += f" ({(base - plain) / plain * 100:+.1f}%)"
+        line += f"; baseline steps (plain TF inside the job, the report's reference) {base * 1e3:.2f} ms"
+        line += f" ({(base - plain) / plain * 100:+.1f}% vs the second session)"
     stitched = controller.windows.stitched_median if controller is not None else None
     kept = controller is not None and controller.stitching_off is None and any(c.enabled for c in controller.clusters)
-    if stitched is not None and kept:
-        line += f"; stitched {stitched * 1e3:.2f} ms ({(stitched - plain) / plain * 100:+.1f}% vs plain TF)"
+    if stitched is not None and kept and base is not None:
+        line += f"; stitched {stitched * 1e3:.2f} ms ({(stitched - base) / base * 100:+.1f}% vs the baseline steps)"
     print(line)
 
 
