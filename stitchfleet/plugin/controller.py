@@ -321,6 +321,13 @@ class Controller:
         self.ledger.event("probe", step, None, "no cluster kept", detail=self.stitching_off)
 
     @property
+    def done(self) -> bool:
+        """No cluster can run stitched again in this job (the job reverted, no cluster kept, or every one
+        reverted): nothing is left to decide, so the hook stops adding anything to the job's steps. Every
+        rank sees it at the same step, since it follows from the summed decisions only."""
+        return self.job_reverted is not None or self.stitching_off is not None or not any(c.enabled for c in self.clusters)
+
+    @property
     def _stitching(self) -> bool:
         """Whether any cluster can still run stitched: with none on, a slow step is not the plugin's doing
         (regression: a job whose probes kept nothing was reverted "for slowdown" on one noisy step)."""

@@ -79,6 +79,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
         self._in_agreement = False
+        self._quiet = False  # this step runs untouched: stitching is over for the job (Controller.done)
         self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
         self._positions: list[int] = []  # each controller cluster's place in that vector
         self.diverter: Diverter | None = None  # runs a step on the stitched twin (see twin.py)
@@ -113,12 +114,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             log.warning("stitchfleet: could not measure this rank's devices: %s", err)
 
     def before_run(self, run_context: Any) -> Any:
-        self._in_step = self._in_agreement = False
+        self._in_step = self._in_agreement = self._quiet = False
         if self._agreeing is not None:
             return self._agreement_step(run_context.original_args.fetches)
         if not self.active or not self._is_step(run_context):
             return None
         self._in_step = True
+        if self.controller is not None and self.controller.done:
+            # Stitching is over for this job: the step runs as written (no fetch, feed or collective added:
+            # plain TF), only timed and counted for the job's telemetry.
+            self._quiet, self._started = True, time.perf_counter()
+            return None
         try:
             return self._before_run(run_context.session)
         except Exception as err:
@@ -144,6 +150,10 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self._agreed((run_values.results or {}).get("agreement"))
             return
         if not self.active or not self._in_step:
+            return
+        if self._quiet:
+            self._quiet = False
+            self._quiet_step(time.perf_counter() - self._started)
             return
         try:
             if self.diverter is not None and self.diverter.armed:
@@ -376,6 +386,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             finding = judge(done.site.graph, inputs, original, stitched, self.settings.tolerance_factor)
             controller.checked(self.step, k, finding)
         controller.decide(self.step, self.consensus.result(self._local, results))
+
+    def _quiet_step(self, seconds: float) -> None:
+        try:
+            assert self.controller is not None
+            self.controller.timed(self.step, seconds, False)
+        except Exception:
+            log.exception("stitchfleet: could not book step %d", self.step)
+        self.step += 1
 
     def _fault(self, err: Exception) -> None:
         log.exception("stitchfleet: plugin error at step %d; stitching reverts", self.step)

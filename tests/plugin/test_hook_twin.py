@@ -9,15 +9,19 @@ steps run the copy and none of the original ops it copies.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
 import tensorflow as tf
 
 from stitchfleet.plugin import training_graphs as models
+from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.hook import StitchHook
 from stitchfleet.plugin.schedule import BASELINE, STITCHED, WARMUP
 from stitchfleet.plugin.twin import PREFIX
-from tests.plugin.hook_harness import _feeds, hooked
+from stitchfleet.telemetry import models as tables
+from tests.plugin.hook_harness import _feeds, events, hooked, make_settings, train
 
 pytestmark = pytest.mark.tf
 
@@ -66,3 +70,38 @@ def test_steps_with_every_cluster_off_run_exactly_plain_tf(tmp_path: Path) -> No
             assert any(n.startswith(f"{PREFIX}/") for n in ran), f"step {step} ({mode}) did not run the twin"
             originals_copied = {n for n in ran if n in reference and f"{PREFIX}/{n}" in ran}
             assert not originals_copied, f"step {step} ran original ops the twin copies: {sorted(originals_copied)[:5]}"
+
+
+class _Returned(StitchHook):
+    """Records what `before_run` added to each training step (None: nothing)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.added: list[Any] = []
+
+    def before_run(self, run_context: Any) -> Any:
+        args = super().before_run(run_context)
+        self.added.append(args)
+        return args
+
+
+def test_once_stitching_is_over_the_hook_adds_nothing_to_a_step(tmp_path: Path) -> None:
+    """A really slower kernel reverts the job (slowdown guard); from the next step on the hook adds no fetch,
+    feed or collective (plain TF), yet keeps counting the steps for the job's telemetry."""
+    url = f"sqlite:///{tmp_path / 'telemetry.db'}"
+    current = make_settings(tmp_path, "quiet", STITCHFLEET_REBASELINE_EVERY="12")
+    hook = _Returned(current, backend="cpu", fault=Fault("slow", cluster=5), db_url=url)
+    steps = 60
+    train(steps, hook)
+    assert hook.controller is not None and hook.controller.done
+    reverted = hook.controller.job_reverted
+    assert reverted is not None and reverted.startswith("slowdown"), reverted
+    [revert] = events(url, "revert")
+    assert all(args is not None for args in hook.added[: revert.step + 1])
+    assert hook.added[revert.step + 1 :] == [None] * (steps - revert.step - 1)
+    assert hook.step == steps
+    engine = sa.create_engine(url)
+    with engine.connect() as connection:
+        counted = connection.execute(sa.select(sa.func.sum(tables.StepWindow.iterations))).scalar()
+    engine.dispose()
+    assert counted == steps
