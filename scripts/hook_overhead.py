@@ -96,7 +96,8 @@ def main() -> None:
     for name, values in times.items():
         median = statistics.median(values)
         print(f"{name:22s} median {median * 1e3:.3f} ms ({(median - plain) / plain * 100:+.2f}% vs plain TF)")
-    print(f"mean time in before_run + after_run: warmup {inside['warmup'] * 1e6:.1f} us, over {inside['done'] * 1e6:.1f} us")
+    warmup, over = inside["warmup"] * 1e6, inside["done"] * 1e6
+    print(f"mean time in before_run + after_run: warmup {warmup:.1f} us, stitching over {over:.1f} us")
 
 
 if __name__ == "__main__":

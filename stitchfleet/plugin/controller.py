@@ -325,7 +325,8 @@ class Controller:
         """No cluster can run stitched again in this job (the job reverted, no cluster kept, or every one
         reverted): nothing is left to decide, so the hook stops adding anything to the job's steps. Every
         rank sees it at the same step, since it follows from the summed decisions only."""
-        return self.job_reverted is not None or self.stitching_off is not None or not any(c.enabled for c in self.clusters)
+        over = self.job_reverted is not None or self.stitching_off is not None
+        return over or not any(c.enabled for c in self.clusters)
 
     @property
     def _stitching(self) -> bool:
