@@ -35,7 +35,7 @@ from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.rewrite import Installed, Rewired, rewire
 from stitchfleet.plugin.schedule import PROBE, REFERENCE, STITCHED, Timing
 from stitchfleet.plugin.sites import Site, StepOps
-from stitchfleet.plugin.training_steps import TrainingSteps
+from stitchfleet.plugin.training_steps import TrainingSteps, find_loss
 from stitchfleet.plugin.translation import check_sites
 from stitchfleet.plugin.twin import Diverter
 from stitchfleet.plugin.twin import build as build_twin
@@ -227,7 +227,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._originals = {site.index: site for site in sites}
         self._adopt(rewired, clusters)
         self.switches, self._switch_count = rewired.switches, len(self.installed)
-        self.loss_tensor = self._find_loss(graph)
+        self.loss_tensor = find_loss(graph, self.loss)
         if twin is not None:
             self.diverter = Diverter(twin)
             self.twin_loss = rewired.current(twin.tensor(self.loss_tensor)) if self.loss_tensor is not None else None
@@ -300,18 +300,6 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def _event(self, kind: str, fingerprint: str | None, reason: str, detail: str) -> None:
         if self.ledger is not None:
             self.ledger.event(kind, None, fingerprint, reason, detail=detail)
-
-    def _find_loss(self, graph: Any) -> Any:
-        loss = self.loss
-        if loss is None:
-            losses = graph.get_collection(tf.compat.v1.GraphKeys.LOSSES)
-            loss = losses[-1] if losses else None
-        if loss is None:
-            try:
-                loss = graph.get_tensor_by_name("loss:0")
-            except KeyError:
-                return None
-        return loss
 
     # --- steps ----------------------------------------------------------------------------
 
