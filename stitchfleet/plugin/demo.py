@@ -126,7 +126,7 @@ def _decision(c: Cluster) -> str:
 def _decisions(controller: Controller) -> None:
     if controller.group_proven is not None:
         verdict = "proven" if controller.group_proven else "not faster"
-        print(f"\ngroup probe (every cluster on vs all off): {verdict}: {controller.group_probe}")
+        print(f"\ngroup probe (every cluster on vs plain TF): {verdict}: {controller.group_probe}")
     print("\nper-cluster decisions (probe: the enabled clusters with it vs without it, medians per step):")
     for c in controller.clusters:
         print(f"  cluster {c.index}: {_decision(c)}")
