@@ -30,6 +30,7 @@ the same collectives on each path.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -202,27 +203,37 @@ class Twin:
 
 
 class Diverter:
-    """Sends the next `session.run` of one session onto the copy, when armed.
+    """Sends one `session.run` of one session onto the copy, when armed.
 
     A `SessionRunHook` cannot change the fetches of the run it joins, so the raw session that
     `MonitoredSession` wraps gets a `run` that maps the run's fetches (the caller's and every
-    hook's) and feeds onto the copy when the hook armed it for this step, and calls the
-    session's own `run` untouched otherwise. A session it did not attach to is never diverted.
+    hook's) onto the copy when the hook armed it for this step, and calls the session's own
+    `run` untouched otherwise. Feeds are never changed (a feed into the copy is refused before:
+    `Twin.diverts`). Arming holds for the arming thread's next run only: another thread's run of
+    the same session (an eval thread, say) is never diverted, nor does it use up the arming.
     """
 
     def __init__(self, twin: Twin) -> None:
         self.twin = twin
         self.session: Any = None
-        self.armed = False
+        self._thread: int | None = None  # the thread whose next run goes to the copy
+
+    @property
+    def armed(self) -> bool:
+        return self._thread is not None
+
+    @armed.setter
+    def armed(self, on: bool) -> None:
+        self._thread = threading.get_ident() if on else None
 
     def attach(self, session: Any) -> None:
         own = session.run
         twin = self.twin
 
         def run(fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
-            if not self.armed:
+            if self._thread is None or self._thread != threading.get_ident():
                 return own(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
-            self.armed = False
+            self._thread = None
             return twin.run(own, fetches, feed_dict, options, run_metadata)
 
         session.run = run
