@@ -159,6 +159,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             if self.diverter is not None and self.diverter.armed:
                 self.diverter.armed = False
                 raise RuntimeError("the step did not run through the session the twin is attached to")
+            if self.diverter is not None and self.diverter.failure is not None:
+                failure, self.diverter.failure = self.diverter.failure, None
+                self._fault(failure)  # the step ran again as written; stitching reverts for the job
             self._after_run(run_values.results or {})
         except Exception as err:
             self._fault(err)
@@ -229,7 +232,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.switches, self._switch_count = rewired.switches, len(self.installed)
         self.loss_tensor = find_loss(graph, self.loss)
         if twin is not None:
-            self.diverter = Diverter(twin)
+            self.diverter = Diverter(twin, owner=self, shared=("consensus",))
             self.twin_loss = rewired.current(twin.tensor(self.loss_tensor)) if self.loss_tensor is not None else None
         self._setup_seconds = time.perf_counter() - started
         self.ledger.compiled(self._setup_seconds)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
 
 from stitchfleet.plugin import training_graphs as models
 from stitchfleet.plugin.faults import Fault
@@ -150,3 +151,36 @@ def test_a_graph_with_tf1_control_flow_trains_the_same_on_the_twin(tmp_path: Pat
     assert hook.diverter is not None and any("while/LoopCond" in name for name in hook.diverter.twin.members)
     np.testing.assert_allclose(stitched, plain, rtol=2e-5)
     np.testing.assert_allclose([m for _, m in plain], [3 * 0.9 * loss for loss, _ in plain], rtol=1e-5)
+
+
+class _BrokenTwin(StitchHook):
+    """Breaks the twin after `begin`: the copy of a gradient's scalar constant (Square's 2) becomes a vector of
+    7, which no tensor of the model broadcasts with, so every run on the twin fails in TF's Mul kernel while
+    the user's graph is intact."""
+
+    def begin(self) -> None:
+        super().begin()
+        copy = tf.compat.v1.get_default_graph().get_operation_by_name(f"{PREFIX}/gradients/Square_grad/Const")
+        vector = tf.make_tensor_proto(np.full([7], 2.0, np.float32))
+        copy._set_attr("value", attr_value_pb2.AttrValue(tensor=vector))
+
+
+def test_a_step_that_fails_on_the_twin_runs_again_as_written_and_reverts_stitching(tmp_path: Path) -> None:
+    plain = train(12, None)
+    url = f"sqlite:///{tmp_path / 'telemetry.db'}"
+    hook = _BrokenTwin(make_settings(tmp_path, "broken-twin", STITCHFLEET_WARMUP_STEPS="4"), backend="cpu", db_url=url)
+    run = train(12, hook)
+    assert len(run.losses) == 12 and np.isfinite(run.losses).all()  # the job ran to its end
+    failed = min(hook.warmup.builds)  # the first step on the twin
+    np.testing.assert_allclose(run.losses[: failed + 1], plain.losses[: failed + 1], rtol=2e-5)
+    # The failed run had applied some updates before its error and the step ran again whole: training goes on
+    # from slightly different variables (a failure of the twin costs one perturbed step, never the job).
+    assert hook.controller is not None and hook.controller.done
+    reverted = hook.controller.job_reverted
+    assert reverted is not None and reverted.startswith("plugin error"), reverted
+    [revert] = events(url, "revert")
+    # The fault joins the next step's consensus (every rank keeps the same path until the decision, so
+    # Horovod ranks name the same collectives): the build step after it ran on the twin too, failed and ran
+    # again as written, and the revert holds from the step after that decision.
+    assert revert.step == failed + 2
+    assert min(hook.backend_calls.values()) == 0  # no stitched kernel ever ran
