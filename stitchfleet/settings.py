@@ -147,6 +147,7 @@ class Settings:
     ingest_audience: str = _knob(
         "stitchfleet", "Audience the pods' ingestion tokens are bound to (operator checks it)."
     )
+    ingest_token_seconds: int = _knob(3600, "Lifetime of the projected token the webhook gives pods.", minimum=600)
     ingest_timeout_seconds: float = _knob(10.0, "Longest one request to the ingestion endpoint may take.", minimum=0.1)
     ingest_max_backoff_seconds: float = _knob(
         60.0, "Longest wait between two shipping attempts while the endpoint is unreachable.", minimum=0.1

@@ -66,6 +66,7 @@ class InjectionConfig:
             ingest_url=ingest_url(current.webhook_service, current.operator_namespace),
             ingest_ca=ca_file.read_text() if ca_file.is_file() else "",
             ingest_audience=current.ingest_audience,
+            token_seconds=current.ingest_token_seconds,
         )
 
 
