@@ -85,9 +85,19 @@ class Shipper:
             log.exception("stitchfleet: could not spool %s (training continues)", type(row).__name__)
 
     def flush(self, timeout: float) -> bool:
-        """Ships now; True when every spool file of the directory was delivered within `timeout`."""
+        """Ships now; True when every spool file of the directory was delivered within `timeout`.
+
+        False at once when a delivery fails; a file the shipping thread is delivering right now is
+        waited for (it is gone when that delivery succeeds, or claimable again when it failed).
+        """
         deadline = time.monotonic() + timeout
-        return self._attempt(deadline) and not self.waiting_files()
+        while self._attempt(deadline):
+            if not self.waiting_files():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return False
 
     def waiting_files(self) -> list[Path]:
         """Spool files in the directory, this process's current one included while it holds rows."""

@@ -11,10 +11,10 @@ loopback; `pod_settings` are the settings an injected pod would get, pointing at
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import secrets
-import ssl
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -62,16 +62,27 @@ class TokenApi:
 
     issued: dict[str, IssuedToken] = field(default_factory=dict)
     api: kmock.KubernetesEmulator | None = None
+    # Cleared: reviews wait (an API server that is slow to answer); `pending` counts them.
+    open: asyncio.Event = field(default_factory=asyncio.Event)
+    pending: int = 0
+
+    def __post_init__(self) -> None:
+        self.open.set()
 
     def issue(self, namespace: str, pod_name: str, pod_uid: str, audience: str = AUDIENCE) -> str:
         token = secrets.token_urlsafe(32)
         self.issued[token] = IssuedToken(namespace, pod_name, pod_uid, audience)
         return token
 
-    def review(self, request: kmock.Request) -> dict[str, Any]:
+    async def review(self, request: kmock.Request) -> dict[str, Any]:
         # kmock keeps every created object by name; TokenReviews have none and are never stored.
         if self.api is not None:
             del self.api.objects[TOKENREVIEW_RESOURCE, None, None]
+        self.pending += 1
+        try:
+            await self.open.wait()
+        finally:
+            self.pending -= 1
         spec = (request.data or {}).get("spec") or {}
         wanted = spec.get("audiences") or []
         known = self.issued.get(str(spec.get("token")))
@@ -145,9 +156,7 @@ def make_service(api: kmock.KubernetesEmulator, db_url: str) -> tuple[IngestServ
 
 
 @contextlib.asynccontextmanager
-async def serving(
-    api: kmock.KubernetesEmulator, tls_dir: Path, db_url: str, port: int = 0
-) -> AsyncIterator[Endpoint]:
+async def serving(api: kmock.KubernetesEmulator, tls_dir: Path, db_url: str, port: int = 0) -> AsyncIterator[Endpoint]:
     """The webhook server with the ingestion endpoint on loopback (schema upgraded first)."""
     database.upgrade(db_url)
     ensure_self_signed(tls_dir, SERVICE, NAMESPACE)
@@ -180,8 +189,3 @@ def pod_settings(port: int, ca_pem: str, token_file: Path, state_dir: Path, **ex
 def as_shipped(rows: list[r.Row], pod_name: str) -> list[r.Row]:
     """The rows as the operator stores them for `pod_name`: the token's pod names the job's starts."""
     return [dataclasses.replace(row, pod_name=pod_name) if isinstance(row, r.JobStarted) else row for row in rows]
-
-
-def trusting(ca_pem: str) -> ssl.SSLContext:
-    """A client context that trusts only the endpoint's CA."""
-    return ssl.create_default_context(cadata=ca_pem)

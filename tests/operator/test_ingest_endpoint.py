@@ -77,7 +77,9 @@ async def test_a_pods_rows_land_as_its_jobs_and_a_replay_doubles_nothing(
         assert endpoint.service.reviewer.reviews == 1  # one TokenReview for the pod's many batches
         metrics = endpoint.metrics()
     stitched = sum(w.iterations for w in rows if isinstance(w, r.StepWindow) and w.mode == "stitched")
-    assert f'stitchfleet_job_iterations{{job="resnet-train",mode="stitched",namespace="vision"}} {stitched}.0' in metrics
+    assert (
+        f'stitchfleet_job_iterations{{job="resnet-train",mode="stitched",namespace="vision"}} {stitched}.0' in metrics
+    )
     assert 'stitchfleet_job_reverts{job="resnet-train",namespace="vision"} 1.0' in metrics
     assert denied(api_calls(kmock), "stitchfleet", NAMESPACE) == []  # tokenreviews create, pods get
 
