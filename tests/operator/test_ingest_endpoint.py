@@ -31,7 +31,8 @@ from ingest_harness import (
 
 from stitchfleet.operator.ingest import QUARANTINE, ROWS, own
 from stitchfleet.operator.pod_jobs import PodJob
-from stitchfleet.plugin.ingest_client import DeliveryError, Endpoint as ClientEndpoint, IngestClient
+from stitchfleet.plugin.ingest_client import DeliveryError, IngestClient
+from stitchfleet.plugin.ingest_client import Endpoint as ClientEndpoint
 from stitchfleet.telemetry import rows as r
 from tests.telemetry.test_recorder import reference_figures
 from tests.telemetry.workload import figures, workload
