@@ -15,6 +15,7 @@ At most `max_jobs` jobs are kept: the least recently updated one's series are re
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import OrderedDict
@@ -30,11 +31,27 @@ JOB_LABELS = ("namespace", "job")
 
 @dataclass
 class _JobFigures:
-    """The distinct windows and revert events of one job seen so far."""
+    """The distinct windows and revert events of one job seen so far, with running sums."""
 
     windows: dict[tuple[int, int], StepWindow] = field(default_factory=dict)
     reverts: set[str] = field(default_factory=set)
-    modes: set[str] = field(default_factory=set)
+    iterations: dict[str, int] = field(default_factory=dict)
+    step_seconds: dict[str, float] = field(default_factory=dict)
+    saved: float = 0.0
+
+    def add(self, window: StepWindow) -> None:
+        """Counts `window`; a window seen before (a replay, a rewrite) replaces its earlier figures."""
+        old = self.windows.get((window.rank, window.window_index))
+        if old is not None:
+            self._count(old, -1)
+        self.windows[(window.rank, window.window_index)] = window
+        self._count(window, 1)
+
+    def _count(self, window: StepWindow, sign: int) -> None:
+        mode = window.mode
+        self.iterations[mode] = self.iterations.get(mode, 0) + sign * window.iterations
+        self.step_seconds[mode] = self.step_seconds.get(mode, 0.0) + sign * window.step_seconds_sum
+        self.saved += sign * window.saved_seconds
 
 
 class JobMetrics:
@@ -81,28 +98,27 @@ class JobMetrics:
         figures = self._jobs.setdefault(labels, _JobFigures())
         self._jobs.move_to_end(labels)
         if isinstance(row, StepWindow):
-            figures.windows[(row.rank, row.window_index)] = row
-            figures.modes.add(row.mode)
+            figures.add(row)
         elif isinstance(row, Event) and row.kind == EventKind.REVERT:
             figures.reverts.add(row.uuid)
         return labels
 
     def _export(self, labels: tuple[str, str]) -> None:
         figures = self._jobs[labels]
-        for mode in figures.modes:
-            windows = [w for w in figures.windows.values() if w.mode == mode]
-            iterations = sum(w.iterations for w in windows)
+        for mode, iterations in figures.iterations.items():
             self.iterations.labels(*labels, mode).set(iterations)
-            self.step.labels(*labels, mode).set(sum(w.step_seconds_sum for w in windows) / iterations)
-        self.saved.labels(*labels).set(sum(w.saved_seconds for w in figures.windows.values()))
+            if iterations:
+                self.step.labels(*labels, mode).set(figures.step_seconds[mode] / iterations)
+        self.saved.labels(*labels).set(figures.saved)
         self.reverts.labels(*labels).set(len(figures.reverts))
         self.last.labels(*labels).set(time.time())
         while len(self._jobs) > self._max:
             self._forget(*self._jobs.popitem(last=False))
 
     def _forget(self, labels: tuple[str, str], figures: _JobFigures) -> None:
-        for mode in figures.modes:
+        for mode in figures.iterations:
             for metric in (self.iterations, self.step):
-                metric.remove(*labels, mode)
+                with contextlib.suppress(KeyError):  # a mode whose windows all moved has no step series
+                    metric.remove(*labels, mode)
         for metric in (self.saved, self.reverts, self.last):
             metric.remove(*labels)

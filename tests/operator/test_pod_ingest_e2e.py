@@ -142,7 +142,9 @@ async def test_a_tensorflow_only_pod_ships_its_windows_through_the_operator(
         other = tmp_path / "other-token"
         other.write_text(tokens.issue("research", "notebook-0", "pod-uid-other"))
         intruder = IngestClient(Endpoint.from_settings(_client_settings(pod_env, other)))
-        forged = r.StepWindow(r.JobKey("gpu-east", "vision", "resnet-train", JOB_UID), 0, 999, 0, 9, 10, "stitched", 1.0)
+        forged = r.StepWindow(
+            r.JobKey("gpu-east", "vision", "resnet-train", JOB_UID), 0, 999, 0, 9, 10, "stitched", 1.0
+        )
         with pytest.raises(DeliveryError) as refused:
             await asyncio.to_thread(intruder.post_rows, [forged])
         assert refused.value.status == 403
