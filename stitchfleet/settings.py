@@ -118,7 +118,9 @@ class Settings:
     slowdown_margin: float = _knob(
         0.05, "Revert when stitched steps are slower than baseline by this share.", minimum=0.0
     )
-    probe_steps: int = _knob(10, "Steps per probe window, baseline and one cluster alone (0: keep all).", minimum=0)
+    probe_steps: int = _knob(
+        10, "Steps per probe window: each half of a probe pair (0: keep all, no probes).", minimum=0
+    )
     probe_margin: float = _knob(0.01, "Keep a cluster only when it beats its baseline by this share.", minimum=0.0)
     probe_rounds: int = _knob(2, "Rounds of probe pairs (order alternates per round; medians pooled).", minimum=1)
     probe_group: bool = _knob(
