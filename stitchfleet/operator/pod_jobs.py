@@ -1,9 +1,12 @@
 """The job a verified pod may write rows for, from the pod as the API server stores it.
 
 Input: a `PodCaller` (from a TokenReview) and a way to read a pod (GET pods/{namespace}/{name}).
-Output: a `PodJob`: the namespace, pod name and the job's name and uid by the rule the webhook and
-the operator share (identity.py). Nothing comes from the request body: the token says which pod,
-the API server says which job that pod belongs to. A pod whose uid differs from the token's (a
+Output: a `PodJob`: the namespace, pod name and the job's name and uid: the literal
+STITCHFLEET_JOB_UID / STITCHFLEET_JOB_NAME in the pod's spec (what the webhook injected, or what
+the pod's author set to group pods into one job: the webhook never overrides it), else the rule the
+webhook and the operator share (identity.py). Nothing comes from the request body: the token says
+which pod, the API server's copy of that pod says which job; the process in the pod cannot change
+either. A pod whose uid differs from the token's (a
 new pod of the same name) or that is gone is refused. A pod's owner never changes, so answers are
 cached by pod uid (bounded).
 """
@@ -55,6 +58,21 @@ def api_pod_fetcher(api_client: Any, timeout: float) -> PodFetcher:
     return fetch
 
 
+def spec_literal(spec: Mapping[str, Any], name: str) -> str:
+    """The literal value of env var `name` in the pod's first container that sets one ("" if none).
+
+    Only literals: a valueFrom (fieldRef to the pod's uid, a ConfigMap) is resolved by the kubelet
+    and not visible here; the identity rule gives the same answer for the webhook's fieldRef.
+    """
+    for container in spec.get("containers") or []:
+        for variable in (container or {}).get("env") or []:
+            if isinstance(variable, Mapping) and variable.get("name") == name:
+                value = variable.get("value")
+                if isinstance(value, str) and value:
+                    return value
+    return ""
+
+
 class PodJobs:
     """Resolves callers to their jobs, caching by pod uid."""
 
@@ -79,7 +97,10 @@ class PodJobs:
             identity = identify(metadata)
         except MalformedPodError as err:
             raise Unauthenticated(f"pod {caller.namespace}/{caller.pod_name}: {err}") from None
-        job = PodJob(caller.namespace, caller.pod_name, identity.job_name, identity.job_uid or caller.pod_uid)
+        spec = pod.get("spec") or {}
+        job_uid = spec_literal(spec, "STITCHFLEET_JOB_UID") or identity.job_uid or caller.pod_uid
+        job_name = spec_literal(spec, "STITCHFLEET_JOB_NAME") or identity.job_name
+        job = PodJob(caller.namespace, caller.pod_name, job_name, job_uid)
         with self._lock:
             self._known[caller.pod_uid] = job
             while len(self._known) > self._max:

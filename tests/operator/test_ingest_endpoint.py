@@ -175,3 +175,22 @@ def test_rows_are_attributed_from_the_token_never_the_body() -> None:
     assert started.pod_name == "resnet-train-0-x7k2p"
     verdict = r.ClusterVerdict("fp", "reverted")
     assert own(verdict, job, CLUSTER) is verdict  # fleet-wide by design
+
+
+@pytest.mark.asyncio
+async def test_pods_their_author_grouped_into_one_job_write_for_that_job(
+    kmock: kmock.KubernetesEmulator, tokens: TokenApi, tmp_path: Path
+) -> None:
+    # The pod's author set STITCHFLEET_JOB_UID (the webhook keeps it): its rows are that job's.
+    grouped = job_pod("vision", "sweep-3", "pod-uid-3", "sweep", "owner-uid")
+    grouped["spec"]["containers"][0]["env"] = [{"name": "STITCHFLEET_JOB_UID", "value": "sweep-run-7"}]
+    add_pod(kmock, grouped)
+    key = r.JobKey(CLUSTER, "vision", "sweep", "sweep-run-7")
+    rows = [r.JobStarted(key), r.StepWindow(key, 0, 0, 0, 9, 10, "stitched", 1.0)]
+    async with serving(kmock, tmp_path / "tls", db(tmp_path)) as endpoint:
+        pod = client_for(endpoint, tmp_path, tokens.issue("vision", "sweep-3", "pod-uid-3"))
+        assert await asyncio.to_thread(pod.post_rows, rows) == 2
+        owner_key = dataclasses.replace(key, job_uid="owner-uid")  # the owner's uid is not what the pod says
+        with pytest.raises(DeliveryError, match="403"):
+            await asyncio.to_thread(pod.post_rows, [r.JobStarted(owner_key)])
+        assert [job[0] for job in figures(endpoint.url)["jobs"]] == ["sweep-run-7"]  # type: ignore[union-attr]
