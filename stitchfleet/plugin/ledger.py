@@ -55,7 +55,7 @@ class SpoolSink:
         self.spool.close()  # keeps the file: its rows wait for an ingest
 
 
-def shipping_sink(current: settings_module.Settings) -> tuple[Shipper, FleetMemory]:
+def make_shipper(current: settings_module.Settings) -> tuple[Shipper, FleetMemory]:
     """The pod's sink and fleet memory, both talking to the operator's ingestion endpoint."""
     client = IngestClient(Endpoint.from_settings(current))
     shipper = Shipper(
@@ -93,7 +93,7 @@ class Ledger:
 
     def _ship_or_spool(self, current: settings_module.Settings) -> None:
         try:
-            self.recorder, self.memory = shipping_sink(current)
+            self.recorder, self.memory = make_shipper(current)
         except (ValueError, OSError, ssl.SSLError) as err:  # a bad URL or CA: keep the rows on disk
             log.warning("stitchfleet: cannot ship telemetry (%s); rows go to the spool", err)
             self.recorder = SpoolSink(current.spool_dir)
