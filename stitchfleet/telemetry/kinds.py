@@ -47,6 +47,7 @@ class EventKind(enum.StrEnum):
     GUARD_CHECK = "guard_check"
     CLUSTER_ENABLED = "cluster_enabled"
     PROBE = "probe"  # a probed cluster left to TF (slower than its TF ops), or no cluster kept: not a revert
+    FLEET_MEMORY = "fleet_memory"  # the job began without the operator's quarantine (or from its cache)
 
 
 class Verdict(enum.StrEnum):
