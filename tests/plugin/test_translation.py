@@ -89,6 +89,31 @@ def test_the_demo_models_clusters_all_pass() -> None:
     assert check_sites(graph, sites, factor=8.0) == {}
 
 
+def test_an_output_that_cancels_to_zero_passes_in_float64() -> None:
+    """Regression (fresh-clone CI): a LayerNorm-like block's backward holds the gradient of its mean
+    subtraction, a sum that is exactly 0 in real arithmetic. Both float64 sides were ~1e-18 of rounding
+    noise, 194 apart once scaled by that output, so the cluster was refused against 1e-9 allowed and the
+    job ran without stitching; a cached pass from an earlier rule had hidden it on developer machines."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 16], name="x")
+        w = tf.compat.v1.get_variable("w", [16, 16])
+        h = tf.matmul(x, w)
+        mean = tf.reduce_mean(h, axis=-1, keepdims=True)
+        y = (h - mean) * tf.math.rsqrt(tf.reduce_mean(tf.square(h - mean), axis=-1, keepdims=True) + 1e-5)
+        loss = tf.reduce_mean(tf.square(tf.tanh(y)), name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        conversion = convert(StepOps(graph))
+        art = compile_graph(conversion.graph)
+        sites = [
+            map_cluster(graph, conversion, i, cg, plan)
+            for i, (cg, plan) in enumerate(zip(art.cluster_graphs, art.stitch, strict=True))
+            if not isinstance(plan, Decision)
+        ]
+    assert sites
+    assert check_sites(graph, sites, factor=8.0) == {}
+
+
 def test_promotion_computes_in_float64() -> None:
     graph = tf.Graph()
     with graph.as_default():
