@@ -16,7 +16,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, Table, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -146,6 +146,18 @@ def current_revision(engine: Engine) -> str | None:
 
     with engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
+
+
+def dialect_insert(connection: Connection, table: Table) -> Any:
+    """An INSERT of `table` with the dialect's ON CONFLICT clauses (PostgreSQL, SQLite); else DatabaseError."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    name = connection.dialect.name
+    if name == "postgresql":
+        return postgresql.insert(table)
+    if name == "sqlite":
+        return sqlite.insert(table)
+    raise DatabaseError(f"telemetry supports PostgreSQL and SQLite, not {name!r}")
 
 
 def safe_url(url: str) -> str:

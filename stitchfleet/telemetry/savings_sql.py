@@ -34,6 +34,8 @@ W = models.StepWindow
 E = models.Event
 # Ids per IN (...) list: well under the bound-parameter limits of SQLite and PostgreSQL.
 ID_CHUNK = 5000
+# Tables a weekly report needs: the rows, and the aggregates kept from them (migration 0003).
+REPORT_TABLES = ("jobs", "step_windows", "events", "task_weeks", "week_rollups")
 
 
 @dataclass(frozen=True)

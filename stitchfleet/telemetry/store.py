@@ -5,6 +5,8 @@ the database, such that writing the same batch again changes nothing: windows ar
 (job, rank, window index), events by uuid, jobs by (cluster, namespace, job name, job uid),
 clusters by fingerprint. Merges are order-independent (earliest start, latest end, worst status,
 largest compile time, sticky revert verdict), so replays in any order give the same figures.
+Every write also refreshes the touched tasks' weekly aggregates (task_weeks, week_rollups) in the
+same transaction, which is what keeps a weekly report at O(groups) rows.
 Works on PostgreSQL and SQLite (their ON CONFLICT clauses); other backends raise DatabaseError.
 """
 
@@ -14,10 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Column, ColumnElement, Connection, Table, case, select
-from sqlalchemy.dialects import postgresql, sqlite
 
-from stitchfleet.telemetry import models
-from stitchfleet.telemetry.database import DatabaseError
+from stitchfleet.telemetry import aggregates, models
+from stitchfleet.telemetry.database import dialect_insert
 from stitchfleet.telemetry.rows import (
     ClusterVerdict,
     Event,
@@ -38,13 +39,7 @@ JOB_KEY = ("cluster", "namespace", "job_name", "job_uid")
 JobIds = dict[JobKey, int]
 
 
-def _insert(connection: Connection, table: Table) -> Any:
-    name = connection.dialect.name
-    if name == "postgresql":
-        return postgresql.insert(table)
-    if name == "sqlite":
-        return sqlite.insert(table)
-    raise DatabaseError(f"telemetry supports PostgreSQL and SQLite, not {name!r}")
+_insert = dialect_insert
 
 
 def _ranked(column: ColumnElement[Any], ranks: Mapping[Any, int]) -> ColumnElement[int]:
@@ -197,11 +192,13 @@ def write_rows(connection: Connection, rows: Iterable[Row], ids: JobIds | None =
     """Upserts `rows` in the caller's transaction; returns how many rows were given.
 
     Windows and events go in one executemany each; within a batch the last row with a given
-    key wins, as it would have had the rows come in separate batches.
+    key wins, as it would have had the rows come in separate batches. Then the weekly
+    aggregates of every task the batch touched are refreshed (telemetry.aggregates).
     """
     ids = {} if ids is None else ids
     windows: dict[tuple[int, int, int], dict[str, Any]] = {}
     events: dict[str, dict[str, Any]] = {}
+    touched: set[int] = set()
     count = 0
     for row in rows:
         count += 1
@@ -212,8 +209,14 @@ def write_rows(connection: Connection, rows: Iterable[Row], ids: JobIds | None =
             events[row.uuid] = _event_values(row, job_id(connection, row.job, ids))
         else:
             _JOB_WRITERS[type(row)](connection, row)
+            if not isinstance(row, ClusterVerdict):
+                touched.add(job_id(connection, row.job, ids))
     if windows:
         _windows(connection, list(windows.values()))
     if events:
         _events(connection, list(events.values()))
+    touched.update(values["job_id"] for values in windows.values())
+    touched.update(values["job_id"] for values in events.values())
+    # The tasks' weekly aggregates follow their rows in the same transaction.
+    aggregates.refresh(connection, touched)
     return count
