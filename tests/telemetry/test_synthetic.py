@@ -3,7 +3,6 @@ bulk path writes exactly what the store's upserts would."""
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 
 import pytest
@@ -11,24 +10,9 @@ import pytest
 from stitchfleet.telemetry import rows as r
 from stitchfleet.telemetry import savings, synthetic
 from stitchfleet.telemetry.weeks import parse_week
+from tests.telemetry.report_compare import assert_same_report
 
 WEEK = parse_week("2026-W47")
-
-
-def assert_same_report(got: savings.WeeklyReport, expected: savings.WeeklyReport) -> None:
-    """Equal, floats up to summation order (PostgreSQL sums rows in whatever order it scans)."""
-
-    def split(item: object) -> tuple[list[object], list[float]]:
-        values = dataclasses.astuple(item)
-        floats = [v for v in values if isinstance(v, float)]
-        return [v for v in values if not isinstance(v, float)], floats
-
-    pairs = [*zip(got.jobs, expected.jobs, strict=True), *zip(got.rollups, expected.rollups, strict=True)]
-    pairs += [(got.totals, expected.totals), *zip(got.daily, expected.daily, strict=True)]
-    for mine, theirs in pairs:
-        (exact, floats), (exact_expected, floats_expected) = split(mine), split(theirs)
-        assert exact == exact_expected
-        assert floats == pytest.approx(floats_expected, rel=1e-9)
 
 
 def test_same_seed_same_rows_other_seed_other_rows() -> None:
