@@ -5,6 +5,7 @@ read from them equals the report recomputed from every row."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import shutil
 import tempfile
@@ -103,7 +104,7 @@ def test_any_arrival_order_gives_the_recomputed_figures(template: Path, arrival:
     sequence = [ROWS[index] for index in order] + [ROWS[index] for index in replays]
     sequence += [_corrected(ROWS[index]) for index in corrections]
     bounds = sorted({0, len(sequence), *(cut for cut in cuts if cut < len(sequence))})
-    batches = [sequence[start:end] for start, end in zip(bounds, bounds[1:], strict=False)]
+    batches = [sequence[start:end] for start, end in itertools.pairwise(bounds)]
     with tempfile.TemporaryDirectory(prefix="stitchfleet-example-") as folder:
         target = Path(folder) / "telemetry.db"
         shutil.copy(template, target)
