@@ -25,6 +25,7 @@ UNSPECIFIED = "unspecified"
 # Joins cluster, namespace and job name into one `job` rollup key; no Kubernetes name holds it.
 KEY_SEPARATOR = "\x1f"
 DAYS = 7
+_STITCHED = WindowMode.STITCHED.value
 VECTOR_FIELDS = (
     "tasks",
     "distributed_tasks",
@@ -117,7 +118,7 @@ class _Week:
         self.daily[day] += window.saved_seconds
         self.rank_iterations[window.rank] = self.rank_iterations.get(window.rank, 0) + window.iterations
         self.steps.setdefault(window.mode, []).append(window.step_seconds_sum / window.iterations)
-        if window.mode == WindowMode.STITCHED.value and window.baseline_step_seconds is not None:
+        if window.mode == _STITCHED and window.baseline_step_seconds is not None:
             self.reference.append(window.baseline_step_seconds)
 
 
@@ -129,9 +130,11 @@ def _weeks(windows: Iterable[WindowFacts]) -> tuple[dict[dt.date, _Week], dt.dat
     weeks: dict[dt.date, _Week] = {}
     first: dt.datetime | None = None
     for window in windows:
-        start = week_start(window.recorded_at)
-        day = (window.recorded_at.astimezone(dt.UTC).date() - start).days
-        weeks.setdefault(start, _Week()).add(window, day)
+        day = (
+            window.recorded_at if window.recorded_at.tzinfo is dt.UTC else window.recorded_at.astimezone(dt.UTC)
+        ).date()
+        start = day - dt.timedelta(days=day.weekday())
+        weeks.setdefault(start, _Week()).add(window, day.weekday())
         first = window.recorded_at if first is None or window.recorded_at < first else first
     return weeks, first
 

@@ -1,0 +1,106 @@
+"""Bulk loading of whole, new tasks: what a generator of data at scale writes (benchmarks, demos).
+
+Input: a Connection inside a transaction and tasks that the caller holds complete (a `jobs` row,
+every step window, every event). Output: the rows in the database, the jobs rows through one
+INSERT ... ON CONFLICT DO NOTHING RETURNING (tasks already stored are skipped whole), the windows
+through COPY on PostgreSQL or one plain executemany on SQLite, and the tasks' aggregates refreshed
+from the rows in memory (`aggregates.refresh` with `known`), so nothing is read back. The same
+table content as `store.write_rows` gives for these rows, at a fraction of its cost per row.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, insert
+
+from stitchfleet.telemetry import aggregates
+from stitchfleet.telemetry import task_weeks as tw
+from stitchfleet.telemetry.database import dialect_insert
+from stitchfleet.telemetry.kinds import EventKind
+
+JOB_KEY = ("cluster", "namespace", "job_name", "job_uid")
+# A window's values in this order, its job id first (the tuple the generator builds, job id aside).
+WINDOW_COLUMNS = (
+    "job_id",
+    "rank",
+    "window_index",
+    "first_step",
+    "last_step",
+    "iterations",
+    "mode",
+    "step_seconds_sum",
+    "baseline_step_seconds",
+    "saved_seconds",
+    "recorded_at",
+)
+_FACTS_OF_WINDOW = operator.itemgetter(*(WINDOW_COLUMNS.index(name) - 1 for name in tw.WindowFacts._fields))
+
+
+@dataclass(frozen=True)
+class BulkTask:
+    """One whole task: its jobs row values (natural key included), its windows (WINDOW_COLUMNS
+    without job_id) and its events (events columns without job_id)."""
+
+    job: dict[str, Any]
+    windows: Sequence[tuple[Any, ...]]
+    events: Sequence[dict[str, Any]]
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return tuple(self.job[name] for name in JOB_KEY)
+
+
+def _insert_jobs(connection: Connection, tasks: Sequence[BulkTask]) -> dict[tuple[str, ...], int]:
+    """Inserts the jobs rows; returns the ids of those that were new (existing keys are left alone)."""
+    table = aggregates.JOBS
+    stmt = dialect_insert(connection, table).on_conflict_do_nothing(index_elements=list(JOB_KEY))
+    stmt = stmt.returning(table.c.id, *(table.c[name] for name in JOB_KEY))
+    rows = connection.execute(stmt, [task.job for task in tasks])
+    return {tuple(row[1:]): int(row[0]) for row in rows}
+
+
+def _copy_windows(connection: Connection, rows: list[tuple[Any, ...]]) -> None:
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    if connection.dialect.name == "postgresql":
+        with (
+            driver.cursor() as cursor,
+            cursor.copy(f"COPY step_windows ({', '.join(WINDOW_COLUMNS)}) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                copy.write_row(row)
+        return
+    # SQLite: the driver's executemany with the column's own conversion of the time (as the ORM stores it).
+    to_text = aggregates.WINDOWS.c.recorded_at.type.bind_processor(connection.dialect)
+    assert to_text is not None
+    marks = ", ".join("?" * len(WINDOW_COLUMNS))
+    sql = f"INSERT INTO step_windows ({', '.join(WINDOW_COLUMNS)}) VALUES ({marks})"
+    driver.executemany(sql, [(*row[:-1], to_text(row[-1])) for row in rows])
+
+
+def _known(task: BulkTask) -> tuple[list[tw.WindowFacts], list[tw.RevertFacts]]:
+    windows = [tw.WindowFacts._make(_FACTS_OF_WINDOW(row)) for row in task.windows]
+    reverts = [
+        tw.RevertFacts(event["reason"] or "", event["occurred_at"], order)
+        for order, event in enumerate(task.events)
+        if event["kind"] == EventKind.REVERT.value
+    ]
+    return windows, reverts
+
+
+def load(connection: Connection, tasks: Sequence[BulkTask]) -> int:
+    """Writes the tasks not stored yet and refreshes their aggregates; returns the rows written."""
+    ids = _insert_jobs(connection, tasks)
+    fresh = [(ids[task.key], task) for task in tasks if task.key in ids]
+    windows = [(job, *row) for job, task in fresh for row in task.windows]
+    if windows:
+        _copy_windows(connection, windows)
+    events = [event | {"job_id": job} for job, task in fresh for event in task.events]
+    if events:
+        connection.execute(insert(aggregates.EVENTS), events)
+    aggregates.refresh(connection, [job for job, _ in fresh], known={job: _known(task) for job, task in fresh})
+    return len(fresh) + len(windows) + len(events)
