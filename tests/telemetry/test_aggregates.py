@@ -151,3 +151,60 @@ def test_a_revert_after_the_fact_moves_the_task(sqlite_url: str) -> None:
         assert_incremental_equals_scratch(engine)
     finally:
         engine.dispose()
+
+
+def test_upgrading_a_database_with_telemetry_fills_the_aggregates(sqlite_url: str) -> None:
+    """Rows written before migration 0003 (its tables dropped here) are in the first report after it."""
+    tiny_fleet.write_fleet(sqlite_url)
+    database.downgrade(sqlite_url, "0002")
+    database.upgrade(sqlite_url)
+    report = savings.weekly_summary(sqlite_url, "2026-W47")
+    assert report.totals.tasks == 4
+    assert_same_report(report, savings_scan.weekly_summary_scan(sqlite_url, "2026-W47"))
+
+
+def _write_retrying(engine: Engine, batches: Sequence[Sequence[r.Row]]) -> None:
+    """Writes batches as a writer does: a batch PostgreSQL aborted (deadlock) is written again."""
+    from sqlalchemy.exc import OperationalError
+
+    for batch in batches:
+        for attempt in range(ATTEMPTS):
+            try:
+                with engine.begin() as connection:
+                    store.write_rows(connection, batch)
+                break
+            except OperationalError as err:
+                if "deadlock" not in str(err) or attempt == ATTEMPTS - 1:
+                    raise
+
+
+ATTEMPTS = 8
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+def test_two_concurrent_writers_on_postgresql(pg_url: str) -> None:
+    """Two writers sending the same tasks in other orders at once: the kept aggregates stay exact."""
+    import threading
+
+    database.upgrade(pg_url)
+    engine = database.connect(pg_url, pool_size=2)
+    sequences = [random.Random(seed).sample(ROWS, len(ROWS)) for seed in (1, 2)]
+    failures: list[BaseException] = []
+
+    def writer(sequence: list[r.Row]) -> None:
+        try:
+            _write_retrying(engine, [sequence[start : start + 9] for start in range(0, len(sequence), 9)])
+        except BaseException as err:  # handed to the test thread
+            failures.append(err)
+
+    threads = [threading.Thread(target=writer, args=(sequence,)) for sequence in sequences]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(100)
+        assert not failures, failures
+        assert_incremental_equals_scratch(engine)
+    finally:
+        engine.dispose()
