@@ -1,24 +1,27 @@
 """Incremental rollups on the store's write path: refreshes `task_weeks` and `week_rollups`.
 
-Input: a Connection inside the writer's transaction and the ids of the tasks (`jobs` rows) whose
-rows were just written; optionally those tasks' windows and revert events, when the writer holds
-them whole (the synthetic generator). Output: each task's `task_weeks` rows recomputed from its
-jobs row, windows and revert events (`task_weeks.task_week_rows`), and `week_rollups` moved by the
-difference between the task's new rows and its old ones.
+Input: a Connection inside the writer's transaction, the ids of the tasks (`jobs` rows) whose
+rows were just written, and the windows written: each one's stored version before the write (None
+when new) and its new version. Output: each task's `task_weeks` rows moved by those window changes
+and re-derived from its jobs row and revert events (`task_weeks.task_week_rows`), and
+`week_rollups` moved by the difference between the task's new rows and its old ones.
 
-Recomputing a whole task makes replays, late rows, duplicates and reverts after the fact
-idempotent and independent of arrival order; adding differences keeps a weekly report at
-O(groups) rows. On PostgreSQL the tasks' jobs rows are locked first (FOR UPDATE, in id order),
-so two writers of one task refresh it one after the other and the second sees the first's rows;
-rollup rows are then updated in key order, so writers never wait on each other in a cycle.
+A write costs what it writes: the window sums move by differences, and what depends on the whole
+task (its device kind, status, revert reason, the week charged with its compile) is re-derived
+from its small jobs row, its revert events and its few task_weeks rows. Replays change nothing
+(a window identical to its stored version is no change), late rows and reverts after the fact
+move the sums like any other, in any order. On PostgreSQL a writer locks its tasks' jobs rows
+(FOR UPDATE, in id order) before it reads the stored windows, so two writers of one task take
+turns and the second moves the sums from the first's rows; rollup rows are updated in key order,
+so writers never wait on each other in a cycle. `rebuild` recomputes everything from scratch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Table, and_, bindparam, delete, insert, select
+from sqlalchemy import Connection, Table, and_, bindparam, delete, insert, select, tuple_
 
 from stitchfleet.telemetry import models
 from stitchfleet.telemetry import task_weeks as tw
@@ -30,23 +33,14 @@ WINDOWS: Table = models.StepWindow.__table__  # type: ignore[assignment]
 EVENTS: Table = models.Event.__table__  # type: ignore[assignment]
 TASK_WEEKS: Table = models.TaskWeek.__table__  # type: ignore[assignment]
 ROLLUPS: Table = models.WeekRollup.__table__  # type: ignore[assignment]
+T = TypeVar("T")
 ROLLUP_KEY = ("week_start", "dimension", "key", "device_kind")
 # Tasks per refresh round: their ids go in IN (...) lists, well under the bound-parameter limits.
 CHUNK = 2000
 
-# What a writer that holds tasks whole passes instead of having them read back: per job id,
-# its windows and revert events.
-Known = Mapping[int, tuple[Sequence[tw.WindowFacts], Sequence[tw.RevertFacts]]]
 
-
-def _chunks(ids: Sequence[int]) -> Iterable[Sequence[int]]:
-    return (ids[start : start + CHUNK] for start in range(0, len(ids), CHUNK))
-
-
-def _lock(connection: Connection, ids: Sequence[int]) -> None:
-    # SQLite has one writer at a time; PostgreSQL writers of a task must take turns.
-    if connection.dialect.name == "postgresql":
-        connection.execute(select(JOBS.c.id).where(JOBS.c.id.in_(ids)).order_by(JOBS.c.id).with_for_update())
+def _chunks(items: Sequence[T]) -> Iterable[Sequence[T]]:
+    return (items[start : start + CHUNK] for start in range(0, len(items), CHUNK))
 
 
 def _jobs(connection: Connection, ids: Sequence[int]) -> list[tw.JobFacts]:
@@ -68,11 +62,27 @@ def _jobs(connection: Connection, ids: Sequence[int]) -> list[tw.JobFacts]:
     ]
 
 
-def _windows(connection: Connection, ids: Sequence[int]) -> dict[int, list[tw.WindowFacts]]:
+def _windows(connection: Connection, ids: Sequence[int]) -> dict[int, list[tw.Change]]:
+    """Every window of the tasks `ids`, as new windows (a rebuild from scratch)."""
     columns = [WINDOWS.c.job_id, *(WINDOWS.c[name] for name in tw.WindowFacts._fields)]
-    found: dict[int, list[tw.WindowFacts]] = {}
+    found: dict[int, list[tw.Change]] = {}
     for row in connection.execute(select(*columns).where(WINDOWS.c.job_id.in_(ids))):
-        found.setdefault(row[0], []).append(tw.WindowFacts(*row[1:]))
+        found.setdefault(row[0], []).append((None, tw.WindowFacts(*row[1:])))
+    return found
+
+
+WindowKey = tuple[int, int, int]  # job id, rank, window index
+
+
+def stored_windows(connection: Connection, keys: Iterable[WindowKey]) -> dict[WindowKey, tw.WindowFacts]:
+    """The stored versions of the windows `keys` (those that exist), read before a writer replaces them."""
+    wanted = list(keys)
+    names = ("job_id", "rank", "window_index")
+    columns = [*(WINDOWS.c[name] for name in names), *(WINDOWS.c[name] for name in tw.WindowFacts._fields)]
+    found: dict[WindowKey, tw.WindowFacts] = {}
+    for chunk in _chunks(wanted):
+        query = select(*columns).where(tuple_(*(WINDOWS.c[name] for name in names)).in_(chunk))
+        found |= {(row[0], row[1], row[2]): tw.WindowFacts(*row[3:]) for row in connection.execute(query)}
     return found
 
 
@@ -118,16 +128,34 @@ def _apply(connection: Connection, moved: list[tuple[tw.GroupKey, list[float]]])
         )
 
 
-def _refresh_chunk(connection: Connection, ids: Sequence[int], known: Known | None) -> int:
-    _lock(connection, ids)
+def lock(connection: Connection, job_ids: Iterable[int]) -> None:
+    """Locks the tasks' jobs rows for the rest of the transaction (PostgreSQL), in id order.
+
+    A writer takes them before it reads the windows it is about to replace, so two writers of
+    one task take turns: the second sees the first's rows and moves the sums from there.
+    SQLite needs nothing: it has one writer at a time.
+    """
+    ids = sorted(set(job_ids))
+    if connection.dialect.name == "postgresql":
+        for chunk in _chunks(ids):
+            connection.execute(select(JOBS.c.id).where(JOBS.c.id.in_(chunk)).order_by(JOBS.c.id).with_for_update())
+
+
+Changes = Mapping[int, Sequence[tw.Change]]
+
+
+def _refresh_chunk(connection: Connection, ids: Sequence[int], changes: Changes) -> int:
     jobs = _jobs(connection, ids)
-    unknown = [job.id for job in jobs if known is None or job.id not in known]
-    windows = _windows(connection, unknown) if unknown else {}
-    reverts = _reverts(connection, unknown) if unknown else {}
-    for job, (job_windows, job_reverts) in (known or {}).items():
-        windows[job], reverts[job] = list(job_windows), list(job_reverts)
+    reverts = _reverts(connection, ids)
     old = _old_rows(connection, ids)
-    new = [row for job in jobs for row in tw.task_week_rows(job, windows.get(job.id, ()), reverts.get(job.id, ()))]
+    old_by_job: dict[int, list[dict[str, Any]]] = {}
+    for row in old:
+        old_by_job.setdefault(row["job_id"], []).append(row)
+    new = [
+        row
+        for job in jobs
+        for row in tw.task_week_rows(job, old_by_job.get(job.id, ()), changes.get(job.id, ()), reverts.get(job.id, ()))
+    ]
     moved: dict[tw.GroupKey, list[float]] = {}
     tw.add_into(moved, old, -1)
     tw.add_into(moved, new, 1)
@@ -136,14 +164,15 @@ def _refresh_chunk(connection: Connection, ids: Sequence[int], known: Known | No
     return len(new)
 
 
-def refresh(connection: Connection, job_ids: Iterable[int], known: Known | None = None) -> int:
-    """Recomputes the task-weeks of `job_ids` and moves the rollups; returns the task-weeks written.
+def refresh(connection: Connection, job_ids: Iterable[int], changes: Changes | None = None) -> int:
+    """Brings the task-weeks of `job_ids` up to date and moves the rollups; returns the task-weeks written.
 
-    `known` gives, for some of the tasks, all their windows and revert events (a writer that
-    has just inserted whole tasks); the others are read back from the database.
+    `changes` gives, per task, each window written since the last refresh: its stored version
+    before (None when new) and the version written. The caller holds the tasks' locks (`lock`)
+    since before it read those stored versions. Job rows and revert events are read afresh.
     """
     ids = sorted(set(job_ids))
-    return sum(_refresh_chunk(connection, chunk, known) for chunk in _chunks(ids))
+    return sum(_refresh_chunk(connection, chunk, changes or {}) for chunk in _chunks(ids))
 
 
 def rebuild(connection: Connection) -> int:
@@ -151,4 +180,5 @@ def rebuild(connection: Connection) -> int:
     connection.execute(delete(ROLLUPS))
     connection.execute(delete(TASK_WEEKS))
     ids = list(connection.execute(select(JOBS.c.id).order_by(JOBS.c.id)).scalars())
-    return refresh(connection, ids)
+    lock(connection, ids)
+    return sum(refresh(connection, chunk, _windows(connection, chunk)) for chunk in _chunks(ids))

@@ -4,7 +4,7 @@ Input: a Connection inside a transaction and tasks that the caller holds complet
 every step window, every event). Output: the rows in the database, the jobs rows through one
 INSERT ... ON CONFLICT DO NOTHING RETURNING (tasks already stored are skipped whole), the windows
 through COPY on PostgreSQL or one plain executemany on SQLite, and the tasks' aggregates refreshed
-from the rows in memory (`aggregates.refresh` with `known`), so nothing is read back. The same
+from the rows in memory (every window a change from nothing), so no window is read back. The same
 table content as `store.write_rows` gives for these rows, at a fraction of its cost per row.
 """
 
@@ -20,7 +20,6 @@ from sqlalchemy import Connection, insert
 from stitchfleet.telemetry import aggregates
 from stitchfleet.telemetry import task_weeks as tw
 from stitchfleet.telemetry.database import dialect_insert
-from stitchfleet.telemetry.kinds import EventKind
 
 JOB_KEY = ("cluster", "namespace", "job_name", "job_uid")
 # A window's values in this order, its job id first (the tuple the generator builds, job id aside).
@@ -82,14 +81,9 @@ def _copy_windows(connection: Connection, rows: list[tuple[Any, ...]]) -> None:
     driver.executemany(sql, [(*row[:-1], to_text(row[-1])) for row in rows])
 
 
-def _known(task: BulkTask) -> tuple[list[tw.WindowFacts], list[tw.RevertFacts]]:
-    windows = [tw.WindowFacts._make(_FACTS_OF_WINDOW(row)) for row in task.windows]
-    reverts = [
-        tw.RevertFacts(event["reason"] or "", event["occurred_at"], order)
-        for order, event in enumerate(task.events)
-        if event["kind"] == EventKind.REVERT.value
-    ]
-    return windows, reverts
+def _changes(task: BulkTask) -> list[tw.Change]:
+    # Every window of a new task is new: nothing stored to take away.
+    return [(None, tw.WindowFacts._make(_FACTS_OF_WINDOW(row))) for row in task.windows]
 
 
 def load(connection: Connection, tasks: Sequence[BulkTask]) -> int:
@@ -102,5 +96,6 @@ def load(connection: Connection, tasks: Sequence[BulkTask]) -> int:
     events = [event | {"job_id": job} for job, task in fresh for event in task.events]
     if events:
         connection.execute(insert(aggregates.EVENTS), events)
-    aggregates.refresh(connection, [job for job, _ in fresh], known={job: _known(task) for job, task in fresh})
+    # The jobs rows are this transaction's own (just inserted): no other writer can hold them.
+    aggregates.refresh(connection, [job for job, _ in fresh], {job: _changes(task) for job, task in fresh})
     return len(fresh) + len(windows) + len(events)

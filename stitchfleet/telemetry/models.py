@@ -131,7 +131,7 @@ class StepWindow(Base):
     __table_args__ = (UniqueConstraint("job_id", "rank", "window_index"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     rank: Mapped[int] = mapped_column(Integer)
     window_index: Mapped[int] = mapped_column(Integer)
     first_step: Mapped[int] = mapped_column(BigInteger)
@@ -186,9 +186,10 @@ class Cluster(Base):
 class TaskWeek(Base):
     """One task's figures of one ISO week, kept up to date by the store as its rows arrive.
 
-    Derived data (telemetry.aggregates rebuilds it from jobs, step windows and events): the
-    task's identity and accounting facts are copied here so that a report lists tasks, and
-    a refresh knows which rollups a stale row contributed to, without reading anything else.
+    Derived data (telemetry.aggregates keeps it, or rebuilds it from jobs, step windows and
+    events): the task's identity and accounting facts are copied here so that a report lists
+    tasks, and a refresh knows which rollups a stale row contributed to, without reading
+    anything else. Median step times are not kept (they cannot move by differences).
     """
 
     __tablename__ = "task_weeks"
@@ -206,13 +207,13 @@ class TaskWeek(Base):
     devices_per_rank: Mapped[int] = mapped_column(Integer)
     windows: Mapped[int] = mapped_column(Integer)
     iterations: Mapped[int] = mapped_column(BigInteger)
+    # {rank: its iterations this week}; `iterations` is the busiest rank's (ranks step in lockstep).
+    rank_iterations: Mapped[dict[str, int]] = mapped_column(JSON)
     # Saved wall seconds summed over ranks (x devices per rank = device-seconds).
     saved_seconds: Mapped[float] = mapped_column(Float)
     # Device-seconds: compile overhead (0 unless charged to this week) and net = gross - compile.
     compile_device_seconds: Mapped[float] = mapped_column(Float)
     net_device_seconds: Mapped[float] = mapped_column(Float)
-    baseline_step_seconds: Mapped[float | None] = mapped_column(Float)
-    stitched_step_seconds: Mapped[float | None] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(16))
     revert_reason: Mapped[str] = mapped_column(Text)
     # {revert reason label: revert events}, and the saved seconds of each UTC day, Monday first.
@@ -247,5 +248,7 @@ class WeekRollup(Base):
 
 
 Index("ix_events_kind_job", Event.kind, Event.job_id)
+# A task's windows of one week (median step times of the tasks a report lists); serves job_id alone too.
+Index("ix_step_windows_job_recorded", StepWindow.job_id, StepWindow.recorded_at)
 # The top and bottom tasks of a week and device kind come straight off this index.
 Index("ix_task_weeks_week_kind_net", TaskWeek.week_start, TaskWeek.device_kind, TaskWeek.net_device_seconds)

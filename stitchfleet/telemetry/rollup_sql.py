@@ -20,7 +20,8 @@ from stitchfleet.telemetry.weeks import Week
 TASK_WEEKS: Table = models.TaskWeek.__table__  # type: ignore[assignment]
 ROLLUPS: Table = models.WeekRollup.__table__  # type: ignore[assignment]
 REPORTED_DIMENSIONS = ("fleet", "namespace", "team", "model", "reason", "day")
-STREAM_BATCH = 5000
+# Tasks per batch of a stream: fetched together, their medians read together.
+STREAM_BATCH = 2000
 
 
 def week_groups(connection: Connection, week: Week) -> list[Row[Any]]:

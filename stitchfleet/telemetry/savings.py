@@ -23,9 +23,11 @@ Definitions:
   its reason is the label of its first revert event, else the status reason.
 
 `weekly_summary` reads the incremental aggregates the store keeps on every write
-(telemetry.aggregates): O(groups) rows, whatever the number of windows. `week_tasks` streams every
-task of the week (for the CSV). `savings_scan.weekly_summary_scan` recomputes the same report from
-every row, the reference the aggregates are tested against.
+(telemetry.aggregates): O(groups) rows, whatever the number of windows, plus the windows of the
+tasks it lists (their median step times, which cannot be kept by differences). `week_tasks`
+streams every task of the week (for the CSV), reading each batch's windows for its medians.
+`savings_scan.weekly_summary_scan` recomputes the same report from every row, the reference the
+aggregates are tested against.
 """
 
 from __future__ import annotations
@@ -205,10 +207,14 @@ def _hours(device_seconds: float) -> float:
     return device_seconds / SECONDS_PER_HOUR
 
 
-def job_savings(row: Any) -> JobSavings:
-    """A `task_weeks` row as the report's task figures."""
+Medians = dict[tuple[int, str], float]
+
+
+def job_savings(row: Any, medians: Medians) -> JobSavings:
+    """A `task_weeks` row as the report's task figures; `medians` from savings_sql.task_medians."""
     devices = row.world_size * row.devices_per_rank
-    baseline, stitched = row.baseline_step_seconds, row.stitched_step_seconds
+    baseline = medians.get((row.job_id, "baseline"), medians.get((row.job_id, "reference")))
+    stitched = medians.get((row.job_id, "stitched"))
     gross = row.saved_seconds * row.devices_per_rank / SECONDS_PER_HOUR
     compile_hours = _hours(row.compile_device_seconds)
     return JobSavings(
@@ -233,6 +239,12 @@ def job_savings(row: Any) -> JobSavings:
         status=row.status,
         revert_reason=row.revert_reason,
     )
+
+
+def with_medians(connection: Connection, week: Week, rows: Sequence[Any]) -> list[JobSavings]:
+    """The task figures of `rows` (task_weeks), their median step times read from their windows."""
+    medians = savings_sql.task_medians(connection, week, [row.job_id for row in rows])
+    return [job_savings(row, medians) for row in rows]
 
 
 def _device_totals(row: Any) -> DeviceTotals:
@@ -298,21 +310,18 @@ def _daily(groups: Sequence[Any], week: Week) -> tuple[DailySavings, ...]:
 Listed = tuple[tuple[JobSavings, ...], tuple[JobSavings, ...]]
 
 
-def _identity(job: JobSavings) -> tuple[str, str, str, str]:
-    return (job.cluster, job.namespace, job.job_name, job.job_uid)
-
-
 def _listed(connection: Connection, week: Week, kinds: Sequence[str], listed: int) -> Listed:
     """Per device kind, the `listed` tasks saving most, then the `listed` saving least (not already listed)."""
-    top: list[JobSavings] = []
-    bottom: list[JobSavings] = []
+    top: list[Any] = []
+    bottom: list[Any] = []
     for kind in kinds:
-        best = [job_savings(row) for row in rollup_sql.ranked_tasks(connection, week, kind, listed, top=True)]
-        shown = {_identity(job) for job in best}
-        worst = map(job_savings, rollup_sql.ranked_tasks(connection, week, kind, listed, top=False))
+        best = rollup_sql.ranked_tasks(connection, week, kind, listed, top=True)
+        shown = {row.job_id for row in best}
+        worst = rollup_sql.ranked_tasks(connection, week, kind, listed, top=False)
         top += best
-        bottom += [job for job in worst if _identity(job) not in shown]
-    return tuple(top), tuple(bottom)
+        bottom += [row for row in worst if row.job_id not in shown]
+    jobs = with_medians(connection, week, [*top, *bottom])
+    return tuple(jobs[: len(top)]), tuple(jobs[len(top) :])
 
 
 def _compute(connection: Connection, week: Week, listed: int) -> WeeklyReport:
@@ -368,9 +377,15 @@ def week_tasks(engine_or_url: Engine | str | None, week: Week | str) -> Iterator
     """Every task of `week`, GPU first, by net hours saved, largest first; streamed in constant memory.
 
     A generator: the database is opened on the first item and closed when it is exhausted or
-    closed. Errors as `weekly_summary`.
+    closed. Tasks come off one cursor in batches; each batch's median step times are read from
+    its tasks' windows on a second connection. Errors as `weekly_summary`.
     """
     chosen = _week(week)
-    with opened(engine_or_url) as connection:
+    with opened(engine_or_url) as connection, connection.engine.connect() as lookups:
+        batch: list[Any] = []
         for row in rollup_sql.streamed_tasks(connection, chosen):
-            yield job_savings(row)
+            batch.append(row)
+            if len(batch) == rollup_sql.STREAM_BATCH:
+                yield from with_medians(lookups, chosen, batch)
+                batch = []
+        yield from with_medians(lookups, chosen, batch)

@@ -225,6 +225,21 @@ def medians(connection: Connection, week: Week, job_ids: Sequence[int]) -> dict[
     return found
 
 
+def task_medians(connection: Connection, week: Week, job_ids: Sequence[int]) -> dict[tuple[int, str], float]:
+    """`medians`, for the tasks `job_ids` only: reads their windows of the week (index on job, time)."""
+    found: dict[tuple[int, str], float] = {}
+    for chunk in _chunks(job_ids):
+        for mode in (models.WindowMode.BASELINE, models.WindowMode.STITCHED):
+            series = _median(connection, _mean_step(week, mode).where(W.job_id.in_(chunk)))
+            found |= {(job, mode.value): value for job, value in series.items()}
+        lacking = [job for job in chunk if (job, "baseline") not in found]
+        if lacking:
+            found |= {
+                (job, "reference"): value for job, value in _median(connection, _reference(week, lacking)).items()
+            }
+    return found
+
+
 def first_revert_reasons(connection: Connection, job_ids: Sequence[int]) -> dict[int, str]:
     """Per task of `job_ids`: the reason label of its earliest revert event (any time)."""
     found: dict[int, str] = {}

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Column, ColumnElement, Connection, Table, case, select
 
 from stitchfleet.telemetry import aggregates, models
+from stitchfleet.telemetry.aggregates import WindowKey
 from stitchfleet.telemetry.database import dialect_insert
 from stitchfleet.telemetry.rows import (
     ClusterVerdict,
@@ -29,6 +30,7 @@ from stitchfleet.telemetry.rows import (
     Row,
     StepWindow,
 )
+from stitchfleet.telemetry.task_weeks import Change, WindowFacts
 
 JOBS: Table = models.Job.__table__  # type: ignore[assignment]
 WINDOWS: Table = models.StepWindow.__table__  # type: ignore[assignment]
@@ -188,35 +190,52 @@ _JOB_WRITERS: dict[type[Any], Any] = {
 }
 
 
+def _job_of(row: Row) -> JobKey | None:
+    return None if isinstance(row, ClusterVerdict) else row.job
+
+
+def _window_facts(values: Mapping[str, Any]) -> WindowFacts:
+    return WindowFacts(*(values[name] for name in WindowFacts._fields))
+
+
+def _window_changes(
+    windows: Mapping[WindowKey, dict[str, Any]], stored: Mapping[WindowKey, WindowFacts]
+) -> dict[int, list[Change]]:
+    """Per task, each window written that differs from its stored version: (stored or None, new)."""
+    changes: dict[int, list[Change]] = {}
+    for key, values in windows.items():
+        new, old = _window_facts(values), stored.get(key)
+        if new != old:
+            changes.setdefault(key[0], []).append((old, new))
+    return changes
+
+
 def write_rows(connection: Connection, rows: Iterable[Row], ids: JobIds | None = None) -> int:
     """Upserts `rows` in the caller's transaction; returns how many rows were given.
 
     Windows and events go in one executemany each; within a batch the last row with a given
-    key wins, as it would have had the rows come in separate batches. Then the weekly
-    aggregates of every task the batch touched are refreshed (telemetry.aggregates).
+    key wins, as it would have had the rows come in separate batches. The weekly aggregates of
+    every task the batch touched move with it (telemetry.aggregates): the tasks are locked
+    first (PostgreSQL), the stored versions of the batch's windows read, then everything written.
     """
     ids = {} if ids is None else ids
-    windows: dict[tuple[int, int, int], dict[str, Any]] = {}
+    batch = list(rows)
+    touched = {job_id(connection, key, ids) for key in map(_job_of, batch) if key is not None}
+    aggregates.lock(connection, touched)
+    windows: dict[WindowKey, dict[str, Any]] = {}
     events: dict[str, dict[str, Any]] = {}
-    touched: set[int] = set()
-    count = 0
-    for row in rows:
-        count += 1
+    for row in batch:
         if isinstance(row, StepWindow):
-            job = job_id(connection, row.job, ids)
+            job = ids[row.job]
             windows[(job, row.rank, row.window_index)] = _window_values(row, job)
         elif isinstance(row, Event):
-            events[row.uuid] = _event_values(row, job_id(connection, row.job, ids))
+            events[row.uuid] = _event_values(row, ids[row.job])
         else:
             _JOB_WRITERS[type(row)](connection, row)
-            if not isinstance(row, ClusterVerdict):
-                touched.add(job_id(connection, row.job, ids))
+    stored = aggregates.stored_windows(connection, windows) if windows else {}
     if windows:
         _windows(connection, list(windows.values()))
     if events:
         _events(connection, list(events.values()))
-    touched.update(values["job_id"] for values in windows.values())
-    touched.update(values["job_id"] for values in events.values())
-    # The tasks' weekly aggregates follow their rows in the same transaction.
-    aggregates.refresh(connection, touched)
-    return count
+    aggregates.refresh(connection, touched, _window_changes(windows, stored))
+    return len(batch)

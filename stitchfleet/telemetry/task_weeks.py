@@ -1,31 +1,31 @@
 """A task's weekly figures and what they add to the week's rollups: pure computation, no SQL.
 
-Input: one task's facts (its `jobs` row), its step windows and its revert events, as plain tuples
-read from the database (or held by a writer that has just written them). Output: the task's
-`task_weeks` rows (dicts, one per ISO week the task is active in) and, for such a row, what it
-adds to the `week_rollups` groups. The accounting rules are those of `savings` (see its module
-docstring): a window counts in the week holding its `recorded_at`; a task is active in a week
-when it has a window in it or started in it; compile overhead is charged to the week of its start
-(no recorded start: the week of its first window); device kind and devices per rank are what the
-ranks measured, else what was declared; a task is reverted when any revert event names it, or
-its status says so.
+Input: one task's facts (its `jobs` row), its `task_weeks` rows so far, the changes to its step
+windows since (each window's old version, if any, and its new one) and its revert events, as plain
+tuples. Output: the task's new `task_weeks` rows (dicts, one per ISO week the task is active in)
+and, for such a row, what it adds to the `week_rollups` groups. Window sums move by the changes
+only, so a write costs what it writes, never what the task already holds. The accounting rules are
+those of `savings` (see its module docstring): a window counts in the week holding its
+`recorded_at`; a task is active in a week when it has a window in it or started in it; compile
+overhead is charged to the week of its start (no recorded start: the week of its first window);
+device kind and devices per rank are what the ranks measured, else what was declared; a task is
+reverted when any revert event names it, or its status says so. Median step times are not kept
+here (a median cannot move by differences): reports read them from the windows of the tasks they list.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import statistics
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from stitchfleet.telemetry.kinds import DeviceKind, JobStatus, WindowMode
+from stitchfleet.telemetry.kinds import DeviceKind, JobStatus
 
 UNSPECIFIED = "unspecified"
 # Joins cluster, namespace and job name into one `job` rollup key; no Kubernetes name holds it.
 KEY_SEPARATOR = "\x1f"
 DAYS = 7
-_STITCHED = WindowMode.STITCHED.value
 VECTOR_FIELDS = (
     "tasks",
     "distributed_tasks",
@@ -62,14 +62,11 @@ class JobFacts(NamedTuple):
 
 
 class WindowFacts(NamedTuple):
-    """The columns of a `step_windows` row that the figures depend on."""
+    """The columns of a `step_windows` row that the sums depend on."""
 
     rank: int
     recorded_at: dt.datetime
     iterations: int
-    mode: str
-    step_seconds_sum: float
-    baseline_step_seconds: float | None
     saved_seconds: float
 
 
@@ -79,6 +76,10 @@ class RevertFacts(NamedTuple):
     reason: str
     occurred_at: dt.datetime
     id: int
+
+
+# A window written: its version before (None when new) and the version written.
+Change = tuple[WindowFacts | None, WindowFacts]
 
 
 def week_start(instant: dt.datetime) -> dt.date:
@@ -103,40 +104,46 @@ def accounting_devices_per_rank(job: JobFacts, kind: str) -> int:
 
 @dataclass
 class _Week:
-    """Running sums of one task's windows in one week."""
+    """One task's sums over its windows of one week: what the windows contribute to its row."""
 
     windows: int = 0
     saved: float = 0.0
-    rank_iterations: dict[int, int] = field(default_factory=dict)
-    steps: dict[str, list[float]] = field(default_factory=dict)
-    reference: list[float] = field(default_factory=list)
+    # Iterations per rank (JSON keys are text): ranks step in lockstep, the busiest one counts.
+    ranks: dict[str, int] = field(default_factory=dict)
     daily: list[float] = field(default_factory=lambda: [0.0] * DAYS)
 
-    def add(self, window: WindowFacts, day: int) -> None:
-        self.windows += 1
-        self.saved += window.saved_seconds
-        self.daily[day] += window.saved_seconds
-        self.rank_iterations[window.rank] = self.rank_iterations.get(window.rank, 0) + window.iterations
-        self.steps.setdefault(window.mode, []).append(window.step_seconds_sum / window.iterations)
-        if window.mode == _STITCHED and window.baseline_step_seconds is not None:
-            self.reference.append(window.baseline_step_seconds)
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> _Week:
+        return cls(row["windows"], row["saved_seconds"], dict(row["rank_iterations"]), list(row["daily_saved_seconds"]))
+
+    def add(self, window: WindowFacts, day: int, sign: int) -> None:
+        self.windows += sign
+        if self.windows == 0:  # no window left: exact zeros, not what adding and taking away leaves
+            self.saved, self.ranks, self.daily = 0.0, {}, [0.0] * DAYS
+            return
+        self.saved += sign * window.saved_seconds
+        self.daily[day] += sign * window.saved_seconds
+        rank = str(window.rank)
+        left = self.ranks.get(rank, 0) + sign * window.iterations
+        if left:
+            self.ranks[rank] = left
+        else:
+            self.ranks.pop(rank, None)
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+def _day(instant: dt.datetime) -> dt.date:
+    return (instant if instant.tzinfo is dt.UTC else instant.astimezone(dt.UTC)).date()
 
 
-def _weeks(windows: Iterable[WindowFacts]) -> tuple[dict[dt.date, _Week], dt.datetime | None]:
-    weeks: dict[dt.date, _Week] = {}
-    first: dt.datetime | None = None
-    for window in windows:
-        day = (
-            window.recorded_at if window.recorded_at.tzinfo is dt.UTC else window.recorded_at.astimezone(dt.UTC)
-        ).date()
-        start = day - dt.timedelta(days=day.weekday())
-        weeks.setdefault(start, _Week()).add(window, day.weekday())
-        first = window.recorded_at if first is None or window.recorded_at < first else first
-    return weeks, first
+def _apply(weeks: dict[dt.date, _Week], changes: Iterable[Change]) -> None:
+    """Moves each changed window out of its old version's week and into its new version's."""
+    for old, new in changes:
+        for window, sign in ((old, -1), (new, 1)):
+            if window is None:
+                continue
+            day = _day(window.recorded_at)
+            start = day - dt.timedelta(days=day.weekday())
+            weeks.setdefault(start, _Week()).add(window, day.weekday(), sign)
 
 
 def revert_outcome(job: JobFacts, reverts: Sequence[RevertFacts]) -> tuple[str, dict[str, int]]:
@@ -158,20 +165,10 @@ def revert_outcome(job: JobFacts, reverts: Sequence[RevertFacts]) -> tuple[str, 
     return "", {}
 
 
-def task_week_rows(
-    job: JobFacts, windows: Iterable[WindowFacts], reverts: Sequence[RevertFacts]
-) -> list[dict[str, Any]]:
-    """The `task_weeks` rows of one task: a row per week with a window or holding its start."""
-    weeks, first = _weeks(windows)
-    charged_at = job.started_at or first
-    charged = week_start(charged_at) if charged_at is not None else None
-    if job.started_at is not None:
-        weeks.setdefault(week_start(job.started_at), _Week())
+def _identity(job: JobFacts, reverts: Sequence[RevertFacts]) -> dict[str, Any]:
     kind = accounting_kind(job)
-    per_rank = accounting_devices_per_rank(job, kind)
-    devices = job.world_size * per_rank
     label, counts = revert_outcome(job, reverts)
-    identity = {
+    return {
         "job_id": job.id,
         "cluster": job.cluster,
         "namespace": job.namespace,
@@ -181,26 +178,50 @@ def task_week_rows(
         "model": job.model,
         "world_size": job.world_size,
         "device_kind": kind,
-        "devices_per_rank": per_rank,
+        "devices_per_rank": accounting_devices_per_rank(job, kind),
         "status": job.status,
         "revert_reason": label,
         "reverts": counts,
     }
+
+
+def task_week_rows(
+    job: JobFacts,
+    old_rows: Iterable[Mapping[str, Any]],
+    changes: Iterable[Change],
+    reverts: Sequence[RevertFacts],
+) -> list[dict[str, Any]]:
+    """The task's `task_weeks` rows after `changes` to its windows: a row per week with a window or holding its start.
+
+    `old_rows` are the task's rows before (none for a new task); `changes` are (old version or
+    None, new version) of each window written since; `reverts` are all its revert events. The
+    window sums move by the changes only: a write costs what it writes, not what the task holds.
+    """
+    weeks = {row["week_start"]: _Week.of(row) for row in old_rows}
+    _apply(weeks, changes)
+    started = week_start(job.started_at) if job.started_at is not None else None
+    if started is not None:
+        weeks.setdefault(started, _Week())
+    with_windows = [start for start, sums in weeks.items() if sums.windows > 0]
+    # Compile overhead goes to the week of the start, else to the week of the first window.
+    charged = started if started is not None else min(with_windows, default=None)
+    identity = _identity(job, reverts)
+    per_rank, devices = identity["devices_per_rank"], job.world_size * identity["devices_per_rank"]
     rows = []
     for start, sums in sorted(weeks.items()):
+        if sums.windows <= 0 and start != started:
+            continue
         compile_device_seconds = job.compile_seconds * devices if start == charged else 0.0
-        baseline = _median(sums.steps.get(WindowMode.BASELINE.value, []))
         rows.append(
             identity
             | {
                 "week_start": start,
                 "windows": sums.windows,
-                "iterations": max(sums.rank_iterations.values(), default=0),
+                "iterations": max(sums.ranks.values(), default=0),
+                "rank_iterations": sums.ranks,
                 "saved_seconds": sums.saved,
                 "compile_device_seconds": compile_device_seconds,
                 "net_device_seconds": sums.saved * per_rank - compile_device_seconds,
-                "baseline_step_seconds": baseline if baseline is not None else _median(sums.reference),
-                "stitched_step_seconds": _median(sums.steps.get(WindowMode.STITCHED.value, [])),
                 "daily_saved_seconds": sums.daily,
             }
         )

@@ -4,7 +4,8 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-22
 
-Both tables are derived data that the store keeps up to date on every write. Upgrading a
+Both tables are derived data that the store keeps up to date on every write. The step windows'
+index on job_id becomes one on (job_id, recorded_at): a task's windows of one week. Upgrading a
 database that already holds telemetry fills them from its rows (every task refreshed once, in
 chunks), so the first report after the upgrade shows the same figures as before it.
 """
@@ -36,11 +37,10 @@ def _create_task_weeks() -> None:
         sa.Column("devices_per_rank", sa.Integer(), nullable=False),
         sa.Column("windows", sa.Integer(), nullable=False),
         sa.Column("iterations", sa.BigInteger(), nullable=False),
+        sa.Column("rank_iterations", sa.JSON(), nullable=False),
         sa.Column("saved_seconds", sa.Float(), nullable=False),
         sa.Column("compile_device_seconds", sa.Float(), nullable=False),
         sa.Column("net_device_seconds", sa.Float(), nullable=False),
-        sa.Column("baseline_step_seconds", sa.Float(), nullable=True),
-        sa.Column("stitched_step_seconds", sa.Float(), nullable=True),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("revert_reason", sa.Text(), nullable=False),
         sa.Column("reverts", sa.JSON(), nullable=False),
@@ -76,6 +76,9 @@ def _create_week_rollups() -> None:
 
 
 def upgrade() -> None:
+    # A task's windows of one week are read by (job_id, recorded_at); the prefix serves job_id alone.
+    op.create_index("ix_step_windows_job_recorded", "step_windows", ["job_id", "recorded_at"])
+    op.drop_index("ix_step_windows_job_id", table_name="step_windows")
     _create_task_weeks()
     _create_week_rollups()
     # Derived from the rows already there: the same code the store runs on every write.
@@ -88,3 +91,5 @@ def downgrade() -> None:
     op.drop_table("week_rollups")
     op.drop_index("ix_task_weeks_week_kind_net", table_name="task_weeks")
     op.drop_table("task_weeks")
+    op.create_index("ix_step_windows_job_id", "step_windows", ["job_id"])
+    op.drop_index("ix_step_windows_job_recorded", table_name="step_windows")
