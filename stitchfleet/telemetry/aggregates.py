@@ -18,14 +18,15 @@ so writers never wait on each other in a cycle. `rebuild` recomputes everything 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Table, and_, bindparam, delete, insert, select, tuple_
+from sqlalchemy import JSON, Connection, Table, and_, bindparam, delete, insert, select, tuple_
 
 from stitchfleet.telemetry import models
 from stitchfleet.telemetry import task_weeks as tw
-from stitchfleet.telemetry.database import dialect_insert
+from stitchfleet.telemetry.database import copy_rows, dialect_insert
 from stitchfleet.telemetry.kinds import EventKind
 
 JOBS: Table = models.Job.__table__  # type: ignore[assignment]
@@ -37,6 +38,8 @@ T = TypeVar("T")
 ROLLUP_KEY = ("week_start", "dimension", "key", "device_kind")
 # Tasks per refresh round: their ids go in IN (...) lists, well under the bound-parameter limits.
 CHUNK = 2000
+# Task-weeks written at once from which PostgreSQL gets them by COPY rather than an executemany.
+COPY_FROM = 200
 
 
 def _chunks(items: Sequence[T]) -> Iterable[Sequence[T]]:
@@ -104,7 +107,13 @@ def _old_rows(connection: Connection, ids: Sequence[int]) -> list[dict[str, Any]
 def _replace_rows(connection: Connection, ids: Sequence[int], had_rows: bool, rows: list[dict[str, Any]]) -> None:
     if had_rows:
         connection.execute(delete(TASK_WEEKS).where(TASK_WEEKS.c.job_id.in_(ids)))
-    if rows:
+    if len(rows) >= COPY_FROM and connection.dialect.name == "postgresql":
+        # Many rows (a bulk load, a rebuild): COPY, JSON columns as their text.
+        columns = [column.name for column in TASK_WEEKS.columns]
+        as_json = {column.name for column in TASK_WEEKS.columns if isinstance(column.type, JSON)}
+        values = ([json.dumps(row[name]) if name in as_json else row[name] for name in columns] for row in rows)
+        copy_rows(connection, "task_weeks", columns, values)
+    elif rows:
         connection.execute(insert(TASK_WEEKS), rows)
 
 

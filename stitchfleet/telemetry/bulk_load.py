@@ -1,9 +1,10 @@
 """Bulk loading of whole, new tasks: what a generator of data at scale writes (benchmarks, demos).
 
 Input: a Connection inside a transaction and tasks that the caller holds complete (a `jobs` row,
-every step window, every event). Output: the rows in the database, the jobs rows through one
-INSERT ... ON CONFLICT DO NOTHING RETURNING (tasks already stored are skipped whole), the windows
-through COPY on PostgreSQL or one plain executemany on SQLite, and the tasks' aggregates refreshed
+every step window, every event). Output: the rows in the database: on PostgreSQL the jobs rows
+and windows by COPY (ids from the jobs sequence, stored keys looked up first), on SQLite the jobs
+through one INSERT ... ON CONFLICT DO NOTHING RETURNING and the windows through one plain
+executemany (either way tasks already stored are skipped whole), and the tasks' aggregates refreshed
 from the rows in memory (every window a change from nothing), so no window is read back. The same
 table content as `store.write_rows` gives for these rows, at a fraction of its cost per row.
 """
@@ -15,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, insert, select, text, tuple_
 
-from stitchfleet.telemetry import aggregates
+from stitchfleet.telemetry import aggregates, database
 from stitchfleet.telemetry import task_weeks as tw
 from stitchfleet.telemetry.database import dialect_insert
 
@@ -55,6 +56,8 @@ class BulkTask:
 
 def _insert_jobs(connection: Connection, tasks: Sequence[BulkTask]) -> dict[tuple[str, ...], int]:
     """Inserts the jobs rows; returns the ids of those that were new (existing keys are left alone)."""
+    if connection.dialect.name == "postgresql":
+        return _copy_jobs(connection, tasks)
     table = aggregates.JOBS
     stmt = dialect_insert(connection, table).on_conflict_do_nothing(index_elements=list(JOB_KEY))
     stmt = stmt.returning(table.c.id, *(table.c[name] for name in JOB_KEY))
@@ -62,17 +65,33 @@ def _insert_jobs(connection: Connection, tasks: Sequence[BulkTask]) -> dict[tupl
     return {tuple(row[1:]): int(row[0]) for row in rows}
 
 
+def _copy_jobs(connection: Connection, tasks: Sequence[BulkTask]) -> dict[tuple[str, ...], int]:
+    # COPY cannot skip conflicts nor return ids: the stored keys are looked up on the unique index,
+    # the ids drawn from the table's own sequence.
+    table = aggregates.JOBS
+    key = tuple_(*(table.c[name] for name in JOB_KEY))
+    stored: set[tuple[str, ...]] = set()
+    for start in range(0, len(tasks), aggregates.CHUNK):
+        chunk = [task.key for task in tasks[start : start + aggregates.CHUNK]]
+        stored |= {tuple(row) for row in connection.execute(select(*key.clauses).where(key.in_(chunk)))}
+    fresh = [task for task in tasks if task.key not in stored]
+    if not fresh:
+        return {}
+    draw = text("SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, :count)")
+    ids = [int(value) for value in connection.execute(draw, {"count": len(fresh)}).scalars()]
+    columns = ["id", *fresh[0].job]
+    database.copy_rows(
+        connection, "jobs", columns, ((job, *task.job.values()) for job, task in zip(ids, fresh, strict=True))
+    )
+    return {task.key: job for job, task in zip(ids, fresh, strict=True)}
+
+
 def _copy_windows(connection: Connection, rows: list[tuple[Any, ...]]) -> None:
+    if connection.dialect.name == "postgresql":
+        database.copy_rows(connection, "step_windows", WINDOW_COLUMNS, rows)
+        return
     driver = connection.connection.driver_connection
     assert driver is not None
-    if connection.dialect.name == "postgresql":
-        with (
-            driver.cursor() as cursor,
-            cursor.copy(f"COPY step_windows ({', '.join(WINDOW_COLUMNS)}) FROM STDIN") as copy,
-        ):
-            for row in rows:
-                copy.write_row(row)
-        return
     # SQLite: the driver's executemany with the column's own conversion of the time (as the ORM stores it).
     to_text = aggregates.WINDOWS.c.recorded_at.type.bind_processor(connection.dialect)
     assert to_text is not None

@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from stitchfleet.telemetry import rows as r
-from stitchfleet.telemetry import savings, synthetic
+from stitchfleet.telemetry import aggregates, savings, synthetic
 from stitchfleet.telemetry.weeks import parse_week
 from tests.telemetry.report_compare import assert_same_report
 
@@ -63,7 +63,11 @@ def test_bad_spec_is_refused() -> None:
         synthetic.FleetSpec(tasks=0)
 
 
-def test_bulk_and_upsert_paths_give_the_same_report(any_url: str, tmp_path: object) -> None:
+def test_bulk_and_upsert_paths_give_the_same_report(
+    any_url: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small enough a threshold that PostgreSQL's batches take the COPY path for task-weeks too.
+    monkeypatch.setattr(aggregates, "COPY_FROM", 10)
     spec = synthetic.FleetSpec(tasks=120, week=WEEK, seed=11)
     seen: list[tuple[int, int]] = []
     written = synthetic.generate(any_url, spec, batch_rows=500, progress=lambda done, total: seen.append((done, total)))
