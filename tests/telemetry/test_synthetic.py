@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from stitchfleet.telemetry import rows as r
 from stitchfleet.telemetry import aggregates, savings, synthetic
+from stitchfleet.telemetry import rows as r
 from stitchfleet.telemetry.weeks import parse_week
 from tests.telemetry.report_compare import assert_same_report
 
