@@ -216,7 +216,7 @@ def shown_jobs(report: WeeklyReport, top: int | None) -> tuple[tuple[JobSavings,
     if len(jobs) < report.totals.tasks:
         caption = (
             f"the {len(jobs):,} saving most of {report.totals.tasks:,} tasks, up to {top or report.listed:,} per "
-            "device kind, GPU first, by net hours saved (the jobs CSV lists every task)"
+            "device kind, GPU first, by net hours saved; the jobs CSV lists every task"
         )
     return jobs, caption
 
