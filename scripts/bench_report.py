@@ -6,8 +6,8 @@ database; --scan also times the from-scratch summary (O(rows), the old path) for
 Output: per backend, the rows and seconds to generate the week (bulk load, aggregates included),
 the database size, the seconds of `weekly_summary` (cold and warm), of the operator's rollup (CPU
 seconds of its thread, and of the PostgreSQL backend that served it), of rendering Markdown, HTML
-and the rollups CSV and their sizes, of streaming the jobs CSV to a file (its size, and the Python
-heap peak while streaming, measured with tracemalloc in a second pass), and the headline figures.
+and the rollups CSV and their sizes, of `stitchfleet report weekly --format csv` streaming every
+task to a file (its size, and the command's peak resident memory), and the headline figures.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
-import tracemalloc
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -85,23 +86,15 @@ def bench_rollup(url: str, spec: synthetic.FleetSpec) -> None:
 
 
 def bench_csv(url: str, week: weeks.Week, folder: Path) -> None:
-    """Streams the jobs CSV to a file: time and size, then the Python heap peak in a traced second pass."""
+    """`stitchfleet report weekly --format csv` (every task) into a file, in a child process: its time,
+    the file's size and the child's peak resident memory (what streaming costs, whatever the fleet)."""
     target = folder / "jobs.csv"
-
-    def write() -> int:
-        with target.open("w", encoding="utf-8") as handle:
-            count = 0
-            for line in report_text.jobs_csv_lines(week, savings.week_tasks(url, week)):
-                handle.write(line)
-                count += 1
-        return count - 1
-
-    tasks = timed("jobs csv streamed to a file", write)
-    tracemalloc.start()
-    write()
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    print(f"  jobs csv: {tasks:,} tasks, {target.stat().st_size / 1e6:,.1f} MB; heap peak {peak / 1e6:.1f} MB")
+    command = [sys.executable, "-m", "stitchfleet.cli", "report", "weekly", "--db", url, "--week", week.label]
+    command += ["--format", "csv", "--output", str(target)]
+    root = str(Path(__file__).resolve().parents[1])
+    timed("jobs csv (the CLI, a child process)", lambda: subprocess.run(command, check=True, cwd=root))
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1e3  # kilobytes on Linux
+    print(f"  jobs csv: {target.stat().st_size / 1e6:,.1f} MB; peak RSS of the command {peak:,.0f} MB")
 
 
 def bench(url: str, spec: synthetic.FleetSpec, folder: Path, scan: bool) -> None:
