@@ -7,7 +7,9 @@ Create Date: 2026-11-22
 Both tables are derived data that the store keeps up to date on every write. The step windows'
 index on job_id becomes one on (job_id, recorded_at): a task's windows of one week. Upgrading a
 database that already holds telemetry fills them from its rows (every task refreshed once, in
-chunks), so the first report after the upgrade shows the same figures as before it.
+chunks), so the first report after the upgrade shows the same figures as before it. The fill runs
+the package's `aggregates.rebuild`, i.e. the code installed with this revision: a later revision
+that changes these tables must bring its own fill rather than rely on this one's.
 """
 
 from __future__ import annotations
