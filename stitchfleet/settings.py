@@ -118,7 +118,9 @@ class Settings:
     slowdown_margin: float = _knob(
         0.05, "Revert when stitched steps are slower than baseline by this share.", minimum=0.0
     )
-    probe_steps: int = _knob(10, "Steps per probe window, baseline and one cluster alone (0: keep all).", minimum=0)
+    probe_steps: int = _knob(
+        10, "Steps per probe window: each half of a probe pair (0: keep all, no probes).", minimum=0
+    )
     probe_margin: float = _knob(0.01, "Keep a cluster only when it beats its baseline by this share.", minimum=0.0)
     probe_rounds: int = _knob(2, "Rounds of probe pairs (order alternates per round; medians pooled).", minimum=1)
     probe_group: bool = _knob(
@@ -136,6 +138,26 @@ class Settings:
     state_dir: Path = _knob(_default_state_dir(), "Local state: default SQLite file and the spool.")  # noqa: RUF009
     metrics_port: int = _knob(0, "Serve Prometheus metrics on this port (0: off).", minimum=0)
     flush_seconds: float = _knob(5.0, "Longest a clean shutdown waits for telemetry to flush.", minimum=0.0)
+    # telemetry from a pod: shipped to the operator's ingestion endpoint (the webhook injects these)
+    ingest_url: str = _knob("", "HTTPS URL of the operator's ingestion endpoint (empty: local mode, no operator).")
+    ingest_ca: str = _knob("", "PEM of the CA that signs the ingestion endpoint's certificate (empty: system CAs).")
+    ingest_server_name: str = _knob("", "Name the endpoint's certificate must carry (empty: the URL's host).")
+    ingest_token_file: Path = _knob(  # noqa: RUF009
+        Path("/var/run/secrets/stitchfleet.io/token/token"),
+        "The pod's projected ServiceAccount token (re-read per request).",
+    )
+    ingest_audience: str = _knob(
+        "stitchfleet", "Audience the pods' ingestion tokens are bound to (operator checks it)."
+    )
+    ingest_token_seconds: int = _knob(3600, "Lifetime of the projected token the webhook gives pods.", minimum=600)
+    ingest_timeout_seconds: float = _knob(10.0, "Longest one request to the ingestion endpoint may take.", minimum=0.1)
+    ingest_max_backoff_seconds: float = _knob(
+        60.0, "Longest wait between two shipping attempts while the endpoint is unreachable.", minimum=0.1
+    )
+    ingest_batch_rows: int = _knob(500, "Rows per request to the ingestion endpoint.", minimum=1)
+    fleet_memory_timeout_seconds: float = _knob(
+        3.0, "Longest `begin` waits for the fleet's quarantined clusters from the operator.", minimum=0.1
+    )
     # job identity (the admission webhook fills these from labels and the downward API)
     cluster: str = _knob("local", "Kubernetes cluster name.")
     namespace: str = _knob("default", "Namespace of the job.")
@@ -162,8 +184,6 @@ class Settings:
         10.0, "Longest the operator waits on one of its own Kubernetes API calls.", minimum=0.1
     )
     shim_image: str = _knob(f"stitchfleet:{__version__}", "Image of the init container that copies the boot shim.")
-    db_secret_name: str = _knob("stitchfleet-db", "Secret holding the database URL, in each job's namespace.")
-    db_secret_key: str = _knob("url", "Key of the database URL in that Secret.")
 
     @property
     def sqlite_path(self) -> Path:

@@ -3,8 +3,11 @@
 Input: a Pod as the API server sends it in an AdmissionReview (a JSON dict) and an
 `InjectionConfig`. Output: a `Mutation`: RFC 6902 JSONPatch operations (paths
 escaped per RFC 6901) that give every container the STITCHFLEET_* identity, the
-database URL from a Secret, and the boot shim on PYTHONPATH; plus warnings for the
-user. The patch never overwrites a variable the user set, an explicit
+operator's ingestion endpoint (URL and CA) with a projected ServiceAccount token bound
+to its audience, a writable state dir for the spool (an emptyDir: it outlives a
+container's restart), and the boot shim on PYTHONPATH; plus warnings for the user.
+The pod gets no database credentials: the operator is the only writer.
+The patch never overwrites a variable the user set, an explicit
 `stitchfleet.io/enabled: "false"` always wins, an annotated pod gets an empty patch
 (a second pass changes nothing), and a malformed pod gets an empty patch and a
 warning: the webhook never blocks a pod.
@@ -18,6 +21,8 @@ from typing import Any
 
 from stitchfleet import __version__
 from stitchfleet.operator.identity import GPU_RESOURCE, LABEL_ENABLED, MalformedPodError, gpu_count, identify
+from stitchfleet.operator.ingest import BASE as INGEST_BASE
+from stitchfleet.operator.tls import CA_FILE
 from stitchfleet.settings import Settings
 
 LABEL_TEAM = "stitchfleet.io/team"
@@ -28,6 +33,11 @@ SHIM_VOLUME = "stitchfleet-shim"
 SHIM_MOUNT = "/opt/stitchfleet"
 SHIM_PATH = f"{SHIM_MOUNT}/shim"
 SHIM_COMMAND = ("stitchfleet", "shim", "install", SHIM_MOUNT)
+TOKEN_VOLUME = "stitchfleet-token"
+TOKEN_MOUNT = "/var/run/secrets/stitchfleet.io/token"
+TOKEN_FILE = "token"
+STATE_VOLUME = "stitchfleet-state"
+STATE_MOUNT = "/var/lib/stitchfleet"
 PYTHONPATH = "PYTHONPATH"
 
 Operation = dict[str, Any]
@@ -40,19 +50,29 @@ class InjectionConfig:
 
     cluster: str
     shim_image: str
-    db_secret_name: str = "stitchfleet-db"
-    db_secret_key: str = "url"
+    ingest_url: str = ""
+    ingest_ca: str = ""
+    ingest_audience: str = "stitchfleet"
+    token_seconds: int = 3600
     version: str = __version__
 
     @classmethod
     def from_settings(cls, current: Settings) -> InjectionConfig:
-        """The config the operator process runs with."""
+        """The config the operator process runs with; the CA is read from the webhook's TLS dir."""
+        ca_file = current.webhook_tls_dir / CA_FILE
         return cls(
             cluster=current.cluster,
             shim_image=current.shim_image,
-            db_secret_name=current.db_secret_name,
-            db_secret_key=current.db_secret_key,
+            ingest_url=ingest_url(current.webhook_service, current.operator_namespace),
+            ingest_ca=ca_file.read_text() if ca_file.is_file() else "",
+            ingest_audience=current.ingest_audience,
+            token_seconds=current.ingest_token_seconds,
         )
+
+
+def ingest_url(service: str, namespace: str) -> str:
+    """The endpoint pods ship to: the webhook's Service (port 443), its certificate's first name."""
+    return f"https://{service}.{namespace}.svc{INGEST_BASE}"
 
 
 @dataclass(frozen=True)
@@ -161,19 +181,27 @@ def _annotation_ops(pod: dict[str, Any], metadata: dict[str, Any], config: Injec
 
 
 def _pod_level_ops(spec: dict[str, Any], config: InjectionConfig) -> list[Operation]:
-    volume = {"name": SHIM_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}}
-    ops = _append_named(spec, "volumes", volume)
-    return ops + _append_named(spec, "initContainers", _init_container(config))
+    token = {"audience": config.ingest_audience, "expirationSeconds": config.token_seconds, "path": TOKEN_FILE}
+    volumes = [
+        {"name": SHIM_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+        # Bound to the pod and to our audience: useless against the API server or another service.
+        {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}},
+        {"name": STATE_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+    ]
+    ops = _append_named(spec, "volumes", volumes)
+    return ops + _append_named(spec, "initContainers", [_init_container(config)])
 
 
-def _append_named(spec: dict[str, Any], key: str, item: dict[str, Any]) -> list[Operation]:
-    """Adds `item` to the list spec[key] unless an entry of that name is there already."""
+def _append_named(spec: dict[str, Any], key: str, items: list[dict[str, Any]]) -> list[Operation]:
+    """Adds each of `items` to the list spec[key] unless an entry of its name is there already."""
     existing = _optional_list(spec.get(key), f"spec.{key}")
-    if existing is None:
-        return [_add(pointer("spec", key), [item])]
-    if item["name"] in _named(existing, f"spec.{key}"):
+    present = _named(existing, f"spec.{key}")
+    missing = [item for item in items if item["name"] not in present]
+    if not missing:
         return []
-    return [_add(pointer("spec", key, "-"), item)]
+    if existing is None:
+        return [_add(pointer("spec", key), missing)]
+    return [_add(pointer("spec", key, "-"), item) for item in missing]
 
 
 def _init_container(config: InjectionConfig) -> dict[str, Any]:
@@ -207,6 +235,12 @@ def _identity_env(metadata: dict[str, Any], labels: Mapping[str, str], config: I
     for name, label in (("STITCHFLEET_TEAM", LABEL_TEAM), ("STITCHFLEET_MODEL", LABEL_MODEL)):
         if labels.get(label):
             env.append(_literal(name, labels[label]))
+    env.append(_literal("STITCHFLEET_STATE_DIR", STATE_MOUNT))
+    if config.ingest_url:
+        env.append(_literal("STITCHFLEET_INGEST_URL", config.ingest_url))
+        env.append(_literal("STITCHFLEET_INGEST_TOKEN_FILE", f"{TOKEN_MOUNT}/{TOKEN_FILE}"))
+    if config.ingest_ca:
+        env.append(_literal("STITCHFLEET_INGEST_CA", config.ingest_ca))
     return env
 
 
@@ -227,7 +261,6 @@ def _container_ops(
     _named(env, f"{where}.env")
     gpus, warnings = _gpus(container, where)
     wanted = [*identity, _literal("STITCHFLEET_GPUS_PER_RANK", gpus)] if gpus else list(identity)
-    wanted.append(_db_url(config))
     path_var, path_ops, path_warnings = _pythonpath(base, env, "envFrom" in container, where)
     ops = _env_ops(base, env, wanted + path_var) + path_ops
     mount_ops, mount_warnings = _mount_ops(base, container, where)
@@ -280,21 +313,26 @@ def _pythonpath(
 
 
 def _mount_ops(base: tuple[str | int, ...], container: dict[str, Any], where: str) -> tuple[list[Operation], list[str]]:
-    mount = {"name": SHIM_VOLUME, "mountPath": SHIM_MOUNT, "readOnly": True}
+    wanted: list[dict[str, Any]] = [
+        {"name": SHIM_VOLUME, "mountPath": SHIM_MOUNT, "readOnly": True},
+        {"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT, "readOnly": True},
+        {"name": STATE_VOLUME, "mountPath": STATE_MOUNT},
+    ]
+    what = {SHIM_VOLUME: "boot shim", TOKEN_VOLUME: "ingestion token", STATE_VOLUME: "telemetry spool"}
     mounts = _optional_list(container.get("volumeMounts"), f"{where}.volumeMounts")
     if mounts is None:
-        return [_add(pointer(*base, "volumeMounts"), [mount])], []
-    if any(item.get("name") == SHIM_VOLUME for item in mounts):
-        return [], []
-    if any(item.get("mountPath") == SHIM_MOUNT for item in mounts):
-        return [], [f"stitchfleet: {where} already mounts a volume at {SHIM_MOUNT}; boot shim not mounted"]
-    return [_add(pointer(*base, "volumeMounts", "-"), mount)], []
-
-
-def _db_url(config: InjectionConfig) -> EnvVar:
-    # optional: a namespace without the Secret still runs its pods; the plugin then spools locally.
-    ref = {"name": config.db_secret_name, "key": config.db_secret_key, "optional": True}
-    return {"name": "STITCHFLEET_DB_URL", "valueFrom": {"secretKeyRef": ref}}
+        return [_add(pointer(*base, "volumeMounts"), wanted)], []
+    ops: list[Operation] = []
+    warnings: list[str] = []
+    for mount in wanted:
+        if any(item.get("name") == mount["name"] for item in mounts):
+            continue
+        if any(item.get("mountPath") == mount["mountPath"] for item in mounts):
+            path, name = mount["mountPath"], what[mount["name"]]
+            warnings.append(f"stitchfleet: {where} already mounts a volume at {path}; {name} not mounted")
+            continue
+        ops.append(_add(pointer(*base, "volumeMounts", "-"), mount))
+    return ops, warnings
 
 
 def _literal(name: str, value: str) -> EnvVar:

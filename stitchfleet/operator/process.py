@@ -2,9 +2,10 @@
 
 Input: Settings (STITCHFLEET_*, from the chart's ConfigMap) and the cluster's API (service
 account in-cluster, else ~/.kube/config). Output, while it runs: the telemetry schema migrated to
-head; with STITCHFLEET_WEBHOOK_SELF_SIGNED, fresh TLS material in the TLS dir and its CA in the
-webhook configuration's caBundle; the webhook on STITCHFLEET_WEBHOOK_PORT; kopf's liveness
-endpoint on STITCHFLEET_HEALTH_PORT (/healthz); the fleet gauges on STITCHFLEET_METRICS_PORT;
+head; with STITCHFLEET_WEBHOOK_SELF_SIGNED, TLS material in the TLS dir and its CA in the
+webhook configuration's caBundle; the webhook and the pods' ingestion endpoint (ingest.py) on
+STITCHFLEET_WEBHOOK_PORT; kopf's liveness
+endpoint on STITCHFLEET_HEALTH_PORT (/healthz); the fleet gauges and per-job figures on STITCHFLEET_METRICS_PORT;
 job rows in the database; SavingsReports in the operator namespace. SIGTERM (kopf's own signal
 handling) stops the operator; then the webhook, the recorder (flushing or spooling its rows)
 and the metrics server stop, in that order. A rollup stuck on the API or the database is
@@ -21,12 +22,15 @@ from typing import Any
 
 import kopf
 
-from stitchfleet.operator import handlers, owners, savings, tls
+from stitchfleet.operator import handlers, owners, pod_jobs, savings, tls, token_review
+from stitchfleet.operator.ingest import IngestService
 from stitchfleet.operator.rollup import Rollup, Summarizer
 from stitchfleet.operator.webhook_server import WebhookServer
 from stitchfleet.settings import Settings
 from stitchfleet.telemetry import database
+from stitchfleet.telemetry.batch_writer import BatchWriter
 from stitchfleet.telemetry.fleet_metrics import FleetMetrics
+from stitchfleet.telemetry.job_metrics import JobMetrics
 from stitchfleet.telemetry.recorder import Recorder
 
 log = logging.getLogger("stitchfleet.operator")
@@ -70,6 +74,14 @@ def make_rollup(current: Settings, api_client: Any, metrics: FleetMetrics, summa
     return Rollup(summarize=summarize, publish=publish, metrics=metrics)
 
 
+def make_ingest(current: Settings, api_client: Any, metrics: FleetMetrics, writer: BatchWriter) -> IngestService:
+    """The ingestion endpoint: TokenReviews and pod reads through the API, rows into `writer`."""
+    timeout = current.api_timeout_seconds
+    reviewer = token_review.TokenReviewer(token_review.api_review(api_client, timeout), current.ingest_audience)
+    jobs = pod_jobs.PodJobs(pod_jobs.api_pod_fetcher(api_client, timeout))
+    return IngestService(current.cluster, reviewer, jobs, writer, JobMetrics(metrics.registry))
+
+
 @contextlib.contextmanager
 def running_services(current: Settings, api_client: Any, summarize: Summarizer) -> Iterator[handlers.OperatorContext]:
     """Schema, TLS, webhook, metrics and recorder up; the handlers' context; all stopped on exit."""
@@ -77,7 +89,8 @@ def running_services(current: Settings, api_client: Any, summarize: Summarizer) 
     prepare_tls(current, api_client)
     metrics = FleetMetrics()
     recorder = Recorder(current.database_url, settings=current, metrics_port=0)
-    webhook = WebhookServer.from_settings(current)
+    writer = BatchWriter(current.database_url)
+    webhook = WebhookServer.from_settings(current, ingest=make_ingest(current, api_client, metrics, writer))
     try:
         if current.metrics_port:
             metrics.serve(current.metrics_port)
@@ -93,6 +106,7 @@ def running_services(current: Settings, api_client: Any, summarize: Summarizer) 
         )
     finally:
         webhook.stop()
+        writer.close()
         recorder.close()
         metrics.stop()
 

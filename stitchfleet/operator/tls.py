@@ -2,7 +2,8 @@
 
 Input: the webhook Service's name and namespace (and the TLS dir). Output: a
 self-signed CA and a serving certificate for the Service's DNS names, PEM files in
-the TLS dir (tls.crt, tls.key, ca.crt, the layout of a cert-manager Secret), and the
+the TLS dir (tls.crt, tls.key, ca.crt, the layout of a cert-manager Secret; material
+already there that still serves the names is kept, see `ensure_self_signed`), and the
 JSONPatch that puts the CA into the caBundle of the MutatingWebhookConfiguration.
 `patch_ca_bundle` applies that patch through the kubernetes client (imported lazily).
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -25,8 +27,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 CERT_FILE = "tls.crt"
 KEY_FILE = "tls.key"
 CA_FILE = "ca.crt"
-# The operator makes fresh material at every start; a long life means no silent expiry in between.
+# Kept across operator restarts while it serves the names; a long life means no silent expiry.
 VALID_DAYS = 3650
+# Material with less than this left is replaced at start.
+KEEP_MARGIN = datetime.timedelta(days=365)
+PUBLIC = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 # Tolerate API server clocks slightly behind ours.
 BACKDATE = datetime.timedelta(minutes=5)
 
@@ -133,10 +138,36 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
 
 
 def ensure_self_signed(directory: Path, service: str, namespace: str) -> TlsMaterial:
-    """Fresh material for the Service, written to `directory`; returned for the caBundle patch."""
-    material = make_self_signed(service_dns_names(service, namespace))
+    """The material for the Service in `directory`: kept when still good, else fresh and written.
+
+    Kept across a restart of the operator's container (the dir outlives it): the injected pods
+    trust this CA for the ingestion endpoint, and a new CA would cut them off until they end.
+    """
+    names = service_dns_names(service, namespace)
+    kept = reusable(directory, names)
+    if kept is not None:
+        return kept
+    material = make_self_signed(names)
     write_tls_dir(directory, material)
     return material
+
+
+def reusable(directory: Path, dns_names: list[str], *, now: datetime.datetime | None = None) -> TlsMaterial | None:
+    """The material in `directory` when it serves `dns_names`, matches its key and has a year left."""
+    try:
+        material = TlsMaterial(*(directory.joinpath(name).read_bytes() for name in (CA_FILE, CERT_FILE, KEY_FILE)))
+        cert = x509.load_pem_x509_certificate(material.cert_pem)
+        ca = x509.load_pem_x509_certificate(material.ca_pem)
+        key = serialization.load_pem_private_key(material.key_pem, password=None)
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+            x509.DNSName
+        )
+        cert.verify_directly_issued_by(ca)
+    except (OSError, ValueError, TypeError, x509.ExtensionNotFound, InvalidSignature):
+        return None
+    left = cert.not_valid_after_utc - (now or datetime.datetime.now(datetime.UTC))
+    same_key = key.public_key().public_bytes(*PUBLIC) == cert.public_key().public_bytes(*PUBLIC)
+    return material if names == dns_names and same_key and left > KEEP_MARGIN else None
 
 
 def ca_bundle_patch(webhook_config: Mapping[str, Any], ca_pem: bytes) -> list[dict[str, Any]]:

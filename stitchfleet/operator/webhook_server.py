@@ -2,7 +2,8 @@
 
 Input: an `InjectionConfig`, a TLS dir (tls.crt, tls.key) and a host/port. Output:
 a server thread answering POST /mutate with admission.review(); 400 for a body that
-is not an AdmissionReview, 404 for other paths. `start()` and `stop()` are plain
+is not an AdmissionReview; the ingestion endpoint's paths (/ingest/v1/..., ingest.py) when an
+`IngestService` is given, on the same port and certificate; 404 for other paths. `start()` and `stop()` are plain
 calls (no event loop needed, so kopf's startup/cleanup handlers can own it), and the
 certificate is reloaded when tls.crt or tls.key change on disk (cert-manager
 rotation, or the operator writing fresh self-signed material).
@@ -19,12 +20,14 @@ import socket
 import ssl
 import sys
 import threading
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from stitchfleet.operator import admission
+from stitchfleet.operator.ingest import IngestService
 from stitchfleet.operator.injection import InjectionConfig
 from stitchfleet.operator.tls import CERT_FILE, KEY_FILE
 from stitchfleet.settings import Settings
@@ -54,6 +57,8 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
 
     def do_POST(self) -> None:
+        if self._ingest("POST"):
+            return
         if self.path.split("?", 1)[0] != self.server.mutate_path:
             self._send_text(404, f"no such path {self.path!r}; the webhook serves POST {self.server.mutate_path}")
             return
@@ -69,7 +74,21 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, "application/json", json.dumps(answer).encode())
 
     def do_GET(self) -> None:
+        if self._ingest("GET"):
+            return
         self._send_text(405, f"the webhook serves POST {self.server.mutate_path}")
+
+    def _ingest(self, method: str) -> bool:
+        """Answers a request for the ingestion endpoint; False when it is not one."""
+        ingest = self.server.ingest
+        if ingest is None or not ingest.handles(self.path):
+            return False
+        body = self._body() if method == "POST" else b""
+        if body is None:
+            return True
+        answer = ingest.answer(method, self.path, self.headers.get("Authorization", ""), body)
+        self._send(answer.status, "application/json", json.dumps(answer.body).encode(), answer.headers)
+        return True
 
     def _body(self) -> bytes | None:
         """The request body, or None after answering 411/413."""
@@ -86,8 +105,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_text(self, status: int, text: str) -> None:
         self._send(status, "text/plain; charset=utf-8", (text + "\n").encode())
 
-    def _send(self, status: int, content_type: str, payload: bytes) -> None:
+    def _send(self, status: int, content_type: str, payload: bytes, headers: Mapping[str, str] | None = None) -> None:
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
@@ -100,8 +121,16 @@ class _Handler(BaseHTTPRequestHandler):
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], config: InjectionConfig, tls_dir: Path, mutate_path: str) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        config: InjectionConfig,
+        tls_dir: Path,
+        mutate_path: str,
+        ingest: IngestService | None = None,
+    ) -> None:
         self.config = config
+        self.ingest = ingest
         self.mutate_path = mutate_path
         self.tls_dir = tls_dir
         self._stamp: Stamp | None = None
@@ -151,9 +180,17 @@ class WebhookServer:
     """The admission webhook over HTTPS; start() binds and serves in a thread, stop() ends it."""
 
     def __init__(
-        self, config: InjectionConfig, tls_dir: Path, *, host: str = "0.0.0.0", port: int = 8443, path: str = PATH
+        self,
+        config: InjectionConfig,
+        tls_dir: Path,
+        *,
+        host: str = "0.0.0.0",
+        port: int = 8443,
+        path: str = PATH,
+        ingest: IngestService | None = None,
     ) -> None:
         self._config = config
+        self._ingest = ingest
         self._tls_dir = tls_dir
         self._address = (host, port)
         self._path = path
@@ -161,11 +198,12 @@ class WebhookServer:
         self._thread: threading.Thread | None = None
 
     @classmethod
-    def from_settings(cls, current: Settings, *, host: str = "0.0.0.0") -> WebhookServer:
+    def from_settings(
+        cls, current: Settings, *, host: str = "0.0.0.0", ingest: IngestService | None = None
+    ) -> WebhookServer:
         """The server the operator runs: port, TLS dir and injection config from settings."""
-        return cls(
-            InjectionConfig.from_settings(current), current.webhook_tls_dir, host=host, port=current.webhook_port
-        )
+        config = InjectionConfig.from_settings(current)
+        return cls(config, current.webhook_tls_dir, host=host, port=current.webhook_port, ingest=ingest)
 
     @property
     def port(self) -> int:
@@ -178,7 +216,7 @@ class WebhookServer:
         """Loads the certificate, binds, and serves in a daemon thread."""
         if self._server is not None:
             raise RuntimeError("the webhook server is already started")
-        self._server = _HTTPServer(self._address, self._config, self._tls_dir, self._path)
+        self._server = _HTTPServer(self._address, self._config, self._tls_dir, self._path, self._ingest)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.2}, name="stitchfleet-webhook", daemon=True
         )

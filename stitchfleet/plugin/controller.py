@@ -6,12 +6,13 @@ Output: the switch vector of every step, the local figures each step contributes
 consensus (bad flags per cluster, plugin fault, non-finite loss, the slowdown bracket's figures,
 the medians of a finished probe pair, the group's and a cluster's), and every decision taken
 from the summed figures: a mismatching or non-finite cluster is reverted for the rest of the
-job (fleet verdict `reverted`); after the group probe (every cluster on vs all off) the group
+job (fleet verdict `reverted`); after the group probe (every cluster on vs plain TF) the group
 is proven when it beat its paired baseline by more than the margin and the noise (a `probe`
-event without a cluster: "group proven" or "group not faster"); after its probe pair a
-cluster is kept (event `cluster_enabled`, verdict `enabled`) when it beat its paired baseline
-by more than the margin and the noise or, with the group proven, unless it was slower than
-it by more than those (small gains that only the group can resolve), else it is left to TF
+event without a cluster: "group proven" or "group not faster"); after its probe pair (every
+cluster still enabled on, with it and without it) a cluster is kept (event `cluster_enabled`,
+verdict `enabled`) when the pair with it beat the pair without it by more than the margin and
+the noise or, with the group proven, unless it was slower by more than those (small gains that
+only the group can resolve), else it is left to TF
 (event `probe`, verdict `disabled`: not sticky, a later job probes it again; not a revert,
 so the weekly report's revert figures stay about faults); with no cluster kept
 stitching is off for the job (a `probe` event without a cluster; the job ends `finished`);
@@ -31,12 +32,23 @@ import numpy as np
 
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.schedule import BASELINE, GROUP, PROBE, REVERTED, STITCHED, Probes, Timing, Window, Windows
+from stitchfleet.plugin.schedule import (
+    GROUP,
+    PROBE,
+    REFERENCE,
+    REVERTED,
+    STITCHED,
+    Probes,
+    Timing,
+    Window,
+    Windows,
+    compared,
+)
 from stitchfleet.plugin.slowdown import Bracket
 
 log = logging.getLogger("stitchfleet.plugin")
 # fault, loss, fresh bracket, its stitched median, baseline median and noise (`slowdown`), probe figures in,
-# probe alone, probe baseline, probe noise, then the same four probe figures of the group (every cluster on)
+# probe with, probe without (or the group's baseline), probe noise, then the same four figures of the group
 EXTRA = 14
 GUARD, PROBED, GROUPED = slice(0, 6), slice(6, 10), slice(10, 14)  # the EXTRA figures, after the cluster flags
 NOISE_FACTOR = 2.0  # a kept cluster beats its baseline by this many standard errors (and by the margin)
@@ -86,13 +98,15 @@ class Controller:
     def mode(self, step: int) -> str:
         phase = self.timing.phase(step)
         off = self.job_reverted is not None or (phase == STITCHED and self.stitching_off is not None)
-        return REVERTED if off and phase in (STITCHED, PROBE) else phase
+        return REVERTED if off and phase in (STITCHED, PROBE, REFERENCE) else phase
 
     def switches(self, step: int) -> np.ndarray[Any, np.dtype[np.bool_]]:
         mode = self.mode(step)
-        if mode == PROBE:
+        if mode == PROBE:  # the group, or every cluster still enabled with the probed one
+            return np.array([c.enabled for c in self.clusters], dtype=bool)
+        if mode == REFERENCE:  # every cluster still enabled but the probed one
             probed = self.timing.subject(step)
-            return np.array([c.enabled and probed in (i, GROUP) for i, c in enumerate(self.clusters)], dtype=bool)
+            return np.array([c.enabled and i != probed for i, c in enumerate(self.clusters)], dtype=bool)
         on = mode == STITCHED
         return np.array([on and c.enabled and bool(c.kept) for c in self.clusters], dtype=bool)
 
@@ -245,26 +259,27 @@ class Controller:
         self.ledger.event("probe", step, None, label, detail=f"{label}: {self.group_probe}")
 
     def _probe_decision(self, step: int, c: Cluster, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
-        """Keeps `c` or leaves it to TF from the summed probe figures (ready ranks, alone, baseline, noise)."""
+        """Keeps `c` or leaves it to TF from the summed probe figures (ready ranks, the enabled clusters' step
+        with `c` on, the same without it, noise)."""
         if not c.enabled:
             return  # reverted already (its own revert event says why)
-        ready, alone, base, noise = (float(x) for x in figures)
+        ready, with_it, without, noise = (float(x) for x in figures)
         if ready < self.size:
             self._leave(step, c, "no probe figures", f"{ready:.0f} of {self.size} ranks had timed both windows")
             return
-        alone, base, noise = alone / self.size, base / self.size, noise / self.size
-        c.probe = self._describe(self.clusters.index(c), alone, base, noise)
-        needed = self._needed(base, noise)
+        with_it, without, noise = with_it / self.size, without / self.size, noise / self.size
+        c.probe = self._describe(self.clusters.index(c), with_it, without, noise)
+        needed = self._needed(without, noise)
         if self.group_proven:
             # the group's gain is real, and a cluster's small share of it is below one probe's noise: the
             # burden of proof flips, and only a cluster shown slower beyond the same bar is dropped
-            if alone - base > needed:
+            if with_it - without > needed:
                 self._leave(step, c, "slower than TF", c.probe)
             else:
                 self._keep(step, c, "kept with the group")
-        elif base - alone > needed:
+        elif without - with_it > needed:
             self._keep(step, c, "faster than TF")
-        elif alone >= base:
+        elif with_it >= without:
             self._leave(step, c, "slower than TF", c.probe)
         else:
             self._leave(step, c, "not faster beyond noise and margin", c.probe)
@@ -278,7 +293,7 @@ class Controller:
     def _describe(self, subject: int, on: float, base: float, noise: float) -> str:
         """A probe's figures, e.g. "-0.41 ms/step (2.49 vs 2.90 ms, 9+10 steps, noise 0.05 ms)": this rank's
         timed steps switched on + baseline (check steps are not timed)."""
-        counts = [len(self.probes.seconds.get((subject, mode), [])) for mode in (PROBE, BASELINE)]
+        counts = [len(self.probes.seconds.get((subject, mode), [])) for mode in (PROBE, compared(subject))]
         steps = f"{counts[0]}+{counts[1]} steps"
         return (
             f"{(on - base) * 1e3:+.2f} ms/step ({on * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps},"
@@ -304,6 +319,14 @@ class Controller:
         self.stitching_off = "no cluster kept: none passed its probe; the job runs TF's own ops"
         log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
         self.ledger.event("probe", step, None, "no cluster kept", detail=self.stitching_off)
+
+    @property
+    def done(self) -> bool:
+        """No cluster can run stitched again in this job (the job reverted, no cluster kept, or every one
+        reverted): nothing is left to decide, so the hook stops adding anything to the job's steps. Every
+        rank sees it at the same step, since it follows from the summed decisions only."""
+        over = self.job_reverted is not None or self.stitching_off is not None
+        return over or not any(c.enabled for c in self.clusters)
 
     @property
     def _stitching(self) -> bool:

@@ -21,9 +21,8 @@ import numpy as np
 import tensorflow as tf
 
 from stitchfleet import settings as settings_module
-from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.pipeline import Options, compile_graph
-from stitchfleet.plugin import placement, rank_devices
+from stitchfleet.plugin import candidates, rank_devices
 from stitchfleet.plugin.agreement import SLOTS, Agreement
 from stitchfleet.plugin.bridge_op import choose as choose_bridge
 from stitchfleet.plugin.consensus import Consensus
@@ -31,12 +30,12 @@ from stitchfleet.plugin.controller import EXTRA, Cluster, Controller
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.guard import judge
-from stitchfleet.plugin.kernels import ClusterKernel, resolve_backend
+from stitchfleet.plugin.kernels import resolve_backend
 from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.rewrite import Installed, Rewired, rewire
-from stitchfleet.plugin.schedule import PROBE, STITCHED, Timing
-from stitchfleet.plugin.sites import Site, StepOps, UnmappableError, map_cluster
-from stitchfleet.plugin.training_steps import TrainingSteps, training_path
+from stitchfleet.plugin.schedule import PROBE, REFERENCE, STITCHED, Timing
+from stitchfleet.plugin.sites import Site, StepOps
+from stitchfleet.plugin.training_steps import TrainingSteps, find_loss
 from stitchfleet.plugin.translation import check_sites
 from stitchfleet.plugin.twin import Diverter
 from stitchfleet.plugin.twin import build as build_twin
@@ -80,6 +79,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
         self._in_agreement = False
+        self._quiet = False  # this step runs untouched: stitching is over for the job (Controller.done)
         self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
         self._positions: list[int] = []  # each controller cluster's place in that vector
         self.diverter: Diverter | None = None  # runs a step on the stitched twin (see twin.py)
@@ -114,12 +114,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             log.warning("stitchfleet: could not measure this rank's devices: %s", err)
 
     def before_run(self, run_context: Any) -> Any:
-        self._in_step = self._in_agreement = False
+        self._in_step = self._in_agreement = self._quiet = False
         if self._agreeing is not None:
             return self._agreement_step(run_context.original_args.fetches)
         if not self.active or not self._is_step(run_context):
             return None
         self._in_step = True
+        if self.controller is not None and self.controller.done:
+            # Stitching is over for this job: the step runs as written (no fetch, feed or collective added:
+            # plain TF), only timed and counted for the job's telemetry.
+            self._quiet, self._started = True, time.perf_counter()
+            return None
         try:
             return self._before_run(run_context.session)
         except Exception as err:
@@ -146,10 +151,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return
         if not self.active or not self._in_step:
             return
+        if self._quiet:
+            self._quiet = False
+            self._quiet_step(time.perf_counter() - self._started)
+            return
         try:
             if self.diverter is not None and self.diverter.armed:
                 self.diverter.armed = False
                 raise RuntimeError("the step did not run through the session the twin is attached to")
+            if self.diverter is not None and self.diverter.failure is not None:
+                failure, self.diverter.failure = self.diverter.failure, None
+                self._fault(failure)  # the step ran again as written; stitching reverts for the job
             self._after_run(run_values.results or {})
         except Exception as err:
             self._fault(err)
@@ -188,7 +200,21 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         assert art.report is not None
         backend = resolve_backend(self.backend)
         known_bad = self.ledger.reverted()
-        sites, clusters, mapped = self._clusters(graph, conversion, art, backend, known_bad)
+        rank, agreeing = self.consensus.rank, self.agreement is not None
+        found = candidates.choose(
+            graph,
+            conversion,
+            art,
+            backend=backend,
+            known_bad=known_bad,
+            current=current,
+            fault=self.fault,
+            rank=rank,
+            agreeing=agreeing,
+        )
+        for index, fingerprint, reason in found.left:
+            self._off(index, fingerprint, reason)
+        sites, clusters, mapped = found.sites, found.clusters, found.mapped
         if current.translation_check and sites:
             refused = check_sites(graph, sites, current.tolerance_factor, current.cache_dir)
             for site, cluster in zip(sites, clusters, strict=True):
@@ -204,9 +230,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._originals = {site.index: site for site in sites}
         self._adopt(rewired, clusters)
         self.switches, self._switch_count = rewired.switches, len(self.installed)
-        self.loss_tensor = self._find_loss(graph)
+        self.loss_tensor = find_loss(graph, self.loss)
         if twin is not None:
-            self.diverter = Diverter(twin)
+            self.diverter = Diverter(twin, owner=self, shared=("consensus",))
             self.twin_loss = rewired.current(twin.tensor(self.loss_tensor)) if self.loss_tensor is not None else None
         self._setup_seconds = time.perf_counter() - started
         self.ledger.compiled(self._setup_seconds)
@@ -263,52 +289,6 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
                 self._off(c.index, c.fingerprint, "not installed on every rank: left to TF on all of them")
         self._start(kept)
 
-    def _clusters(
-        self, graph: Any, conversion: Any, art: Any, backend: str, known_bad: set[str]
-    ) -> tuple[list[Site], list[Cluster], list[Site]]:
-        """Each compiled cluster mapped onto the TF graph and built, or left to TF with the reason; and
-        every mapped cluster, built or not (the twin copies what depends on them: the same on every rank)."""
-        assert self.consensus is not None
-        current = self.settings
-        sites: list[Site] = []
-        clusters: list[Cluster] = []
-        mapped: list[Site] = []
-        path, on_gpu = training_path(graph), placement.gpu_visible()
-        deadline = time.perf_counter() + current.compile_budget
-        for i, (cg, plan, summary) in enumerate(zip(art.cluster_graphs, art.stitch, art.report.clusters, strict=True)):
-            fingerprint = summary.fingerprint
-            if isinstance(plan, Decision):
-                self._off(i, fingerprint, plan.reason)
-                continue
-            if self.agreement is not None and i >= SLOTS:
-                self._off(i, fingerprint, f"cluster {i} is past the {SLOTS} clusters Horovod ranks can agree on")
-                continue
-            try:
-                site = map_cluster(graph, conversion, i, cg, plan)  # may redraw it at TF op granularity
-                left = _left_to_tf(site, path, on_gpu)
-            except UnmappableError as err:
-                self._off(i, fingerprint, f"not mapped: {err}")
-                continue
-            except Exception as err:
-                self._off(i, fingerprint, f"not mapped: {type(err).__name__}: {err}")
-                continue
-            if left is not None:
-                self._off(i, fingerprint, left)
-                continue
-            mapped.append(site)
-            if time.perf_counter() > deadline:
-                self._off(i, fingerprint, f"compile budget spent: {current.compile_budget:g} s of compiles in begin")
-                continue
-            try:
-                fault = self.fault if self.fault is not None and self.fault.applies(i, self.consensus.rank) else None
-                kernel = ClusterKernel(site.graph, site.plan or plan, backend, current.cache_dir, fault)
-            except Exception as err:
-                self._off(i, fingerprint, f"{backend} compile failed: {type(err).__name__}: {err}")
-                continue
-            sites.append(site)
-            clusters.append(Cluster(i, fingerprint, kernel, len(cg.nodes), fingerprint not in known_bad))
-        return sites, clusters, mapped
-
     def _adopt(self, rewired: Rewired, clusters: list[Cluster]) -> None:
         for cluster, done in zip(clusters, rewired.clusters, strict=True):
             if isinstance(done, str):
@@ -323,18 +303,6 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def _event(self, kind: str, fingerprint: str | None, reason: str, detail: str) -> None:
         if self.ledger is not None:
             self.ledger.event(kind, None, fingerprint, reason, detail=detail)
-
-    def _find_loss(self, graph: Any) -> Any:
-        loss = self.loss
-        if loss is None:
-            losses = graph.get_collection(tf.compat.v1.GraphKeys.LOSSES)
-            loss = losses[-1] if losses else None
-        if loss is None:
-            try:
-                loss = graph.get_tensor_by_name("loss:0")
-            except KeyError:
-                return None
-        return loss
 
     # --- steps ----------------------------------------------------------------------------
 
@@ -399,7 +367,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self.prebuild_seconds = self.warmup.seconds
             self.ledger.compiled(self._setup_seconds + (self.prebuild_seconds or 0.0))
         loss = results.get("loss")
-        if loss is not None and not math.isfinite(float(loss)) and controller.mode(self.step) in (STITCHED, PROBE):
+        stitched = controller.mode(self.step) in (STITCHED, PROBE, REFERENCE)
+        if loss is not None and not math.isfinite(float(loss)) and stitched:
             controller.loss_bad = True
         checks = results.get("checks", ())
         for k in self._judged if checks else ():
@@ -408,6 +377,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             finding = judge(done.site.graph, inputs, original, stitched, self.settings.tolerance_factor)
             controller.checked(self.step, k, finding)
         controller.decide(self.step, self.consensus.result(self._local, results))
+
+    def _quiet_step(self, seconds: float) -> None:
+        try:
+            assert self.controller is not None
+            self.controller.timed(self.step, seconds, False)
+        except Exception:
+            log.exception("stitchfleet: could not book step %d", self.step)
+        self.step += 1
 
     def _fault(self, err: Exception) -> None:
         log.exception("stitchfleet: plugin error at step %d; stitching reverts", self.step)
@@ -420,13 +397,3 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def backend_calls(self) -> dict[int, int]:
         """Backend runs per cluster index (the stitched path really executing)."""
         return {c.index: c.kernel.calls for c, _ in self.installed}
-
-
-def _left_to_tf(site: Site, path: frozenset[str], gpu_visible: bool) -> str | None:
-    """Why a mapped cluster stays with TF before any rewrite: GPU placement, or off the training path."""
-    reason = placement.gpu_reason(site.internal, gpu_visible)
-    if reason is not None:
-        return reason
-    if not any(op.name in path for op in site.internal):
-        return "not on the training path (no variable update depends on it): evals and metrics run it as written"
-    return None

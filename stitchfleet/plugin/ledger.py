@@ -1,22 +1,31 @@
 """The plugin's view of telemetry: one job rank's rows, recorded without ever failing the job.
 
-Input: the settings (job identity, database URL, metrics port), the rank and world size,
-and what the hook reports (compile results, windows, reverts, the end). Output: rows for
-the `Recorder` (database or spool, Prometheus metrics), or, in a pod without SQLAlchemy,
-for the spool alone (loaded later by `stitchfleet telemetry ingest`). Every method swallows and logs
-its own errors: telemetry must never stop training. `reverted()` reads the fleet's
-reverted cluster fingerprints with a bounded wait (a database that is down answers
-"none known" after `timeout` seconds).
+Input: the settings (job identity, ingestion endpoint or database URL, metrics port), the rank
+and world size, and what the hook reports (compile results, windows, reverts, the end). Output:
+rows for one of three sinks, chosen once:
+- in Kubernetes (STITCHFLEET_INGEST_URL, injected by the webhook): the spool, shipped to the
+  operator's ingestion endpoint (`Shipper`); the operator is the only writer to the database;
+- outside Kubernetes with SQLAlchemy: the `Recorder` (database or spool, Prometheus metrics);
+- outside Kubernetes without SQLAlchemy: the spool alone (`stitchfleet telemetry ingest` loads it).
+Every method swallows and logs its own errors: telemetry must never stop training. `reverted()`
+reads the fleet's reverted cluster fingerprints with a bounded wait: from the operator (or the
+pod's cached copy, saying so in an event) in Kubernetes, else from the database ("none known"
+after `timeout` seconds when it is down).
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from pathlib import Path
 from typing import Any
 
 from stitchfleet import settings as settings_module
+from stitchfleet.plugin.fleet_memory import FleetMemory
+from stitchfleet.plugin.ingest_client import Endpoint, IngestClient
+from stitchfleet.plugin.shipper import Shipper
+from stitchfleet.telemetry.kinds import EventKind
 from stitchfleet.telemetry.rows import (
     ClusterVerdict,
     Event,
@@ -46,23 +55,48 @@ class SpoolSink:
         self.spool.close()  # keeps the file: its rows wait for an ingest
 
 
+def make_shipper(current: settings_module.Settings) -> tuple[Shipper, FleetMemory]:
+    """The pod's sink and fleet memory, both talking to the operator's ingestion endpoint."""
+    client = IngestClient(Endpoint.from_settings(current))
+    shipper = Shipper(
+        current.spool_dir,
+        client,
+        batch_rows=current.ingest_batch_rows,
+        max_backoff=current.ingest_max_backoff_seconds,
+        flush_seconds=current.flush_seconds,
+    )
+    return shipper, FleetMemory(client, current.state_dir, timeout=current.fleet_memory_timeout_seconds)
+
+
 class Ledger:
     def __init__(self, current: settings_module.Settings, rank: int, world_size: int, url: str | None = None) -> None:
         self.settings, self.rank, self.world_size = current, rank, world_size
         self.url = url or current.database_url
         self.key = JobKey.from_settings(current, new_job_uid())
         self.recorder: Any = None
+        self.memory: FleetMemory | None = None
         try:
+            if current.ingest_url and url is None:
+                # In a cluster the pod never writes the database: the operator does, for it.
+                self._ship_or_spool(current)
+                return
             from stitchfleet.telemetry.recorder import Recorder
 
             self.recorder = Recorder(self.url, settings=current)
         except ImportError as err:
-            # A training image without SQLAlchemy: the rows still go to the durable spool, which
-            # `stitchfleet telemetry ingest` (or a later Recorder's orphan replay) loads.
+            # Local mode in an image without SQLAlchemy: the rows still go to the durable spool,
+            # which `stitchfleet telemetry ingest` (or a later Recorder's orphan replay) loads.
             log.warning("stitchfleet: no database client (%s); telemetry rows go to the spool", err)
             self.recorder = SpoolSink(current.spool_dir)
         except Exception as err:
             log.warning("stitchfleet: telemetry is off for this job: %s", err)
+
+    def _ship_or_spool(self, current: settings_module.Settings) -> None:
+        try:
+            self.recorder, self.memory = make_shipper(current)
+        except (ValueError, OSError, ssl.SSLError) as err:  # a bad URL or CA: keep the rows on disk
+            log.warning("stitchfleet: cannot ship telemetry (%s); rows go to the spool", err)
+            self.recorder = SpoolSink(current.spool_dir)
 
     def record(self, row: Row) -> None:
         if self.recorder is not None:
@@ -123,7 +157,9 @@ class Ledger:
                 log.warning("stitchfleet: telemetry close failed: %s", err)
 
     def reverted(self, timeout: float = 5.0) -> set[str]:
-        """Fingerprints the fleet has reverted; empty when the database does not answer in time."""
+        """Fingerprints the fleet has reverted; empty when neither operator nor database answers in time."""
+        if self.memory is not None:
+            return self._recalled()
         found: list[set[str]] = []
 
         def read() -> None:
@@ -138,3 +174,13 @@ class Ledger:
         reader.start()
         reader.join(timeout)
         return found[0] if found else set()
+
+    def _recalled(self) -> set[str]:
+        """The operator's quarantine; when it did not answer, an event says what the job began with."""
+        assert self.memory is not None
+        memory = self.memory.read()
+        if memory.source != "operator":
+            reason = "fleet memory from cache" if memory.source == "cache" else "fleet memory unavailable"
+            detail = f"{reason} ({len(memory.reverted)} reverted cluster(s) known): {memory.problem}"
+            self.event(EventKind.FLEET_MEMORY.value, None, None, reason, detail=detail)
+        return set(memory.reverted)

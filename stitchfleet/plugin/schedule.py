@@ -2,18 +2,22 @@
 
 Input: the guard and timing settings, the number of installed clusters and, per step, its
 number, duration and whether it ran checks. Output: what each step runs (`mode`: warmup,
-baseline with every switch off, probe with every cluster or one cluster alone on, stitched,
-or reverted), whether it is a check step, which cluster a probe step or a probe decision
-concerns, and closed `Window`s with the figures a StepWindow row needs (saved seconds against
-the current baseline median). After warmup and the first baseline window comes the group
-probe (with `probe_group` and at least two clusters): `probe_steps` baseline steps and
+baseline with every switch off, probe and reference (the two halves of a probe pair),
+stitched, or reverted), whether it is a check step, which cluster a probe step or a probe
+decision concerns, and closed `Window`s with the figures a StepWindow row needs (saved seconds
+against the current baseline median). After warmup and the first baseline window comes the
+group probe (with `probe_group` and at least two clusters): `probe_steps` baseline steps and
 `probe_steps` steps with every cluster on, repeated for `group_factor` x `probe_rounds` rounds
 (odd rounds group first; the group decides whether anything is kept, and its ~10% effect on a
 small step needs more samples than one probe's noise allows), decided on the step after its
-last pair; then the per-cluster probes: per
-cluster k, `probe_steps` baseline steps and `probe_steps` steps with only k on, in the same
-rounds; then the stitched phase with periodic baseline windows. Everything is a function of
-the step number, so ranks that share the step count share the schedule.
+last pair; then the per-cluster probes: per cluster k, `probe_steps` reference steps (every
+cluster still enabled on except k) and `probe_steps` probe steps (every cluster still enabled
+on, k included), in the same rounds; then the stitched phase with periodic baseline windows.
+A cluster's pair measures what k adds to the configuration the job would run: both halves run
+the stitched twin (plugin/twin.py), where a cluster that is off runs its TF ops inside the
+dispatch op, so comparing "k alone" with plain TF would charge k with the others' cost.
+Everything is a function of the step number, so ranks that share the step count share the
+schedule.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from stitchfleet import settings as settings_module
 
 WARMUP, BASELINE, PROBE, STITCHED, REVERTED = "warmup", "baseline", "probe", "stitched", "reverted"
+REFERENCE = "reference"  # the half of a cluster's probe pair without that cluster (the others on)
 GROUP = -1  # the probe subject of the group phase (every cluster on), beside cluster indices 0..n-1
 
 
@@ -147,14 +152,16 @@ class Timing:
         return min(self.check_first, 1, max(self.probe_steps - 1, 0))
 
     def phase(self, step: int) -> str:
-        """warmup, baseline, probe or stitched, from the step number alone."""
+        """warmup, baseline, probe, reference or stitched, from the step number alone."""
         if step < self.warmup_steps:
             return WARMUP
         if step < self.probe_start:
             return BASELINE
         if step < self.stitched_start:
-            round_, _, half = self._pair(step)
-            return PROBE if half != round_ % 2 else BASELINE
+            round_, subject, half = self._pair(step)
+            if half != round_ % 2:
+                return PROBE
+            return BASELINE if subject == GROUP else REFERENCE
         offset = step - self.warmup_steps - (self.stitched_start - self.probe_start)
         return BASELINE if offset % self.period < self.baseline_steps else STITCHED
 
@@ -165,7 +172,7 @@ class Timing:
         return self._pair(step)[1]
 
     def probed(self, step: int) -> int | None:
-        """The cluster whose probe pair (baseline, then only it on) holds `step`; None outside those."""
+        """The cluster whose probe pair (reference, then probe) holds `step`; None outside those."""
         subject = self.subject(step)
         return None if subject == GROUP else subject
 
@@ -222,8 +229,8 @@ class Window:
 
     @property
     def row_mode(self) -> str:
-        """The StepWindow mode: a probe window ran a stitched path (one cluster), and is booked so."""
-        return STITCHED if self.mode == PROBE else self.mode
+        """The StepWindow mode: both halves of a cluster's probe pair run stitched clusters, and are booked so."""
+        return STITCHED if self.mode in (PROBE, REFERENCE) else self.mode
 
     @property
     def saved_seconds(self) -> float:
@@ -281,7 +288,8 @@ class Windows:
 @dataclass
 class Probes:
     """The timed steps of each probe pair (the group's under GROUP, each cluster's under its index):
-    medians of its baseline and its switched-on window, and their noise."""
+    medians of its probe half and of the half it is compared with (the group's baseline, a cluster's
+    reference), and their noise."""
 
     timing: Timing
     seconds: dict[tuple[int, str], list[float]] = field(default_factory=dict)
@@ -292,13 +300,18 @@ class Probes:
             self.seconds.setdefault((k, self.timing.phase(step)), []).append(seconds)
 
     def medians(self, k: int) -> tuple[float, float] | None:
-        """(switched-on median, paired baseline median) in seconds of cluster k or GROUP; None while
-        either half has no timed step."""
-        alone, base = self.seconds.get((k, PROBE)), self.seconds.get((k, BASELINE))
+        """(probe median, compared half's median) in seconds of cluster k or GROUP; None while either
+        half has no timed step."""
+        alone, base = self.seconds.get((k, PROBE)), self.seconds.get((k, compared(k)))
         if not alone or not base:
             return None
         return statistics.median(alone), statistics.median(base)
 
     def noise(self, k: int) -> float:
-        """The standard error of (switched-on median - baseline median) of k or GROUP (`median_noise`)."""
-        return median_noise(self.seconds.get((k, PROBE), []), self.seconds.get((k, BASELINE), []))
+        """The standard error of (probe median - compared median) of k or GROUP (`median_noise`)."""
+        return median_noise(self.seconds.get((k, PROBE), []), self.seconds.get((k, compared(k)), []))
+
+
+def compared(subject: int) -> str:
+    """The phase a probe half is compared with: the group's plain baseline, a cluster's reference."""
+    return BASELINE if subject == GROUP else REFERENCE

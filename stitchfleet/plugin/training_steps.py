@@ -1,7 +1,8 @@
 """Which `session.run` calls are the job's training steps: the only ones the hook touches.
 
-Input: the rewired graph (after `begin`), the ops that carry the stitched clusters' results, and,
-per run, the user's own fetches (`run_context.original_args.fetches`). Output: `is_training(fetches)`.
+Input: the user's graph, the ops of the stitched clusters in it, and, per run, the user's own
+fetches (`run_context.original_args.fetches`). Output: `is_training(fetches)`; also `find_loss`
+(the job's loss tensor, which the hook fetches on training steps).
 
 The rule: a run is a training step when the ops it executes (everything its fetches depend on,
 through data and control edges) include an update of a trainable variable or of the global step
@@ -68,6 +69,19 @@ def fetched_ops(graph: Any, fetches: Any) -> list[Any]:
         elif hasattr(item, "op") and isinstance(item.op, tf.Operation):
             found.append(item.op)
     return found
+
+
+def find_loss(graph: Any, given: Any = None) -> Any:
+    """The job's loss tensor: `given`, else the last of the graph's LOSSES collection, else `loss:0`, else None."""
+    if given is not None:
+        return given
+    losses = graph.get_collection(tf.compat.v1.GraphKeys.LOSSES)
+    if losses:
+        return losses[-1]
+    try:
+        return graph.get_tensor_by_name("loss:0")
+    except KeyError:
+        return None
 
 
 def training_path(graph: Any) -> frozenset[str]:

@@ -30,6 +30,8 @@ the same collectives on each path.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -40,6 +42,9 @@ from tensorflow.core.framework import attr_value_pb2, graph_pb2
 from stitchfleet.plugin.sites import Site
 
 PREFIX = "stitchfleet_twin"
+# Errors of the data or the session, not of the copy: a diverted run that raises one is not run again.
+PROPAGATED = (tf.errors.OutOfRangeError, tf.errors.CancelledError, tf.errors.AbortedError)
+log = logging.getLogger("stitchfleet.plugin")
 WHILE_V1 = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "NextIteration", "RefNextIteration", "LoopCond"})
 COLOCATION = "_class"
 
@@ -202,31 +207,70 @@ class Twin:
 
 
 class Diverter:
-    """Sends the next `session.run` of one session onto the copy, when armed.
+    """Sends one `session.run` of one session onto the copy, when armed.
 
     A `SessionRunHook` cannot change the fetches of the run it joins, so the raw session that
     `MonitoredSession` wraps gets a `run` that maps the run's fetches (the caller's and every
-    hook's) and feeds onto the copy when the hook armed it for this step, and calls the
-    session's own `run` untouched otherwise. A session it did not attach to is never diverted.
+    hook's) onto the copy when the hook armed it for this step, and calls the session's own
+    `run` untouched otherwise. Feeds are never changed (a feed into the copy is refused before:
+    `Twin.diverts`). Arming holds for the arming thread's next run only: another thread's run of
+    the same session (an eval thread, say) is never diverted, nor does it use up the arming.
+
+    A diverted run that fails (the copy cannot be built into an executor, an op of it fails where
+    the original would not) never fails the job: the error is kept in `failure` (the hook reverts
+    stitching for the job) and the run is made again as the user wrote it, without the owner's
+    fetches on the copy (its `shared` ones, such as Horovod's consensus, stay, so every rank
+    still joins the collective). The failed run may have applied some variable updates before its
+    error, which the run made again applies once more: one perturbed step, never a failed job.
+    Errors about the data or the session (end of input, a cancelled or aborted session) are not
+    the copy's doing and propagate as they would without it.
     """
 
-    def __init__(self, twin: Twin) -> None:
+    def __init__(self, twin: Twin, owner: Any = None, shared: Sequence[str] = ()) -> None:
         self.twin = twin
+        self.owner, self.shared = owner, tuple(shared)
         self.session: Any = None
-        self.armed = False
+        self.failure: Exception | None = None
+        self._thread: int | None = None  # the thread whose next run goes to the copy
+
+    @property
+    def armed(self) -> bool:
+        return self._thread is not None
+
+    @armed.setter
+    def armed(self, on: bool) -> None:
+        self._thread = threading.get_ident() if on else None
 
     def attach(self, session: Any) -> None:
         own = session.run
         twin = self.twin
 
         def run(fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
-            if not self.armed:
+            if self._thread is None or self._thread != threading.get_ident():
                 return own(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
-            self.armed = False
-            return twin.run(own, fetches, feed_dict, options, run_metadata)
+            self._thread = None
+            try:
+                return twin.run(own, fetches, feed_dict, options, run_metadata)
+            except PROPAGATED:
+                raise
+            except Exception as err:
+                self.failure = err
+                log.exception("stitchfleet: a step failed on the stitched twin; it runs again as written")
+                return own(self._plain(fetches), feed_dict=feed_dict, options=options, run_metadata=run_metadata)
 
         session.run = run
         self.session = session
+
+    def _plain(self, fetches: Any) -> Any:
+        """The run's fetches without the owner's fetches on the copy (its `shared` ones kept)."""
+        if not isinstance(fetches, dict) or self.owner not in fetches:
+            return fetches
+        mine = fetches[self.owner]
+        kept = {k: v for k, v in mine.items() if k in self.shared} if isinstance(mine, dict) else None
+        plain = {k: v for k, v in fetches.items() if k is not self.owner}
+        if kept:
+            plain[self.owner] = kept
+        return plain
 
     def diverts(self, session: Any, feed_dict: Any) -> bool:
         """Whether a run of `session` with these feeds can go to the copy: the attached session, no feed

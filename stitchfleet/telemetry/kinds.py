@@ -46,7 +46,8 @@ class EventKind(enum.StrEnum):
     COMPILE_FAILURE = "compile_failure"
     GUARD_CHECK = "guard_check"
     CLUSTER_ENABLED = "cluster_enabled"
-    PROBE = "probe"  # a probed cluster left to TF (slower alone), or no cluster kept: not a revert
+    PROBE = "probe"  # a probed cluster left to TF (slower than its TF ops), or no cluster kept: not a revert
+    FLEET_MEMORY = "fleet_memory"  # the job began without the operator's quarantine (or from its cache)
 
 
 class Verdict(enum.StrEnum):

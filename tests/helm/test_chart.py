@@ -215,7 +215,8 @@ def test_notes_name_what_the_user_needs(rendered: Rendered) -> None:
     fullname = rendered.one("Deployment")["metadata"]["name"]
     assert 'stitchfleet.io/enabled: "true"' in rendered.notes
     assert f"deployment/{fullname}" in rendered.notes
-    assert rendered.one("ConfigMap")["data"]["STITCHFLEET_DB_SECRET_NAME"] in rendered.notes
+    assert f"https://{fullname}.{rendered.one('Deployment')['metadata']['namespace']}.svc/ingest/v1" in rendered.notes
+    assert rendered.one("ConfigMap")["data"]["STITCHFLEET_INGEST_AUDIENCE"] in rendered.notes
     assert "{{" not in rendered.notes and "<no value>" not in rendered.notes
 
 

@@ -27,8 +27,8 @@ CONTRACT_SETTINGS = {
     "STITCHFLEET_METRICS_PORT",
     "STITCHFLEET_CLUSTER",
     "STITCHFLEET_SHIM_IMAGE",
-    "STITCHFLEET_DB_SECRET_NAME",
-    "STITCHFLEET_DB_SECRET_KEY",
+    "STITCHFLEET_INGEST_AUDIENCE",
+    "STITCHFLEET_INGEST_TOKEN_SECONDS",
 }
 
 READ = {"get", "list", "watch"}
@@ -39,6 +39,8 @@ CLUSTER_PERMISSIONS = {
     ("kubeflow.org", "tfjobs"): READ,
     ("kubeflow.org", "mpijobs"): READ,
     ("", "events"): {"create", "patch"},
+    # The ingestion endpoint: who a pod's token is (the pod itself is read with pods get).
+    ("authentication.k8s.io", "tokenreviews"): {"create"},
     ("stitchfleet.io", "savingsreports"): READ | {"create", "patch", "update"},
     ("stitchfleet.io", "savingsreports/status"): READ | {"create", "patch", "update"},
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"get", "patch"},
@@ -280,7 +282,8 @@ def test_database_url_value_becomes_the_secret(external_db_render: Rendered) -> 
     ref = _env(_operator(external_db_render), "STITCHFLEET_DB_URL")["valueFrom"]["secretKeyRef"]
     assert (ref["name"], ref["key"]) == ("telemetry-db", "dsn")
     settings = external_db_render.one("ConfigMap")["data"]
-    assert (settings["STITCHFLEET_DB_SECRET_NAME"], settings["STITCHFLEET_DB_SECRET_KEY"]) == ("telemetry-db", "dsn")
+    # Injected pods get no database URL at all: nothing tells them the Secret's name.
+    assert not any("DB_SECRET" in name or "DB_URL" in name for name in settings)
 
 
 def test_bundled_postgresql_is_wired_to_the_database_secret(full_render: Rendered) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,10 @@ from stitchfleet.operator.injection import (
     SHIM_MOUNT,
     SHIM_PATH,
     SHIM_VOLUME,
+    STATE_MOUNT,
+    STATE_VOLUME,
+    TOKEN_MOUNT,
+    TOKEN_VOLUME,
     InjectionConfig,
     Mutation,
     escape,
@@ -29,7 +34,7 @@ def patched(pod: dict[str, Any]) -> tuple[dict[str, Any], Mutation]:
     return result, mutation
 
 
-def test_opted_in_pod_gets_identity_db_url_and_shim() -> None:
+def test_opted_in_pod_gets_identity_ingestion_endpoint_token_and_shim() -> None:
     pod = make_pod(labels={"stitchfleet.io/team": "vision", "stitchfleet.io/model": "resnet50"})
     result, mutation = patched(pod)
     assert mutation.warnings == []
@@ -42,16 +47,29 @@ def test_opted_in_pod_gets_identity_db_url_and_shim() -> None:
     assert env["STITCHFLEET_TEAM"] == "vision"
     assert env["STITCHFLEET_MODEL"] == "resnet50"
     assert env["STITCHFLEET_GPUS_PER_RANK"] == "2"
-    assert env["STITCHFLEET_DB_URL"] == {"secretKeyRef": {"name": "stitchfleet-db", "key": "url", "optional": True}}
+    assert "STITCHFLEET_DB_URL" not in env  # the operator is the only writer: no credentials in the pod
+    assert env["STITCHFLEET_INGEST_URL"] == CONFIG.ingest_url
+    assert env["STITCHFLEET_INGEST_CA"] == CONFIG.ingest_ca
+    assert env["STITCHFLEET_INGEST_TOKEN_FILE"] == f"{TOKEN_MOUNT}/token"
+    assert env["STITCHFLEET_STATE_DIR"] == STATE_MOUNT
     assert env["PYTHONPATH"] == SHIM_PATH
     assert result["metadata"]["annotations"] == {ANNOTATION_INJECTED: __version__}
-    assert result["spec"]["volumes"] == [{"name": SHIM_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}}]
+    token = {"audience": "stitchfleet", "expirationSeconds": 3600, "path": "token"}
+    assert result["spec"]["volumes"] == [
+        {"name": SHIM_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+        {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}},
+        {"name": STATE_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+    ]
     init = result["spec"]["initContainers"]
     assert [c["name"] for c in init] == [SHIM_VOLUME]
     assert init[0]["image"] == CONFIG.shim_image
     assert init[0]["command"] == ["stitchfleet", "shim", "install", SHIM_MOUNT]
     mounts = result["spec"]["containers"][0]["volumeMounts"]
-    assert mounts == [{"name": SHIM_VOLUME, "mountPath": SHIM_MOUNT, "readOnly": True}]
+    assert mounts == [
+        {"name": SHIM_VOLUME, "mountPath": SHIM_MOUNT, "readOnly": True},
+        {"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT, "readOnly": True},
+        {"name": STATE_VOLUME, "mountPath": STATE_MOUNT},
+    ]
     assert pod == make_pod(labels={"stitchfleet.io/team": "vision", "stitchfleet.io/model": "resnet50"})
 
 
@@ -133,10 +151,11 @@ def test_existing_volumes_init_containers_and_mounts_are_kept_in_place() -> None
     pod["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox", "command": ["true"]}]
     result, _ = patched(pod)
     spec = result["spec"]
-    assert [v["name"] for v in spec["volumes"]] == ["data", SHIM_VOLUME]
+    ours = [SHIM_VOLUME, TOKEN_VOLUME, STATE_VOLUME]
+    assert [v["name"] for v in spec["volumes"]] == ["data", *ours]
     assert [c["name"] for c in spec["initContainers"]] == ["fetch", SHIM_VOLUME]
-    assert [m["name"] for m in spec["containers"][0]["volumeMounts"]] == ["data", SHIM_VOLUME]
-    assert [m["name"] for m in spec["containers"][1]["volumeMounts"]] == [SHIM_VOLUME]
+    assert [m["name"] for m in spec["containers"][0]["volumeMounts"]] == ["data", *ours]
+    assert [m["name"] for m in spec["containers"][1]["volumeMounts"]] == ours
     assert env_of(spec["containers"][0])["STITCHFLEET_GPUS_PER_RANK"] == "8"
     assert env_of(spec["containers"][1])["STITCHFLEET_GPUS_PER_RANK"] == "0"
     assert result["metadata"]["annotations"] == {"team.example/owner": "ana", ANNOTATION_INJECTED: __version__}
@@ -156,8 +175,9 @@ def test_foreign_mount_at_the_shim_path_is_kept_with_a_warning() -> None:
     pod = make_pod(containers=containers)
     pod["spec"]["volumes"] = [{"name": "opt", "emptyDir": {}}]
     result, mutation = patched(pod)
-    assert result["spec"]["containers"][0]["volumeMounts"] == [{"name": "opt", "mountPath": SHIM_MOUNT}]
-    assert any("already mounts a volume" in text for text in mutation.warnings)
+    mounts = result["spec"]["containers"][0]["volumeMounts"]
+    assert [m["name"] for m in mounts] == ["opt", TOKEN_VOLUME, STATE_VOLUME]
+    assert any("already mounts a volume" in text and "boot shim not mounted" in text for text in mutation.warnings)
 
 
 @pytest.mark.parametrize(
@@ -260,16 +280,26 @@ def test_non_object_pod_is_left_unchanged(garbage: Any) -> None:
     assert "the pod is" in mutation.warnings[0]
 
 
-def test_config_follows_settings() -> None:
+def test_config_follows_settings(tmp_path: Path) -> None:
+    (tmp_path / "ca.crt").write_text("the CA")
     current = settings.load(
         {
             "STITCHFLEET_CLUSTER": "west",
             "STITCHFLEET_SHIM_IMAGE": "reg/sf:9",
-            "STITCHFLEET_DB_SECRET_NAME": "telemetry",
-            "STITCHFLEET_DB_SECRET_KEY": "dsn",
+            "STITCHFLEET_WEBHOOK_SERVICE": "sf",
+            "STITCHFLEET_OPERATOR_NAMESPACE": "ops",
+            "STITCHFLEET_WEBHOOK_TLS_DIR": str(tmp_path),
+            "STITCHFLEET_INGEST_AUDIENCE": "telemetry",
         }
     )
-    assert InjectionConfig.from_settings(current) == InjectionConfig("west", "reg/sf:9", "telemetry", "dsn")
+    expected = InjectionConfig("west", "reg/sf:9", "https://sf.ops.svc/ingest/v1", "the CA", "telemetry")
+    assert InjectionConfig.from_settings(current) == expected
     default = InjectionConfig.from_settings(settings.load({}))
     assert default.shim_image == f"stitchfleet:{__version__}"
-    assert (default.db_secret_name, default.db_secret_key) == ("stitchfleet-db", "url")
+    assert default.ingest_ca == ""  # no TLS material yet: the pods then trust the system CAs
+
+
+def test_a_user_who_set_the_state_dir_keeps_it() -> None:
+    containers = [{"name": "trainer", "image": "tf", "env": [{"name": "STITCHFLEET_STATE_DIR", "value": "/scratch"}]}]
+    result, _ = patched(make_pod(containers=containers))
+    assert env_of(result["spec"]["containers"][0])["STITCHFLEET_STATE_DIR"] == "/scratch"

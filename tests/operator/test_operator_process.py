@@ -250,3 +250,12 @@ def test_the_rbac_check_refuses_what_the_chart_does_not_grant() -> None:
     }
     assert denied(others, "stitchfleet", NAMESPACE) == sorted(str(call) for call in others)
     assert denied({ApiCall("get", "", "configmaps", NAMESPACE, "settings")}, "stitchfleet", NAMESPACE) == []
+    # The ingestion endpoint may ask who a token is, and nothing else of authentication/authorization.
+    assert (
+        denied({ApiCall("create", "authentication.k8s.io", "tokenreviews", None, None)}, "stitchfleet", NAMESPACE) == []
+    )
+    asks = {
+        ApiCall("create", "authorization.k8s.io", "subjectaccessreviews", None, None),
+        ApiCall("create", "", "serviceaccounts/token", "ml", "default"),
+    }
+    assert denied(asks, "stitchfleet", NAMESPACE) == sorted(str(call) for call in asks)

@@ -24,7 +24,13 @@ from webhook_pods import CONFIG, apply_patch, assert_valid_pod, env_of, make_pod
 from stitchfleet import settings
 from stitchfleet.operator import admission
 from stitchfleet.operator.injection import SHIM_PATH, Mutation
-from stitchfleet.operator.tls import CA_FILE, ensure_self_signed
+from stitchfleet.operator.tls import (
+    CA_FILE,
+    ensure_self_signed,
+    make_self_signed,
+    service_dns_names,
+    write_tls_dir,
+)
 from stitchfleet.operator.webhook_server import WebhookServer
 
 SERVICE, NAMESPACE = "stitchfleet", "stitchfleet-system"
@@ -196,7 +202,7 @@ def test_rotated_certificate_is_picked_up_without_a_restart(
 ) -> None:
     old_ca = tmp_path / "old-ca.crt"
     shutil.copyfile(tls_dir / CA_FILE, old_ca)
-    ensure_self_signed(tls_dir, SERVICE, NAMESPACE)
+    rotate(tls_dir)
     assert server.reload_certificates() is True
     assert server.reload_certificates() is False
     with pytest.raises(ssl.SSLCertVerificationError):
@@ -204,8 +210,13 @@ def test_rotated_certificate_is_picked_up_without_a_restart(
     assert patch_of(admit(server, tls_dir, make_pod()))
 
 
+def rotate(tls_dir: Path) -> None:
+    """New material in place, as cert-manager rotates it (ensure_self_signed would keep the old)."""
+    write_tls_dir(tls_dir, make_self_signed(service_dns_names(SERVICE, NAMESPACE)))
+
+
 def test_rotation_is_noticed_on_the_next_connection(server: WebhookServer, tls_dir: Path) -> None:
-    ensure_self_signed(tls_dir, SERVICE, NAMESPACE)
+    rotate(tls_dir)
     assert patch_of(admit(server, tls_dir, make_pod()))
 
 

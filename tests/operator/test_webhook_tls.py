@@ -20,9 +20,11 @@ from stitchfleet.operator.tls import (
     CA_FILE,
     CERT_FILE,
     KEY_FILE,
+    VALID_DAYS,
     ca_bundle_patch,
     ensure_self_signed,
     make_self_signed,
+    reusable,
     service_dns_names,
 )
 
@@ -69,6 +71,19 @@ def test_tls_dir_has_the_cert_manager_layout_and_a_private_key(tmp_path: Path) -
     assert sorted(path.name for path in (tmp_path / "tls").iterdir()) == [CA_FILE, CERT_FILE, KEY_FILE]
 
 
+def test_a_restart_keeps_material_that_still_serves_the_service(tmp_path: Path) -> None:
+    first = ensure_self_signed(tmp_path / "tls", "sf", "ops")
+    assert ensure_self_signed(tmp_path / "tls", "sf", "ops") == first  # the pods' CA stays valid
+    renamed = ensure_self_signed(tmp_path / "tls", "sf2", "ops")
+    assert renamed.ca_pem != first.ca_pem  # another Service's names: fresh material
+    later = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=VALID_DAYS - 100)
+    assert reusable(tmp_path / "tls", service_dns_names("sf2", "ops"), now=later) is None  # under a year left
+    (tmp_path / "tls" / KEY_FILE).write_bytes(make_self_signed(["x.y.svc"]).key_pem)
+    assert reusable(tmp_path / "tls", service_dns_names("sf2", "ops")) is None  # key of another cert
+    (tmp_path / "tls" / CERT_FILE).write_text("garbage")
+    assert reusable(tmp_path / "tls", service_dns_names("sf2", "ops")) is None
+
+
 def webhook_config() -> dict[str, Any]:
     client_config = {"service": {"name": "sf", "namespace": "ops", "path": "/mutate", "port": 443}}
     return {
@@ -111,7 +126,7 @@ def test_operator_and_webhook_settings_have_the_contract_defaults() -> None:
     assert current.webhook_port == 8443
     assert current.webhook_tls_dir == Path("/etc/stitchfleet/tls")
     assert current.health_port == 8080
-    assert (current.db_secret_name, current.db_secret_key) == ("stitchfleet-db", "url")
+    assert (current.ingest_audience, current.ingest_url) == ("stitchfleet", "")
     chart = settings.load(
         {
             "STITCHFLEET_WEBHOOK_SELF_SIGNED": "false",

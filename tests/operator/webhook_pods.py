@@ -19,7 +19,12 @@ K8S_VERSION = "1.29"
 Pod = dict[str, Any]
 
 
-CONFIG = InjectionConfig(cluster="gpu-east", shim_image="registry.example/stitchfleet:0.1.0")
+CONFIG = InjectionConfig(
+    cluster="gpu-east",
+    shim_image="registry.example/stitchfleet:0.1.0",
+    ingest_url="https://stitchfleet.stitchfleet.svc/ingest/v1",
+    ingest_ca="-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+)
 
 
 def make_pod(*, labels: dict[str, str] | None = None, containers: list[dict[str, Any]] | None = None) -> Pod:

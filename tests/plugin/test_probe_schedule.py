@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 
 from stitchfleet import settings
-from stitchfleet.plugin.schedule import BASELINE, GROUP, PROBE, STITCHED, WARMUP, Probes, Timing, Windows
+from stitchfleet.plugin.schedule import BASELINE, GROUP, PROBE, REFERENCE, STITCHED, WARMUP, Probes, Timing, Windows
 
 # Without the group probe (today's schedule before it, and STITCHFLEET_PROBE_GROUP=0 now):
-# warmup 0-1, baseline 2-4, pair 0: baseline 5-8 + only-0 9-12, pair 1: baseline 13-16 + only-1 17-20,
+# warmup 0-1, baseline 2-4, pair 0: reference 5-8 + probe 9-12, pair 1: reference 13-16 + probe 17-20,
 # stitched from 21; the next baseline window starts 20 stitched-phase steps after the first one ended
 PROBING = Timing(
     warmup_steps=2,
@@ -30,7 +30,7 @@ def test_every_step_has_its_phase() -> None:
     expected = (
         [WARMUP] * 2
         + [BASELINE] * 3
-        + ([BASELINE] * 4 + [PROBE] * 4) * 2
+        + ([REFERENCE] * 4 + [PROBE] * 4) * 2
         + [STITCHED] * 17
         + [BASELINE] * 3
         + [STITCHED] * 4
@@ -81,10 +81,25 @@ def test_probes_keep_the_medians_of_timed_steps_only() -> None:
     for step in range(5, 13):
         probes.add(step, seconds=float(step), timed=PROBING.checks(step) is False)
     probes.add(3, seconds=99.0, timed=True)  # the first baseline window is not part of a probe pair
-    assert probes.medians(0) == (11.0, 6.5)  # only-0: 10, 11, 12 (9 was the check); baseline: 5..8
+    assert probes.medians(0) == (11.0, 6.5)  # probe 0: 10, 11, 12 (9 was the check); reference: 5..8
     assert probes.medians(1) is None
     probes.add(13, 1.0, timed=True)
-    assert probes.medians(1) is None  # its only-1 half has no timed step yet
+    assert probes.medians(1) is None  # its probe half has no timed step yet
+
+
+def test_reference_windows_are_booked_as_stitched_and_never_as_the_baseline() -> None:
+    """Both halves of a cluster's pair run stitched clusters on the twin: neither is plain TF, so neither
+    may become the baseline the savings and the slowdown guard compare with."""
+    windows = Windows(size=10)
+    for step, (mode, seconds) in enumerate([(BASELINE, 2.0), (BASELINE, 2.0), (REFERENCE, 1.0), (PROBE, 1.5)]):
+        windows.add(step, mode, seconds, timed=True)
+    last = windows.close()
+    assert windows.baseline_median == 2.0  # the reference step (1.0) did not move it
+    assert last is not None and last.mode == PROBE and last.row_mode == STITCHED
+    reference = Windows(size=10)
+    reference.add(0, REFERENCE, 1.0, timed=True)
+    closed = reference.close()
+    assert closed is not None and closed.row_mode == STITCHED and reference.baseline_median is None
 
 
 def test_probe_windows_are_booked_as_stitched_against_their_paired_baseline() -> None:
@@ -117,12 +132,12 @@ def test_probe_knobs_come_from_settings_and_are_validated() -> None:
 
 
 def test_rounds_repeat_every_pair_with_the_order_swapped_and_decide_after_the_last() -> None:
-    """Two rounds: round 0 runs baseline then only-k, round 1 only-k then baseline (a steady drift lands
+    """Two rounds: round 0 runs reference then probe, round 1 probe then reference (a steady drift lands
     on both halves); each cluster is decided once, after its last pair, from the pooled steps."""
     two = dataclasses.replace(PROBING, probe_rounds=2)
     assert two.stitched_start == 5 + 2 * 4 * 2 * 2
     phases = [two.phase(s) for s in range(5, 37)]
-    assert phases == ([BASELINE] * 4 + [PROBE] * 4) * 2 + ([PROBE] * 4 + [BASELINE] * 4) * 2
+    assert phases == ([REFERENCE] * 4 + [PROBE] * 4) * 2 + ([PROBE] * 4 + [REFERENCE] * 4) * 2
     assert [two.probed(s) for s in (5, 13, 21, 29, 36)] == [0, 1, 0, 1, 1]
     assert {s: two.decides(s) for s in range(60) if two.decides(s) is not None} == {29: 0, 37: 1}
     assert [s for s in range(5, 37) if two.checks(s)] == [9, 17, 21, 29]
@@ -130,7 +145,7 @@ def test_rounds_repeat_every_pair_with_the_order_swapped_and_decide_after_the_la
     for step in range(5, 37):
         probes.add(step, seconds=float(step), timed=not two.checks(step))
     alone, base = probes.medians(0) or (0.0, 0.0)
-    assert alone == 17.0 and base == 16.5  # only-0: 10-12, 22-24; baseline: 5-8, 25-28
+    assert alone == 17.0 and base == 16.5  # probe 0: 10-12, 22-24; reference: 5-8, 25-28
 
 
 def test_probe_noise_is_the_standard_error_of_the_median_difference() -> None:
@@ -143,7 +158,7 @@ def test_probe_noise_is_the_standard_error_of_the_median_difference() -> None:
 
 
 # With the group probe (the default): warmup 0-1, baseline 2-4, group pair: baseline 5-8 + every cluster on
-# 9-12, decided at 13; pair 0: baseline 13-16 + only-0 17-20, pair 1: baseline 21-24 + only-1 25-28; stitched
+# 9-12, decided at 13; pair 0: reference 13-16 + probe 17-20, pair 1: reference 21-24 + probe 25-28; stitched
 # from 29
 GROUPED = dataclasses.replace(PROBING, probe_group=True)
 
@@ -151,7 +166,8 @@ GROUPED = dataclasses.replace(PROBING, probe_group=True)
 def test_the_group_pair_comes_first_and_is_decided_before_any_cluster() -> None:
     assert (GROUPED.probe_start, GROUPED.cluster_start, GROUPED.stitched_start) == (5, 13, 29)
     phases = [GROUPED.phase(s) for s in range(35)]
-    assert phases == [WARMUP] * 2 + [BASELINE] * 3 + ([BASELINE] * 4 + [PROBE] * 4) * 3 + [STITCHED] * 6
+    group = [BASELINE] * 4 + [PROBE] * 4  # every cluster on against plain TF
+    assert phases == [WARMUP] * 2 + [BASELINE] * 3 + group + ([REFERENCE] * 4 + [PROBE] * 4) * 2 + [STITCHED] * 6
     assert [s for s in range(40) if GROUPED.grouped(s)] == list(range(5, 13))
     assert {s: GROUPED.subject(s) for s in (4, 5, 12, 13, 28, 29)} == {
         4: None,
@@ -167,7 +183,7 @@ def test_the_group_pair_comes_first_and_is_decided_before_any_cluster() -> None:
 
 
 def test_the_first_step_with_every_cluster_on_is_a_check() -> None:
-    # group 9; only-0 17, only-1 25; stitched 29, 30 (check_first), 40, 50 (every 10; 46-48 is a baseline)
+    # group 9; probe 0 17, probe 1 25; stitched 29, 30 (check_first), 40, 50 (every 10; 46-48 is a baseline)
     assert [s for s in range(60) if GROUPED.checks(s)] == [9, 17, 25, 29, 30, 40, 50]
 
 

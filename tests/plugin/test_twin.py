@@ -9,6 +9,7 @@ keeps the structure of its fetches.
 from __future__ import annotations
 
 import collections
+import threading
 from typing import Any
 
 import numpy as np
@@ -154,3 +155,28 @@ def test_a_site_moves_onto_the_copy() -> None:
     assert moved.inputs == [h]  # computed before the cluster: shared
     assert moved.outputs[0].name == f"{PREFIX}/{act.name}" and moved.internal[0].name == f"{PREFIX}/{act.op.name}"
     assert moved.index == 3
+
+
+def test_another_threads_run_is_not_diverted_and_keeps_the_arming() -> None:
+    graph, model = _model()
+    twin = build(graph, [_site(model["act"].op)])
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(model["init"])
+        diverter = Diverter(twin)
+        diverter.attach(session)
+        diverter.armed = True
+        seen: list[set[str]] = []
+
+        def evaluate() -> None:  # an eval thread running the same session meanwhile
+            metadata = tf.compat.v1.RunMetadata()
+            options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.SOFTWARE_TRACE)
+            session.run(model["loss"], _feed(model), options=options, run_metadata=metadata)
+            seen.append({n.node_name for d in metadata.step_stats.dev_stats for n in d.node_stats})
+
+        other = threading.Thread(target=evaluate)
+        other.start()
+        other.join(timeout=60)
+        assert seen and not any(name.startswith(f"{PREFIX}/") for name in seen[0])
+        assert diverter.armed  # still armed for this thread's run
+        session.run(model["train"], _feed(model))
+        assert not diverter.armed

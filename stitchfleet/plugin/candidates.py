@@ -1,0 +1,104 @@
+"""Which of the compiler's clusters the hook installs: each mapped onto the TF graph and built, or left to TF.
+
+Input: the TF graph, the frontend's `Conversion`, the compiler's artifacts, the backend, the
+fleet's reverted fingerprints, the settings, an optional test `Fault`, the rank and whether
+Horovod ranks must agree on the installed set. Output: `Candidates`: the sites and built
+clusters to install, every mapped site (built or not: the twin copies what depends on them,
+which must be the same on every rank whatever each compiled), and the clusters left to TF as
+(index, fingerprint, reason): decisions as data, which the hook records.
+
+A cluster is left to TF when the planner refused it, when Horovod ranks could not agree on it
+(past the agreement vector's slots), when it cannot be mapped onto TF tensors, when an op of it
+is placed on a GPU (until the GPU bridge exists), when no variable update depends on it (evals
+and metrics run as written), when the compile budget is spent, or when its compile fails.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from stitchfleet import settings as settings_module
+from stitchfleet.compiler.decision import Decision
+from stitchfleet.plugin import placement
+from stitchfleet.plugin.agreement import SLOTS
+from stitchfleet.plugin.controller import Cluster
+from stitchfleet.plugin.faults import Fault
+from stitchfleet.plugin.kernels import ClusterKernel
+from stitchfleet.plugin.sites import Site, UnmappableError, map_cluster
+from stitchfleet.plugin.training_steps import training_path
+
+
+@dataclass
+class Candidates:
+    sites: list[Site] = field(default_factory=list)
+    clusters: list[Cluster] = field(default_factory=list)
+    mapped: list[Site] = field(default_factory=list)
+    left: list[tuple[int, str, str]] = field(default_factory=list)  # (index, fingerprint, reason)
+
+
+def _left_to_tf(site: Site, path: frozenset[str], gpu_visible: bool) -> str | None:
+    """Why a mapped cluster stays with TF before any rewrite: GPU placement, or off the training path."""
+    reason = placement.gpu_reason(site.internal, gpu_visible)
+    if reason is not None:
+        return reason
+    if not any(op.name in path for op in site.internal):
+        return "not on the training path (no variable update depends on it): evals and metrics run it as written"
+    return None
+
+
+def _mapped(graph: Any, conversion: Any, index: int, compiled: tuple[Any, Any], path: frozenset[str]) -> Site | str:
+    """The cluster's site (from its compiled graph and plan), or why it is left to TF."""
+    try:
+        site = map_cluster(graph, conversion, index, *compiled)  # may redraw it at TF op granularity
+        left = _left_to_tf(site, path, placement.gpu_visible())
+    except UnmappableError as err:
+        return f"not mapped: {err}"
+    except Exception as err:
+        return f"not mapped: {type(err).__name__}: {err}"
+    return site if left is None else left
+
+
+def choose(
+    graph: Any,
+    conversion: Any,
+    art: Any,
+    *,
+    backend: str,
+    known_bad: set[str],
+    current: settings_module.Settings,
+    fault: Fault | None = None,
+    rank: int = 0,
+    agreeing: bool = False,
+) -> Candidates:
+    """Maps and builds every cluster of `art` (see the module docstring)."""
+    found = Candidates()
+    path = training_path(graph)
+    deadline = time.perf_counter() + current.compile_budget
+    for i, (cg, plan, summary) in enumerate(zip(art.cluster_graphs, art.stitch, art.report.clusters, strict=True)):
+        fingerprint = summary.fingerprint
+        if isinstance(plan, Decision):
+            found.left.append((i, fingerprint, plan.reason))
+            continue
+        if agreeing and i >= SLOTS:
+            found.left.append((i, fingerprint, f"cluster {i} is past the {SLOTS} clusters Horovod ranks can agree on"))
+            continue
+        site = _mapped(graph, conversion, i, (cg, plan), path)
+        if isinstance(site, str):
+            found.left.append((i, fingerprint, site))
+            continue
+        found.mapped.append(site)
+        if time.perf_counter() > deadline:
+            reason = f"compile budget spent: {current.compile_budget:g} s of compiles in begin"
+            found.left.append((i, fingerprint, reason))
+            continue
+        try:
+            injected = fault if fault is not None and fault.applies(i, rank) else None
+            kernel = ClusterKernel(site.graph, site.plan or plan, backend, current.cache_dir, injected)
+        except Exception as err:
+            found.left.append((i, fingerprint, f"{backend} compile failed: {type(err).__name__}: {err}"))
+            continue
+        found.sites.append(site)
+        found.clusters.append(Cluster(i, fingerprint, kernel, len(cg.nodes), fingerprint not in known_bad))
+    return found
