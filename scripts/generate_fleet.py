@@ -2,7 +2,8 @@
 
 Input: --db URL (default: STITCHFLEET_DB_URL or the SQLite file in the state dir), --tasks N
 (default 70,000, the AStitch paper's weekly scale), --week 2026-W47, --seed S, --no-bulk (every
-row through the store's upserts, as the recorder writes them). Output: the rows in the database,
+row through the store's upserts, as the recorder writes them; the default bulk load uses COPY on
+PostgreSQL and builds the incremental rollups from the rows in memory). Output: the rows in the database,
 progress on stderr, and a one-line summary; then `stitchfleet report weekly --week ...` reads it.
 """
 

@@ -171,7 +171,12 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="with --format csv: one row per task (jobs), or per namespace/team/model plus fleet totals (rollups)",
     )
     weekly.add_argument(
-        "--top", type=int, default=0, metavar="N", help="md/html: list only the N tasks saving most (default: all)"
+        "--top",
+        type=int,
+        default=25,
+        metavar="N",
+        help="md/html: list the N tasks saving most and the N saving least, per device kind (default: 25; "
+        "the jobs CSV lists every task)",
     )
     weekly.set_defaults(handler=_report_weekly)
 
@@ -179,8 +184,8 @@ def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def _report_weekly(args: argparse.Namespace) -> int:
     from stitchfleet.telemetry import report_command
 
-    if args.top < 0:
-        print(f"stitchfleet report weekly: --top {args.top}: expected 0 (all) or more", file=sys.stderr)
+    if args.top < 1:
+        print(f"stitchfleet report weekly: --top {args.top}: expected 1 or more", file=sys.stderr)
         return EXIT_USAGE
     options = report_command.WeeklyOptions(args.db, args.week, args.format, args.csv_table, args.top, args.output)
     return report_command.run_weekly(options)

@@ -2,21 +2,22 @@
 
 Input: a SQLAlchemy URL (default: `settings.current().database_url`, a SQLite file whose parent
 directory is created on first use). Output: an `Engine` (`connect`) and schema changes through the
-Alembic migrations shipped in this package (`upgrade`, `downgrade`, `check`). No alembic.ini is
+Alembic migrations shipped in this package (`upgrade`, `downgrade`, `check`), and the two
+dialect-specific ways of writing that the store and bulk loads share (`dialect_insert`, `copy_rows`). No alembic.ini is
 needed: the Alembic configuration is built here.
 """
 
 from __future__ import annotations
 
 import fcntl
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, Table, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -146,6 +147,28 @@ def current_revision(engine: Engine) -> str | None:
 
     with engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
+
+
+def dialect_insert(connection: Connection, table: Table) -> Any:
+    """An INSERT of `table` with the dialect's ON CONFLICT clauses (PostgreSQL, SQLite); else DatabaseError."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    name = connection.dialect.name
+    if name == "postgresql":
+        return postgresql.insert(table)
+    if name == "sqlite":
+        return sqlite.insert(table)
+    raise DatabaseError(f"telemetry supports PostgreSQL and SQLite, not {name!r}")
+
+
+def copy_rows(connection: Connection, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """PostgreSQL only: `rows` into `table` by COPY, in the connection's transaction (bulk loads)."""
+    driver = connection.connection.driver_connection
+    if connection.dialect.name != "postgresql" or driver is None:
+        raise DatabaseError(f"COPY needs PostgreSQL, not {connection.dialect.name!r}")
+    with driver.cursor() as cursor, cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
 
 
 def safe_url(url: str) -> str:

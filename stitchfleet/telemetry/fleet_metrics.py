@@ -1,7 +1,7 @@
 """Fleet-wide Prometheus gauges, served by the operator process.
 
-Input: the number of jobs the operator tracks, and the current week's fleet figures (plain
-numbers, as the weekly summary computes them). Output: `stitchfleet_fleet_*` gauges in a
+Input: the number of jobs the operator tracks, the current week's fleet figures (plain
+numbers, as the weekly summary computes them), and what the last rollup cost. Output: `stitchfleet_fleet_*` gauges in a
 dedicated CollectorRegistry, served over HTTP by `serve(port)`. Gauges, not counters: every
 rollup recomputes the figures from the database, so a restarted operator shows the same values.
 """
@@ -36,6 +36,8 @@ class FleetMetrics(Exposition):
             registry=self.registry,
         )
         self.rollup_time = self._gauge("last_rollup_timestamp_seconds", "Unix time of the last successful rollup.")
+        self.rollup_cpu = self._gauge("last_rollup_cpu_seconds", "CPU seconds the operator spent on the last rollup.")
+        self.rollup_wall = self._gauge("last_rollup_duration_seconds", "Wall seconds the last rollup took.")
 
     def _gauge(self, name: str, doc: str) -> Gauge:
         return Gauge(f"stitchfleet_fleet_{name}", doc, registry=self.registry)
@@ -63,3 +65,8 @@ class FleetMetrics(Exposition):
         for reason, count in revert_reasons.items():
             self.reverts.labels(reason=reason or "unspecified").set(count)
         self.rollup_time.set(at)
+
+    def set_rollup_cost(self, *, cpu_seconds: float, wall_seconds: float) -> None:
+        """Publishes what the last rollup cost: CPU seconds of the operator's thread, and wall seconds."""
+        self.rollup_cpu.set(cpu_seconds)
+        self.rollup_wall.set(wall_seconds)

@@ -19,7 +19,9 @@ from __future__ import annotations
 import datetime as dt
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
+    Date,
     DateTime,
     Dialect,
     Float,
@@ -129,7 +131,7 @@ class StepWindow(Base):
     __table_args__ = (UniqueConstraint("job_id", "rank", "window_index"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     rank: Mapped[int] = mapped_column(Integer)
     window_index: Mapped[int] = mapped_column(Integer)
     first_step: Mapped[int] = mapped_column(BigInteger)
@@ -181,4 +183,72 @@ class Cluster(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
 
 
+class TaskWeek(Base):
+    """One task's figures of one ISO week, kept up to date by the store as its rows arrive.
+
+    Derived data (telemetry.aggregates keeps it, or rebuilds it from jobs, step windows and
+    events): the task's identity and accounting facts are copied here so that a report lists
+    tasks, and a refresh knows which rollups a stale row contributed to, without reading
+    anything else. Median step times are not kept (they cannot move by differences).
+    """
+
+    __tablename__ = "task_weeks"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    week_start: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(253))
+    namespace: Mapped[str] = mapped_column(String(253))
+    job_name: Mapped[str] = mapped_column(String(253))
+    job_uid: Mapped[str] = mapped_column(String(128))
+    team: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str] = mapped_column(String(128))
+    world_size: Mapped[int] = mapped_column(Integer)
+    device_kind: Mapped[str] = mapped_column(String(8))
+    devices_per_rank: Mapped[int] = mapped_column(Integer)
+    windows: Mapped[int] = mapped_column(Integer)
+    iterations: Mapped[int] = mapped_column(BigInteger)
+    # {rank: its iterations this week}; `iterations` is the busiest rank's (ranks step in lockstep).
+    rank_iterations: Mapped[dict[str, int]] = mapped_column(JSON)
+    # Saved wall seconds summed over ranks (x devices per rank = device-seconds).
+    saved_seconds: Mapped[float] = mapped_column(Float)
+    # Device-seconds: compile overhead (0 unless charged to this week) and net = gross - compile.
+    compile_device_seconds: Mapped[float] = mapped_column(Float)
+    net_device_seconds: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))
+    revert_reason: Mapped[str] = mapped_column(Text)
+    # {revert reason label: revert events}, and the saved seconds of each UTC day, Monday first.
+    reverts: Mapped[dict[str, int]] = mapped_column(JSON)
+    daily_saved_seconds: Mapped[list[float]] = mapped_column(JSON)
+
+
+class WeekRollup(Base):
+    """Sums of the task-weeks of one week by one dimension value and device kind (derived data).
+
+    Dimensions: `fleet` (key ""), `namespace`, `team`, `model`, `reason` (a revert reason label),
+    `job` (cluster, namespace and job name joined by a unit separator: counts distinct jobs),
+    `day` (an ISO date; `gross_device_seconds` is what that day's windows saved). Kept by adding
+    each refreshed task-week's change, so a weekly report reads O(groups) rows.
+    """
+
+    __tablename__ = "week_rollups"
+
+    week_start: Mapped[dt.date] = mapped_column(Date, primary_key=True)
+    dimension: Mapped[str] = mapped_column(String(16), primary_key=True)
+    key: Mapped[str] = mapped_column(String(800), primary_key=True)
+    device_kind: Mapped[str] = mapped_column(String(8), primary_key=True)
+    tasks: Mapped[int] = mapped_column(Integer)
+    distributed_tasks: Mapped[int] = mapped_column(Integer)
+    reverted_tasks: Mapped[int] = mapped_column(Integer)
+    reverts: Mapped[int] = mapped_column(Integer)
+    devices: Mapped[int] = mapped_column(BigInteger)
+    windows: Mapped[int] = mapped_column(BigInteger)
+    iterations: Mapped[int] = mapped_column(BigInteger)
+    gross_device_seconds: Mapped[float] = mapped_column(Float)
+    compile_device_seconds: Mapped[float] = mapped_column(Float)
+
+
 Index("ix_events_kind_job", Event.kind, Event.job_id)
+# A task's windows of one week (median step times of the tasks a report lists); serves job_id alone too.
+Index("ix_step_windows_job_recorded", StepWindow.job_id, StepWindow.recorded_at)
+# The top and bottom tasks of a week and device kind come straight off this index.
+Index("ix_task_weeks_week_kind_net", TaskWeek.week_start, TaskWeek.device_kind, TaskWeek.net_device_seconds)

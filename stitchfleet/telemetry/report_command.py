@@ -1,17 +1,22 @@
 """`stitchfleet report weekly`: computes a week's savings and writes it as md, csv or html.
 
-Input: the command's options (database URL, ISO week, format, CSV table, top tasks, output file).
+Input: the command's options (database URL, ISO week, format, CSV table, tasks listed, output file).
 Output: the rendered report on stdout or in the file, and an exit status: 0 done, 2 for a bad
 week label or a database that cannot be used (unreachable, no schema), 1 when the output file
-cannot be written. Errors are one line on stderr, never a traceback.
+cannot be written. Errors are one line on stderr, never a traceback. Markdown and HTML read the
+incremental aggregates (bounded size); the jobs CSV streams every task straight to the output in
+constant memory, with progress on stderr when it goes to a file.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from stitchfleet.telemetry import database, report_text, savings, weeks
 
@@ -20,24 +25,26 @@ EXIT_OUTPUT = 1
 EXIT_USAGE = 2
 FORMATS = ("md", "csv", "html")
 CSV_TABLES = ("jobs", "rollups")
+PROGRESS_EVERY = 50_000
 
 
 @dataclass(frozen=True)
 class WeeklyOptions:
-    """What the user asked for; `week` None means the current ISO week (UTC)."""
+    """What the user asked for; `week` None means the current ISO week (UTC); `top` tasks listed
+    at each end per device kind in md/html."""
 
     db: str | None = None
     week: str | None = None
     format: str = "md"
     csv_table: str = "jobs"
-    top: int = 0
+    top: int = savings.LISTED_TASKS
     output: Path | None = None
 
 
 def render(report: savings.WeeklyReport, options: WeeklyOptions) -> str:
-    """The report in the requested format."""
+    """The report in the requested format (md, html, or the rollups CSV; the jobs CSV is streamed)."""
     if options.format == "csv":
-        return report_text.rollups_csv(report) if options.csv_table == "rollups" else report_text.jobs_csv(report)
+        return report_text.rollups_csv(report)
     if options.format == "html":
         from stitchfleet.telemetry import report_html
 
@@ -50,6 +57,45 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
+def _streamed(jobs: Iterable[savings.JobSavings], counted: list[int], show: bool) -> Iterator[savings.JobSavings]:
+    for job in jobs:
+        counted[0] += 1
+        if show and counted[0] % PROGRESS_EVERY == 0:
+            print(f"\r  {counted[0]:>9,} tasks written", end="", file=sys.stderr, flush=True)
+        yield job
+    if show and counted[0] >= PROGRESS_EVERY:
+        print(file=sys.stderr)
+
+
+def _write_lines(lines: Iterable[str], output: TextIO) -> None:
+    for line in lines:
+        output.write(line)
+
+
+def _jobs_csv(url: str, week: weeks.Week, output: Path | None) -> tuple[int, int]:
+    """Streams the jobs CSV to stdout or `output`; returns (exit status, tasks written)."""
+    counted = [0]
+    tasks = savings.week_tasks(url, week)
+    try:
+        # The database is opened by the first task: a failure then leaves no half-written output.
+        first = next(tasks, None)
+    except database.DatabaseError as err:
+        return _fail(str(err), EXIT_USAGE), 0
+    every = itertools.chain([] if first is None else [first], tasks)
+    lines = report_text.jobs_csv_lines(week, _streamed(every, counted, output is not None))
+    try:
+        if output is None:
+            _write_lines(lines, sys.stdout)
+        else:
+            with output.open("w", encoding="utf-8") as handle:
+                _write_lines(lines, handle)
+    except database.DatabaseError as err:
+        return _fail(str(err), EXIT_USAGE), counted[0]
+    except OSError as err:
+        return _fail(f"cannot write {output}: {err.strerror or err}", EXIT_OUTPUT), counted[0]
+    return EXIT_OK, counted[0]
+
+
 def run_weekly(options: WeeklyOptions) -> int:
     """Runs the command; see the module docstring for the exit statuses."""
     try:
@@ -57,8 +103,13 @@ def run_weekly(options: WeeklyOptions) -> int:
     except weeks.WeekError as err:
         return _fail(str(err), EXIT_USAGE)
     url = database.resolve_url(options.db)
+    if options.format == "csv" and options.csv_table == "jobs":
+        status, tasks = _jobs_csv(url, week, options.output)
+        if status == EXIT_OK and options.output is not None:
+            print(f"wrote csv report for {week.label} ({tasks:,} tasks) to {options.output}")
+        return status
     try:
-        report = savings.weekly_summary(url, week)
+        report = savings.weekly_summary(url, week, listed=options.top or savings.LISTED_TASKS)
     except database.DatabaseError as err:
         return _fail(str(err), EXIT_USAGE)
     content = render(report, options)

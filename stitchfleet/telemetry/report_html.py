@@ -1,10 +1,11 @@
 """HTML rendering of a WeeklyReport: one self-contained page with an embedded PNG chart.
 
 Input: a `savings.WeeklyReport`. Output: an HTML document (string) with the fleet totals, revert
-reasons, rollups, the task table and a chart drawn with matplotlib's Agg canvas (no display,
-no pyplot global state): gross hours saved per day and the top tasks by net hours, of one device
-kind (GPU when the week has GPU tasks, else CPU: GPU-hours and CPU core-hours never share an axis),
-embedded as a base64 `data:` PNG so the page needs no other file.
+reasons, rollups (the first ROLLUP_ROWS of each), the tasks saving most and least, and a chart
+drawn with matplotlib's Agg canvas (no display, no pyplot global state): gross hours saved per day
+and the top tasks by net hours, of one device kind (GPU when the week has GPU tasks, else CPU:
+GPU-hours and CPU core-hours never share an axis), embedded as a base64 `data:` PNG so the page
+needs no other file.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import io
 from collections.abc import Sequence
 
 from stitchfleet.telemetry import report_text as text
-from stitchfleet.telemetry.savings import UNITS, WeeklyReport
+from stitchfleet.telemetry.savings import UNITS, JobSavings, WeeklyReport
 
 CHART_TOP_TASKS = 10
 STYLE = """
@@ -82,17 +83,26 @@ def _reasons(report: WeeklyReport) -> str:
 
 def _rollups(report: WeeklyReport, dimension: str) -> str:
     rows = text.rollup_cells(report.rollups, dimension)
-    return _table(text.rollup_header(dimension), rows, text.ROLLUP_NUMERIC)
+    found = len(text.dimension_rollups(report.rollups, dimension))
+    note = text.more_rows(len(rows), found, f"{dimension} rows")
+    table = _table(text.rollup_header(dimension), rows, text.ROLLUP_NUMERIC)
+    return table + (f"\n<p>{html.escape(note)}</p>" if note else "")
+
+
+def _tasks(jobs: Sequence[JobSavings], empty: str) -> str:
+    if not jobs:
+        return f"<p>{html.escape(empty)}</p>"
+    return _table(text.JOB_HEADER, [text.job_cells(job) for job in jobs], text.JOB_NUMERIC)
 
 
 def render_html(report: WeeklyReport, top: int | None = None) -> str:
-    """The whole report as one HTML page; `top` limits the task table (None or 0: every task)."""
+    """The whole report as one HTML page; `top` limits the task tables per device kind (None or 0: all listed)."""
     title = f"stitchfleet weekly savings report: {report.week.label}"
     png = base64.b64encode(chart_png(report)).decode("ascii")
     jobs, caption = text.shown_jobs(report, top)
     sections = [
         f"<h1>{html.escape(title)}</h1>",
-        f"<p>Week {html.escape(text.span(report))}.</p>",
+        f"<p>Week {html.escape(text.span(report))}. {html.escape(text.ROW_COVERS)}</p>",
         f'<img alt="{UNITS[charted_kind(report)]} saved per day and top tasks" src="data:image/png;base64,{png}">',
         "<h2>Fleet totals</h2>",
         _table(["Figure", "Value"], text.totals_cells(report.totals), [False, True]),
@@ -101,8 +111,12 @@ def render_html(report: WeeklyReport, top: int | None = None) -> str:
     ]
     for dimension in text.DIMENSION_TITLES:
         sections += [f"<h2>By {dimension}</h2>", _rollups(report, dimension)]
-    job_rows = [text.job_cells(job) for job in jobs]
-    sections += [f"<h2>Tasks ({html.escape(caption)})</h2>", _table(text.JOB_HEADER, job_rows, text.JOB_NUMERIC)]
+    bottom, bottom_caption = text.shown_bottom(report, top)
+    sections += [f"<h2>Tasks saving most ({html.escape(caption)})</h2>", _tasks(jobs, "No task ran this week.")]
+    sections += [
+        f"<h2>Tasks saving least ({html.escape(bottom_caption)})</h2>",
+        _tasks(bottom, "Every task of the week is listed above."),
+    ]
     sections.append(f"<footer>How figures are attributed: {html.escape(report.attribution)}</footer>")
     body = "\n".join(sections)
     return (

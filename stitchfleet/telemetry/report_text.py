@@ -1,11 +1,14 @@
 """Text renderings of a WeeklyReport: Markdown for people, CSV for machines.
 
-Input: a `savings.WeeklyReport`. Output: a string. Markdown tables are padded to aligned columns
-(numbers right-aligned), so they read in a terminal as well as on a rendered page. CSV is one
-table per output, with a header row: `jobs_csv` one row per task (full precision, empty cells for
-missing medians), `rollups_csv` one row per (dimension, key, device kind) plus a final `fleet,all`
-row per device kind with the totals. GPU-hours and CPU core-hours are separate figures everywhere,
-never summed. The CLI picks the table with `--csv-table jobs|rollups`.
+Input: a `savings.WeeklyReport` (or, for the jobs CSV, every task of the week as an iterable).
+Output: a string, or CSV lines one at a time. Markdown tables are padded to aligned columns
+(numbers right-aligned), so they read in a terminal as well as on a rendered page. The Markdown is
+bounded whatever the fleet's size: the top and bottom tasks only, and at most ROLLUP_ROWS rows per
+rollup table. CSV is one table per output, with a header row: `jobs_csv_lines` one row per task
+(full precision, empty cells for missing medians), streamed, `rollups_csv` one row per (dimension,
+key, device kind) plus a final `fleet,all` row per device kind with the totals. GPU-hours and CPU
+core-hours are separate figures everywhere, never summed. The CLI picks the table with
+`--csv-table jobs|rollups`.
 """
 
 from __future__ import annotations
@@ -14,13 +17,16 @@ import csv
 import dataclasses
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from stitchfleet.telemetry.savings import DEVICE_NOUNS, UNITS, DeviceTotals, JobSavings, Rollup, Totals, WeeklyReport
+from stitchfleet.telemetry.weeks import Week
 
 DIMENSION_TITLES = {"namespace": "Namespace", "team": "Team", "model": "Model"}
 UNSET = "(unset)"
 RUN_ID_CHARS = 12
+# Rows per rollup (and revert reason) table in Markdown and HTML; the rollups CSV has them all.
+ROLLUP_ROWS = 20
 
 
 def hours(value: float) -> str:
@@ -89,11 +95,16 @@ def kind_cells(kind: DeviceTotals) -> list[list[str]]:
 
 
 def reason_cells(totals: Totals) -> list[list[str]]:
-    """Rows of the revert reasons table: reason, tasks, revert events, share of the reverted tasks."""
+    """Rows of the revert reasons table (the ROLLUP_ROWS most frequent): reason, tasks, reverts, share."""
     return [
         [r.reason, f"{r.tasks:,}", f"{r.reverts:,}", f"{r.tasks / totals.reverted_tasks:.1%}"]
-        for r in totals.revert_reasons
+        for r in totals.revert_reasons[:ROLLUP_ROWS]
     ]
+
+
+def more_rows(shown: int, total: int, what: str) -> str:
+    """A note under a cut table ("" when nothing was cut)."""
+    return f"{total - shown:,} more {what} in the CSV (`--format csv --csv-table rollups`)." if total > shown else ""
 
 
 REASON_HEADER = ("Reason", "Tasks", "Reverts", "Share of reverted tasks")
@@ -103,7 +114,9 @@ REASON_NUMERIC = (False, True, True, True)
 def _reasons_table(totals: Totals) -> str:
     if not totals.revert_reasons:
         return "No task was reverted."
-    return markdown_table(REASON_HEADER, reason_cells(totals), REASON_NUMERIC)
+    table = markdown_table(REASON_HEADER, reason_cells(totals), REASON_NUMERIC)
+    note = more_rows(min(len(totals.revert_reasons), ROLLUP_ROWS), len(totals.revert_reasons), "reasons")
+    return table + (f"\n\n{note}" if note else "")
 
 
 def rollup_header(dimension: str) -> list[str]:
@@ -114,8 +127,13 @@ def rollup_header(dimension: str) -> list[str]:
 ROLLUP_NUMERIC = (False, False) + (True,) * 6
 
 
+def dimension_rollups(rollups: Sequence[Rollup], dimension: str) -> list[Rollup]:
+    """The rollups of one dimension (GPU first, by net hours saved)."""
+    return [r for r in rollups if r.dimension == dimension]
+
+
 def rollup_cells(rollups: Sequence[Rollup], dimension: str) -> list[list[str]]:
-    """Display rows of the rollups of one dimension."""
+    """Display rows of the rollups of one dimension, the first ROLLUP_ROWS of them."""
     return [
         [
             r.key or UNSET,
@@ -127,8 +145,7 @@ def rollup_cells(rollups: Sequence[Rollup], dimension: str) -> list[list[str]]:
             hours(r.net_hours),
             f"{r.reverted_tasks:,}",
         ]
-        for r in rollups
-        if r.dimension == dimension
+        for r in dimension_rollups(rollups, dimension)[:ROLLUP_ROWS]
     ]
 
 
@@ -180,13 +197,39 @@ def job_cells(job: JobSavings) -> list[str]:
     ]
 
 
+def _first_per_kind(jobs: Sequence[JobSavings], count: int | None) -> tuple[JobSavings, ...]:
+    if not count:
+        return tuple(jobs)
+    seen: dict[str, int] = {}
+    kept = []
+    for job in jobs:
+        seen[job.device_kind] = seen.get(job.device_kind, 0) + 1
+        if seen[job.device_kind] <= count:
+            kept.append(job)
+    return tuple(kept)
+
+
 def shown_jobs(report: WeeklyReport, top: int | None) -> tuple[tuple[JobSavings, ...], str]:
-    """The tasks a human rendering lists (the `top` by net saving, or all) and a caption."""
-    jobs = report.jobs if not top else report.jobs[:top]
+    """The tasks saving most that a human rendering lists (`top` per device kind, else all listed), and a caption."""
+    jobs = _first_per_kind(report.jobs, top)
     caption = f"{len(jobs):,} tasks, GPU tasks first, by net hours saved"
-    if len(jobs) < len(report.jobs):
-        caption = f"top {len(jobs):,} of {len(report.jobs):,} tasks, GPU first, by net hours saved (CSV lists all)"
+    if len(jobs) < report.totals.tasks:
+        caption = (
+            f"the {len(jobs):,} saving most of {report.totals.tasks:,} tasks, up to {top or report.listed:,} per "
+            "device kind, GPU first, by net hours saved; the jobs CSV lists every task"
+        )
     return jobs, caption
+
+
+def shown_bottom(report: WeeklyReport, top: int | None) -> tuple[tuple[JobSavings, ...], str]:
+    """The tasks saving least (lowest first, `top` per device kind) not listed above, and a caption."""
+    jobs = _first_per_kind(report.bottom, top)
+    return jobs, f"the {len(jobs):,} saving least, up to {top or report.listed:,} per device kind, lowest first"
+
+
+def _tasks_section(title: str, jobs: Sequence[JobSavings], empty: str) -> list[str]:
+    table = markdown_table(JOB_HEADER, [job_cells(job) for job in jobs], JOB_NUMERIC) if jobs else empty
+    return [title, table]
 
 
 def span(report: WeeklyReport) -> str:
@@ -196,18 +239,30 @@ def span(report: WeeklyReport) -> str:
 
 
 DAILY_HEADER = ("Day", "GPU-hours", "CPU core-hours")
+ROW_COVERS = (
+    "One telemetry row is one step window: one rank's consecutive training steps of one mode "
+    "(baseline or stitched), up to STITCHFLEET_WINDOW_STEPS of them; the footer says how they are counted."
+)
+
+
+def _rollup_section(report: WeeklyReport, dimension: str) -> list[str]:
+    found = dimension_rollups(report.rollups, dimension)
+    table = markdown_table(rollup_header(dimension), rollup_cells(report.rollups, dimension), ROLLUP_NUMERIC)
+    note = more_rows(min(len(found), ROLLUP_ROWS), len(found), f"{dimension} rows")
+    return [f"## By {dimension}", table + (f"\n\n{note}" if note else "")]
 
 
 def render_markdown(report: WeeklyReport, top: int | None = None) -> str:
-    """The whole report as Markdown; `top` limits the task table (None or 0: every task)."""
+    """The whole report as Markdown; `top` limits the task tables per device kind (None or 0: all listed)."""
     jobs, caption = shown_jobs(report, top)
+    bottom, bottom_caption = shown_bottom(report, top)
     daily = [
         [day.day.strftime("%a %Y-%m-%d"), hours(day.gross_gpu_hours), hours(day.gross_cpu_core_hours)]
         for day in report.daily
     ]
     parts = [
         f"# stitchfleet weekly savings report: {report.week.label}",
-        f"Week {span(report)}.",
+        f"Week {span(report)}. {ROW_COVERS}",
         "## Fleet totals",
         markdown_table(["Figure", "Value"], totals_cells(report.totals), [False, True]),
         "## Why tasks were reverted",
@@ -216,9 +271,11 @@ def render_markdown(report: WeeklyReport, top: int | None = None) -> str:
         markdown_table(DAILY_HEADER, daily, [False, True, True]),
     ]
     for dimension in DIMENSION_TITLES:
-        table = markdown_table(rollup_header(dimension), rollup_cells(report.rollups, dimension), ROLLUP_NUMERIC)
-        parts += [f"## By {dimension}", table]
-    parts += [f"## Tasks ({caption})", markdown_table(JOB_HEADER, [job_cells(job) for job in jobs], JOB_NUMERIC)]
+        parts += _rollup_section(report, dimension)
+    parts += _tasks_section(f"## Tasks saving most ({caption})", jobs, "No task ran this week.")
+    parts += _tasks_section(
+        f"## Tasks saving least ({bottom_caption})", bottom, "Every task of the week is listed above."
+    )
     parts += ["---", f"How figures are attributed: {report.attribution}"]
     return "\n\n".join(parts) + "\n"
 
@@ -235,11 +292,26 @@ def _csv(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return buffer.getvalue()
 
 
-def jobs_csv(report: WeeklyReport) -> str:
-    """One row per task: `week` then every JobSavings field, at full precision."""
-    names = [field.name for field in dataclasses.fields(JobSavings)]
-    rows = [[report.week.label, *(getattr(job, name) for name in names)] for job in report.jobs]
-    return _csv(["week", *names], rows)
+JOB_FIELDS = tuple(field.name for field in dataclasses.fields(JobSavings))
+
+
+def _csv_line(values: Sequence[object]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow([_csv_value(value) for value in values])
+    return buffer.getvalue()
+
+
+def jobs_csv_lines(week: Week, jobs: Iterable[JobSavings]) -> Iterator[str]:
+    """The jobs CSV one line at a time: a header, then per task `week` and every JobSavings field
+    at full precision. Holds one task at a time: constant memory whatever the fleet's size."""
+    yield _csv_line(["week", *JOB_FIELDS])
+    for job in jobs:
+        yield _csv_line([week.label, *(getattr(job, name) for name in JOB_FIELDS)])
+
+
+def jobs_csv(week: Week, jobs: Iterable[JobSavings]) -> str:
+    """The whole jobs CSV as one string (small weeks, tests); `jobs_csv_lines` streams it."""
+    return "".join(jobs_csv_lines(week, jobs))
 
 
 ROLLUP_FIELDS = tuple(field.name for field in dataclasses.fields(Rollup))

@@ -2,8 +2,8 @@
 
 Input: an Engine or a database URL, and an ISO week. Output: `weekly_summary(...) -> WeeklyReport`,
 frozen dataclasses with no formatting, which the renderers (report_text, report_html) print and
-the operator can copy into a SavingsReport resource. The database does the scanning
-(savings_sql); this module turns seconds into device-hours and sums tasks into rollups.
+the operator can copy into a SavingsReport resource, and `week_tasks(...)`, every task streamed.
+This module turns device-seconds into device-hours.
 
 Definitions:
 - task: one run of a job (a `jobs` row: cluster, namespace, job name, job uid); job: a distinct
@@ -21,25 +21,34 @@ Definitions:
   (baseline_step_seconds) when no baseline window ran in the week. speedup = baseline / stitched.
 - reverted task: any revert recorded for it (one cluster or the whole job) or status `reverted`;
   its reason is the label of its first revert event, else the status reason.
+
+`weekly_summary` reads the incremental aggregates the store keeps on every write
+(telemetry.aggregates): O(groups) rows, whatever the number of windows, plus the windows of the
+tasks it lists (their median step times, which cannot be kept by differences). `week_tasks`
+streams every task of the week (for the CSV), reading each batch's windows for its medians.
+`savings_scan.weekly_summary_scan` recomputes the same report from every row, the reference the
+aggregates are tested against.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from stitchfleet.telemetry import database, models, savings_sql
+from stitchfleet.telemetry import database, models, rollup_sql, savings_sql
 from stitchfleet.telemetry.weeks import Week, parse_week
 
 SECONDS_PER_HOUR = 3600.0
 ROLLUP_DIMENSIONS = ("namespace", "team", "model")
-UNSPECIFIED = "unspecified"
+# Tasks a report lists per device kind at each end (most and least saving): its size stays
+# bounded whatever the fleet's; the CSV lists every task.
+LISTED_TASKS = 25
 UNITS = {models.DeviceKind.GPU.value: "GPU-hours", models.DeviceKind.CPU.value: "CPU core-hours"}
 DEVICE_NOUNS = {models.DeviceKind.GPU.value: "GPUs", models.DeviceKind.CPU.value: "CPU cores"}
 ATTRIBUTION = (
@@ -171,7 +180,13 @@ class DailySavings:
 
 @dataclass(frozen=True)
 class WeeklyReport:
-    """Everything a weekly report shows; tasks ordered by net GPU-hours saved, largest first."""
+    """Everything a weekly report shows.
+
+    `jobs`: the tasks saving most, up to `listed` per device kind (GPU first), by net hours,
+    largest first; `bottom`: the tasks saving least, up to `listed` per device kind, lowest
+    first, without those already in `jobs` (a small week lists every task in `jobs`). The
+    totals, rollups and daily figures cover every task of the week.
+    """
 
     week: Week
     jobs: tuple[JobSavings, ...]
@@ -179,29 +194,29 @@ class WeeklyReport:
     totals: Totals
     daily: tuple[DailySavings, ...]
     attribution: str = ATTRIBUTION
+    bottom: tuple[JobSavings, ...] = ()
+    listed: int = LISTED_TASKS
 
 
-def _hours(seconds: float, devices: int) -> float:
-    return seconds * devices / SECONDS_PER_HOUR
+def kind_order(device_kind: str) -> int:
+    """GPU before CPU, wherever both are listed."""
+    return 0 if device_kind == models.DeviceKind.GPU.value else 1
 
 
-def _baseline(job_id: int, medians: dict[tuple[int, str], float]) -> float | None:
-    return medians.get((job_id, "baseline"), medians.get((job_id, "reference")))
+def _hours(device_seconds: float) -> float:
+    return device_seconds / SECONDS_PER_HOUR
 
 
-def _revert_reason(row: savings_sql.TaskRow, first_reverts: dict[int, str]) -> str:
-    if row.job_id in first_reverts:
-        return first_reverts[row.job_id] or UNSPECIFIED
-    if row.status == models.JobStatus.REVERTED.value:
-        return row.reason or UNSPECIFIED
-    return ""
+Medians = dict[tuple[int, str], float]
 
 
-def _job(row: savings_sql.TaskRow, medians: dict[tuple[int, str], float], reverts: dict[int, str]) -> JobSavings:
+def job_savings(row: Any, medians: Medians) -> JobSavings:
+    """A `task_weeks` row as the report's task figures; `medians` from savings_sql.task_medians."""
     devices = row.world_size * row.devices_per_rank
-    baseline, stitched = _baseline(row.job_id, medians), medians.get((row.job_id, "stitched"))
-    gross = _hours(row.saved_seconds, row.devices_per_rank)
-    compile_hours = _hours(row.compile_seconds, devices) if row.compile_charged else 0.0
+    baseline = medians.get((row.job_id, "baseline"), medians.get((row.job_id, "reference")))
+    stitched = medians.get((row.job_id, "stitched"))
+    gross = row.saved_seconds * row.devices_per_rank / SECONDS_PER_HOUR
+    compile_hours = _hours(row.compile_device_seconds)
     return JobSavings(
         cluster=row.cluster,
         namespace=row.namespace,
@@ -222,129 +237,155 @@ def _job(row: savings_sql.TaskRow, medians: dict[tuple[int, str], float], revert
         compile_hours=compile_hours,
         net_hours=gross - compile_hours,
         status=row.status,
-        revert_reason=_revert_reason(row, reverts),
+        revert_reason=row.revert_reason,
     )
 
 
-def _reverted(job: JobSavings) -> bool:
-    return bool(job.revert_reason)
+def with_medians(connection: Connection, week: Week, rows: Sequence[Any]) -> list[JobSavings]:
+    """The task figures of `rows` (task_weeks), their median step times read from their windows."""
+    medians = savings_sql.task_medians(connection, week, [row.job_id for row in rows])
+    return [job_savings(row, medians) for row in rows]
 
 
-def _rollup(dimension: str, key: str, device_kind: str, jobs: list[JobSavings]) -> Rollup:
-    return Rollup(dimension, key, **dataclasses.asdict(_device_totals(device_kind, jobs)))
-
-
-def _kind_order(device_kind: str) -> int:
-    return 0 if device_kind == models.DeviceKind.GPU.value else 1
-
-
-def rollups(jobs: Iterable[JobSavings]) -> tuple[Rollup, ...]:
-    """Per namespace, team and model (in that order), GPU before CPU, each by net hours, largest first."""
-    listed = list(jobs)
-    result: list[Rollup] = []
-    for dimension in ROLLUP_DIMENSIONS:
-        groups: dict[tuple[str, str], list[JobSavings]] = defaultdict(list)
-        for job in listed:
-            groups[(getattr(job, dimension), job.device_kind)].append(job)
-        found = [_rollup(dimension, key, kind, members) for (key, kind), members in groups.items()]
-        result.extend(sorted(found, key=lambda r: (_kind_order(r.device_kind), -r.net_hours, r.key)))
-    return tuple(result)
-
-
-def _device_totals(device_kind: str, jobs: list[JobSavings]) -> DeviceTotals:
-    gross = sum(job.gross_hours for job in jobs)
-    compile_hours = sum(job.compile_hours for job in jobs)
+def _device_totals(row: Any) -> DeviceTotals:
+    gross, compile_hours = _hours(row.gross_device_seconds), _hours(row.compile_device_seconds)
     return DeviceTotals(
-        device_kind=device_kind,
-        tasks=len(jobs),
-        devices=sum(job.devices for job in jobs),
-        iterations=sum(job.iterations for job in jobs),
+        device_kind=row.device_kind,
+        tasks=row.tasks,
+        devices=row.devices,
+        iterations=row.iterations,
         gross_hours=gross,
         compile_hours=compile_hours,
         net_hours=gross - compile_hours,
-        reverted_tasks=sum(1 for job in jobs if _reverted(job)),
+        reverted_tasks=row.reverted_tasks,
     )
 
 
-def totals(jobs: Iterable[JobSavings], reverts: dict[str, tuple[int, int]] | None = None) -> Totals:
-    """The fleet totals over `jobs`; `reverts` (reason -> tasks, events) from savings_sql.revert_counts.
+def _rollups(groups: Sequence[Any]) -> tuple[Rollup, ...]:
+    result: list[Rollup] = []
+    for dimension in ROLLUP_DIMENSIONS:
+        found = [
+            Rollup(dimension, row.key, **vars(_device_totals(row))) for row in groups if row.dimension == dimension
+        ]
+        result.extend(sorted(found, key=lambda r: (kind_order(r.device_kind), -r.net_hours, r.key)))
+    return tuple(result)
 
-    Without `reverts` (tasks built in memory), each reverted task counts once under its first reason.
-    """
-    listed = list(jobs)
-    reverted = [job for job in listed if _reverted(job)]
-    if reverts is None:
-        firsts = Counter(job.revert_reason for job in reverted)
-        reverts = {reason: (count, count) for reason, count in firsts.items()}
+
+def _reasons(groups: Sequence[Any]) -> tuple[RevertReason, ...]:
     merged: dict[str, tuple[int, int]] = {}
-    for reason, (tasks, events) in reverts.items():
-        before = merged.get(reason or UNSPECIFIED, (0, 0))
-        merged[reason or UNSPECIFIED] = (before[0] + tasks, before[1] + events)
-    reasons = sorted(
-        (RevertReason(reason, tasks, events) for reason, (tasks, events) in merged.items()),
-        key=lambda r: (-r.tasks, -r.reverts, r.reason),
-    )
-    kinds = sorted({job.device_kind for job in listed}, key=_kind_order)
+    for row in groups:
+        if row.dimension == "reason":
+            tasks, events = merged.get(row.key, (0, 0))
+            merged[row.key] = (tasks + row.tasks, events + row.reverts)
+    reasons = (RevertReason(reason, tasks, events) for reason, (tasks, events) in merged.items())
+    return tuple(sorted(reasons, key=lambda r: (-r.tasks, -r.reverts, r.reason)))
+
+
+def _totals(groups: Sequence[Any], jobs: int) -> Totals:
+    fleet = sorted((row for row in groups if row.dimension == "fleet"), key=lambda row: kind_order(row.device_kind))
+    tasks = sum(row.tasks for row in fleet)
+    reverted = sum(row.reverted_tasks for row in fleet)
     return Totals(
-        tasks=len(listed),
-        jobs=len({(job.cluster, job.namespace, job.job_name) for job in listed}),
-        distributed_tasks=sum(1 for job in listed if job.world_size > 1),
-        iterations=sum(job.iterations for job in listed),
-        by_kind=tuple(_device_totals(kind, [job for job in listed if job.device_kind == kind]) for kind in kinds),
-        reverted_tasks=len(reverted),
-        reverted_share=len(reverted) / len(listed) if listed else 0.0,
-        revert_reasons=tuple(reasons),
+        tasks=tasks,
+        jobs=jobs,
+        distributed_tasks=sum(row.distributed_tasks for row in fleet),
+        iterations=sum(row.iterations for row in fleet),
+        by_kind=tuple(_device_totals(row) for row in fleet),
+        reverted_tasks=reverted,
+        reverted_share=reverted / tasks if tasks else 0.0,
+        revert_reasons=_reasons(groups),
     )
 
 
-def _order(job: JobSavings) -> tuple[int, float, str, str, str]:
-    return (_kind_order(job.device_kind), -job.net_hours, job.namespace, job.job_name, job.job_uid)
-
-
-def _compute(engine: Engine, week: Week) -> WeeklyReport:
-    with engine.connect() as connection:
-        missing = savings_sql.missing_tables(connection)
-        if missing:
-            raise database.DatabaseError(
-                f"no telemetry schema (missing {', '.join(missing)}): run `stitchfleet db upgrade` first"
-            )
-        rows = savings_sql.task_rows(connection, week)
-        ids = [row.job_id for row in rows]
-        medians = savings_sql.medians(connection, week, ids)
-        reverts = savings_sql.first_revert_reasons(connection, ids)
-        counts = savings_sql.revert_counts(connection, ids)
-        daily_seconds = savings_sql.daily_saved_device_seconds(connection, week)
-    jobs = sorted((_job(row, medians, reverts) for row in rows), key=_order)
-    zeros = [0.0] * len(week.days())
-    gpu = daily_seconds.get(models.DeviceKind.GPU.value, zeros)
-    cpu = daily_seconds.get(models.DeviceKind.CPU.value, zeros)
-    daily = tuple(
-        DailySavings(day, g / SECONDS_PER_HOUR, c / SECONDS_PER_HOUR)
-        for day, g, c in zip(week.days(), gpu, cpu, strict=True)
+def _daily(groups: Sequence[Any], week: Week) -> tuple[DailySavings, ...]:
+    seconds = {(row.key, row.device_kind): row.gross_device_seconds for row in groups if row.dimension == "day"}
+    gpu, cpu = models.DeviceKind.GPU.value, models.DeviceKind.CPU.value
+    labels = [day.isoformat() for day in week.days()]
+    return tuple(
+        DailySavings(day, _hours(seconds.get((label, gpu), 0.0)), _hours(seconds.get((label, cpu), 0.0)))
+        for day, label in zip(week.days(), labels, strict=True)
     )
-    # A task reverted only by its status (no revert event) still counts, under its status reason.
-    for row in rows:
-        if row.job_id not in reverts and row.status == models.JobStatus.REVERTED.value:
-            label = row.reason or UNSPECIFIED
-            tasks, events = counts.get(label, (0, 0))
-            counts[label] = (tasks + 1, events)
-    return WeeklyReport(week, tuple(jobs), rollups(jobs), totals(jobs, counts), daily)
 
 
-def weekly_summary(engine_or_url: Engine | str | None, week: Week | str) -> WeeklyReport:
-    """The report of `week` (a Week or a label like 2026-W47) from an engine or a URL.
+Listed = tuple[tuple[JobSavings, ...], tuple[JobSavings, ...]]
 
-    Raises WeekError for a bad label and DatabaseError (one clear line) when the database
-    cannot be reached or holds no telemetry schema.
+
+def _listed(connection: Connection, week: Week, kinds: Sequence[str], listed: int) -> Listed:
+    """Per device kind, the `listed` tasks saving most, then the `listed` saving least (not already listed)."""
+    top: list[Any] = []
+    bottom: list[Any] = []
+    for kind in kinds:
+        best = rollup_sql.ranked_tasks(connection, week, kind, listed, top=True)
+        shown = {row.job_id for row in best}
+        worst = rollup_sql.ranked_tasks(connection, week, kind, listed, top=False)
+        top += best
+        bottom += [row for row in worst if row.job_id not in shown]
+    jobs = with_medians(connection, week, [*top, *bottom])
+    return tuple(jobs[: len(top)]), tuple(jobs[len(top) :])
+
+
+def _compute(connection: Connection, week: Week, listed: int) -> WeeklyReport:
+    groups = rollup_sql.week_groups(connection, week)
+    totals = _totals(groups, rollup_sql.distinct_jobs(connection, week))
+    top, bottom = _listed(connection, week, [kind.device_kind for kind in totals.by_kind], listed)
+    return WeeklyReport(week, top, _rollups(groups), totals, _daily(groups, week), bottom=bottom, listed=listed)
+
+
+def _require_schema(connection: Connection) -> None:
+    missing = savings_sql.missing_tables(connection, savings_sql.REPORT_TABLES)
+    if missing:
+        raise database.DatabaseError(
+            f"no telemetry schema (missing {', '.join(missing)}): run `stitchfleet db upgrade` first"
+        )
+
+
+@contextmanager
+def opened(engine_or_url: Engine | str | None) -> Iterator[Connection]:
+    """A connection to an engine or a URL (connected and disposed here), its schema checked first.
+
+    SQLAlchemy's errors, raised inside the block too, become one DatabaseError line naming the database.
     """
-    chosen = parse_week(week) if isinstance(week, str) else week
     url = None if isinstance(engine_or_url, Engine) else database.resolve_url(engine_or_url)
     engine = engine_or_url if isinstance(engine_or_url, Engine) else database.connect(url)
     try:
-        return _compute(engine, chosen)
+        with engine.connect() as connection:
+            _require_schema(connection)
+            yield connection
     except SQLAlchemyError as err:
         target = url or engine.url.render_as_string(hide_password=True)
         raise database.DatabaseError(database.describe_failure(target, err)) from None
     finally:
         if engine is not engine_or_url:
             engine.dispose()
+
+
+def _week(week: Week | str) -> Week:
+    return parse_week(week) if isinstance(week, str) else week
+
+
+def weekly_summary(engine_or_url: Engine | str | None, week: Week | str, *, listed: int = LISTED_TASKS) -> WeeklyReport:
+    """The report of `week` (a Week or a label like 2026-W47) from an engine or a URL.
+
+    Reads the aggregates only: O(groups + listed) rows. Raises WeekError for a bad label and
+    DatabaseError (one clear line) when the database cannot be reached or holds no telemetry schema.
+    """
+    with opened(engine_or_url) as connection:
+        return _compute(connection, _week(week), listed)
+
+
+def week_tasks(engine_or_url: Engine | str | None, week: Week | str) -> Iterator[JobSavings]:
+    """Every task of `week`, GPU first, by net hours saved, largest first; streamed in constant memory.
+
+    A generator: the database is opened on the first item and closed when it is exhausted or
+    closed. Tasks come off one cursor in batches; each batch's median step times are read from
+    its tasks' windows on a second connection. Errors as `weekly_summary`.
+    """
+    chosen = _week(week)
+    with opened(engine_or_url) as connection, connection.engine.connect() as lookups:
+        batch: list[Any] = []
+        for row in rollup_sql.streamed_tasks(connection, chosen):
+            batch.append(row)
+            if len(batch) == rollup_sql.STREAM_BATCH:
+                yield from with_medians(lookups, chosen, batch)
+                batch = []
+        yield from with_medians(lookups, chosen, batch)

@@ -34,6 +34,8 @@ W = models.StepWindow
 E = models.Event
 # Ids per IN (...) list: well under the bound-parameter limits of SQLite and PostgreSQL.
 ID_CHUNK = 5000
+# Tables a weekly report needs: the rows, and the aggregates kept from them (migration 0003).
+REPORT_TABLES = ("jobs", "step_windows", "events", "task_weeks", "week_rollups")
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,21 @@ def medians(connection: Connection, week: Week, job_ids: Sequence[int]) -> dict[
     lacking = [job for job in job_ids if (job, "baseline") not in found]
     for chunk in _chunks(lacking):
         found |= {(job, "reference"): value for job, value in _median(connection, _reference(week, chunk)).items()}
+    return found
+
+
+def task_medians(connection: Connection, week: Week, job_ids: Sequence[int]) -> dict[tuple[int, str], float]:
+    """`medians`, for the tasks `job_ids` only: reads their windows of the week (index on job, time)."""
+    found: dict[tuple[int, str], float] = {}
+    for chunk in _chunks(job_ids):
+        for mode in (models.WindowMode.BASELINE, models.WindowMode.STITCHED):
+            series = _median(connection, _mean_step(week, mode).where(W.job_id.in_(chunk)))
+            found |= {(job, mode.value): value for job, value in series.items()}
+        lacking = [job for job in chunk if (job, "baseline") not in found]
+        if lacking:
+            found |= {
+                (job, "reference"): value for job, value in _median(connection, _reference(week, lacking)).items()
+            }
     return found
 
 

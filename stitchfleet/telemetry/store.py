@@ -5,6 +5,8 @@ the database, such that writing the same batch again changes nothing: windows ar
 (job, rank, window index), events by uuid, jobs by (cluster, namespace, job name, job uid),
 clusters by fingerprint. Merges are order-independent (earliest start, latest end, worst status,
 largest compile time, sticky revert verdict), so replays in any order give the same figures.
+Every write also refreshes the touched tasks' weekly aggregates (task_weeks, week_rollups) in the
+same transaction, which is what keeps a weekly report at O(groups) rows.
 Works on PostgreSQL and SQLite (their ON CONFLICT clauses); other backends raise DatabaseError.
 """
 
@@ -14,10 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Column, ColumnElement, Connection, Table, case, select
-from sqlalchemy.dialects import postgresql, sqlite
 
-from stitchfleet.telemetry import models
-from stitchfleet.telemetry.database import DatabaseError
+from stitchfleet.telemetry import aggregates, models
+from stitchfleet.telemetry.aggregates import WindowKey
+from stitchfleet.telemetry.database import dialect_insert
 from stitchfleet.telemetry.rows import (
     ClusterVerdict,
     Event,
@@ -28,6 +30,7 @@ from stitchfleet.telemetry.rows import (
     Row,
     StepWindow,
 )
+from stitchfleet.telemetry.task_weeks import Change, WindowFacts
 
 JOBS: Table = models.Job.__table__  # type: ignore[assignment]
 WINDOWS: Table = models.StepWindow.__table__  # type: ignore[assignment]
@@ -38,13 +41,7 @@ JOB_KEY = ("cluster", "namespace", "job_name", "job_uid")
 JobIds = dict[JobKey, int]
 
 
-def _insert(connection: Connection, table: Table) -> Any:
-    name = connection.dialect.name
-    if name == "postgresql":
-        return postgresql.insert(table)
-    if name == "sqlite":
-        return sqlite.insert(table)
-    raise DatabaseError(f"telemetry supports PostgreSQL and SQLite, not {name!r}")
+_insert = dialect_insert
 
 
 def _ranked(column: ColumnElement[Any], ranks: Mapping[Any, int]) -> ColumnElement[int]:
@@ -193,27 +190,52 @@ _JOB_WRITERS: dict[type[Any], Any] = {
 }
 
 
+def _job_of(row: Row) -> JobKey | None:
+    return None if isinstance(row, ClusterVerdict) else row.job
+
+
+def _window_facts(values: Mapping[str, Any]) -> WindowFacts:
+    return WindowFacts(*(values[name] for name in WindowFacts._fields))
+
+
+def _window_changes(
+    windows: Mapping[WindowKey, dict[str, Any]], stored: Mapping[WindowKey, WindowFacts]
+) -> dict[int, list[Change]]:
+    """Per task, each window written that differs from its stored version: (stored or None, new)."""
+    changes: dict[int, list[Change]] = {}
+    for key, values in windows.items():
+        new, old = _window_facts(values), stored.get(key)
+        if new != old:
+            changes.setdefault(key[0], []).append((old, new))
+    return changes
+
+
 def write_rows(connection: Connection, rows: Iterable[Row], ids: JobIds | None = None) -> int:
     """Upserts `rows` in the caller's transaction; returns how many rows were given.
 
     Windows and events go in one executemany each; within a batch the last row with a given
-    key wins, as it would have had the rows come in separate batches.
+    key wins, as it would have had the rows come in separate batches. The weekly aggregates of
+    every task the batch touched move with it (telemetry.aggregates): the tasks are locked
+    first (PostgreSQL), the stored versions of the batch's windows read, then everything written.
     """
     ids = {} if ids is None else ids
-    windows: dict[tuple[int, int, int], dict[str, Any]] = {}
+    batch = list(rows)
+    touched = {job_id(connection, key, ids) for key in map(_job_of, batch) if key is not None}
+    aggregates.lock(connection, touched)
+    windows: dict[WindowKey, dict[str, Any]] = {}
     events: dict[str, dict[str, Any]] = {}
-    count = 0
-    for row in rows:
-        count += 1
+    for row in batch:
         if isinstance(row, StepWindow):
-            job = job_id(connection, row.job, ids)
+            job = ids[row.job]
             windows[(job, row.rank, row.window_index)] = _window_values(row, job)
         elif isinstance(row, Event):
-            events[row.uuid] = _event_values(row, job_id(connection, row.job, ids))
+            events[row.uuid] = _event_values(row, ids[row.job])
         else:
             _JOB_WRITERS[type(row)](connection, row)
+    stored = aggregates.stored_windows(connection, windows) if windows else {}
     if windows:
         _windows(connection, list(windows.values()))
     if events:
         _events(connection, list(events.values()))
-    return count
+    aggregates.refresh(connection, touched, _window_changes(windows, stored))
+    return len(batch)

@@ -2,8 +2,9 @@
 
 Input: a `FleetSpec` (tasks, ISO week, seed, shapes of the distributions). Output: task plans
 (`plan_tasks`: what each task is), their telemetry rows (`task_rows`: exactly what the plugin would
-record), and `generate(url, spec)` which writes them through `store.write_rows` in large batches,
-reporting progress. The same seed gives the same rows, ids and times included.
+record), and `generate(url, spec)` which writes them in large batches (bulk loads, or every row
+through `store.write_rows`), reporting progress. The same seed gives the same rows, ids and times
+included.
 
 The defaults follow the AStitch paper's production figures: 70,000 tasks a week; ranks 1-64 with
 about 23% of tasks distributed, using about 56% of the GPU time; speedups 1.0-1.6x, mostly
@@ -21,11 +22,11 @@ import random
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection
 
-from stitchfleet.telemetry import database, store
+from stitchfleet.telemetry import bulk_load, database, store
 from stitchfleet.telemetry import rows as r
 from stitchfleet.telemetry.weeks import Week, parse_week
 
@@ -148,7 +149,22 @@ def plan_tasks(spec: FleetSpec) -> Iterator[TaskPlan]:
         yield _plan(rng, spec, index)
 
 
-def _window(plan: TaskPlan, rank: int, index: int, noise: float) -> r.StepWindow:
+class WindowFigures(NamedTuple):
+    """A step window's figures in `StepWindow`'s field order, its job aside (bulk loads take tuples)."""
+
+    rank: int
+    window_index: int
+    first_step: int
+    last_step: int
+    iterations: int
+    mode: str
+    step_seconds_sum: float
+    baseline_step_seconds: float | None
+    saved_seconds: float
+    recorded_at: dt.datetime
+
+
+def _window(plan: TaskPlan, rank: int, index: int, noise: float) -> WindowFigures:
     """Window `index` (0: baseline) of `rank`; stitched until the revert window, then reverted."""
     base = plan.baseline_step_seconds
     chunk = plan.duration_seconds / plan.windows
@@ -164,9 +180,7 @@ def _window(plan: TaskPlan, rank: int, index: int, noise: float) -> r.StepWindow
     ended = plan.started_at + dt.timedelta(seconds=plan.compile_seconds + warmup + chunk * index)
     first = 0 if index == 0 else BASELINE_ITERATIONS + (index - 1) * iterations
     reference = None if index == 0 else base
-    return r.StepWindow(
-        plan.key, rank, index, first, first + iterations - 1, iterations, mode, total, reference, saved, ended
-    )
+    return WindowFigures(rank, index, first, first + iterations - 1, iterations, mode, total, reference, saved, ended)
 
 
 def _revert_event(plan: TaskPlan, rng: random.Random) -> r.Event:
@@ -187,27 +201,62 @@ def _revert_event(plan: TaskPlan, rng: random.Random) -> r.Event:
     )
 
 
-def task_rows(plan: TaskPlan, rng: random.Random) -> list[r.Row]:
-    """Everything `plan` records: start, compile, every rank's windows, the revert, the end."""
+@dataclass(frozen=True)
+class TaskFigures:
+    """Everything one task records, its windows as plain tuples (what a bulk load takes)."""
+
+    plan: TaskPlan
+    windows: list[WindowFigures]
+    revert: r.Event | None
+
+
+def task_figures(plan: TaskPlan, rng: random.Random) -> TaskFigures:
+    """Every rank's windows of `plan`, then its revert event when it has one (drawn in that order)."""
+    windows = [
+        _window(plan, rank, index, rng.uniform(0.98, 1.02))
+        for rank in range(plan.ranks)
+        for index in range(plan.windows + 1)
+    ]
+    return TaskFigures(plan, windows, _revert_event(plan, rng) if plan.revert_reason else None)
+
+
+def _status(plan: TaskPlan) -> str:
+    return "reverted" if plan.revert_reason else "finished"
+
+
+def _finished_at(plan: TaskPlan) -> dt.datetime:
+    return plan.started_at + dt.timedelta(seconds=plan.compile_seconds + plan.duration_seconds)
+
+
+def rows_of(figures: TaskFigures) -> list[r.Row]:
+    """The task's telemetry rows: start, compile, every rank's windows, the revert, the end."""
+    plan = figures.plan
     start = r.JobStarted(
         plan.key, 0, plan.team, plan.model, f"{plan.key.job_name}-0", plan.ranks, 1, "H200", plan.started_at
     )
     rows: list[r.Row] = [start, r.JobCompiled(plan.key, 0, plan.compile_seconds)]
-    for rank in range(plan.ranks):
-        rows += [_window(plan, rank, index, rng.uniform(0.98, 1.02)) for index in range(plan.windows + 1)]
-    status = "finished"
-    if plan.revert_reason:
-        rows.append(_revert_event(plan, rng))
-        status = "reverted"
-    ended = plan.started_at + dt.timedelta(seconds=plan.compile_seconds + plan.duration_seconds)
-    return [*rows, r.JobFinished(plan.key, status, plan.revert_reason, ended_at=ended)]
+    rows += [r.StepWindow(plan.key, *window) for window in figures.windows]
+    if figures.revert is not None:
+        rows.append(figures.revert)
+    return [*rows, r.JobFinished(plan.key, _status(plan), plan.revert_reason, ended_at=_finished_at(plan))]
+
+
+def task_rows(plan: TaskPlan, rng: random.Random) -> list[r.Row]:
+    """Everything `plan` records: start, compile, every rank's windows, the revert, the end."""
+    return rows_of(task_figures(plan, rng))
+
+
+def fleet_figures(spec: FleetSpec) -> Iterator[TaskFigures]:
+    """Every task's figures, in order; deterministic for `spec.seed`."""
+    noise = random.Random(spec.seed + 1)
+    for plan in plan_tasks(spec):
+        yield task_figures(plan, noise)
 
 
 def fleet_tasks(spec: FleetSpec) -> Iterator[tuple[TaskPlan, list[r.Row]]]:
     """Every task with its rows, in order; deterministic for `spec.seed`."""
-    noise = random.Random(spec.seed + 1)
-    for plan in plan_tasks(spec):
-        yield plan, task_rows(plan, noise)
+    for figures in fleet_figures(spec):
+        yield figures.plan, rows_of(figures)
 
 
 def fleet_rows(spec: FleetSpec) -> Iterator[r.Row]:
@@ -219,9 +268,8 @@ def fleet_rows(spec: FleetSpec) -> Iterator[r.Row]:
 Progress = Callable[[int, int], None]
 
 
-def _job_values(plan: TaskPlan) -> dict[str, object]:
+def _job_values(plan: TaskPlan) -> dict[str, Any]:
     """The task's `jobs` row as the store would merge it from its start, compile and end rows."""
-    finished = plan.started_at + dt.timedelta(seconds=plan.compile_seconds + plan.duration_seconds)
     return {
         "cluster": plan.key.cluster,
         "namespace": plan.key.namespace,
@@ -234,33 +282,37 @@ def _job_values(plan: TaskPlan) -> dict[str, object]:
         "gpus_per_rank": 1,
         "gpu_type": "H200",
         "started_at": plan.started_at,
-        "ended_at": finished,
-        "status": "reverted" if plan.revert_reason else "finished",
+        "ended_at": _finished_at(plan),
+        "status": _status(plan),
         "reason": plan.revert_reason,
         "compile_seconds": plan.compile_seconds,
     }
 
 
-def _insert_jobs(connection: Connection, plans: list[TaskPlan]) -> store.JobIds:
-    """Inserts the tasks' job rows in one executemany (existing keys kept); returns their ids."""
-    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
-    insert = dialect.insert(store.JOBS).on_conflict_do_nothing(index_elements=list(store.JOB_KEY))
-    connection.execute(insert, [_job_values(plan) for plan in plans])
-    by_uid = {plan.key.job_uid: plan.key for plan in plans}
-    query = select(store.JOBS.c.job_uid, store.JOBS.c.id).where(
-        store.JOBS.c.cluster == plans[0].key.cluster, store.JOBS.c.job_uid.in_(list(by_uid))
-    )
-    return {by_uid[uid]: int(job) for uid, job in connection.execute(query)}
+def _event_values(event: r.Event) -> dict[str, Any]:
+    names = ("uuid", "rank", "step", "kind", "cluster_fingerprint", "reason", "detail", "passed")
+    return {name: getattr(event, name) for name in names} | {
+        "max_abs_error": event.max_abs_error,
+        "error_ratio": event.error_ratio,
+        "occurred_at": event.occurred_at,
+    }
 
 
-def _write_batch(connection: Connection, batch: list[tuple[TaskPlan, list[r.Row]]], bulk: bool) -> int:
-    rows = [row for _, task in batch for row in task]
-    if not bulk:
-        return store.write_rows(connection, rows)
-    ids = _insert_jobs(connection, [plan for plan, _ in batch])
-    job_rows = (r.JobStarted, r.JobCompiled, r.JobFinished)
-    store.write_rows(connection, (row for row in rows if not isinstance(row, job_rows)), ids)
-    return len(rows)
+def _bulk_task(figures: TaskFigures) -> bulk_load.BulkTask:
+    events = [] if figures.revert is None else [_event_values(figures.revert)]
+    return bulk_load.BulkTask(_job_values(figures.plan), figures.windows, events)
+
+
+def _rows_count(figures: TaskFigures) -> int:
+    # Start, compile and end, the windows, the revert: as many rows as the upsert path writes.
+    return 3 + len(figures.windows) + (figures.revert is not None)
+
+
+def _write_batch(connection: Connection, batch: list[TaskFigures], bulk: bool) -> int:
+    if bulk:
+        bulk_load.load(connection, [_bulk_task(figures) for figures in batch])
+        return sum(_rows_count(figures) for figures in batch)
+    return store.write_rows(connection, [row for figures in batch for row in rows_of(figures)])
 
 
 def generate(
@@ -268,19 +320,19 @@ def generate(
 ) -> int:
     """Writes the fleet into `url` (schema migrated first); returns the rows written.
 
-    Windows and events go through `store.write_rows` in transactions of about `batch_rows` rows
-    (a task's rows never straddle two). With `bulk` (the default) the tasks' job rows, which the
-    generator knows whole, are inserted in one executemany per batch instead of three upserts
-    per task: the same table content, an order of magnitude faster. `progress(tasks_done, tasks)`
-    is called after each batch.
+    Tasks go in transactions of about `batch_rows` rows (a task's rows never straddle two). With
+    `bulk` (the default) each batch goes through `bulk_load` (jobs rows in one statement, windows
+    by COPY on PostgreSQL, aggregates from memory; tasks already stored are skipped); without it,
+    every row goes through `store.write_rows`, as a recorder writes them: the same table content,
+    an order of magnitude slower. `progress(tasks_done, tasks)` is called after each batch.
     """
     database.upgrade(url)
     engine = database.connect(url)
-    written, done, batch, size = 0, 0, list[tuple[TaskPlan, list[r.Row]]](), 0
+    written, done, batch, size = 0, 0, list[TaskFigures](), 0
     try:
-        for plan, rows in fleet_tasks(spec):
-            batch.append((plan, rows))
-            done, size = done + 1, size + len(rows)
+        for figures in fleet_figures(spec):
+            batch.append(figures)
+            done, size = done + 1, size + _rows_count(figures)
             if size >= batch_rows or done == spec.tasks:
                 with engine.begin() as connection:
                     written += _write_batch(connection, batch, bulk)

@@ -68,6 +68,14 @@ def test_unwritable_output(sqlite_url: str, tmp_path: Path, capsys: pytest.Captu
     assert f"cannot write {target}" in capsys.readouterr().err
 
 
-def test_negative_top(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["report", "weekly", "--db", sqlite_url, "--top", "-1"]) == 2
-    assert "--top -1: expected 0 (all) or more" in capsys.readouterr().err
+def test_top_below_one(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["report", "weekly", "--db", sqlite_url, "--top", "0"]) == 2
+    assert "--top 0: expected 1 or more" in capsys.readouterr().err
+
+
+def test_csv_of_an_unusable_database_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "jobs.csv"
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert cli.main(["report", "weekly", "--week", "2026-W47", "--db", url, "--format", "csv", "-o", str(target)]) == 2
+    assert "run `stitchfleet db upgrade` first" in capsys.readouterr().err
+    assert not target.exists()

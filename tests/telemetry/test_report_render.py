@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from stitchfleet.telemetry import report_html, report_text, savings
+from stitchfleet.telemetry import report_html, report_text, savings, weeks
 from tests.telemetry.tiny_fleet import write_fleet
 
 
@@ -32,7 +32,7 @@ def _tables(markdown: str) -> list[list[str]]:
 def test_markdown_tables_are_aligned(report: savings.WeeklyReport) -> None:
     markdown = report_text.render_markdown(report)
     tables = _tables(markdown)
-    assert len(tables) == 7  # totals, reasons, days, namespace, team, model, tasks
+    assert len(tables) == 7  # totals, reasons, days, namespace, team, model, tasks saving most
     for table in tables:
         assert len({len(line) for line in table}) == 1, table  # every line equally wide
         assert re.fullmatch(r"\|(-+:?\|)+", table[1])
@@ -42,6 +42,8 @@ def test_markdown_tables_are_aligned(report: savings.WeeklyReport) -> None:
     assert "1.250x" in tasks[2]
     assert "| numeric_mismatch |" in markdown
     assert "Net GPU-hours saved" in markdown and "0.14 |" in markdown  # 486 GPU-seconds
+    assert "Every task of the week is listed above." in markdown  # four tasks: no separate bottom table
+    assert "One telemetry row is one step window" in markdown
     assert (
         markdown.rstrip()
         .splitlines()[-1]
@@ -49,16 +51,46 @@ def test_markdown_tables_are_aligned(report: savings.WeeklyReport) -> None:
     )
 
 
-def test_markdown_top_limits_the_task_table(report: savings.WeeklyReport) -> None:
-    markdown = report_text.render_markdown(report, top=2)
-    assert "top 2 of 4 tasks" in markdown
-    assert len(_tables(markdown)[-1]) == 2 + 2
+def test_top_and_bottom_tasks(sqlite_url: str) -> None:
+    write_fleet(sqlite_url)
+    report = savings.weekly_summary(sqlite_url, "2026-W47", listed=1)
+    assert [job.job_name for job in report.jobs] == ["bert-b"]
+    assert [job.job_name for job in report.bottom] == ["vit-c"]  # net -40 GPU-seconds, the least
+    markdown = report_text.render_markdown(report)
+    assert "the 1 saving most of 4 tasks" in markdown and "the 1 saving least" in markdown
+    tables = _tables(markdown)
+    assert len(tables) == 8 and "| vit-c " in tables[-1][2] and "| bert-b " in tables[-2][2]
+    assert "<td>vit-c</td>" in report_html.render_html(report)
 
 
-def test_jobs_csv_parses_back(report: savings.WeeklyReport) -> None:
-    parsed = list(csv.DictReader(io.StringIO(report_text.jobs_csv(report))))
-    assert len(parsed) == len(report.jobs) == 4
-    for row, job in zip(parsed, report.jobs, strict=True):
+def test_rollup_tables_are_cut_and_say_so(sqlite_url: str) -> None:
+    from stitchfleet.telemetry import database, store
+    from stitchfleet.telemetry import rows as r
+    from tests.telemetry.tiny_fleet import at
+
+    database.upgrade(sqlite_url)
+    engine = database.connect(sqlite_url)
+    models = [f"model-{index:02d}" for index in range(report_text.ROLLUP_ROWS + 5)]
+    with engine.begin() as connection:
+        store.write_rows(
+            connection, [r.JobStarted(r.JobKey("c", "ns", m, "u"), model=m, started_at=at(17, 1)) for m in models]
+        )
+    engine.dispose()
+    report = savings.weekly_summary(sqlite_url, "2026-W47")
+    markdown = report_text.render_markdown(report)
+    model_table = _tables(markdown.split("## By model")[1])[0]
+    assert len(model_table) == 2 + report_text.ROLLUP_ROWS
+    assert "5 more model rows in the CSV" in markdown
+    parsed = list(csv.DictReader(io.StringIO(report_text.rollups_csv(report))))
+    assert sum(1 for row in parsed if row["dimension"] == "model") == len(models)
+
+
+def test_jobs_csv_parses_back(sqlite_url: str) -> None:
+    write_fleet(sqlite_url)
+    jobs = list(savings.week_tasks(sqlite_url, "2026-W47"))
+    parsed = list(csv.DictReader(io.StringIO(report_text.jobs_csv(weeks.parse_week("2026-W47"), jobs))))
+    assert len(parsed) == len(jobs) == 4
+    for row, job in zip(parsed, jobs, strict=True):
         assert row["week"] == "2026-W47"
         assert (row["job_name"], row["job_uid"], int(row["devices"])) == (job.job_name, job.job_uid, job.devices)
         assert float(row["net_hours"]) == job.net_hours
@@ -82,7 +114,7 @@ def test_html_embeds_the_chart(report: savings.WeeklyReport) -> None:
     assert match is not None
     png = base64.b64decode(match.group(1))
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
-    assert page.count("<table>") == 6  # totals, reasons, three rollups, tasks
+    assert page.count("<table>") == 6  # totals, reasons, three rollups, tasks (all listed: no bottom table)
     assert "<td>bert-b</td>" in page and "numeric_mismatch" in page
     assert "How figures are attributed" in page
 
@@ -106,7 +138,8 @@ def test_an_empty_week_renders(sqlite_url: str) -> None:
     write_fleet(sqlite_url)
     report = savings.weekly_summary(sqlite_url, "2026-W30")
     assert "No task was reverted." in report_text.render_markdown(report)
-    assert report_text.jobs_csv(report).splitlines()[0].startswith("week,cluster,namespace")
+    assert list(savings.week_tasks(sqlite_url, "2026-W30")) == []
+    assert report_text.jobs_csv(report.week, []).splitlines()[0].startswith("week,cluster,namespace")
     assert "data:image/png;base64," in report_html.render_html(report)
 
 

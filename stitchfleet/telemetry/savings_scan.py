@@ -1,0 +1,179 @@
+"""The weekly report recomputed from scratch: every step window of the week scanned by SQL.
+
+Input: an Engine or a database URL, and an ISO week. Output: `weekly_summary_scan(...)`, a
+`savings.WeeklyReport` listing every task of the week, computed straight from the jobs, step
+windows and events tables (savings_sql) without the incremental aggregates. It reads O(rows): it
+is the reference the aggregates are checked against (tests, `scripts/bench_report.py --scan`),
+not what reports and the operator use (`savings.weekly_summary`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+
+from sqlalchemy import Connection, Engine
+
+from stitchfleet.telemetry import models, savings_sql
+from stitchfleet.telemetry.savings import (
+    ROLLUP_DIMENSIONS,
+    SECONDS_PER_HOUR,
+    DailySavings,
+    DeviceTotals,
+    JobSavings,
+    RevertReason,
+    Rollup,
+    Totals,
+    WeeklyReport,
+    kind_order,
+    opened,
+)
+from stitchfleet.telemetry.task_weeks import UNSPECIFIED
+from stitchfleet.telemetry.weeks import Week, parse_week
+
+
+def _hours(seconds: float, devices: int) -> float:
+    return seconds * devices / SECONDS_PER_HOUR
+
+
+def _baseline(job_id: int, medians: dict[tuple[int, str], float]) -> float | None:
+    return medians.get((job_id, "baseline"), medians.get((job_id, "reference")))
+
+
+def _revert_reason(row: savings_sql.TaskRow, first_reverts: dict[int, str]) -> str:
+    if row.job_id in first_reverts:
+        return first_reverts[row.job_id] or UNSPECIFIED
+    if row.status == models.JobStatus.REVERTED.value:
+        return row.reason or UNSPECIFIED
+    return ""
+
+
+def _job(row: savings_sql.TaskRow, medians: dict[tuple[int, str], float], reverts: dict[int, str]) -> JobSavings:
+    devices = row.world_size * row.devices_per_rank
+    baseline, stitched = _baseline(row.job_id, medians), medians.get((row.job_id, "stitched"))
+    gross = _hours(row.saved_seconds, row.devices_per_rank)
+    compile_hours = _hours(row.compile_seconds, devices) if row.compile_charged else 0.0
+    return JobSavings(
+        cluster=row.cluster,
+        namespace=row.namespace,
+        team=row.team,
+        model=row.model,
+        job_name=row.job_name,
+        job_uid=row.job_uid,
+        world_size=row.world_size,
+        device_kind=row.device_kind,
+        devices_per_rank=row.devices_per_rank,
+        devices=devices,
+        windows=row.windows,
+        iterations=row.iterations,
+        baseline_step_seconds=baseline,
+        stitched_step_seconds=stitched,
+        speedup=baseline / stitched if baseline is not None and stitched else None,
+        gross_hours=gross,
+        compile_hours=compile_hours,
+        net_hours=gross - compile_hours,
+        status=row.status,
+        revert_reason=_revert_reason(row, reverts),
+    )
+
+
+def _reverted(job: JobSavings) -> bool:
+    return bool(job.revert_reason)
+
+
+def _rollup(dimension: str, key: str, device_kind: str, jobs: list[JobSavings]) -> Rollup:
+    return Rollup(dimension, key, **dataclasses.asdict(_device_totals(device_kind, jobs)))
+
+
+def rollups(jobs: Iterable[JobSavings]) -> tuple[Rollup, ...]:
+    """Per namespace, team and model (in that order), GPU before CPU, each by net hours, largest first."""
+    listed = list(jobs)
+    result: list[Rollup] = []
+    for dimension in ROLLUP_DIMENSIONS:
+        groups: dict[tuple[str, str], list[JobSavings]] = defaultdict(list)
+        for job in listed:
+            groups[(getattr(job, dimension), job.device_kind)].append(job)
+        found = [_rollup(dimension, key, kind, members) for (key, kind), members in groups.items()]
+        result.extend(sorted(found, key=lambda r: (kind_order(r.device_kind), -r.net_hours, r.key)))
+    return tuple(result)
+
+
+def _device_totals(device_kind: str, jobs: list[JobSavings]) -> DeviceTotals:
+    gross = sum(job.gross_hours for job in jobs)
+    compile_hours = sum(job.compile_hours for job in jobs)
+    return DeviceTotals(
+        device_kind=device_kind,
+        tasks=len(jobs),
+        devices=sum(job.devices for job in jobs),
+        iterations=sum(job.iterations for job in jobs),
+        gross_hours=gross,
+        compile_hours=compile_hours,
+        net_hours=gross - compile_hours,
+        reverted_tasks=sum(1 for job in jobs if _reverted(job)),
+    )
+
+
+def totals(jobs: Iterable[JobSavings], reverts: dict[str, tuple[int, int]] | None = None) -> Totals:
+    """The fleet totals over `jobs`; `reverts` (reason -> tasks, events) from savings_sql.revert_counts.
+
+    Without `reverts` (tasks built in memory), each reverted task counts once under its first reason.
+    """
+    listed = list(jobs)
+    reverted = [job for job in listed if _reverted(job)]
+    if reverts is None:
+        firsts = Counter(job.revert_reason for job in reverted)
+        reverts = {reason: (count, count) for reason, count in firsts.items()}
+    merged: dict[str, tuple[int, int]] = {}
+    for reason, (tasks, events) in reverts.items():
+        before = merged.get(reason or UNSPECIFIED, (0, 0))
+        merged[reason or UNSPECIFIED] = (before[0] + tasks, before[1] + events)
+    reasons = sorted(
+        (RevertReason(reason, tasks, events) for reason, (tasks, events) in merged.items()),
+        key=lambda r: (-r.tasks, -r.reverts, r.reason),
+    )
+    kinds = sorted({job.device_kind for job in listed}, key=kind_order)
+    return Totals(
+        tasks=len(listed),
+        jobs=len({(job.cluster, job.namespace, job.job_name) for job in listed}),
+        distributed_tasks=sum(1 for job in listed if job.world_size > 1),
+        iterations=sum(job.iterations for job in listed),
+        by_kind=tuple(_device_totals(kind, [job for job in listed if job.device_kind == kind]) for kind in kinds),
+        reverted_tasks=len(reverted),
+        reverted_share=len(reverted) / len(listed) if listed else 0.0,
+        revert_reasons=tuple(reasons),
+    )
+
+
+def _order(job: JobSavings) -> tuple[int, float, str, str, str]:
+    return (kind_order(job.device_kind), -job.net_hours, job.namespace, job.job_name, job.job_uid)
+
+
+def _compute(connection: Connection, week: Week) -> WeeklyReport:
+    rows = savings_sql.task_rows(connection, week)
+    ids = [row.job_id for row in rows]
+    medians = savings_sql.medians(connection, week, ids)
+    reverts = savings_sql.first_revert_reasons(connection, ids)
+    counts = savings_sql.revert_counts(connection, ids)
+    daily_seconds = savings_sql.daily_saved_device_seconds(connection, week)
+    jobs = sorted((_job(row, medians, reverts) for row in rows), key=_order)
+    zeros = [0.0] * len(week.days())
+    gpu = daily_seconds.get(models.DeviceKind.GPU.value, zeros)
+    cpu = daily_seconds.get(models.DeviceKind.CPU.value, zeros)
+    daily = tuple(
+        DailySavings(day, g / SECONDS_PER_HOUR, c / SECONDS_PER_HOUR)
+        for day, g, c in zip(week.days(), gpu, cpu, strict=True)
+    )
+    # A task reverted only by its status (no revert event) still counts, under its status reason.
+    for row in rows:
+        if row.job_id not in reverts and row.status == models.JobStatus.REVERTED.value:
+            label = row.reason or UNSPECIFIED
+            tasks, events = counts.get(label, (0, 0))
+            counts[label] = (tasks + 1, events)
+    return WeeklyReport(week, tuple(jobs), rollups(jobs), totals(jobs, counts), daily)
+
+
+def weekly_summary_scan(engine_or_url: Engine | str | None, week: Week | str) -> WeeklyReport:
+    """The report of `week` recomputed from every row, listing every task; errors as `weekly_summary`."""
+    with opened(engine_or_url) as connection:
+        return _compute(connection, parse_week(week) if isinstance(week, str) else week)
