@@ -5,7 +5,10 @@ and `LAUNCHER`, appended after it. Model (CUDA semantics, as far as one CPU can 
 - every CUDA thread is a fiber (ucontext, its own stack) that yields only at
   `__syncthreads` and warp intrinsics; a block's fibers run on one OS thread, so
   `__shared__` is `thread_local` (per running block) and `extern __shared__` binds to a
-  per-OS-thread buffer of the launch's dynamic size filled with 0xff bytes (NaN) first;
+  per-OS-thread buffer of the launch's dynamic size filled with the launch's fill byte
+  (0xff: NaN in every float type) first; checked builds fill static shared arrays too
+  (`SF_SHARED_FILL`, added by module.py), so a read of shared memory no thread wrote
+  shows up as NaN, and as a difference between two fill bytes;
 - `__syncthreads` releases when every live thread of the block waits; a `*_sync`
   intrinsic releases when every lane of its mask waits with that mask; warps are 32
   lanes; shuffles follow PTX `shfl.sync` (idx/up/down/bfly segment and clamp rules);
@@ -14,7 +17,10 @@ and `LAUNCHER`, appended after it. Model (CUDA semantics, as far as one CPU can 
   pool of two.
 With SF_DEBUG: a barrier reached by part of a block, two different barriers met at once,
 a mask naming an exited lane, a shuffle reading a lane outside its mask, and mismatched
-masks abort the launch with a message; fibers run in reverse order when asked.
+masks abort the launch with a message. SF_CHECKED (the checked build) turns
+-fsanitize=alignment reports into launch errors. Fibers of a block run in thread order,
+reversed, or reshuffled every round, as the launch asks (`order`): all are legal
+schedules, so a result that changes with the order has a missing barrier.
 """
 
 # ruff: noqa: E501  (C++ text: its lines follow C++ layout, not Python's)
@@ -98,12 +104,14 @@ struct sf_block {
   int bar_line;
   unsigned long progress;
   sf_fiber* current;
+  std::vector<void*> filled;  // static shared arrays this block has filled (checked builds)
 };
 struct sf_launch {
   unsigned grid, block;
   size_t dyn_smem;
-  bool reverse;
+  int order;  // fibers of a block each round: 0 in thread order, 1 reversed, 2 shuffled
   bool debug;
+  unsigned char fill;
   std::atomic<bool> abort{false};
   std::mutex mutex;
   std::string error;
@@ -150,6 +158,18 @@ inline void sf_syncthreads(int line) {
   while (b->bar_gen == gen) sf_yield();
 }
 #define __syncthreads() sf_syncthreads(__LINE__)
+
+// Checked builds: a static shared array is filled with the launch's byte when its block
+// first declares it (before any thread of the block can have written it: the declarations
+// open the kernel and no fiber yields before them), as extern shared memory is.
+inline void sf_shared_fill(void* p, size_t n) {
+  sf_block* b = sf_cur_block;
+  for (void* q : b->filled)
+    if (q == p) return;
+  b->filled.push_back(p);
+  std::memset(p, b->launch->fill, n);
+}
+#define SF_SHARED_FILL(name) sf_shared_fill(static_cast<void*>(name), sizeof(name))
 
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
@@ -322,6 +342,13 @@ static void sf_fiber_main(unsigned lo, unsigned hi) {
   setcontext(&b->sched);
 }
 
+static void sf_shuffle(std::vector<unsigned>& turn, uint64_t& seed) {
+  for (size_t i = turn.size(); i > 1; i--) {
+    seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;  // xorshift64: deterministic per block
+    std::swap(turn[i - 1], turn[seed % i]);
+  }
+}
+
 static void sf_run_block(sf_launch* l, unsigned index) {
   sf_block b;
   b.launch = l;
@@ -336,7 +363,7 @@ static void sf_run_block(sf_launch* l, unsigned index) {
   for (auto& w : b.warps) { w.arrived = 0; w.done = 0; }
   sf_cur_block = &b;
   sf_block_idx = {index, 0, 0};
-  std::memset(sf_smem, 0xff, l->dyn_smem);
+  std::memset(sf_smem, l->fill, l->dyn_smem);
   for (unsigned t = 0; t < l->block; t++) {
     sf_fiber& f = b.fibers[t];
     f.tid = t;
@@ -348,12 +375,16 @@ static void sf_run_block(sf_launch* l, unsigned index) {
     f.ctx.uc_link = nullptr;
     makecontext(&f.ctx, (void (*)())sf_fiber_main, 2, 0u, 0u);
   }
+  std::vector<unsigned> turn(l->block);
+  for (unsigned t = 0; t < l->block; t++) turn[t] = l->order == 1 ? l->block - 1 - t : t;
+  uint64_t seed = 0x9e3779b97f4a7c15ull * (index + 1);
   unsigned finished = 0;
   while (finished < l->block && !l->abort.load()) {
     unsigned long before = b.progress;
     finished = 0;
+    if (l->order == 2) sf_shuffle(turn, seed);  // a new order every round: any yield may be followed by any fiber
     for (unsigned k = 0; k < l->block && !l->abort.load(); k++) {
-      unsigned t = l->reverse ? l->block - 1 - k : k;
+      unsigned t = turn[k];
       sf_fiber& f = b.fibers[t];
       if (f.done) { finished++; continue; }
       b.current = &f;
@@ -384,13 +415,15 @@ static void sf_worker(sf_launch* l, std::atomic<unsigned>* next, void (*body)(vo
 }
 
 static int sf_launch_kernel(void (*body)(void**), void** args, unsigned grid, unsigned block, size_t dyn_smem,
-                            int grid_barrier, int reverse, int debug, unsigned* counter, char* error, size_t error_size) {
+                            int grid_barrier, int order, int debug, int fill, unsigned* counter, char* error,
+                            size_t error_size) {
   if (dyn_smem > SF_SMEM_CAPACITY) {
     std::snprintf(error, error_size, "dynamic shared memory %zu > capacity %d", dyn_smem, SF_SMEM_CAPACITY);
     return 1;
   }
   sf_launch l;
-  l.grid = grid; l.block = block; l.dyn_smem = dyn_smem; l.reverse = reverse != 0; l.debug = debug != 0;
+  l.grid = grid; l.block = block; l.dyn_smem = dyn_smem; l.order = order; l.debug = debug != 0;
+  l.fill = (unsigned char)fill;
   sf_grid_dim = {grid, 1, 1};
   sf_block_dim = {block, 1, 1};
   std::atomic<unsigned> next{0};
@@ -419,6 +452,26 @@ static int sf_launch_kernel(void (*body)(void**), void** args, unsigned grid, un
   }
   return 0;
 }
+
+#ifdef SF_CHECKED
+// -fsanitize=alignment reports here instead of in libubsan (which would print and go on, or
+// abort the whole process): a misaligned access aborts the launch with where it happened.
+struct sf_ubsan_location { const char* file; unsigned line, column; };
+struct sf_ubsan_type { unsigned short kind, info; char name[1]; };
+struct sf_ubsan_mismatch { sf_ubsan_location loc; const sf_ubsan_type* type; unsigned char log_alignment, check_kind; };
+extern "C" __attribute__((visibility("default"))) void __ubsan_handle_type_mismatch_v1(void* data, void* p) {
+  const sf_ubsan_mismatch* d = static_cast<const sf_ubsan_mismatch*>(data);
+  std::string what = "misaligned access at " + std::string(d->loc.file) + ":" + std::to_string(d->loc.line) +
+                     ": address " + std::to_string(reinterpret_cast<uintptr_t>(p)) + " of type " + d->type->name + " needs " +
+                     std::to_string(1u << d->log_alignment) + "-byte alignment";
+  if (sf_cur_block != nullptr && sf_cur_block->current != nullptr) sf_fail(what);
+  std::fprintf(stderr, "cuda-cpu: %s (outside a kernel)\n", what.c_str());
+}
+extern "C" __attribute__((visibility("default"))) void __ubsan_handle_type_mismatch_v1_abort(void* d, void* p) {
+  __ubsan_handle_type_mismatch_v1(d, p);
+  std::abort();
+}
+#endif
 
 struct sf_ptr {
   void* p;

@@ -15,7 +15,8 @@ import pytest
 from stitchfleet.compiler.ir import DType
 from stitchfleet.compiler.kernel import Buffer, Launch, Role
 from stitchfleet.compiler.render.cuda import CudaKernel
-from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuError, CudaCpuOptions, CudaCpuProgram, load_kernel
+from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuError, CudaCpuOptions, CudaCpuProgram
+from stitchfleet.compiler.targets.cuda_cpu.module import load_kernel
 
 pytestmark = pytest.mark.cuda_cpu
 
@@ -23,10 +24,10 @@ X = Buffer("x", DType.F32, 64, Role.INPUT)
 Y = Buffer("y", DType.F32, 64, Role.OUTPUT)
 
 
-def _run(tmp_path: Path, body: str, *, reverse: bool = False, debug: bool = True) -> npt.NDArray[Any]:
+def _run(tmp_path: Path, body: str, *, order: int = 0, debug: bool = True) -> npt.NDArray[Any]:
     source = f'extern "C" __global__ void k(const float* x, float* y) {{\n{body}\n}}\n'
     kernel = CudaKernel("k", source, (X, Y), Launch(1, 64, 1), False, 0, 0)
-    options = CudaCpuOptions(tmp_path, debug=debug, reverse=reverse)
+    options = CudaCpuOptions(tmp_path, debug=debug, order=order)
     program = CudaCpuProgram([(kernel, load_kernel(kernel, options))], {"x": X, "y": Y}, options)
     result: npt.NDArray[Any] = program({"x": np.arange(64, dtype=np.float32)})["y"]
     return result
@@ -64,7 +65,7 @@ def test_missing_barrier_shows_up_in_the_reversed_order(tmp_path: Path) -> None:
         "  __syncwarp();\n"
         "  y[threadIdx.x] = s[63 - threadIdx.x];"
     )
-    forward, backward = _run(tmp_path, body), _run(tmp_path, body, reverse=True)
+    forward, backward = _run(tmp_path, body), _run(tmp_path, body, order=1)
     assert not np.array_equal(forward, backward)
     fixed = body.replace("__syncwarp();", "__syncthreads();")
-    np.testing.assert_array_equal(_run(tmp_path, fixed), _run(tmp_path, fixed, reverse=True))
+    np.testing.assert_array_equal(_run(tmp_path, fixed), _run(tmp_path, fixed, order=1))

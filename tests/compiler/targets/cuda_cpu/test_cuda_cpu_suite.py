@@ -82,6 +82,6 @@ def test_reversed_fiber_order_gives_the_same_bits(tmp_path: Path) -> None:
     inputs = random_inputs(graph, 0)
     buffers = {buf: np.asarray(inputs[n]).reshape(-1) for n, buf in lowered.inputs}
     forward = CudaCpuBackend(tmp_path, debug=True).compile(lowered.kernels)(buffers)
-    backward = CudaCpuBackend(tmp_path, debug=True, reverse=True).compile(lowered.kernels)(buffers)
+    backward = CudaCpuBackend(tmp_path, debug=True, order=1).compile(lowered.kernels)(buffers)
     for _, buf in lowered.outputs:
         np.testing.assert_array_equal(forward[buf], backward[buf])
