@@ -2,7 +2,8 @@
 
 Input: nothing. Output: `HEADER`, force-included (`-include`) before the rendered source,
 and `LAUNCHER`, appended after it. Model (CUDA semantics, as far as one CPU can show them):
-- every CUDA thread is a fiber (ucontext, its own stack) that yields only at
+- every CUDA thread is a fiber (its own stack; a ten-instruction x86-64 switch that,
+  unlike swapcontext, makes no signal-mask system call) that yields only at
   `__syncthreads` and warp intrinsics; a block's fibers run on one OS thread, so
   `__shared__` is `thread_local` (per running block) and `extern __shared__` binds to a
   per-OS-thread buffer of the launch's dynamic size filled with the launch's fill byte
@@ -38,7 +39,11 @@ HEADER = r"""
 #include <string>
 #include <thread>
 #include <vector>
-#include <ucontext.h>
+#include <memory>
+
+#if !defined(__x86_64__)
+#error "cuda-cpu switches fibers with x86-64 code (sf_switch)"
+#endif
 
 #define __global__
 #define __device__
@@ -76,7 +81,7 @@ inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 // ---- runtime state -------------------------------------------------------------------
 struct sf_block;
 struct sf_fiber {
-  ucontext_t ctx;
+  void* sp;  // saved stack pointer while switched out
   unsigned tid;
   bool done;
   char* stack;
@@ -97,7 +102,7 @@ struct sf_block {
   unsigned index;
   std::vector<sf_fiber> fibers;
   std::vector<sf_warp> warps;
-  ucontext_t sched;
+  void* sched_sp;
   unsigned live;
   unsigned bar_count;
   unsigned long bar_gen;
@@ -131,9 +136,14 @@ inline sf_thread_idx_t sf_thread_idx() { return {sf_cur_block->current->tid, 0, 
 
 [[noreturn]] void sf_fail(const std::string& message);
 
+// Saves the callee-saved registers on this stack, stores the stack pointer in *save and
+// resumes the stack `next` (defined in the launcher). The only state a fiber has besides its
+// stack: the kernels never change the rounding mode, so MXCSR and the x87 word are not switched.
+extern "C" __attribute__((visibility("hidden"))) void sf_switch(void** save, void* next);
+
 inline void sf_yield() {
   sf_block* b = sf_cur_block;
-  swapcontext(&b->current->ctx, &b->sched);
+  sf_switch(&b->current->sp, b->sched_sp);
   if (b->launch->abort.load(std::memory_order_relaxed)) sf_fail("");
 }
 
@@ -322,13 +332,61 @@ struct sf_abort {};
   }
   l->abort.store(true);
   sf_cur_block->current->done = true;
-  setcontext(&sf_cur_block->sched);
+  sf_switch(&sf_cur_block->current->sp, sf_cur_block->sched_sp);  // a done fiber is never resumed
   std::abort();
 }
 
-static void sf_fiber_main(unsigned lo, unsigned hi) {
+asm(R"(
+  .text
+  .p2align 4
+  .globl sf_switch
+  .hidden sf_switch
+  .type sf_switch, @function
+sf_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size sf_switch, .-sf_switch
+
+  .p2align 4
+  .globl sf_fiber_start
+  .hidden sf_fiber_start
+  .type sf_fiber_start, @function
+sf_fiber_start:
+  andq $-16, %rsp
+  call sf_fiber_main
+  ud2
+  .size sf_fiber_start, .-sf_fiber_start
+)");
+
+extern "C" __attribute__((visibility("hidden"))) void sf_fiber_start();
+
+// A fresh fiber's stack: six zero registers for sf_switch to pop, then sf_fiber_start to return to.
+static void* sf_fiber_stack(char* stack) {
+  uint64_t* sp = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(stack + SF_STACK_BYTES) & ~uintptr_t{15});
+  *--sp = 0;
+  *--sp = reinterpret_cast<uint64_t>(&sf_fiber_start);
+  for (int i = 0; i < 6; i++) *--sp = 0;
+  return sp;
+}
+
+// Fiber stacks, kept per OS thread for the blocks it runs (freed when the thread ends).
+static thread_local std::vector<std::unique_ptr<char[]>> sf_stacks;
+
+extern "C" __attribute__((visibility("hidden"), used)) void sf_fiber_main() {
   sf_block* b = sf_cur_block;
-  (void)lo; (void)hi;
   sf_body(sf_args);
   b->current->done = true;
   b->live--;
@@ -339,7 +397,8 @@ static void sf_fiber_main(unsigned lo, unsigned hi) {
               " exited while others wait at __syncthreads (a barrier reached by part of a block)");
     if (b->bar_count == b->live) { b->bar_count = 0; b->bar_gen++; }
   }
-  setcontext(&b->sched);
+  sf_switch(&b->current->sp, b->sched_sp);
+  std::abort();
 }
 
 static void sf_shuffle(std::vector<unsigned>& turn, uint64_t& seed) {
@@ -368,12 +427,9 @@ static void sf_run_block(sf_launch* l, unsigned index) {
     sf_fiber& f = b.fibers[t];
     f.tid = t;
     f.done = false;
-    f.stack = static_cast<char*>(std::malloc(SF_STACK_BYTES));  // untouched pages stay unmapped
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack;
-    f.ctx.uc_stack.ss_size = SF_STACK_BYTES;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, (void (*)())sf_fiber_main, 2, 0u, 0u);
+    if (sf_stacks.size() <= t) sf_stacks.emplace_back(new char[SF_STACK_BYTES]);  // untouched pages stay unmapped
+    f.stack = sf_stacks[t].get();
+    f.sp = sf_fiber_stack(f.stack);
   }
   std::vector<unsigned> turn(l->block);
   for (unsigned t = 0; t < l->block; t++) turn[t] = l->order == 1 ? l->block - 1 - t : t;
@@ -388,7 +444,7 @@ static void sf_run_block(sf_launch* l, unsigned index) {
       sf_fiber& f = b.fibers[t];
       if (f.done) { finished++; continue; }
       b.current = &f;
-      swapcontext(&b.sched, &f.ctx);
+      sf_switch(&b.sched_sp, f.sp);
       if (f.done) finished++;
     }
     if (finished < l->block && b.progress == before && !l->abort.load()) {
@@ -399,7 +455,6 @@ static void sf_run_block(sf_launch* l, unsigned index) {
       l->abort.store(true);
     }
   }
-  for (auto& f : b.fibers) std::free(f.stack);
   sf_cur_block = nullptr;
 }
 
