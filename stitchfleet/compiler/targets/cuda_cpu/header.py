@@ -39,7 +39,12 @@ HEADER = r"""
 #include <string>
 #include <thread>
 #include <vector>
+#include <climits>
 #include <memory>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #if !defined(__x86_64__)
 #error "cuda-cpu switches fibers with x86-64 code (sf_switch)"
@@ -117,6 +122,7 @@ struct sf_launch {
   int order;  // fibers of a block each round: 0 in thread order, 1 reversed, 2 shuffled
   bool debug;
   unsigned char fill;
+  unsigned* grid_counter;  // the grid barrier's counter (null: the kernel has none)
   std::atomic<bool> abort{false};
   std::mutex mutex;
   std::string error;
@@ -290,6 +296,35 @@ template <typename T> inline T atomicCAS(T* p, T expected, T desired) {
   return expected;
 }
 template <typename T> inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+
+// The one place the header knows the prelude's grid barrier (sf_grid_sync: each block adds to
+// one counter, whose top bit flips when the last arrives, then spins reading it). Its spin
+// has no intrinsic to yield at, and with one OS thread per block (264 on an H200 profile) on a
+// few cores, spinning blocks would burn the time slices of those still working. So the
+// arrival atomic on that counter returns only once the bit has flipped (a legal schedule: the
+// thread is merely slow), sleeping on a futex the last arrival wakes; the prelude's own spin
+// then reads the flip at once. A wait that sees no change for 2 s returns and leaves the
+// spinning to the prelude's loop, so another barrier protocol would be slow, never stuck.
+inline void sf_grid_wait(unsigned* counter, unsigned before, unsigned added) {
+  if (((before ^ (before + added)) & 0x80000000u) != 0) {
+    syscall(SYS_futex, counter, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+    return;
+  }
+  const struct timespec slice = {0, 1000000};
+  unsigned last = before + added, quiet_ms = 0;
+  while (quiet_ms < 2000 && !sf_cur_block->launch->abort.load()) {
+    unsigned seen = __atomic_load_n(counter, __ATOMIC_SEQ_CST);
+    if (((before ^ seen) & 0x80000000u) != 0) return;
+    quiet_ms = seen == last ? quiet_ms + 1 : 0;
+    last = seen;
+    syscall(SYS_futex, counter, FUTEX_WAIT_PRIVATE, seen, &slice, nullptr, 0);
+  }
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  unsigned before = __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+  if (sf_cur_block != nullptr && p == sf_cur_block->launch->grid_counter) sf_grid_wait(p, before, v);
+  return before;
+}
 inline float atomicAdd(float* p, float v) {
   uint32_t* word = reinterpret_cast<uint32_t*>(p);
   uint32_t old = __atomic_load_n(word, __ATOMIC_SEQ_CST), next;
@@ -478,6 +513,7 @@ static int sf_launch_kernel(void (*body)(void**), void** args, unsigned grid, un
   }
   sf_launch l;
   l.grid = grid; l.block = block; l.dyn_smem = dyn_smem; l.order = order; l.debug = debug != 0;
+  l.grid_counter = grid_barrier ? counter : nullptr;
   l.fill = (unsigned char)fill;
   sf_grid_dim = {grid, 1, 1};
   sf_block_dim = {block, 1, 1};
