@@ -1,0 +1,46 @@
+"""Workload clusters (benchmarks/workloads) run as rendered CUDA on the CPU and match evaluate.
+
+Checked build (header checks, -fsanitize=alignment), `tiny` profile (grid barriers,
+vertical packing). Besides the tolerance rule, each cluster must give the same bits with
+its blocks' fibers reshuffled every round and with shared memory starting as 0x00 instead
+of NaN bytes. The default tier runs a slice (per graph, the first cluster with a grid
+barrier and the first without); all 145 clusters are the slow sweep (about a minute warm).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.compiler.targets.cuda_cpu.sweep import WORKLOADS, problems, run_cases, workload_cases, workload_slice
+from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend
+
+pytestmark = [
+    pytest.mark.cuda_cpu,
+    pytest.mark.skipif(not any(WORKLOADS.glob("*/cluster_*.json")), reason="no workload clusters saved"),
+]
+
+
+@pytest.fixture(scope="module")
+def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> CudaCpuBackend:
+    """Units cached in pytest's cache directory when the cache plugin is on (reruns skip g++)."""
+    cache = getattr(request.config, "cache", None)
+    where = Path(cache.mkdir("stitchfleet-cuda-cpu")) if cache is not None else tmp_path_factory.mktemp("cuda-cpu")
+    return CudaCpuBackend(where, debug=True)
+
+
+def test_workload_slice_on_cuda_cpu(backend: CudaCpuBackend) -> None:
+    cases = workload_slice()
+    models = {case.label.split("/")[0] for case in cases}
+    assert len(models) == len({p.parent.name for p in WORKLOADS.glob("*/cluster_*.json")})
+    outcomes = run_cases(backend, cases)
+    assert not problems(outcomes)
+    assert sum(o.order_checked for o in outcomes) >= len(models)  # the order check ran, not skipped
+
+
+@pytest.mark.slow
+def test_every_workload_cluster_on_cuda_cpu(backend: CudaCpuBackend) -> None:
+    outcomes = run_cases(backend, workload_cases())
+    assert len(outcomes) >= 145
+    assert not problems(outcomes)
