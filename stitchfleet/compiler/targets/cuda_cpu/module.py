@@ -121,10 +121,8 @@ def _build(text: str, options: CudaCpuOptions) -> bytes:
         for name in _STUB_HEADERS:
             (source.parent / name).write_text("// provided by the cuda-cpu header\n")
         # nice: CI machines are shared, and a unit's build is never on a latency path
-        return ["nice", "-n", "10", options.compiler, *options.flags, "-I", str(source.parent), str(source)] + [
-            "-o",
-            str(output),
-        ]
+        where = ["-I", str(source.parent), str(source), "-o", str(output)]
+        return ["nice", "-n", "10", options.compiler, *options.flags, *where]
 
     try:
         return build_shared_object(text, "kernels.cpp", command, COMPILE_TIMEOUT_S)

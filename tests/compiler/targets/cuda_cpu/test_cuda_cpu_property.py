@@ -34,7 +34,9 @@ def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 def _cases(batch: list[Drawn]) -> list[Case]:
     return [
-        Case(f"graph {i} cluster {j}", sub, PlanOptions(device=device, force_row_mapping=force, grid_barrier=barrier), 3)
+        Case(
+            f"graph {i} cluster {j}", sub, PlanOptions(device=device, force_row_mapping=force, grid_barrier=barrier), 3
+        )
         for i, (graph, force, device, barrier) in enumerate(batch)
         for j, sub in enumerate(clusters(graph))
     ]

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.compiler.targets.cuda_cpu.sweep import WORKLOADS, problems, run_cases, workload_cases, workload_slice
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend
+from tests.compiler.targets.cuda_cpu.sweep import WORKLOADS, problems, run_cases, workload_cases, workload_slice
 
 pytestmark = [
     pytest.mark.cuda_cpu,
