@@ -37,7 +37,8 @@ COMPILE_TIMEOUT_S = 300.0
 BASE_FLAGS = ("-std=gnu++17", "-O1", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-fno-strict-aliasing")
 # Recoverable, so that the header's own handler turns a report into a launch error.
 DEBUG_FLAGS = ("-fsanitize=alignment", "-fsanitize-recover=alignment", "-DSF_CHECKED=1")
-FMA_FLAGS = ("-ffp-contract=fast", "-mfma")
+# GCC contracts a*b+c into an FMA only from -O2 on (its widening-mul pass); the later -O2 wins.
+FMA_FLAGS = ("-O2", "-ffp-contract=fast", "-mfma")
 _STUB_HEADERS = ("cuda_fp16.h", "cuda_bf16.h")  # their content is in HEADER
 # The form cuda_shared renders a static shared array in (its own line; hand-written test
 # kernels may leave out the alignment).
