@@ -51,7 +51,7 @@ class CudaCpuProgram:
         self.loaded, self.layout, self.options = loaded, layout, options
 
     def with_options(self, **changes: Any) -> CudaCpuProgram:
-        """The same built code launched another way (fiber `order`, shared `fill`); build flags stay."""
+        """The same built code launched another way (`order`, `blocks`, `fill`); build flags stay."""
         return CudaCpuProgram(self.loaded, self.layout, dataclasses.replace(self.options, **changes))
 
     def _allocate(self, inputs: Mapping[str, Any]) -> dict[str, Array]:
@@ -84,6 +84,7 @@ class CudaCpuProgram:
             rendered.launch.block,
             rendered.dynamic_smem_bytes,
             self.options.order,
+            self.options.blocks,
             int(self.options.debug),
             self.options.fill,
             counter.ctypes.data,
@@ -115,13 +116,19 @@ class CudaCpuBackend:
     name = "cuda-cpu"
 
     def __init__(
-        self, cache_dir: Path | None = None, *, debug: bool = False, order: int = 0, fma: bool = False
+        self,
+        cache_dir: Path | None = None,
+        *,
+        debug: bool = False,
+        order: int = 0,
+        blocks: int = -1,
+        fma: bool = False,
     ) -> None:
         if cache_dir is None:
             from stitchfleet import settings
 
             cache_dir = settings.current().cache_dir
-        self.options = CudaCpuOptions(Path(cache_dir), debug=debug, order=order, fma=fma)
+        self.options = CudaCpuOptions(Path(cache_dir), debug=debug, order=order, blocks=blocks, fma=fma)
 
     def compile(self, program: Sequence[ir.Kernel]) -> CudaCpuProgram:
         """One program: its kernels in one unit."""

@@ -35,6 +35,7 @@ HEADER = r"""
 #include <cstdlib>
 #include <cstring>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -113,6 +114,7 @@ struct sf_block {
   unsigned long bar_gen;
   int bar_line;
   unsigned long progress;
+  unsigned position;  // in the launch's block sequence
   sf_fiber* current;
   std::vector<void*> filled;  // static shared arrays this block has filled (checked builds)
 };
@@ -123,6 +125,15 @@ struct sf_launch {
   bool debug;
   unsigned char fill;
   unsigned* grid_counter;  // the grid barrier's counter (null: the kernel has none)
+  // blocks: -1 run concurrently (a pool of two OS threads; one each with a grid barrier);
+  // 0, 1, >= 2 one at a time (a baton passed in `sequence` order: index, reversed, shuffled
+  // with the value as seed), so that atomics across blocks happen in one reproducible order.
+  int blocks;
+  std::vector<unsigned> sequence;  // position -> block index
+  std::vector<char> finished;      // per position (serial grid-barrier launches)
+  unsigned baton = 0;              // the position allowed to run
+  std::mutex baton_mutex;
+  std::condition_variable baton_cv;
   std::atomic<bool> abort{false};
   std::mutex mutex;
   std::string error;
@@ -305,7 +316,22 @@ template <typename T> inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(
 // thread is merely slow), sleeping on a futex the last arrival wakes; the prelude's own spin
 // then reads the flip at once. A wait that sees no change for 2 s returns and leaves the
 // spinning to the prelude's loop, so another barrier protocol would be slow, never stuck.
+void sf_baton_pass(sf_launch* l, unsigned pos, bool finishing);
+void sf_baton_wait(sf_launch* l, unsigned pos);
+
+// Serial launches: the arriving block hands the baton on until it comes back after the flip.
+inline void sf_grid_wait_serial(unsigned* counter, unsigned before) {
+  sf_launch* l = sf_cur_block->launch;
+  unsigned pos = sf_cur_block->position;
+  while (!l->abort.load()) {
+    sf_baton_pass(l, pos, false);
+    sf_baton_wait(l, pos);
+    if (((before ^ __atomic_load_n(counter, __ATOMIC_SEQ_CST)) & 0x80000000u) != 0) return;
+  }
+}
+
 inline void sf_grid_wait(unsigned* counter, unsigned before, unsigned added) {
+  if (sf_cur_block->launch->blocks >= 0) return sf_grid_wait_serial(counter, before);
   if (((before ^ (before + added)) & 0x80000000u) != 0) {
     syscall(SYS_futex, counter, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
     return;
@@ -366,6 +392,7 @@ struct sf_abort {};
     if (l->error.empty()) l->error = message;
   }
   l->abort.store(true);
+  { std::lock_guard<std::mutex> lock(l->baton_mutex); l->baton_cv.notify_all(); }
   sf_cur_block->current->done = true;
   sf_switch(&sf_cur_block->current->sp, sf_cur_block->sched_sp);  // a done fiber is never resumed
   std::abort();
@@ -443,10 +470,29 @@ static void sf_shuffle(std::vector<unsigned>& turn, uint64_t& seed) {
   }
 }
 
-static void sf_run_block(sf_launch* l, unsigned index) {
+void sf_baton_pass(sf_launch* l, unsigned pos, bool finishing) {
+  std::lock_guard<std::mutex> lock(l->baton_mutex);
+  if (finishing) l->finished[pos] = 1;
+  for (unsigned k = 1; k <= l->grid; k++) {
+    unsigned next = (pos + k) % l->grid;
+    if (!l->finished[next]) { l->baton = next; break; }
+  }
+  l->baton_cv.notify_all();
+}
+
+void sf_baton_wait(sf_launch* l, unsigned pos) {
+  std::unique_lock<std::mutex> lock(l->baton_mutex);
+  // timed: an abort raised under another mutex may notify before this thread sleeps
+  while (!l->baton_cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return l->baton == pos || l->abort.load(); })) {
+  }
+}
+
+static void sf_run_block(sf_launch* l, unsigned index, unsigned position) {
   sf_block b;
   b.launch = l;
   b.index = index;
+  b.position = position;
+  b.current = nullptr;
   b.live = l->block;
   b.bar_count = 0;
   b.bar_gen = 0;
@@ -488,25 +534,42 @@ static void sf_run_block(sf_launch* l, unsigned index) {
         l->error = "deadlock in block " + std::to_string(index) + ": " + std::to_string(b.bar_count) +
                    " of " + std::to_string(b.live) + " live thread(s) wait at __syncthreads, the rest in warp intrinsics";
       l->abort.store(true);
+      l->baton_cv.notify_all();  // under l->mutex, not baton_mutex: waiters also time out below
     }
   }
   sf_cur_block = nullptr;
 }
 
-static void sf_worker(sf_launch* l, std::atomic<unsigned>* next, void (*body)(void**), void** args) {
+// position >= 0: the one block of a serial grid-barrier launch this thread runs, baton in hand.
+static void sf_worker(sf_launch* l, std::atomic<unsigned>* next, void (*body)(void**), void** args, int position) {
   sf_body = body;
   sf_args = args;
   sf_cur_launch = l;
+  if (position >= 0) {
+    unsigned pos = static_cast<unsigned>(position);
+    sf_baton_wait(l, pos);
+    if (!l->abort.load()) sf_run_block(l, l->sequence[pos], pos);
+    sf_baton_pass(l, pos, true);
+    return;
+  }
   for (;;) {
     unsigned i = next->fetch_add(1);
     if (i >= l->grid || l->abort.load()) return;
-    sf_run_block(l, i);
+    sf_run_block(l, l->sequence[i], i);
   }
 }
 
+static std::vector<unsigned> sf_block_sequence(unsigned grid, int blocks) {
+  std::vector<unsigned> sequence(grid);
+  for (unsigned i = 0; i < grid; i++) sequence[i] = blocks == 1 ? grid - 1 - i : i;
+  uint64_t seed = 0x2545f4914f6cdd1dull * static_cast<uint64_t>(blocks);  // each value >= 2 its own order
+  if (blocks >= 2) sf_shuffle(sequence, seed);
+  return sequence;
+}
+
 static int sf_launch_kernel(void (*body)(void**), void** args, unsigned grid, unsigned block, size_t dyn_smem,
-                            int grid_barrier, int order, int debug, int fill, unsigned* counter, char* error,
-                            size_t error_size) {
+                            int grid_barrier, int order, int blocks, int debug, int fill, unsigned* counter,
+                            char* error, size_t error_size) {
   if (dyn_smem > SF_SMEM_CAPACITY) {
     std::snprintf(error, error_size, "dynamic shared memory %zu > capacity %d", dyn_smem, SF_SMEM_CAPACITY);
     return 1;
@@ -514,13 +577,17 @@ static int sf_launch_kernel(void (*body)(void**), void** args, unsigned grid, un
   sf_launch l;
   l.grid = grid; l.block = block; l.dyn_smem = dyn_smem; l.order = order; l.debug = debug != 0;
   l.grid_counter = grid_barrier ? counter : nullptr;
+  l.blocks = blocks;
+  l.sequence = sf_block_sequence(grid, blocks);
+  l.finished.assign(grid, 0);
   l.fill = (unsigned char)fill;
   sf_grid_dim = {grid, 1, 1};
   sf_block_dim = {block, 1, 1};
   std::atomic<unsigned> next{0};
-  unsigned workers = grid_barrier ? grid : (grid < 2 ? grid : 2);
+  unsigned workers = grid_barrier ? grid : (blocks >= 0 || grid < 2 ? (grid < 1 ? grid : 1) : 2);
+  bool baton = grid_barrier && blocks >= 0;
   std::vector<std::thread> threads;
-  for (unsigned i = 0; i < workers; i++) threads.emplace_back(sf_worker, &l, &next, body, args);
+  for (unsigned i = 0; i < workers; i++) threads.emplace_back(sf_worker, &l, &next, body, args, baton ? (int)i : -1);
   if (grid_barrier && counter != nullptr) {
     // A failed block never arrives at the grid barrier: while the launch is aborted keep
     // flipping the counter's top bit, so the blocks spinning there leave and see the abort.

@@ -50,6 +50,7 @@ _LAUNCH_ARGTYPES = [
     ctypes.c_uint,  # block
     ctypes.c_size_t,  # dynamic shared bytes
     ctypes.c_int,  # fiber order
+    ctypes.c_int,  # block order (-1: concurrent)
     ctypes.c_int,  # debug checks
     ctypes.c_int,  # shared memory fill byte
     ctypes.c_void_p,  # grid barrier counter
@@ -64,11 +65,18 @@ class CudaCpuError(RuntimeError):
 
 @dataclass(frozen=True)
 class CudaCpuOptions:
-    """How units are built and launched: `order` 0 forward, 1 reversed, 2 shuffled fibers per block."""
+    """How units are built and launched.
+
+    `order`: each block's fibers in thread order (0), reversed (1), reshuffled every round (2).
+    `blocks`: -1 blocks run concurrently on OS threads (atomics across blocks in whatever order
+    they happen); 0, 1 one block at a time in index or reversed order, >= 2 in an order
+    shuffled with that value as seed: a run is reproducible bit for bit, atomics included.
+    """
 
     cache_dir: Path
     debug: bool = False
     order: int = 0
+    blocks: int = -1
     fma: bool = False
     fill: int = 0xFF  # byte that shared memory holds before a block writes it (0xff: NaN in every float type)
     compiler: str = "g++"
@@ -91,9 +99,9 @@ def _entry(rendered: CudaKernel) -> str:
     return (
         f"static void sf_body_{name}(void** a) {{ {name}({args}); }}\n"
         f'extern "C" int sf_entry_{name}(void** a, unsigned grid, unsigned block, size_t smem, int order,\n'
-        "    int debug, int fill, unsigned* counter, char* error, size_t error_size) {\n"
-        f"  return sf_launch_kernel(sf_body_{name}, a, grid, block, smem, {int(rendered.grid_barrier)}, order, debug,"
-        " fill, counter, error, error_size);\n}\n"
+        "    int blocks, int debug, int fill, unsigned* counter, char* error, size_t error_size) {\n"
+        f"  return sf_launch_kernel(sf_body_{name}, a, grid, block, smem, {int(rendered.grid_barrier)}, order, blocks,"
+        " debug, fill, counter, error, error_size);\n}\n"
     )
 
 

@@ -2,11 +2,13 @@
 
 Not a test module: the tests import it, and `python -m tests.compiler.targets.cuda_cpu.sweep`
 prints the figures benchmarks/README.md quotes. Input: cases (a cluster graph, plan options,
-an input seed). Output: per case, the tolerance verdicts against `evaluate`, and, when asked,
-the checks a GPU cannot make (atomic-free programs: atomics across blocks run in OS-thread
-order): the same bits with the fibers of every block reshuffled every
-round (a missing barrier), the same bits with shared memory starting as 0x00 instead of 0xff
-(a read of shared memory no thread wrote), and how many outputs equal the sim's bit for bit.
+an input seed). Output: per case, the tolerance verdicts against `evaluate` of a run with one
+block at a time in index order (reproducible, atomics included: the sim's order), and, when
+asked, the checks a GPU cannot make: the same bits with shared memory starting as 0x00
+instead of 0xff (a read of shared memory no thread wrote), the same bits with the fibers of
+every block reshuffled every round and the blocks in a shuffled order (a missing barrier;
+atomic-free programs only, as atomics legitimately sum in another order), and how many
+outputs equal the sim's bit for bit.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from tests.compiler.test_stitch_sim import SMALL
 
 Array = npt.NDArray[Any]
 WORKLOADS = Path(__file__).resolve().parents[4] / "benchmarks" / "workloads"
-SHUFFLED, OTHER_FILL = 2, 0x00
+INDEX_ORDER, SHUFFLED, BLOCK_SEED, OTHER_FILL = 0, 2, 7, 0x00
 
 
 @dataclass(frozen=True)
@@ -62,22 +64,22 @@ class Outcome:
     failures: dict[str, str]
     order_diffs: list[str] = field(default_factory=list)
     fill_diffs: list[str] = field(default_factory=list)
-    order_checked: bool = False  # the reruns ran (atomic-free programs only)
+    order_checked: bool = False  # the other-order rerun ran (atomic-free programs only)
     sim_equal: int = 0
     sim_max_rel: float = 0.0
 
 
-def _buffers(case: Case, lowered: Lowered) -> dict[str, Array]:
+def buffers_of(case: Case, lowered: Lowered) -> dict[str, Array]:
     inputs = random_inputs(case.graph, case.seed)
     return {buf: np.asarray(inputs[name]).reshape(-1) for name, buf in lowered.inputs}
 
 
-def _has_atomics(lowered: Lowered) -> bool:
-    # Cross-block float atomics run in OS-thread order: their bits may differ from run to run.
+def has_atomics(lowered: Lowered) -> bool:
+    # Atomics in another thread or block order sum in another order: other bits, legitimately.
     return any("sf_atomic_" in kernel_text(render_kernel(k)) for k in lowered.kernels)
 
 
-def _differing(first: dict[str, Array], second: dict[str, Array], lowered: Lowered) -> list[str]:
+def differing(first: dict[str, Array], second: dict[str, Array], lowered: Lowered) -> list[str]:
     return [name for name, buf in lowered.outputs if not np.array_equal(first[buf], second[buf], equal_nan=True)]
 
 
@@ -88,18 +90,20 @@ def _rel(a: Array, b: Array) -> float:
 
 
 def check_case(case: Case, lowered: Lowered, program: CudaCpuProgram, *, strict: bool, sim: bool) -> Outcome:
-    """Runs one compiled case; `strict` adds the reshuffled-order and other-fill reruns."""
-    buffers = _buffers(case, lowered)
+    """Runs one compiled case as `program`'s options say; `strict` adds the other-fill and other-order reruns."""
+    buffers = buffers_of(case, lowered)
     raw = program(buffers)
     shapes = {name: case.graph.node(node).shape for name, node in case.graph.outputs}
     got = {name: raw[buf].reshape(shapes[name]) for name, buf in lowered.outputs}
     inputs = random_inputs(case.graph, case.seed)
     verdicts = check_outputs(got, evaluate(case.graph, inputs), evaluate(case.graph, inputs, "float64"))
     outcome = Outcome(case.label, len(lowered.outputs), {n: v.reason for n, v in verdicts.items() if not v.ok})
-    if strict and not _has_atomics(lowered):  # with atomics, two runs may differ in the last bits
+    if strict:
+        outcome.fill_diffs = differing(raw, program.with_options(fill=OTHER_FILL)(buffers), lowered)
+    if strict and not has_atomics(lowered):
         outcome.order_checked = True
-        outcome.fill_diffs = _differing(raw, program.with_options(fill=OTHER_FILL)(buffers), lowered)
-        outcome.order_diffs = _differing(raw, program.with_options(order=SHUFFLED)(buffers), lowered)
+        reordered = program.with_options(order=SHUFFLED, blocks=BLOCK_SEED)(buffers)
+        outcome.order_diffs = differing(raw, reordered, lowered)
     if sim:
         ref = run_sim(lowered.kernels, buffers)
         outcome.sim_equal = sum(int(np.array_equal(raw[b], ref[b], equal_nan=True)) for _, b in lowered.outputs)
@@ -114,7 +118,7 @@ def run_cases(
     lowered = [case.lowered() for case in cases]
     programs = backend.compile_many([low.kernels for low in lowered])
     return [
-        check_case(case, low, program, strict=strict, sim=sim)
+        check_case(case, low, program.with_options(blocks=INDEX_ORDER), strict=strict, sim=sim)
         for case, low, program in zip(cases, lowered, programs, strict=True)
     ]
 
@@ -124,7 +128,7 @@ def problems(outcomes: Sequence[Outcome]) -> dict[str, str]:
     found: dict[str, str] = {}
     for o in outcomes:
         parts = [f"tolerance {o.failures}"] if o.failures else []
-        parts += [f"differs with reshuffled fibers: {o.order_diffs}"] if o.order_diffs else []
+        parts += [f"differs with fibers and blocks in other orders: {o.order_diffs}"] if o.order_diffs else []
         parts += [f"differs with shared memory starting as 0x00: {o.fill_diffs}"] if o.fill_diffs else []
         if parts:
             found[o.label] = "; ".join(parts)
@@ -169,9 +173,9 @@ def _print_figures(title: str, outcomes: Sequence[Outcome], seconds: float) -> N
     worst = max((o.sim_max_rel for o in outcomes), default=0.0)
     print(
         f"{title}: {len(outcomes)} clusters, {outputs} outputs, tolerance failures "
-        f"{sum(bool(o.failures) for o in outcomes)}, atomic-free clusters rerun {ordered} "
-        f"(differ with reshuffled fibers: {sum(bool(o.order_diffs) for o in outcomes)}, with a 0x00 fill: "
-        f"{sum(bool(o.fill_diffs) for o in outcomes)}), bit-equal with sim {equal}/{outputs} "
+        f"{sum(bool(o.failures) for o in outcomes)}, differ with a 0x00 fill "
+        f"{sum(bool(o.fill_diffs) for o in outcomes)}, atomic-free clusters rerun in other orders {ordered} "
+        f"(differ: {sum(bool(o.order_diffs) for o in outcomes)}), bit-equal with sim {equal}/{outputs} "
         f"({equal / max(outputs, 1):.0%}), max rel diff vs sim {worst:.2g}, {seconds:.1f} s"
     )
     for label, why in problems(outcomes).items():
@@ -186,12 +190,12 @@ def fma_shift(cache: Path, cases: Sequence[Case]) -> str:
     outputs = equal = failed = 0
     worst = 0.0
     for case, low, one, other in zip(cases, lowered, plain, fused, strict=True):
-        buffers = _buffers(case, low)
-        a, b = one(buffers), other(buffers)
+        buffers = buffers_of(case, low)
+        a, b = one.with_options(blocks=INDEX_ORDER)(buffers), other.with_options(blocks=INDEX_ORDER)(buffers)
         outputs += len(low.outputs)
-        equal += len(low.outputs) - len(_differing(a, b, low))
+        equal += len(low.outputs) - len(differing(a, b, low))
         worst = max([worst, *(_rel(b[buf], a[buf]) for _, buf in low.outputs if a[buf].size)])
-        failed += bool(check_case(case, low, other, strict=False, sim=False).failures)
+        failed += bool(check_case(case, low, other.with_options(blocks=INDEX_ORDER), strict=False, sim=False).failures)
     return (
         f"fma build vs plain build: {outputs} outputs, {equal} bit-equal ({equal / max(outputs, 1):.0%}), "
         f"max rel diff {worst:.2g}, clusters failing the tolerance rule with fma {failed}"
