@@ -29,7 +29,8 @@ from stitchfleet.compiler.render.cuda_prelude import PRELUDE
 from stitchfleet.compiler.runtime.cpu import CpuCompileError, compiler_version
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
 from stitchfleet.compiler.runtime.native_build import BuildError, build_shared_object
-from stitchfleet.compiler.targets.cuda_cpu.header import HEADER, LAUNCHER
+from stitchfleet.compiler.targets.cuda_cpu.header import HEADER
+from stitchfleet.compiler.targets.cuda_cpu.launcher import LAUNCHER
 
 SMEM_CAPACITY = 227 * 1024  # the largest opt-in dynamic shared memory of the profiles (H100/H200)
 STACK_BYTES = 64 * 1024
