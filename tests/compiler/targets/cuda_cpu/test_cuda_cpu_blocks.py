@@ -21,7 +21,7 @@ from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.runtime.sim import run as run_sim
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend
 from tests.compiler.render.suite_kernels import block_kernels, scale_kernel
-from tests.compiler.render.test_cuda_arena import OWN, A, B, _kernel
+from tests.compiler.render.test_cuda_arena import OWN, A, B, arena_kernel
 
 pytestmark = pytest.mark.cuda_cpu
 
@@ -68,7 +68,7 @@ def test_block_kernels_agree_with_the_sim(backend: CudaCpuBackend) -> None:
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static arena", "arena in dynamic shared memory"])
 def test_overlapping_arena_views_agree_with_the_sim(backend: CudaCpuBackend, dynamic: bool) -> None:
     launch = ir.Launch(1, 128, 1, dynamic_smem_bytes=64, shared_limit_bytes=96 * 1024) if dynamic else None
-    kernel = _kernel((A, B, OWN), launch)
+    kernel = arena_kernel((A, B, OWN), launch)
     inputs = {"x": np.random.default_rng(3).normal(size=128).astype(np.float32)}
     got, ref = backend.compile([kernel])(inputs), run_sim([kernel], inputs)
     assert set(got) == {"y"} and got["y"].dtype == np.float64
