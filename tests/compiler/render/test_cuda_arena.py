@@ -19,7 +19,7 @@ Y = ir.Buffer("y", F64, 128, ir.Role.OUTPUT)
 V, W = ir.Var("v", F32), ir.Var("w", F64)
 
 
-def _kernel(shared: tuple[ir.SharedBuffer, ...], launch: ir.Launch | None = None) -> ir.Kernel:
+def arena_kernel(shared: tuple[ir.SharedBuffer, ...], launch: ir.Launch | None = None) -> ir.Kernel:
     a, b = shared[0], shared[1]
     body = (
         ir.Store(a, ir.THREAD_IDX, ir.Load(X, ir.THREAD_IDX)),
@@ -40,7 +40,7 @@ OWN = ir.SharedBuffer("own", F32, 4)
 
 
 def test_views_are_pointers_into_one_static_arena() -> None:
-    text = kernel_text(render_kernel(_kernel((A, B, OWN))))
+    text = kernel_text(render_kernel(arena_kernel((A, B, OWN))))
     assert "__shared__ __align__(16) unsigned char sf_arena[512];" in text
     assert "float* const a = reinterpret_cast<float*>(sf_arena + 0);" in text
     assert "double* const b = reinterpret_cast<double*>(sf_arena + 0);" in text
@@ -50,7 +50,7 @@ def test_views_are_pointers_into_one_static_arena() -> None:
 def test_dynamic_shared_memory_puts_the_arena_first_then_the_arrays() -> None:
     launch = ir.Launch(1, 128, 1, dynamic_smem_bytes=64, shared_limit_bytes=96 * 1024)
     c = ir.SharedBuffer("c", F32, 4, offset=512)
-    rendered = render_kernel(_kernel((A, B, c, OWN), launch))
+    rendered = render_kernel(arena_kernel((A, B, c, OWN), launch))
     text = kernel_text(rendered)
     assert "double* const b = reinterpret_cast<double*>(sf_smem + 0);" in text
     assert "float* const c = reinterpret_cast<float*>(sf_smem + 512);" in text
@@ -59,5 +59,5 @@ def test_dynamic_shared_memory_puts_the_arena_first_then_the_arrays() -> None:
 
 
 def test_arena_kernel_compiles(nvcc: Nvcc, nvcc_cache: CubinCache) -> None:
-    cubin = nvcc.compile(render_kernel(_kernel((A, B, OWN))).source, "sm_90", nvcc_cache)
+    cubin = nvcc.compile(render_kernel(arena_kernel((A, B, OWN))).source, "sm_90", nvcc_cache)
     assert b"arena_views" in cubin

@@ -1,20 +1,30 @@
 """The C++ compatibility header that lets g++ compile the CUDA renderer's text for the CPU.
 
-Input: nothing. Output: `HEADER`, force-included (`-include`) before the rendered source,
-and `LAUNCHER`, appended after it. Model (CUDA semantics, as far as one CPU can show them):
-- every CUDA thread is a fiber (ucontext, its own stack) that yields only at
+Input: nothing. Output: `HEADER`, put before the rendered source of a unit; it declares
+what `launcher.LAUNCHER` (put after the kernels) defines. Model (CUDA semantics, as far
+as one CPU can show them):
+- every CUDA thread is a fiber (its own stack; a ten-instruction x86-64 switch that,
+  unlike swapcontext, makes no signal-mask system call) that yields only at
   `__syncthreads` and warp intrinsics; a block's fibers run on one OS thread, so
   `__shared__` is `thread_local` (per running block) and `extern __shared__` binds to a
-  per-OS-thread buffer of the launch's dynamic size filled with 0xff bytes (NaN) first;
+  per-OS-thread buffer filled with the launch's fill byte (0xff: NaN in every float
+  type) before each block; checked builds fill static shared arrays too
+  (`SF_SHARED_FILL`, added by module.py), so a read of shared memory no thread wrote
+  shows up as NaN, and as a difference between two fill bytes;
 - `__syncthreads` releases when every live thread of the block waits; a `*_sync`
   intrinsic releases when every lane of its mask waits with that mask; warps are 32
   lanes; shuffles follow PTX `shfl.sync` (idx/up/down/bfly segment and clamp rules);
-- atomics are GCC `__atomic` builtins (the renderer's own CAS loops do the rest);
-- a grid-barrier launch runs one OS thread per block (all resident at once), others a
-  pool of two.
-With SF_DEBUG: a barrier reached by part of a block, two different barriers met at once,
-a mask naming an exited lane, a shuffle reading a lane outside its mask, and mismatched
-masks abort the launch with a message; fibers run in reverse order when asked.
+- atomics are GCC `__atomic` builtins (the renderer's own CAS loops do the rest); the
+  arrival atomic of the prelude's grid barrier waits for the barrier to open (see
+  sf_grid_wait) instead of leaving the prelude's loop to spin;
+- blocks run concurrently (one OS thread per block for grid-barrier kernels, else a pool
+  of two) or, when the launch asks (`blocks` >= 0), one at a time in a given order.
+The launch's `debug` flag: a barrier reached by part of a block, two different barriers
+met at once, a mask naming an exited lane, a shuffle reading a lane outside its mask, and
+mismatched masks abort the launch with a message. Checked builds (SF_CHECKED) turn
+-fsanitize=alignment reports into launch errors. Fibers of a block run in thread order,
+reversed, or reshuffled every round (`order`): all are legal schedules, so a result that
+changes with the order has a missing barrier.
 """
 
 # ruff: noqa: E501  (C++ text: its lines follow C++ layout, not Python's)
@@ -28,11 +38,21 @@ HEADER = r"""
 #include <cstdlib>
 #include <cstring>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
-#include <ucontext.h>
+#include <climits>
+#include <memory>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#if !defined(__x86_64__)
+#error "cuda-cpu switches fibers with x86-64 code (sf_switch)"
+#endif
 
 #define __global__
 #define __device__
@@ -70,7 +90,7 @@ inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 // ---- runtime state -------------------------------------------------------------------
 struct sf_block;
 struct sf_fiber {
-  ucontext_t ctx;
+  void* sp;  // saved stack pointer while switched out
   unsigned tid;
   bool done;
   char* stack;
@@ -91,19 +111,32 @@ struct sf_block {
   unsigned index;
   std::vector<sf_fiber> fibers;
   std::vector<sf_warp> warps;
-  ucontext_t sched;
+  void* sched_sp;
   unsigned live;
   unsigned bar_count;
   unsigned long bar_gen;
   int bar_line;
   unsigned long progress;
+  unsigned position;  // in the launch's block sequence
   sf_fiber* current;
+  std::vector<void*> filled;  // static shared arrays this block has filled (checked builds)
 };
 struct sf_launch {
   unsigned grid, block;
   size_t dyn_smem;
-  bool reverse;
+  int order;  // fibers of a block each round: 0 in thread order, 1 reversed, 2 shuffled
   bool debug;
+  unsigned char fill;
+  unsigned* grid_counter;  // the grid barrier's counter (null: the kernel has none)
+  // blocks: -1 run concurrently (a pool of two OS threads; one each with a grid barrier);
+  // 0, 1, >= 2 one at a time (a baton passed in `sequence` order: index, reversed, shuffled
+  // with the value as seed), so that atomics across blocks happen in one reproducible order.
+  int blocks;
+  std::vector<unsigned> sequence;  // position -> block index
+  std::vector<char> finished;      // per position (serial grid-barrier launches)
+  unsigned baton = 0;              // the position allowed to run
+  std::mutex baton_mutex;
+  std::condition_variable baton_cv;
   std::atomic<bool> abort{false};
   std::mutex mutex;
   std::string error;
@@ -123,9 +156,14 @@ inline sf_thread_idx_t sf_thread_idx() { return {sf_cur_block->current->tid, 0, 
 
 [[noreturn]] void sf_fail(const std::string& message);
 
+// Saves the callee-saved registers on this stack, stores the stack pointer in *save and
+// resumes the stack `next` (defined in the launcher). The only state a fiber has besides its
+// stack: the kernels never change the rounding mode, so MXCSR and the x87 word are not switched.
+extern "C" __attribute__((visibility("hidden"))) void sf_switch(void** save, void* next);
+
 inline void sf_yield() {
   sf_block* b = sf_cur_block;
-  swapcontext(&b->current->ctx, &b->sched);
+  sf_switch(&b->current->sp, b->sched_sp);
   if (b->launch->abort.load(std::memory_order_relaxed)) sf_fail("");
 }
 
@@ -150,6 +188,18 @@ inline void sf_syncthreads(int line) {
   while (b->bar_gen == gen) sf_yield();
 }
 #define __syncthreads() sf_syncthreads(__LINE__)
+
+// Checked builds: a static shared array is filled with the launch's byte when its block
+// first declares it (before any thread of the block can have written it: the declarations
+// open the kernel and no fiber yields before them), as extern shared memory is.
+inline void sf_shared_fill(void* p, size_t n) {
+  sf_block* b = sf_cur_block;
+  for (void* q : b->filled)
+    if (q == p) return;
+  b->filled.push_back(p);
+  std::memset(p, b->launch->fill, n);
+}
+#define SF_SHARED_FILL(name) sf_shared_fill(static_cast<void*>(name), sizeof(name))
 
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
@@ -260,6 +310,50 @@ template <typename T> inline T atomicCAS(T* p, T expected, T desired) {
   return expected;
 }
 template <typename T> inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+
+// The one place the header knows the prelude's grid barrier (sf_grid_sync: each block adds to
+// one counter, whose top bit flips when the last arrives, then spins reading it). Its spin
+// has no intrinsic to yield at, and with one OS thread per block (264 on an H200 profile) on a
+// few cores, spinning blocks would burn the time slices of those still working. So the
+// arrival atomic on that counter returns only once the bit has flipped (a legal schedule: the
+// thread is merely slow), sleeping on a futex the last arrival wakes; the prelude's own spin
+// then reads the flip at once. A wait that sees no change for 2 s returns and leaves the
+// spinning to the prelude's loop, so another barrier protocol would be slow, never stuck.
+void sf_baton_pass(sf_launch* l, unsigned pos, bool finishing);
+void sf_baton_wait(sf_launch* l, unsigned pos);
+
+// Serial launches: the arriving block hands the baton on until it comes back after the flip.
+inline void sf_grid_wait_serial(unsigned* counter, unsigned before) {
+  sf_launch* l = sf_cur_block->launch;
+  unsigned pos = sf_cur_block->position;
+  while (!l->abort.load()) {
+    sf_baton_pass(l, pos, false);
+    sf_baton_wait(l, pos);
+    if (((before ^ __atomic_load_n(counter, __ATOMIC_SEQ_CST)) & 0x80000000u) != 0) return;
+  }
+}
+
+inline void sf_grid_wait(unsigned* counter, unsigned before, unsigned added) {
+  if (sf_cur_block->launch->blocks >= 0) return sf_grid_wait_serial(counter, before);
+  if (((before ^ (before + added)) & 0x80000000u) != 0) {
+    syscall(SYS_futex, counter, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+    return;
+  }
+  const struct timespec slice = {0, 1000000};
+  unsigned last = before + added, quiet_ms = 0;
+  while (quiet_ms < 2000 && !sf_cur_block->launch->abort.load()) {
+    unsigned seen = __atomic_load_n(counter, __ATOMIC_SEQ_CST);
+    if (((before ^ seen) & 0x80000000u) != 0) return;
+    quiet_ms = seen == last ? quiet_ms + 1 : 0;
+    last = seen;
+    syscall(SYS_futex, counter, FUTEX_WAIT_PRIVATE, seen, &slice, nullptr, 0);
+  }
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  unsigned before = __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+  if (sf_cur_block != nullptr && p == sf_cur_block->launch->grid_counter) sf_grid_wait(p, before, v);
+  return before;
+}
 inline float atomicAdd(float* p, float v) {
   uint32_t* word = reinterpret_cast<uint32_t*>(p);
   uint32_t old = __atomic_load_n(word, __ATOMIC_SEQ_CST), next;
@@ -279,149 +373,4 @@ template <typename T> inline T atomicMin(T* p, T v) {
   while (old > v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {}
   return old;
 }
-"""
-
-LAUNCHER = r"""
-// ---- launcher (appended after the rendered kernels) --------------------------------------
-thread_local sf_block* sf_cur_block;
-thread_local sf_dim3 sf_block_idx;
-sf_dim3 sf_grid_dim, sf_block_dim;
-thread_local __attribute__((aligned(16))) unsigned char sf_smem[SF_SMEM_CAPACITY];
-
-static thread_local void (*sf_body)(void**);
-static thread_local void** sf_args;
-static thread_local sf_launch* sf_cur_launch;
-
-struct sf_abort {};
-
-[[noreturn]] void sf_fail(const std::string& message) {
-  sf_launch* l = sf_cur_block->launch;
-  if (!message.empty()) {
-    std::lock_guard<std::mutex> lock(l->mutex);
-    if (l->error.empty()) l->error = message;
-  }
-  l->abort.store(true);
-  sf_cur_block->current->done = true;
-  setcontext(&sf_cur_block->sched);
-  std::abort();
-}
-
-static void sf_fiber_main(unsigned lo, unsigned hi) {
-  sf_block* b = sf_cur_block;
-  (void)lo; (void)hi;
-  sf_body(sf_args);
-  b->current->done = true;
-  b->live--;
-  b->progress++;
-  if (b->bar_count > 0) {
-    if (b->launch->debug)
-      sf_fail("thread " + std::to_string(b->current->tid) + " of block " + std::to_string(b->index) +
-              " exited while others wait at __syncthreads (a barrier reached by part of a block)");
-    if (b->bar_count == b->live) { b->bar_count = 0; b->bar_gen++; }
-  }
-  setcontext(&b->sched);
-}
-
-static void sf_run_block(sf_launch* l, unsigned index) {
-  sf_block b;
-  b.launch = l;
-  b.index = index;
-  b.live = l->block;
-  b.bar_count = 0;
-  b.bar_gen = 0;
-  b.bar_line = 0;
-  b.progress = 0;
-  b.fibers.resize(l->block);
-  b.warps.resize((l->block + 31) / 32);
-  for (auto& w : b.warps) { w.arrived = 0; w.done = 0; }
-  sf_cur_block = &b;
-  sf_block_idx = {index, 0, 0};
-  std::memset(sf_smem, 0xff, l->dyn_smem);
-  for (unsigned t = 0; t < l->block; t++) {
-    sf_fiber& f = b.fibers[t];
-    f.tid = t;
-    f.done = false;
-    f.stack = static_cast<char*>(std::malloc(SF_STACK_BYTES));  // untouched pages stay unmapped
-    getcontext(&f.ctx);
-    f.ctx.uc_stack.ss_sp = f.stack;
-    f.ctx.uc_stack.ss_size = SF_STACK_BYTES;
-    f.ctx.uc_link = nullptr;
-    makecontext(&f.ctx, (void (*)())sf_fiber_main, 2, 0u, 0u);
-  }
-  unsigned finished = 0;
-  while (finished < l->block && !l->abort.load()) {
-    unsigned long before = b.progress;
-    finished = 0;
-    for (unsigned k = 0; k < l->block && !l->abort.load(); k++) {
-      unsigned t = l->reverse ? l->block - 1 - k : k;
-      sf_fiber& f = b.fibers[t];
-      if (f.done) { finished++; continue; }
-      b.current = &f;
-      swapcontext(&b.sched, &f.ctx);
-      if (f.done) finished++;
-    }
-    if (finished < l->block && b.progress == before && !l->abort.load()) {
-      std::lock_guard<std::mutex> lock(l->mutex);
-      if (l->error.empty())
-        l->error = "deadlock in block " + std::to_string(index) + ": " + std::to_string(b.bar_count) +
-                   " of " + std::to_string(b.live) + " live thread(s) wait at __syncthreads, the rest in warp intrinsics";
-      l->abort.store(true);
-    }
-  }
-  for (auto& f : b.fibers) std::free(f.stack);
-  sf_cur_block = nullptr;
-}
-
-static void sf_worker(sf_launch* l, std::atomic<unsigned>* next, void (*body)(void**), void** args) {
-  sf_body = body;
-  sf_args = args;
-  sf_cur_launch = l;
-  for (;;) {
-    unsigned i = next->fetch_add(1);
-    if (i >= l->grid || l->abort.load()) return;
-    sf_run_block(l, i);
-  }
-}
-
-static int sf_launch_kernel(void (*body)(void**), void** args, unsigned grid, unsigned block, size_t dyn_smem,
-                            int grid_barrier, int reverse, int debug, unsigned* counter, char* error, size_t error_size) {
-  if (dyn_smem > SF_SMEM_CAPACITY) {
-    std::snprintf(error, error_size, "dynamic shared memory %zu > capacity %d", dyn_smem, SF_SMEM_CAPACITY);
-    return 1;
-  }
-  sf_launch l;
-  l.grid = grid; l.block = block; l.dyn_smem = dyn_smem; l.reverse = reverse != 0; l.debug = debug != 0;
-  sf_grid_dim = {grid, 1, 1};
-  sf_block_dim = {block, 1, 1};
-  std::atomic<unsigned> next{0};
-  unsigned workers = grid_barrier ? grid : (grid < 2 ? grid : 2);
-  std::vector<std::thread> threads;
-  for (unsigned i = 0; i < workers; i++) threads.emplace_back(sf_worker, &l, &next, body, args);
-  if (grid_barrier && counter != nullptr) {
-    // A failed block never arrives at the grid barrier: while the launch is aborted keep
-    // flipping the counter's top bit, so the blocks spinning there leave and see the abort.
-    std::atomic<bool> stop{false};
-    std::thread watcher([&] {
-      while (!stop.load()) {
-        if (l.abort.load()) __atomic_fetch_add(counter, 0x80000000u, __ATOMIC_SEQ_CST);
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    });
-    for (auto& t : threads) t.join();
-    stop.store(true);
-    watcher.join();
-  } else {
-    for (auto& t : threads) t.join();
-  }
-  if (l.abort.load()) {
-    std::snprintf(error, error_size, "%s", l.error.empty() ? "launch aborted" : l.error.c_str());
-    return 1;
-  }
-  return 0;
-}
-
-struct sf_ptr {
-  void* p;
-  template <typename T> operator T*() const { return static_cast<T*>(p); }
-};
 """

@@ -1,6 +1,11 @@
-"""cuda-cpu's debug checks fire on deliberately broken hand-written CUDA kernels.
+"""cuda-cpu's checks fire on deliberately broken hand-written CUDA kernels and stay quiet on their fixes.
 
-Each kernel is one tiny `extern "C" __global__` text launched with the backend's contract.
+Each kernel is one tiny `extern "C" __global__` text (64 threads, one block) launched with the
+backend's contract in the checked build. What a GPU would not report: a barrier reached by part
+of a block, a `*_sync` mask naming an exited lane, a shuffle reading outside its mask, a
+misaligned vector access, a read of shared memory no thread wrote (a different result when
+shared memory starts as 0x00 instead of 0xff), a missing barrier (a different result with
+the fibers in another legal order).
 """
 
 from __future__ import annotations
@@ -15,48 +20,107 @@ import pytest
 from stitchfleet.compiler.ir import DType
 from stitchfleet.compiler.kernel import Buffer, Launch, Role
 from stitchfleet.compiler.render.cuda import CudaKernel
-from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuError, CudaCpuOptions, CudaCpuProgram, load_kernel
+from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuError, CudaCpuOptions, CudaCpuProgram
+from stitchfleet.compiler.targets.cuda_cpu.module import load_kernel
 
 pytestmark = pytest.mark.cuda_cpu
 
 X = Buffer("x", DType.F32, 64, Role.INPUT)
 Y = Buffer("y", DType.F32, 64, Role.OUTPUT)
+INPUT = np.arange(64, dtype=np.float32)
 
 
-def _run(tmp_path: Path, body: str, *, reverse: bool = False, debug: bool = True) -> npt.NDArray[Any]:
+def _run(tmp_path: Path, body: str, *, order: int = 0, fill: int = 0xFF, smem: int = 0) -> npt.NDArray[Any]:
     source = f'extern "C" __global__ void k(const float* x, float* y) {{\n{body}\n}}\n'
-    kernel = CudaKernel("k", source, (X, Y), Launch(1, 64, 1), False, 0, 0)
-    options = CudaCpuOptions(tmp_path, debug=debug, reverse=reverse)
+    kernel = CudaKernel("k", source, (X, Y), Launch(1, 64, 1), False, smem, 0)
+    options = CudaCpuOptions(tmp_path, debug=True, order=order, fill=fill)
     program = CudaCpuProgram([(kernel, load_kernel(kernel, options))], {"x": X, "y": Y}, options)
-    result: npt.NDArray[Any] = program({"x": np.arange(64, dtype=np.float32)})["y"]
+    result: npt.NDArray[Any] = program({"x": INPUT})["y"]
     return result
 
 
 def test_a_correct_kernel_runs(tmp_path: Path) -> None:
     body = "  y[threadIdx.x] = __shfl_xor_sync(0xffffffffu, x[threadIdx.x], 1, 32);"
-    got = _run(tmp_path, body)
-    np.testing.assert_array_equal(got, np.arange(64, dtype=np.float32).reshape(-1, 2)[:, ::-1].reshape(-1))
+    np.testing.assert_array_equal(_run(tmp_path, body), INPUT.reshape(-1, 2)[:, ::-1].reshape(-1))
 
 
-def test_barrier_reached_by_part_of_a_block(tmp_path: Path) -> None:
-    body = "  if (threadIdx.x < 10) return;\n  __syncthreads();\n  y[threadIdx.x] = x[threadIdx.x];"
-    with pytest.raises(CudaCpuError, match="part of a block"):
-        _run(tmp_path, body)
+# (what, broken body, fixed body, the message the broken one aborts with)
+ABORTS = [
+    (
+        "barrier reached by part of a block",
+        "  if (threadIdx.x < 10) return;\n  __syncthreads();\n  y[threadIdx.x] = x[threadIdx.x];",
+        "  __syncthreads();\n  if (threadIdx.x < 10) return;\n  y[threadIdx.x] = x[threadIdx.x];",
+        "part of a block",
+    ),
+    (
+        "mask naming an exited lane",
+        "  if (threadIdx.x == 3) return;\n  y[threadIdx.x] = __shfl_sync(0xffffffffu, x[threadIdx.x], 0, 32);",
+        "  if (threadIdx.x == 3) return;\n"
+        "  unsigned m = threadIdx.x < 32 ? 0xfffffff7u : 0xffffffffu;\n"
+        "  y[threadIdx.x] = __shfl_sync(m, x[threadIdx.x], 0, 32);",
+        "exited",
+    ),
+    (
+        "shuffle reading a lane outside its mask",
+        "  if (threadIdx.x < 16) y[threadIdx.x] = __shfl_sync(0x0000ffffu, x[threadIdx.x], 20, 32);",
+        "  if (threadIdx.x < 16) y[threadIdx.x] = __shfl_sync(0x0000ffffu, x[threadIdx.x], 12, 32);",
+        "outside its mask",
+    ),
+    (
+        "misaligned vector access",
+        "  if (threadIdx.x < 15) {\n"
+        "    sf_vec<float, 4> v = *reinterpret_cast<const sf_vec<float, 4>*>(x + 4 * threadIdx.x + 1);\n"
+        "    y[threadIdx.x] = v.v[0];\n  }",
+        "  if (threadIdx.x < 15) {\n"
+        "    sf_vec<float, 4> v = *reinterpret_cast<const sf_vec<float, 4>*>(x + 4 * threadIdx.x);\n"
+        "    y[threadIdx.x] = v.v[1];\n  }",
+        "misaligned access at k.cu:3.*16-byte alignment",
+    ),
+]
 
 
-def test_mask_naming_an_exited_lane(tmp_path: Path) -> None:
-    body = "  if (threadIdx.x == 3) return;\n  y[threadIdx.x] = __shfl_sync(0xffffffffu, x[threadIdx.x], 0, 32);"
-    with pytest.raises(CudaCpuError, match="exited"):
-        _run(tmp_path, body)
+@pytest.mark.parametrize(("broken", "fixed", "message"), [a[1:] for a in ABORTS], ids=[a[0] for a in ABORTS])
+def test_check_fires_on_the_broken_kernel_only(tmp_path: Path, broken: str, fixed: str, message: str) -> None:
+    with pytest.raises(CudaCpuError, match=message):
+        _run(tmp_path, broken)
+    _run(tmp_path, fixed)  # quiet: no CudaCpuError
 
 
-def test_shuffle_reading_a_lane_outside_its_mask(tmp_path: Path) -> None:
-    body = "  if (threadIdx.x < 16) y[threadIdx.x] = __shfl_sync(0x0000ffffu, x[threadIdx.x], 20, 32);"
-    with pytest.raises(CudaCpuError, match="outside its mask"):
-        _run(tmp_path, body)
+def test_misaligned_fix_reads_what_it_should(tmp_path: Path) -> None:
+    fixed = ABORTS[3][2]
+    np.testing.assert_array_equal(_run(tmp_path, fixed)[:15], INPUT[1:60:4])
 
 
-def test_missing_barrier_shows_up_in_the_reversed_order(tmp_path: Path) -> None:
+# Threads 32..63 read shared elements that only threads 0..31 were meant to write.
+UNWRITTEN = {
+    "static int array": (
+        "  __shared__ __align__(16) int s[64];\n"
+        "  if (threadIdx.x < 32) s[threadIdx.x] = (int)x[threadIdx.x];\n"
+        "  __syncthreads();\n"
+        "  y[threadIdx.x] = (float)s[threadIdx.x];"
+    ),
+    "extern float buffer": (
+        "  extern __shared__ __align__(16) unsigned char sf_smem[];\n"
+        "  float* const s = reinterpret_cast<float*>(sf_smem);\n"
+        "  if (threadIdx.x < 32) s[threadIdx.x] = x[threadIdx.x];\n"
+        "  __syncthreads();\n"
+        "  y[threadIdx.x] = s[threadIdx.x];"
+    ),
+}
+
+
+@pytest.mark.parametrize("body", list(UNWRITTEN.values()), ids=list(UNWRITTEN))
+def test_read_of_unwritten_shared_memory_changes_with_the_fill(tmp_path: Path, body: str) -> None:
+    nan_fill, zero_fill = _run(tmp_path, body, smem=256), _run(tmp_path, body, fill=0x00, smem=256)
+    assert not np.array_equal(nan_fill[32:], zero_fill[32:], equal_nan=True)
+    np.testing.assert_array_equal(nan_fill[:32], zero_fill[:32])  # what was written reads the same
+    fixed = body.replace("if (threadIdx.x < 32) ", "")
+    np.testing.assert_array_equal(_run(tmp_path, fixed, smem=256), _run(tmp_path, fixed, fill=0x00, smem=256))
+    np.testing.assert_array_equal(_run(tmp_path, fixed, smem=256), INPUT)
+
+
+@pytest.mark.parametrize("order", [1, 2], ids=["reversed", "reshuffled every round"])
+def test_missing_barrier_shows_up_in_another_fiber_order(tmp_path: Path, order: int) -> None:
     # Thread t reads what thread 63 - t wrote to shared memory, with no __syncthreads between.
     body = (
         "  __shared__ float s[64];\n"
@@ -64,7 +128,7 @@ def test_missing_barrier_shows_up_in_the_reversed_order(tmp_path: Path) -> None:
         "  __syncwarp();\n"
         "  y[threadIdx.x] = s[63 - threadIdx.x];"
     )
-    forward, backward = _run(tmp_path, body), _run(tmp_path, body, reverse=True)
-    assert not np.array_equal(forward, backward)
+    assert not np.array_equal(_run(tmp_path, body), _run(tmp_path, body, order=order), equal_nan=True)
     fixed = body.replace("__syncwarp();", "__syncthreads();")
-    np.testing.assert_array_equal(_run(tmp_path, fixed), _run(tmp_path, fixed, reverse=True))
+    np.testing.assert_array_equal(_run(tmp_path, fixed), _run(tmp_path, fixed, order=order))
+    np.testing.assert_array_equal(_run(tmp_path, fixed), INPUT[::-1])

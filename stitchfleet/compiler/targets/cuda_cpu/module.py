@@ -1,0 +1,173 @@
+"""A cuda-cpu module: rendered CUDA kernels -> one C++ translation unit -> a cached shared object.
+
+Input: rendered kernels (`CudaKernel`, names unique within the module) and build options.
+Output: a loaded `ctypes.CDLL` with one entry `sf_entry_<name>` per kernel, each launching
+that kernel with the cuda backend's contract. Several kernels share one unit because the
+compatibility header and the prelude dominate g++'s time (about 1 s per unit), so a unit
+of twenty kernels costs little more than a unit of one; built units are cached on disk by
+the hash of their whole text, the compiler version and the flags.
+
+The normal build compiles the renderer's text unchanged. The checked build (`debug`)
+adds `-fsanitize=alignment` (its reports become launch errors, not a dead process) and
+one line after each static `__shared__` declaration, `SF_SHARED_FILL(name);`, so the
+header can fill static shared memory with the launch's fill byte at the start of each
+block, as it does the dynamic `extern __shared__` buffer. Nothing else of the text changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stitchfleet.compiler.render.cuda import CudaKernel, kernel_text
+from stitchfleet.compiler.render.cuda_prelude import PRELUDE
+from stitchfleet.compiler.runtime.cpu import CpuCompileError, compiler_version
+from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
+from stitchfleet.compiler.runtime.native_build import BuildError, build_shared_object
+from stitchfleet.compiler.targets.cuda_cpu.header import HEADER
+from stitchfleet.compiler.targets.cuda_cpu.launcher import LAUNCHER
+
+SMEM_CAPACITY = 227 * 1024  # the largest opt-in dynamic shared memory of the profiles (H100/H200)
+STACK_BYTES = 64 * 1024
+COMPILE_TIMEOUT_S = 300.0
+BASE_FLAGS = ("-std=gnu++17", "-O1", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-fno-strict-aliasing")
+# Recoverable, so that the header's own handler turns a report into a launch error.
+DEBUG_FLAGS = ("-fsanitize=alignment", "-fsanitize-recover=alignment", "-DSF_CHECKED=1")
+# GCC contracts a*b+c into an FMA only from -O2 on (its widening-mul pass); the later -O2 wins.
+FMA_FLAGS = ("-O2", "-ffp-contract=fast", "-mfma")
+_STUB_HEADERS = ("cuda_fp16.h", "cuda_bf16.h")  # their content is in HEADER
+# The form cuda_shared renders a static shared array in (its own line; hand-written test
+# kernels may leave out the alignment).
+_STATIC_SHARED = re.compile(r"^(\s*)__shared__ (?:__align__\(\d+\) )?[A-Za-z_][\w ]* (\w+)\[\d+\];$", re.MULTILINE)
+_ANY_STATIC_SHARED = re.compile(r"^\s*__shared__ ", re.MULTILINE)
+_LAUNCH_ARGTYPES = [
+    ctypes.POINTER(ctypes.c_void_p),  # kernel parameters (device pointers)
+    ctypes.c_uint,  # grid
+    ctypes.c_uint,  # block
+    ctypes.c_size_t,  # dynamic shared bytes
+    ctypes.c_int,  # fiber order
+    ctypes.c_int,  # block order (-1: concurrent)
+    ctypes.c_int,  # debug checks
+    ctypes.c_int,  # shared memory fill byte
+    ctypes.c_void_p,  # grid barrier counter
+    ctypes.c_char_p,  # error message buffer
+    ctypes.c_size_t,  # its size
+]
+
+
+class CudaCpuError(RuntimeError):
+    """The kernel did not build, or its run was aborted (deadlock, a debug check)."""
+
+
+@dataclass(frozen=True)
+class CudaCpuOptions:
+    """How units are built and launched.
+
+    `order`: each block's fibers in thread order (0), reversed (1), reshuffled every round (2).
+    `blocks`: -1 blocks run concurrently on OS threads (atomics across blocks in whatever order
+    they happen); 0, 1 one block at a time in index or reversed order, >= 2 in an order
+    shuffled with that value as seed: a run is reproducible bit for bit, atomics included.
+    """
+
+    cache_dir: Path
+    debug: bool = False
+    order: int = 0
+    blocks: int = -1
+    fma: bool = False
+    fill: int = 0xFF  # byte that shared memory holds before a block writes it (0xff: NaN in every float type)
+    compiler: str = "g++"
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        extra = (DEBUG_FLAGS if self.debug else ()) + (FMA_FLAGS if self.fma else ())
+        return (*BASE_FLAGS, *extra, f"-DSF_SMEM_CAPACITY={SMEM_CAPACITY}", f"-DSF_STACK_BYTES={STACK_BYTES}")
+
+
+def instrumented(text: str) -> str:
+    """The kernel text with `SF_SHARED_FILL(name);` after each static shared declaration (checked builds)."""
+    return _STATIC_SHARED.sub(lambda m: f"{m.group(0)}\n{m.group(1)}SF_SHARED_FILL({m.group(2)});", text)
+
+
+def _entry(rendered: CudaKernel) -> str:
+    count = len(rendered.params) + (1 if rendered.grid_barrier else 0)
+    args = ", ".join(f"sf_ptr{{a[{i}]}}" for i in range(count))
+    name = rendered.name
+    return (
+        f"static void sf_body_{name}(void** a) {{ {name}({args}); }}\n"
+        f'extern "C" int sf_entry_{name}(void** a, unsigned grid, unsigned block, size_t smem, int order,\n'
+        "    int blocks, int debug, int fill, unsigned* counter, char* error, size_t error_size) {\n"
+        f"  return sf_launch_kernel(sf_body_{name}, a, grid, block, smem, {int(rendered.grid_barrier)}, order, blocks,"
+        " debug, fill, counter, error, error_size);\n}\n"
+    )
+
+
+def translation_unit(kernels: Sequence[CudaKernel], *, checked: bool = False) -> str:
+    """HEADER, the prelude once, each kernel's text (instrumented when checked), the launcher, the entries."""
+    names = [k.name for k in kernels]
+    if len(set(names)) != len(names) or not names:
+        raise CudaCpuError(f"a module needs one or more kernels with unique names, got {names}")
+    parts = [HEADER, PRELUDE]
+    for rendered in kernels:
+        text = kernel_text(rendered)
+        if checked:
+            shown = instrumented(text)
+            # a renderer that declared static shared memory in another form would go unfilled: refuse
+            if shown.count("SF_SHARED_FILL(") != len(_ANY_STATIC_SHARED.findall(text)):
+                raise CudaCpuError(f"kernel {rendered.name}: a static __shared__ declaration of unknown form")
+            text = shown
+        parts.append(f'#line 1 "{rendered.name}.cu"\n{text}')
+    parts.append(f'#line 1 "cuda-cpu-launcher"\n{LAUNCHER}')
+    parts += [_entry(k) for k in kernels]
+    return "\n".join(parts)
+
+
+def _build(text: str, options: CudaCpuOptions) -> bytes:
+    def command(source: Path, output: Path) -> list[str]:
+        for name in _STUB_HEADERS:
+            (source.parent / name).write_text("// provided by the cuda-cpu header\n")
+        # nice: CI machines are shared, and a unit's build is never on a latency path
+        where = ["-I", str(source.parent), str(source), "-o", str(output)]
+        return ["nice", "-n", "10", options.compiler, *options.flags, *where]
+
+    try:
+        return build_shared_object(text, "kernels.cpp", command, COMPILE_TIMEOUT_S)
+    except BuildError as err:
+        raise CudaCpuError(str(err)) from None
+
+
+def _compiler_version(compiler: str) -> str:
+    try:
+        return compiler_version(compiler)  # the cpu backend's, cached per process
+    except CpuCompileError as err:
+        raise CudaCpuError(f"C++ compiler {compiler!r} is not usable: {err}") from None
+
+
+_LOADED: dict[Path, ctypes.CDLL] = {}
+_LOCK = threading.Lock()
+
+
+def load_module(kernels: Sequence[CudaKernel], options: CudaCpuOptions) -> ctypes.CDLL:
+    """The module's shared object, built on a cache miss, loaded once per process."""
+    text = translation_unit(kernels, checked=options.debug)
+    cache = CubinCache(Path(options.cache_dir) / "cuda-cpu", suffix="so")
+    arch = hashlib.sha256(b"x86-64").hexdigest()
+    key = cache_key(text, arch, {"cxx": _compiler_version(options.compiler)}, options.flags)
+    path = cache.path(key) if cache.get(key) is not None else cache.put(key, _build(text, options))
+    with _LOCK:
+        if path not in _LOADED:
+            library = ctypes.CDLL(str(path))
+            for rendered in kernels:
+                entry = getattr(library, f"sf_entry_{rendered.name}")
+                entry.restype, entry.argtypes = ctypes.c_int, _LAUNCH_ARGTYPES
+            _LOADED[path] = library
+        return _LOADED[path]
+
+
+def load_kernel(rendered: CudaKernel, options: CudaCpuOptions) -> ctypes.CDLL:
+    """A module of one kernel (hand-written kernels in the diagnostics tests)."""
+    return load_module([rendered], options)
