@@ -23,7 +23,10 @@ Calls, non-zero statuses and faults are counted per entry symbol in the op libra
 
 from __future__ import annotations
 
-SOURCE = r"""
+from stitchfleet.plugin.bridge_gpu_source import INCLUDES, KERNEL, REGISTRATION
+
+SOURCE = (
+    r"""
 #include <dlfcn.h>
 
 #include <atomic>
@@ -38,7 +41,9 @@ SOURCE = r"""
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
-
+"""
+    + INCLUDES
+    + r"""
 namespace {
 
 using tensorflow::AsyncOpKernel;
@@ -62,6 +67,7 @@ enum { kCalls = 0, kFailed = 1, kFaulted = 2 };
 
 struct Counters {
   std::atomic<long> value[3] = {{0}, {0}, {0}};
+  std::vector<volatile int *> flags;  // the GPU kernels' non-finite flags (mapped host memory), under counters_lock
 };
 
 std::atomic<long> faults_total{0};  // every entry's faults: one read per step tells whether to look closer
@@ -76,6 +82,18 @@ Counters *counters_for(const std::string &symbol) {
   std::unique_ptr<Counters> &slot = counters()[symbol];
   if (!slot) slot.reset(new Counters());
   return slot.get();
+}
+
+void add_flag(Counters *counters, int *flag) {
+  std::lock_guard<std::mutex> hold(counters_lock);
+  counters->flags.push_back(flag);
+}
+
+long flags_set(Counters *counters) {
+  std::lock_guard<std::mutex> hold(counters_lock);
+  long set = 0;
+  for (volatile int *flag : counters->flags) set += *flag != 0;
+  return set;
 }
 
 template <typename T>
@@ -113,12 +131,12 @@ bool kernel_at_fault(const std::vector<Tensor> &ours, const std::vector<Tensor> 
   return false;
 }
 
-class StitchfleetDispatchOp : public AsyncOpKernel {
+// What the CPU and GPU kernels share: the attributes, the switch and the fallback function.
+class DispatchBase : public AsyncOpKernel {
  public:
-  explicit StitchfleetDispatchOp(OpKernelConstruction *ctx) : AsyncOpKernel(ctx) {
-    std::string library, symbol;
+  explicit DispatchBase(OpKernelConstruction *ctx) : AsyncOpKernel(ctx) {
+    std::string symbol;
     std::vector<PartialTensorShape> shapes;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("library", &library));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("symbol", &symbol));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("output_shapes", &shapes));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("passthrough", &passthrough_));
@@ -134,54 +152,17 @@ class StitchfleetDispatchOp : public AsyncOpKernel {
                   InvalidArgument("output shape ", shape.DebugString(), " is not fully defined"));
       shapes_.push_back(full);
     }
-    void *handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    OP_REQUIRES(ctx, handle != nullptr, NotFound("cannot load ", library, ": ", dlerror()));
-    entry_ = reinterpret_cast<Entry>(dlsym(handle, symbol.c_str()));
-    OP_REQUIRES(ctx, entry_ != nullptr, NotFound("no symbol ", symbol, " in ", library));
     counters_ = counters_for(symbol);
   }
 
-  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
+ protected:
+  bool SwitchedOn(OpKernelContext *ctx, Status *status) const {
     const Tensor &switches = ctx->input(0);
-    OP_REQUIRES_ASYNC(ctx, switches.dims() == 1, InvalidArgument("switches must be a vector"), done);
-    const bool on = index_ < switches.NumElements() && switches.flat<bool>()(index_);
-    std::vector<Tensor> ours;
-    if (on) {
-      int code = 0;
-      OP_REQUIRES_OK_ASYNC(ctx, RunNative(ctx, &ours, &code), done);
-      if (code == 0) {
-        for (size_t j = 0; j < ours.size(); ++j) ctx->set_output(static_cast<int>(j), ours[j]);
-        done();
-        return;
-      }
-      if (code != 2) ours.clear();  // no numbers to judge: the entry did not run to the end
+    if (switches.dims() != 1) {
+      *status = InvalidArgument("switches must be a vector");
+      return false;
     }
-    RunFallback(ctx, std::move(ours), std::move(done));
-  }
-
- private:
-  Status RunNative(OpKernelContext *ctx, std::vector<Tensor> *outs, int *code) {
-    const int inputs = ctx->num_inputs() - 1;
-    std::vector<void *> buffers;
-    buffers.reserve(inputs + shapes_.size());
-    for (int i = 0; i < inputs; ++i) buffers.push_back(const_cast<char *>(ctx->input(i + 1).tensor_data().data()));
-    for (size_t j = 0; j < shapes_.size(); ++j) {
-      const int source = passthrough_[j];
-      if (source >= 0) {
-        if (source >= inputs) return InvalidArgument("passthrough input ", source, " out of range");
-        outs->push_back(ctx->input(source + 1));  // the C code leaves these alone
-        buffers.push_back(buffers[source]);
-        continue;
-      }
-      Tensor out;
-      TF_RETURN_IF_ERROR(ctx->allocate_temp(types_[j], shapes_[j], &out));
-      buffers.push_back(const_cast<char *>(out.tensor_data().data()));
-      outs->push_back(out);
-    }
-    *code = entry_(buffers.data());
-    counters_->value[kCalls].fetch_add(1, std::memory_order_relaxed);
-    if (*code != 0) counters_->value[kFailed].fetch_add(1, std::memory_order_relaxed);
-    return tensorflow::OkStatus();
+    return index_ < switches.NumElements() && switches.flat<bool>()(index_);
   }
 
   Status Handle(OpKernelContext *ctx, FunctionLibraryRuntime **lib, FunctionLibraryRuntime::Handle *handle) {
@@ -203,6 +184,8 @@ class StitchfleetDispatchOp : public AsyncOpKernel {
     std::vector<Tensor> args, rets, ours;
   };
 
+  // The cluster's TF ops on this op's device (the device's function library places them there).
+  // `ours` (host tensors only) are the stitched values to judge against TF's.
   void RunFallback(OpKernelContext *ctx, std::vector<Tensor> ours, DoneCallback done) {
     FunctionLibraryRuntime *lib = nullptr;
     FunctionLibraryRuntime::Handle handle;
@@ -243,12 +226,73 @@ class StitchfleetDispatchOp : public AsyncOpKernel {
   tensorflow::DataTypeVector types_;
   int index_ = 0;
   NameAttrList fallback_;
-  Entry entry_ = nullptr;
   Counters *counters_ = nullptr;
   std::mutex handles_lock_;
   std::map<FunctionLibraryRuntime *, FunctionLibraryRuntime::Handle> handles_;
 };
 
+class StitchfleetDispatchOp : public DispatchBase {
+ public:
+  explicit StitchfleetDispatchOp(OpKernelConstruction *ctx) : DispatchBase(ctx) {
+    std::string library, symbol;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("library", &library));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("symbol", &symbol));
+    OP_REQUIRES(ctx, !library.empty(), InvalidArgument("the CPU kernel needs the cluster's shared object (library)"));
+    void *handle = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+    OP_REQUIRES(ctx, handle != nullptr, NotFound("cannot load ", library, ": ", dlerror()));
+    entry_ = reinterpret_cast<Entry>(dlsym(handle, symbol.c_str()));
+    OP_REQUIRES(ctx, entry_ != nullptr, NotFound("no symbol ", symbol, " in ", library));
+  }
+
+  void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
+    Status status;
+    const bool on = SwitchedOn(ctx, &status);
+    OP_REQUIRES_OK_ASYNC(ctx, status, done);
+    std::vector<Tensor> ours;
+    if (on) {
+      int code = 0;
+      OP_REQUIRES_OK_ASYNC(ctx, RunNative(ctx, &ours, &code), done);
+      if (code == 0) {
+        for (size_t j = 0; j < ours.size(); ++j) ctx->set_output(static_cast<int>(j), ours[j]);
+        done();
+        return;
+      }
+      if (code != 2) ours.clear();  // no numbers to judge: the entry did not run to the end
+    }
+    RunFallback(ctx, std::move(ours), std::move(done));
+  }
+
+ private:
+  Status RunNative(OpKernelContext *ctx, std::vector<Tensor> *outs, int *code) {
+    const int inputs = ctx->num_inputs() - 1;
+    std::vector<void *> buffers;
+    buffers.reserve(inputs + shapes_.size());
+    for (int i = 0; i < inputs; ++i) buffers.push_back(const_cast<char *>(ctx->input(i + 1).tensor_data().data()));
+    for (size_t j = 0; j < shapes_.size(); ++j) {
+      const int source = passthrough_[j];
+      if (source >= 0) {
+        if (source >= inputs) return InvalidArgument("passthrough input ", source, " out of range");
+        outs->push_back(ctx->input(source + 1));  // the C code leaves these alone
+        buffers.push_back(buffers[source]);
+        continue;
+      }
+      Tensor out;
+      TF_RETURN_IF_ERROR(ctx->allocate_temp(types_[j], shapes_[j], &out));
+      buffers.push_back(const_cast<char *>(out.tensor_data().data()));
+      outs->push_back(out);
+    }
+    *code = entry_(buffers.data());
+    counters_->value[kCalls].fetch_add(1, std::memory_order_relaxed);
+    if (*code != 0) counters_->value[kFailed].fetch_add(1, std::memory_order_relaxed);
+    return tensorflow::OkStatus();
+  }
+
+  Entry entry_ = nullptr;
+};
+
+"""
+    + KERNEL
+    + r"""
 }  // namespace
 
 REGISTER_OP("StitchfleetDispatch")
@@ -261,8 +305,13 @@ REGISTER_OP("StitchfleetDispatch")
     .Attr("fallback: func")
     .Attr("output_shapes: list(shape)")
     .Attr("passthrough: list(int)")
-    .Attr("library: string")
     .Attr("symbol: string")
+    .Attr("library: string = ''")
+    .Attr("module: string = ''")
+    .Attr("kernels: list(string) = []")
+    .Attr("layout: list(int) = []")
+    .Attr("scratch_bytes: int = 0")
+    .Attr("launcher: string = ''")
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
       std::vector<PartialTensorShape> shapes;
@@ -276,12 +325,24 @@ REGISTER_OP("StitchfleetDispatch")
     });
 
 REGISTER_KERNEL_BUILDER(Name("StitchfleetDispatch").Device(tensorflow::DEVICE_CPU), StitchfleetDispatchOp);
+"""
+    + REGISTRATION
+    + r"""
+// CPU faults, plus GPU kernels whose non-finite flag is set: one cheap read per step for the plugin.
+extern "C" long stitchfleet_bridge_faults(void) {
+  long set = 0;
+  std::lock_guard<std::mutex> hold(counters_lock);
+  for (auto &entry : counters())
+    for (volatile int *flag : entry.second->flags) set += *flag != 0;
+  return faults_total.load() + set;
+}
 
-extern "C" long stitchfleet_bridge_faults(void) { return faults_total.load(); }
-
-// what: 0 calls of the entry, 1 calls with a non-zero status, 2 NaN/Inf where TF's ops were finite
+// what: 0 calls of the entry (or launches), 1 calls with a non-zero status (failed launches), 2 NaN/Inf where
+// TF's ops were finite (CPU), 3 GPU kernels whose non-finite flag is set (read without a sync)
 extern "C" long stitchfleet_bridge_count(const char *symbol, int what) {
-  if (what < 0 || what > 2) return -1;
-  return counters_for(symbol)->value[what].load();
+  if (what < 0 || what > 3) return -1;
+  Counters *counters = counters_for(symbol);
+  return what == 3 ? flags_set(counters) : counters->value[what].load();
 }
 """
+)

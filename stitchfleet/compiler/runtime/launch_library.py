@@ -179,7 +179,9 @@ class LaunchLibrary:
         """LaunchError with the first field the C side rejects (no driver needed)."""
         self._check(self.lib.sf_spec_check(_longs(spec), len(spec)))
 
-    def pack(self, spec: Sequence[int], kernel: int, inputs: Sequence[int], outputs: Sequence[int], scratch: int) -> list[int]:
+    def pack(
+        self, spec: Sequence[int], kernel: int, inputs: Sequence[int], outputs: Sequence[int], scratch: int
+    ) -> list[int]:
         """Kernel `kernel`'s argument values as the C runner packs them (no driver needed)."""
         values, count = (ctypes.c_uint64 * 256)(), ctypes.c_int()
         args = (_longs(spec), len(spec), kernel, _pointers(inputs), _pointers(outputs), scratch, values, 256)
@@ -224,7 +226,9 @@ class Program:
         if scratch == 0 and self.plan.scratch_bytes:
             raise LaunchError(f"the program needs {self.plan.scratch_bytes} bytes of scratch")
         lib = self.library.lib
-        self.library._check(lib.sf_program_run(self.handle, _pointers(inputs), _pointers(outputs), scratch, flag, stream))
+        self.library._check(
+            lib.sf_program_run(self.handle, _pointers(inputs), _pointers(outputs), scratch, flag, stream)
+        )
 
     def close(self) -> None:
         if self.handle:

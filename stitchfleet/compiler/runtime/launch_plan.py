@@ -120,7 +120,9 @@ def plan_launches(graph: Graph, lowered: Lowered) -> LaunchPlan:
         spec.append(len(ranges))
         for offset, size in ranges:
             spec += [offset, size]
-    checks = [(j, graph.node(node).dtype, math.prod(graph.node(node).shape)) for j, (_, node) in enumerate(graph.outputs)]
+    checks = [
+        (j, graph.node(node).dtype, math.prod(graph.node(node).shape)) for j, (_, node) in enumerate(graph.outputs)
+    ]
     checks = [(j, dtype, size) for j, dtype, size in checks if dtype in CHECKED and passthrough[j] < 0]
     spec.append(len(checks))
     for j, dtype, size in checks:

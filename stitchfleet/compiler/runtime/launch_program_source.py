@@ -181,8 +181,9 @@ static int load_program(sf_program* program, const void* image, const char* cons
         status = sf_occupancy(program->functions[k], (int)spec[at + 1], (size_t)spec[at + 2], &per_sm);
         if (status != 0) return status;
         if (!cooperative || spec[at] > sf_coresident_grid(per_sm, sms)) {
-            snprintf(last_error, sizeof last_error, "%s: grid %lld with a grid barrier, the device holds %lld at once%s",
-                     names[k], spec[at], sf_coresident_grid(per_sm, sms), cooperative ? "" : " (no cooperative launch)");
+            const long long holds = sf_coresident_grid(per_sm, sms);
+            snprintf(last_error, sizeof last_error, "%s: grid %lld with a grid barrier, the device holds %lld%s",
+                     names[k], spec[at], holds, cooperative ? " at once" : " (no cooperative launch)");
             return (int)CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
         }
     }
@@ -300,7 +301,8 @@ CHECKS = r"""
 #define SF_CHECK(NAME, T, AS_FLOAT) \
   extern "C" __global__ void NAME(const T* __restrict__ x, long long n, volatile int* flag) { \
     int bad = 0; \
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) \
+    const long long stride = (long long)gridDim.x * blockDim.x; \
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += stride) \
       bad |= !isfinite(AS_FLOAT(x[i])); \
     if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1; \
   }

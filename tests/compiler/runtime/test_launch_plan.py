@@ -5,6 +5,7 @@ pointers are refused by name, and a plan's module compiles with NVRTC (no GPU an
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,7 @@ def test_scratch_buffers_do_not_overlap_and_are_aligned() -> None:
     )
     assert spans, "a split row keeps its partials in scratch"
     assert all(start % SCRATCH_ALIGNMENT == 0 for start, _ in spans)
-    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:], strict=False))
+    assert all(end <= nxt for (_, end), (nxt, _) in itertools.pairwise(spans))
     assert spans[-1][1] <= plan.spec[4]  # the counter comes after every buffer
     zeros_at = 11 + 2 * len(kernel.params)
     zeroed = {plan.spec[zeros_at + 1 + 2 * z] for z in range(plan.spec[zeros_at])}
