@@ -37,7 +37,7 @@ typedef int (*sf_init_t)(void);
 typedef const char *(*sf_last_error_t)(void);
 typedef int (*sf_program_create_t)(const void *, const long long *, long long, const char *const *, void *, void **);
 typedef int (*sf_program_run_t)(void *, void *const *, void *const *, unsigned long long, unsigned long long, void *);
-typedef int (*sf_flag_create_t)(int **, unsigned long long *);
+typedef int (*sf_flag_create_t)(void *, int **, unsigned long long *);
 
 // The launch library, opened once per path; `error` says why it is unusable.
 struct Launcher {
@@ -127,7 +127,7 @@ class StitchfleetGpuDispatchOp : public DispatchBase {
                           &program_) != 0)
       return Internal("loading the cluster's kernels: ", launcher_->last_error());
     int *host = nullptr;
-    if (launcher_->flag(&host, &flag_) != 0) return Internal("a non-finite flag: ", launcher_->last_error());
+    if (launcher_->flag(stream, &host, &flag_) != 0) return Internal("a non-finite flag: ", launcher_->last_error());
     add_flag(counters_, host);
     return tensorflow::OkStatus();
   }

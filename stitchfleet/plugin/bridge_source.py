@@ -1,23 +1,39 @@
-"""The C++ text of the native bridge: one TF op per cluster that runs either its compiled C or TF's own ops.
+"""The C++ text of the native bridge: one TF op per cluster that runs either its stitched code or TF's own ops.
 
 Input: none (a constant). Output: `SOURCE`, the op library's source, compiled by `bridge_op`
-against the installed TensorFlow's headers.
+against the installed TensorFlow's headers; with `-DGOOGLE_CUDA=1` (a CUDA build of TF) it also
+holds the GPU kernel (`bridge_gpu_source`).
 
-`StitchfleetDispatch` takes the step's switch vector and the cluster's inputs. When
-`switches[index]` is on it allocates the outputs with TF's allocator (64-byte aligned, no
-copies), aliases passed-through outputs to their inputs and calls `int entry(void *const *buffers)`
-from the cluster's shared object (inputs then outputs, as the C generator lays them out). When the
-switch is off, or the entry returns non-zero (1: no scratch memory, 2: a computed output holds
-NaN/Inf), it runs `fallback`, a function of the graph holding the cluster's TF ops, and returns
-its values: the step never carries a value TF would not have computed. A NaN/Inf that TF's own
-ops do not produce is the kernel's fault and is counted as such; one TF produces too is the
-model's (the loss check deals with it).
+`StitchfleetDispatch` is one op for both devices: the same inputs (the step's switch vector, then
+the cluster's inputs), outputs and shared attributes (`Tin`, `Tout`, `index`, `fallback`,
+`output_shapes`, `passthrough`, `symbol`: the cluster's key for the counters). Each kernel reads
+its own attributes, the other's keep their empty defaults:
+- CPU (`library`): when `switches[index]` is on it allocates the outputs with TF's allocator
+  (64-byte aligned, no copies), aliases passed-through outputs to their inputs and calls
+  `int entry(void *const *buffers)` from the cluster's shared object (inputs then outputs, as the C
+  generator lays them out). When the switch is off, or the entry returns non-zero (1: no scratch
+  memory, 2: a computed output holds NaN/Inf), it runs `fallback`, a function of the graph holding
+  the cluster's TF ops, and returns its values: the step never carries a value TF would not have
+  computed. A NaN/Inf that TF's own ops do not produce is the kernel's fault and is counted as
+  such; one TF produces too is the model's (the loss check deals with it).
+- GPU (`module`, `kernels`, `layout`, `scratch_bytes`, `launcher`): the cluster's cubin launched
+  through the launch library on TF's compute stream for the op, outputs and per-launch scratch from
+  TF's allocator, the fallback on the same GPU; NaN/Inf sets a device flag read at decision steps
+  (no sync per step). See `bridge_gpu_source`.
+
+Shape-specialised kernels (a shape signature -> kernel map, planned by another issue) fit the same
+op without a new interface: the per-shape attributes become lists indexed alike (`signatures`: one
+shape signature per entry, and per entry its `library`/`symbol` or `module`/`kernels`/`layout`/
+`scratch_bytes`, with `output_shapes` partial); each kernel picks the entry whose signature its
+inputs' shapes match, and a signature without an entry runs `fallback` (TF's ops) for that step
+while the plugin compiles one on first sight, bounded by its cache. Until then each attribute holds
+the one static-shape kernel.
 
 Why one op instead of `tf.cond(switch, stitched, TF ops)`: a TF1 cond adds a Switch per input
 and branch, a Merge and an Identity per output and propagates dead tensors through the branch not
 taken; measured on the demo model that is ~500 extra nodes and +9% on every step, stitched or not.
 
-Calls, non-zero statuses and faults are counted per entry symbol in the op library
+Calls, non-zero statuses, faults and GPU non-finite flags are counted per symbol in the op library
 (`stitchfleet_bridge_count`), so the plugin reads them without a Python round trip per call.
 """
 

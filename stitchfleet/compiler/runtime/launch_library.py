@@ -137,7 +137,8 @@ class LaunchLibrary:
         lib.sf_program_run.argtypes = [ctypes.c_void_p, pointers, pointers, ctypes.c_uint64, ctypes.c_uint64]
         lib.sf_program_run.argtypes += [ctypes.c_void_p]
         lib.sf_program_destroy.argtypes = [ctypes.c_void_p]
-        lib.sf_flag_create.argtypes = [ctypes.POINTER(ctypes.POINTER(ctypes.c_int)), ctypes.POINTER(ctypes.c_uint64)]
+        lib.sf_flag_create.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int))]
+        lib.sf_flag_create.argtypes += [ctypes.POINTER(ctypes.c_uint64)]
 
     def _check(self, status: int) -> None:
         if status != 0:
@@ -196,10 +197,11 @@ class LaunchLibrary:
         self._check(self.lib.sf_program_create(*args))
         return Program(self, int(handle.value or 0), plan)
 
-    def flag(self) -> tuple[Any, int]:
-        """A non-finite flag: (host view, read any time without a sync; device pointer for `Program.run`)."""
+    def flag(self, stream: int = 0) -> tuple[Any, int]:
+        """A non-finite flag in the context of `stream`: (host view, read any time without a sync; device
+        pointer for `Program.run`)."""
         host, device = ctypes.POINTER(ctypes.c_int)(), ctypes.c_uint64()
-        self._check(self.lib.sf_flag_create(ctypes.byref(host), ctypes.byref(device)))
+        self._check(self.lib.sf_flag_create(stream, ctypes.byref(host), ctypes.byref(device)))
         return host, int(device.value)
 
     def launch(self, function: Function, kernel: CudaKernel, arguments: list[int], stream: int = 0) -> None:

@@ -281,14 +281,20 @@ int sf_program_run(sf_program* program, void* const* inputs, void* const* output
     return status;
 }
 
-/* A flag in pinned host memory the GPU writes through its device alias: read by the host at any time. */
-int sf_flag_create(int** host, CUdeviceptr* device) {
+/* A flag in pinned host memory the GPU writes through its device alias: read by the host at any time.
+   Allocated in the context of `stream` (a TF executor thread may have no context current). */
+int sf_flag_create(CUstream stream, int** host, CUdeviceptr* device) {
     NEED("sf_flag_create");
-    if (need_more() != 0) return (int)CUDA_ERROR_NOT_SUPPORTED;
+    int status = enter(stream);
+    if (status != 0) return status;
     void* memory = NULL;
-    CALL(more.host_alloc(&memory, sizeof(int), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc");
-    *(volatile int*)memory = 0;
-    CALL(more.host_device_pointer(device, memory, 0), "cuMemHostGetDevicePointer");
+    CUresult result = more.host_alloc(&memory, sizeof(int), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+    if (result == CUDA_SUCCESS) {
+        *(volatile int*)memory = 0;
+        result = more.host_device_pointer(device, memory, 0);
+    }
+    leave();
+    if (result != CUDA_SUCCESS) return fail("cuMemHostAlloc/cuMemHostGetDevicePointer (non-finite flag)", result);
     *host = (int*)memory;
     return 0;
 }

@@ -140,6 +140,8 @@ def test_a_program_needs_the_driver(library: LaunchLibrary) -> None:
     plan = _plan(_cluster("layernorm_fwd", (24, 200)))
     with pytest.raises(LaunchError, match="not initialised"):
         library.program(b"", plan)
+    with pytest.raises(LaunchError, match="not initialised"):
+        library.flag()
 
 
 def test_the_module_compiles_with_nvrtc_and_holds_the_checks(tmp_path: Path) -> None:

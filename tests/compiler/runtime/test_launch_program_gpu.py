@@ -90,14 +90,19 @@ def _program(gpu: Gpu, graph: Graph, index: int) -> tuple[Lowered, LaunchPlan, A
     lowered = lower(graph, plan_cluster(graph, index, OPTIONS))
     plan = plan_launches(graph, lowered)
     try:
-        return lowered, plan, gpu.library.program(gpu.nvrtc.compile(plan.source, gpu.arch, gpu.cache), plan)
+        return lowered, plan, _load(gpu, plan)
     except LaunchError as err:
         if "grid barrier" not in str(err):
             raise
     fitted = fit(graph, index, OPTIONS, _holds(gpu))
     lowered = lower(graph, plan_cluster(graph, index, fitted.options))
     plan = plan_launches(graph, lowered)
-    return lowered, plan, gpu.library.program(gpu.nvrtc.compile(plan.source, gpu.arch, gpu.cache), plan)
+    return lowered, plan, _load(gpu, plan)
+
+
+def _load(gpu: Gpu, plan: LaunchPlan) -> Any:
+    """The plan's module loaded in the context of the tier's stream, as the TF op loads it on TF's."""
+    return gpu.library.program(gpu.nvrtc.compile(plan.source, gpu.arch, gpu.cache), plan, int(gpu.stream.handle))
 
 
 def _run(gpu: Gpu, graph: Graph, index: int) -> None:
@@ -118,7 +123,7 @@ def _run(gpu: Gpu, graph: Graph, index: int) -> None:
         buf = layout.get(out_bufs[name])
         outputs_on.append(inputs_on[source] if source >= 0 else drv.mem_alloc(max(buf.size * buf.dtype.itemsize, 16)))
     scratch = drv.mem_alloc(plan.scratch_bytes) if plan.scratch_bytes else None
-    flag_host, flag = gpu.library.flag()
+    flag_host, flag = gpu.library.flag(int(gpu.stream.handle))
     pointers = ([int(a) for a in inputs_on], [int(a) for a in outputs_on], int(scratch) if scratch else 0)
     want = evaluate(graph, inputs)
     for _ in range(2):  # the second run on the same scratch: counters and partials start from zero again
