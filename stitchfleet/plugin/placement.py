@@ -42,22 +42,43 @@ def device_kind(device: str) -> str:
     return ""
 
 
+FIELDS = ("job", "replica", "task")
+
+
+def device_fields(device: str, gpu_visible: bool) -> dict[str, str]:
+    """The parts of a device string that are set (job, replica, task) plus the device itself
+    (`GPU:n` or `CPU:0`; an op without one runs on GPU:0 when a GPU is visible, else on the CPU)."""
+    fields: dict[str, str] = {}
+    for part in (p for p in device.split("/") if p):
+        name, _, value = part.partition(":")
+        if name in FIELDS:
+            fields[name] = value
+    kind = device_kind(device) or ("gpu" if gpu_visible else "cpu")
+    number = re.search(r":(\d+)$", device.rsplit("/", 1)[-1]) if device_kind(device) == "gpu" else None
+    fields["device"] = f"GPU:{number.group(1) if number else 0}" if kind == "gpu" else "CPU:0"
+    return fields
+
+
+def _compose(fields: dict[str, str]) -> str:
+    return "".join(f"/{name}:{fields[name]}" for name in FIELDS if name in fields) + f"/device:{fields['device']}"
+
+
 def canonical_device(device: str, gpu_visible: bool) -> str:
-    """Where an op with this device string runs: its task prefix (if any) and /device:GPU:n or /device:CPU:0."""
-    kind = device_kind(device)
-    prefix = "/".join(part for part in device.split("/")[:-1] if part) if kind else device.strip("/")
-    if not kind:
-        kind = "gpu" if gpu_visible else "cpu"
-    number = re.search(r":(\d+)$", device.rsplit("/", 1)[-1]) if device_kind(device) else None
-    index = number.group(1) if number else "0"
-    return f"{'/' + prefix if prefix else ''}/device:{kind.upper()}:{index if kind == 'gpu' else '0'}"
+    """Where an op with this device string runs: the task parts it names and /device:GPU:n or /device:CPU:0."""
+    return _compose(device_fields(device, gpu_visible))
 
 
 def _where(ops: list[Any], gpu_visible: bool) -> tuple[str, dict[str, str]]:
-    """The cluster's single device, or '' and the device of each op when they differ."""
+    """The cluster's single device, or '' and the device of each op when they differ. Partial device
+    strings merge as TF's placer merges them: `/device:GPU:0` and `/job:w/task:0/device:GPU:0` are one
+    device; two values of a part that both name it (GPU:0 and GPU:1, task 0 and task 1) are two."""
     devices = {op.name: canonical_device(op.device or "", gpu_visible) for op in ops}
-    found = set(devices.values())
-    return (found.pop() if len(found) == 1 else ""), devices
+    merged: dict[str, str] = {}
+    for op in ops:
+        for name, value in device_fields(op.device or "", gpu_visible).items():
+            if merged.setdefault(name, value) != value:
+                return "", devices
+    return (_compose(merged) if merged else ""), devices
 
 
 def _gpu_words(ops: list[Any]) -> str:

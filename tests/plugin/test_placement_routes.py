@@ -59,8 +59,16 @@ def test_a_cluster_never_spans_devices() -> None:
     for ops in ([_Op("a", CPU), _Op("b", GPU)], [_Op("a", GPU), _Op("b", "/device:GPU:1")]):
         found = route(ops, "auto", True, None)
         assert found.backend is None and found.device == "" and "spans devices" in (found.reason or "")
-    remote = route([_Op("a", "/job:w/task:1/device:GPU:0"), _Op("b", GPU)], "auto", True, None)
+    remote = route([_Op("a", "/job:w/task:1/device:GPU:0"), _Op("b", "/job:w/task:0/device:GPU:0")], "auto", True, None)
     assert remote.backend is None  # another task's GPU is another device
+
+
+def test_partial_device_strings_merge_as_the_placer_merges_them() -> None:
+    local = "/job:localhost/replica:0/task:0/device:GPU:0"
+    assert route([_Op("a", local), _Op("b", GPU), _Op("c", "")], "auto", True, None) == Route("cuda", local)
+    assert route([_Op("a", "/job:w/task:1/cpu:0"), _Op("b", CPU)], "auto", True, None) == Route(
+        "cpu", "/job:w/task:1/device:CPU:0"
+    )
 
 
 def test_canonical_devices() -> None:
