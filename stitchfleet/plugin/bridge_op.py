@@ -19,7 +19,9 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import shutil
 import subprocess
+import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +33,8 @@ import tensorflow as tf
 from stitchfleet.compiler.runtime.cpu import CpuExecutable
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
 from stitchfleet.compiler.runtime.gpu_executable import GpuExecutable
+from stitchfleet.compiler.runtime.launch_library import build as build_launcher
+from stitchfleet.compiler.runtime.launch_source import SOURCE as LAUNCH_SOURCE
 from stitchfleet.compiler.runtime.native_build import BuildError, build_shared_object
 from stitchfleet.plugin.bridge_source import SOURCE
 
@@ -145,14 +149,34 @@ def prebuilt_dirs() -> list[Path]:
 
 def build_prebuilt(target: Path, gpu: bool | None = None) -> Path:
     """Builds the op for the TF of this process into `target`/ops (what a shim image ships); `gpu=True`
-    builds the variant with the GPU kernel, for the GPU build of this TF version (CI compiles it here)."""
+    builds the variant with the GPU kernel, for the GPU build of this TF version (CI compiles it here),
+    and the launch library it opens beside it (a pod has no C compiler to build either)."""
     folder = target / PREBUILT_DIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / prebuilt_name(gpu)
     temporary = path.with_suffix(".tmp")
     temporary.write_bytes(_build(gpu))
     temporary.replace(path)
+    if cuda_build() if gpu is None else gpu:
+        with tempfile.TemporaryDirectory(prefix="stitchfleet-launch-") as tmp:
+            try:
+                built = build_launcher(CubinCache(Path(tmp), suffix="so"))
+            except RuntimeError as err:
+                raise BridgeUnavailableError(f"building the launch library failed: {err}") from None
+            shutil.copyfile(built, folder / launcher_name())
     return path
+
+
+def launcher_name() -> str:
+    """The file name of a prebuilt launch library: its source decides its bytes (it links against nothing
+    of TF's and opens the CUDA driver itself)."""
+    return f"launch-{hashlib.sha256(LAUNCH_SOURCE.encode()).hexdigest()[:32]}.so"
+
+
+def prebuilt_launcher() -> Path | None:
+    """The launch library shipped with the shim (`build_prebuilt` with the GPU kernel), if there is one."""
+    found = [folder / launcher_name() for folder in prebuilt_dirs()]
+    return next((path for path in found if path.is_file()), None)
 
 
 def library_path(cache_dir: Path) -> Path:

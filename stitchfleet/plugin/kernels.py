@@ -89,7 +89,8 @@ def _gpu_op_check(cache_dir: Path, bridge: str) -> str | None:
     if find_nvrtc() is None:
         return "no libnvrtc (the nvidia-cuda-nvrtc-cu12 wheel or a CUDA toolkit)"
     try:
-        build(CubinCache(Path(cache_dir) / "launch", suffix="so"))
+        if bridge_op.prebuilt_launcher() is None:
+            build(CubinCache(Path(cache_dir) / "launch", suffix="so"))
         bridge_op.load(Path(cache_dir))
     except RuntimeError as err:
         return str(err)
@@ -117,9 +118,10 @@ def compile_run(
 
 
 def _compile_gpu(graph: Graph, plan: StitchPlan, cache_dir: Path) -> GpuExecutable:
+    from stitchfleet.plugin.bridge_op import prebuilt_launcher
     from stitchfleet.plugin.placement import gpu_arch
 
-    return compile_gpu(graph, plan, gpu_arch(), cache_dir)
+    return compile_gpu(graph, plan, gpu_arch(), cache_dir, launcher=prebuilt_launcher())
 
 
 def _gpu_only(arrays: Sequence[Array]) -> tuple[tuple[Array, ...], bool]:

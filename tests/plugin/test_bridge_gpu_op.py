@@ -49,8 +49,13 @@ def _registered(library: Path) -> list[list[object]]:
     return list(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def test_the_gpu_variant_builds_under_its_own_name(gpu_library: Path) -> None:
+def test_the_gpu_variant_builds_under_its_own_name_with_its_launch_library(gpu_library: Path) -> None:
+    from stitchfleet.compiler.runtime.launch_library import LaunchError, LaunchLibrary
+
     assert gpu_library.is_file() and gpu_library.name == bridge_op.prebuilt_name(gpu=True)
+    launcher = gpu_library.parent / bridge_op.launcher_name()
+    with pytest.raises(LaunchError, match="not initialised"):  # it loads; no driver call before sf_init
+        LaunchLibrary(launcher).device()
     assert bridge_op.prebuilt_name(gpu=True) != bridge_op.prebuilt_name(gpu=False)
     # A process loads the variant of its TF's build: CPU-only under tensorflow-cpu (CI), with the GPU kernel
     # under the CUDA build of tensorflow (checked by hand with the 2.15.1 GPU wheel: see the README).

@@ -67,9 +67,16 @@ class GpuExecutable:
 
 
 def compile_gpu(
-    graph: Graph, plan: StitchPlan, arch: str, cache_dir: Path, nvrtc: Nvrtc | None = None
+    graph: Graph,
+    plan: StitchPlan,
+    arch: str,
+    cache_dir: Path,
+    *,
+    nvrtc: Nvrtc | None = None,
+    launcher: Path | None = None,
 ) -> GpuExecutable:
-    """Lowers, plans the launches, compiles the module for `arch` and builds the launch library."""
+    """Lowers, plans the launches, compiles the module for `arch` and builds the launch library (unless
+    `launcher`, a prebuilt one, is given: a pod has no C compiler)."""
     try:
         launches = plan_launches(graph, lower(graph, plan))
     except ValueError as err:
@@ -85,8 +92,9 @@ def compile_gpu(
     modules = CubinCache(Path(cache_dir) / "gpu_modules")
     key = hashlib.sha256(image).hexdigest()
     module = modules.path(key) if modules.path(key).is_file() else modules.put(key, image)
-    try:
-        launcher = build_launcher(CubinCache(Path(cache_dir) / "launch", suffix="so"))
-    except RuntimeError as err:
-        raise GpuCompileError(f"launch library: {err}") from None
+    if launcher is None:
+        try:
+            launcher = build_launcher(CubinCache(Path(cache_dir) / "launch", suffix="so"))
+        except RuntimeError as err:
+            raise GpuCompileError(f"launch library: {err}") from None
     return GpuExecutable(graph, launches, arch, module, launcher)
