@@ -28,7 +28,10 @@ from stitchfleet.compiler.evaluate import evaluate
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.runtime.cpu import CpuExecutable
-from stitchfleet.compiler.runtime.gpu_executable import GpuExecutable, compile_gpu
+from stitchfleet.compiler.runtime.cubin_cache import CubinCache
+from stitchfleet.compiler.runtime.gpu_executable import GpuExecutable, Holds, compile_gpu, occupancy_holds
+from stitchfleet.compiler.runtime.launch_library import LaunchLibrary, build
+from stitchfleet.compiler.runtime.nvrtc import Nvrtc, find_nvrtc
 from stitchfleet.plugin.faults import Fault
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -75,9 +78,6 @@ def gpu_op_unavailable(cache_dir: Path, bridge: str = "auto") -> str | None:
 
 
 def _gpu_op_check(cache_dir: Path, bridge: str) -> str | None:
-    from stitchfleet.compiler.runtime.cubin_cache import CubinCache
-    from stitchfleet.compiler.runtime.launch_library import build
-    from stitchfleet.compiler.runtime.nvrtc import find_nvrtc
     from stitchfleet.plugin import bridge_op, placement
 
     if bridge == "python":
@@ -118,10 +118,26 @@ def compile_run(
 
 
 def _compile_gpu(graph: Graph, plan: StitchPlan, cache_dir: Path) -> GpuExecutable:
+    """The cluster for this process's GPU: its arch from TF, grid-barrier grids fitted to the device's
+    real occupancy (`device_holds`), the shim's prebuilt launch library when there is one."""
     from stitchfleet.plugin.bridge_op import prebuilt_launcher
     from stitchfleet.plugin.placement import gpu_arch
 
-    return compile_gpu(graph, plan, gpu_arch(), cache_dir, launcher=prebuilt_launcher())
+    nvrtc = find_nvrtc()
+    if nvrtc is None:
+        raise BackendUnavailableError("no libnvrtc (the nvidia-cuda-nvrtc-cu12 wheel or a CUDA toolkit)")
+    launcher = prebuilt_launcher() or build(CubinCache(Path(cache_dir) / "launch", suffix="so"))
+    arch = gpu_arch()
+    holds = device_holds(launcher, nvrtc, arch, Path(cache_dir))
+    return compile_gpu(graph, plan, arch, cache_dir, nvrtc=nvrtc, launcher=launcher, holds=holds)
+
+
+def device_holds(launcher: Path, nvrtc: Nvrtc, arch: str, cache_dir: Path) -> Holds:
+    """Blocks of a compiled kernel GPU 0 keeps resident at once (the launch library on the driver; the
+    GPUs of one job are alike). LaunchError without a driver: no GPU op runs there either."""
+    library = LaunchLibrary(launcher)
+    library.init()
+    return occupancy_holds(library, nvrtc, arch, CubinCache(cache_dir / "cubin"))
 
 
 def _gpu_only(arrays: Sequence[Array]) -> tuple[tuple[Array, ...], bool]:

@@ -1,8 +1,9 @@
 """Device-aware choice: `placement.route` per cluster, and `candidates.choose` on GraphDefs whose nodes
 carry `/device:GPU:0`. Here no GPU op can run (no GPU, tensorflow-cpu): GPU-placed clusters stay with TF
 with the reason, CPU-placed ones go to the cpu backend, clusters spanning devices stay with TF. Where a
-test declares the GPU op runnable (`gpu_op_unavailable` answering None, the arch sm_90), GPU clusters are
-really compiled for it (NVRTC cubin, launch plan): launching them needs a GPU and is not tested here.
+test declares the GPU op runnable (`gpu_op_unavailable` answering None, the arch sm_90, occupancy as the
+planner models an H200), GPU clusters are really compiled for it (NVRTC cubin, launch plan): launching
+them needs a GPU and is not tested here.
 """
 
 from __future__ import annotations
@@ -188,13 +189,20 @@ def test_with_a_runnable_gpu_op_gpu_clusters_are_compiled_for_it(
     if find_nvrtc() is None:
         pytest.skip("no libnvrtc: install the dev extra")
     meta = _half_pinned(tmp_path)
+    from stitchfleet.compiler.devices import device, occupancy
+    from stitchfleet.plugin import kernels
+
+    def modelled(*_: Any) -> Any:  # the device as the planner models it: no driver here to ask
+        return lambda k: occupancy(device("h200"), k.launch.block, 32, k.dynamic_smem_bytes).blocks_per_wave
+
     monkeypatch.setattr(candidates, "gpu_op_unavailable", lambda cache_dir, bridge: None)
     monkeypatch.setattr(placement, "gpu_arch", lambda: "sm_90")
+    monkeypatch.setattr(kernels, "device_holds", modelled)
     graph, found = _choose(tmp_path, meta)
     kinds: dict[str, set[str]] = {}
     for site, cluster in zip(found.sites, found.clusters, strict=True):
-        (device,) = _devices(graph, site)
-        kinds.setdefault(device, set()).add(type(cluster.kernel.executable).__name__)
+        (placed,) = _devices(graph, site)
+        kinds.setdefault(placed, set()).add(type(cluster.kernel.executable).__name__)
     assert kinds == {CPU: {"CpuExecutable"}, GPU: {"GpuExecutable"}}
     gpu = [c.kernel.executable for c in found.clusters if type(c.kernel.executable).__name__ == "GpuExecutable"]
     assert all(e.module_path.is_file() and e.arch == "sm_90" for e in gpu)

@@ -13,18 +13,23 @@ Shape-specialised kernels (a shape signature -> kernel map, planned elsewhere) f
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.lower import lower
-from stitchfleet.compiler.plan import StitchPlan
+from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
+from stitchfleet.compiler.render.cuda import CudaKernel, render_kernel
+from stitchfleet.compiler.runtime.coresidency import CoresidencyError, fit
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache
+from stitchfleet.compiler.runtime.launch_library import LaunchLibrary
 from stitchfleet.compiler.runtime.launch_library import build as build_launcher
 from stitchfleet.compiler.runtime.launch_plan import LaunchPlan, plan_launches
 from stitchfleet.compiler.runtime.nvrtc import Nvrtc, find_nvrtc
 
 AttrValue = str | int | list[str] | list[int]
+Holds = Callable[[CudaKernel], int]
 
 
 class GpuCompileError(RuntimeError):
@@ -74,9 +79,14 @@ def compile_gpu(
     *,
     nvrtc: Nvrtc | None = None,
     launcher: Path | None = None,
+    holds: Holds | None = None,
 ) -> GpuExecutable:
     """Lowers, plans the launches, compiles the module for `arch` and builds the launch library (unless
-    `launcher`, a prebuilt one, is given: a pod has no C compiler)."""
+    `launcher`, a prebuilt one, is given: a pod has no C compiler). With `holds` (blocks of a compiled
+    kernel the device keeps resident at once: `occupancy_holds`), a grid-barrier kernel whose grid does
+    not fit is re-planned for fewer blocks first (`coresidency.fit`), or the cluster is refused."""
+    if holds is not None:
+        plan = _fitted(graph, plan, holds)
     try:
         launches = plan_launches(graph, lower(graph, plan))
     except ValueError as err:
@@ -98,3 +108,31 @@ def compile_gpu(
         except RuntimeError as err:
             raise GpuCompileError(f"launch library: {err}") from None
     return GpuExecutable(graph, launches, arch, module, launcher)
+
+
+def _fitted(graph: Graph, plan: StitchPlan, holds: Holds) -> StitchPlan:
+    """`plan` when its grid-barrier grids fit the device at once, else the cluster re-planned to fit."""
+    kernels = [render_kernel(k) for k in lower(graph, plan).kernels]
+    if all(k.launch.grid <= holds(k) for k in kernels if k.grid_barrier):
+        return plan
+    try:
+        fitted = fit(graph, plan.cluster, PlanOptions(device=plan.device), holds)
+    except CoresidencyError as err:
+        raise GpuCompileError(str(err)) from None
+    return plan_cluster(graph, plan.cluster, fitted.options)
+
+
+def occupancy_holds(library: LaunchLibrary, nvrtc: Nvrtc, arch: str, cache: CubinCache, ordinal: int = 0) -> Holds:
+    """`holds` from the real device `ordinal` (an initialised launch library): a kernel compiled alone,
+    loaded in the device's primary context, its occupancy per SM x the SM count."""
+
+    def holds(kernel: CudaKernel) -> int:
+        with library.primary(ordinal):
+            module = library.load(nvrtc.compile(kernel.source, arch, cache))
+            try:
+                blocks = library.occupancy(library.function(module, kernel), kernel)
+                return blocks * library.device().sms
+            finally:
+                library.unload(module)
+
+    return holds

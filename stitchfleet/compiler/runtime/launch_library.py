@@ -12,10 +12,11 @@ The built library is cached by hash of its source, compiler and header folder.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,8 @@ class LaunchLibrary:
         lib.sf_program_run.argtypes = [ctypes.c_void_p, pointers, pointers, ctypes.c_uint64, ctypes.c_uint64]
         lib.sf_program_run.argtypes += [ctypes.c_void_p]
         lib.sf_program_destroy.argtypes = [ctypes.c_void_p]
+        lib.sf_primary_enter.argtypes = [ctypes.c_int]
+        lib.sf_primary_leave.argtypes = [ctypes.c_int]
         lib.sf_flag_create.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int))]
         lib.sf_flag_create.argtypes += [ctypes.POINTER(ctypes.c_uint64)]
 
@@ -158,6 +161,9 @@ class LaunchLibrary:
         module = ctypes.c_void_p()
         self._check(self.lib.sf_module_load(cubin, ctypes.byref(module)))
         return int(module.value or 0)
+
+    def unload(self, module: int) -> None:
+        self._check(self.lib.sf_module_unload(module))
 
     def function(self, module: int, kernel: CudaKernel) -> Function:
         handle, registers, static = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_int()
@@ -196,6 +202,16 @@ class LaunchLibrary:
         args = (image, _longs(plan.spec), len(plan.spec), names, stream, ctypes.byref(handle))
         self._check(self.lib.sf_program_create(*args))
         return Program(self, int(handle.value or 0), plan)
+
+    @contextlib.contextmanager
+    def primary(self, ordinal: int = 0) -> Iterator[None]:
+        """The device's primary context current for the calls inside (occupancy at plan time, in a thread
+        that has no context of its own)."""
+        self._check(self.lib.sf_primary_enter(ordinal))
+        try:
+            yield
+        finally:
+            self._check(self.lib.sf_primary_leave(ordinal))
 
     def flag(self, stream: int = 0) -> tuple[Any, int]:
         """A non-finite flag in the context of `stream`: (host view, read any time without a sync; device

@@ -155,6 +155,41 @@ static void leave(void) {
     more.pop(&ignored);
 }
 
+typedef CUresult (*device_get_t)(CUdevice*, int);
+typedef CUresult (*primary_retain_t)(CUcontext*, CUdevice);
+typedef CUresult (*primary_release_t)(CUdevice);
+
+/* The device's primary context (the one TF, torch and JAX use) made current, for calls outside a
+   stream (occupancy at plan time); sf_primary_leave undoes it. */
+int sf_primary_enter(int ordinal) {
+    NEED("sf_primary_enter");
+    if (need_more() != 0) return (int)CUDA_ERROR_NOT_SUPPORTED;
+    int missing = 0;
+    device_get_t device_get = (device_get_t)symbol("cuDeviceGet", &missing);
+    primary_retain_t retain = (primary_retain_t)symbol("cuDevicePrimaryCtxRetain", &missing);
+    if (missing) return (int)CUDA_ERROR_NOT_SUPPORTED;
+    CUdevice device;
+    CUcontext context;
+    CALL(device_get(&device, ordinal), "cuDeviceGet");
+    CALL(retain(&context, device), "cuDevicePrimaryCtxRetain");
+    CALL(more.push(context), "cuCtxPushCurrent");
+    return 0;
+}
+
+int sf_primary_leave(int ordinal) {
+    NEED("sf_primary_leave");
+    int missing = 0;
+    device_get_t device_get = (device_get_t)symbol("cuDeviceGet", &missing);
+    primary_release_t release = (primary_release_t)symbol("cuDevicePrimaryCtxRelease_v2", &missing);
+    if (missing || more.pop == NULL) return (int)CUDA_ERROR_NOT_SUPPORTED;
+    CUdevice device;
+    CUcontext ignored;
+    CALL(more.pop(&ignored), "cuCtxPopCurrent");
+    CALL(device_get(&device, ordinal), "cuDeviceGet");
+    CALL(release(device), "cuDevicePrimaryCtxRelease");
+    return 0;
+}
+
 typedef struct sf_program {
     long long* spec;
     long long length;

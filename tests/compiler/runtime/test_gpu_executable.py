@@ -58,3 +58,29 @@ def test_nvrtc_errors_are_compile_errors(nvrtc: Nvrtc, tmp_path: Path) -> None:
     graph = _softmax()
     with pytest.raises(GpuCompileError, match=r"NVRTC: .*cannot compile for sm_1 "):
         compile_gpu(graph, plan_cluster(graph, 0, PlanOptions()), "sm_1", tmp_path, nvrtc=nvrtc)
+
+
+def _few_long_rows() -> Graph:
+    from benchmarks.suite import build_case
+    from stitchfleet.compiler.scope import find_clusters
+    from stitchfleet.compiler.subgraph import extract
+
+    whole = build_case("few_long_rows", (1, 6000), "f32")
+    (cluster,) = find_clusters(whole, 8).clusters
+    return extract(whole, cluster.nodes)
+
+
+def test_a_grid_the_device_cannot_hold_is_replanned_or_refused(nvrtc: Nvrtc, tmp_path: Path) -> None:
+    graph = _few_long_rows()
+    plan = plan_cluster(graph, 0, PlanOptions(device="tiny"))
+    planned = compile_gpu(graph, plan, "sm_90", tmp_path, nvrtc=nvrtc)
+    (kernel,) = planned.plan.kernels
+    assert kernel.grid_barrier and kernel.launch.grid > 1
+    # A device that holds one block less than any grid (other tenants): re-planned down to one block.
+    fitted = compile_gpu(graph, plan, "sm_90", tmp_path, nvrtc=nvrtc, holds=lambda k: k.launch.grid - 1)
+    assert [(k.launch.grid, k.grid_barrier) for k in fitted.plan.kernels] == [(1, False)]
+    assert fitted.module_path != planned.module_path
+    same = compile_gpu(graph, plan, "sm_90", tmp_path, nvrtc=nvrtc, holds=lambda k: k.launch.grid)
+    assert same.plan.spec == planned.plan.spec  # it fits: the plan is left as it was
+    with pytest.raises(GpuCompileError, match="does not fit on one SM at all"):
+        compile_gpu(graph, plan, "sm_90", tmp_path, nvrtc=nvrtc, holds=lambda k: 0)

@@ -142,6 +142,8 @@ def test_a_program_needs_the_driver(library: LaunchLibrary) -> None:
         library.program(b"", plan)
     with pytest.raises(LaunchError, match="not initialised"):
         library.flag()
+    with pytest.raises(LaunchError, match="not initialised"), library.primary(0):
+        pass
 
 
 def test_the_module_compiles_with_nvrtc_and_holds_the_checks(tmp_path: Path) -> None:
