@@ -99,8 +99,9 @@ class BridgeOp:
         return int(self.counters.stitchfleet_bridge_count(symbol.encode(), code))
 
     def faults(self) -> int:
-        """Faults (NaN/Inf where TF's ops were finite) of every entry in this process: one cheap read per
-        step; only a change is worth asking each cluster's `count(..., "faulted")`."""
+        """Faults of every cluster in this process (CPU: NaN/Inf where TF's ops were finite; GPU: kernels whose
+        non-finite flag is set): one cheap read per step; only a change is worth asking each cluster's
+        `count(..., "faulted")`."""
         return int(self.counters.stitchfleet_bridge_faults())
 
 
