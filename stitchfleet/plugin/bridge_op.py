@@ -19,7 +19,9 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import logging
+import shutil
 import subprocess
+import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,13 +32,16 @@ import tensorflow as tf
 
 from stitchfleet.compiler.runtime.cpu import CpuExecutable
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
+from stitchfleet.compiler.runtime.gpu_executable import GpuExecutable
+from stitchfleet.compiler.runtime.launch_library import build as build_launcher
+from stitchfleet.compiler.runtime.launch_source import SOURCE as LAUNCH_SOURCE
 from stitchfleet.compiler.runtime.native_build import BuildError, build_shared_object
 from stitchfleet.plugin.bridge_source import SOURCE
 
 log = logging.getLogger("stitchfleet.plugin")
 BUILD_TIMEOUT_S = 600
 COMPILER = "c++"
-COUNTS = {"calls": 0, "failed": 1, "faulted": 2}  # the op library's counters
+COUNTS = {"calls": 0, "failed": 1, "faulted": 2, "nonfinite": 3}  # the op library's counters
 
 
 class BridgeUnavailableError(RuntimeError):
@@ -52,17 +57,22 @@ class BridgeOp:
 
     def dispatch(
         self,
-        executable: CpuExecutable,
+        executable: CpuExecutable | GpuExecutable,
         inputs: Sequence[Any],
         dtypes: Sequence[Any],
         *,
         switch: tuple[Any, int],
         fallback: Any,
     ) -> list[Any]:
-        """The cluster's outputs (TF tensors, in output order): the compiled C when switch (vector, index) is
-        on, else (or when the C reports a failure) `fallback`, a concrete function of the cluster's TF ops."""
+        """The cluster's outputs (TF tensors, in output order): the compiled code when switch (vector, index) is
+        on, else (or when it reports a failure) `fallback`, a concrete function of the cluster's TF ops. A
+        `GpuExecutable` gives the op its GPU kernel's attributes (the op runs where TF places it)."""
         switches, index = switch
-        shapes = [list(p.shape) for p in executable.source.params if p.output]
+        if isinstance(executable, GpuExecutable):
+            shapes, specific = executable.output_shapes, executable.attrs()
+        else:
+            shapes = [list(p.shape) for p in executable.source.params if p.output]
+            specific = {"library": str(executable.library_path), "symbol": executable.source.entry}
         outs = self.module.stitchfleet_dispatch(
             switches=switches,
             args=list(inputs),
@@ -71,27 +81,40 @@ class BridgeOp:
             fallback=fallback,
             output_shapes=shapes,
             passthrough=list(executable.passthrough),
-            library=str(executable.library_path),
-            symbol=executable.source.entry,
             name="stitched",
+            **specific,
         )
         return list(outs)
 
-    def count(self, executable: CpuExecutable, what: str = "calls") -> int:
-        """How often the cluster's entry ran in this process (`calls`), returned non-zero (`failed`), or
-        produced NaN/Inf where TF's own ops were finite (`faulted`)."""
+    def count(self, executable: CpuExecutable | GpuExecutable, what: str = "calls") -> int:
+        """How often the cluster's entry ran (launched) in this process (`calls`), returned non-zero or failed
+        to launch (`failed`), produced NaN/Inf where TF's own ops were finite (`faulted`, CPU). On a GPU,
+        `faulted` and `nonfinite` read the kernel's device flag (NaN/Inf in a stitched output; read without
+        a sync, so not compared with TF's values on that step)."""
         if what not in COUNTS:  # a typo would read as "never happened"
             raise ValueError(f"bridge count {what!r}: expected one of {', '.join(COUNTS)}")
-        return int(self.counters.stitchfleet_bridge_count(executable.source.entry.encode(), COUNTS[what]))
+        gpu = isinstance(executable, GpuExecutable)
+        symbol = executable.symbol if isinstance(executable, GpuExecutable) else executable.source.entry
+        code = COUNTS["nonfinite"] if gpu and what == "faulted" else COUNTS[what]
+        return int(self.counters.stitchfleet_bridge_count(symbol.encode(), code))
 
     def faults(self) -> int:
-        """Faults (NaN/Inf where TF's ops were finite) of every entry in this process: one cheap read per
-        step; only a change is worth asking each cluster's `count(..., "faulted")`."""
+        """Faults of every cluster in this process (CPU: NaN/Inf where TF's ops were finite; GPU: kernels whose
+        non-finite flag is set): one cheap read per step; only a change is worth asking each cluster's
+        `count(..., "faulted")`."""
         return int(self.counters.stitchfleet_bridge_faults())
 
 
-def _flags() -> list[str]:
-    return [*tf.sysconfig.get_compile_flags(), "-O2", "-fPIC", "-shared"]
+def cuda_build() -> bool:
+    """Whether this TF was built with CUDA (the GPU wheel): its op library then carries the GPU kernel."""
+    return bool(tf.sysconfig.get_build_info().get("is_cuda_build", False))
+
+
+def _flags(gpu: bool | None = None) -> list[str]:
+    """Compile flags; `gpu` (default: this TF's build) adds the GPU kernel (-DGOOGLE_CUDA=1, as TF's
+    own GPU build defines it: the headers then match its class layouts)."""
+    with_gpu = cuda_build() if gpu is None else gpu
+    return [*tf.sysconfig.get_compile_flags(), "-O2", "-fPIC", "-shared", *(["-DGOOGLE_CUDA=1"] if with_gpu else [])]
 
 
 def _compiler_version() -> str:
@@ -102,9 +125,11 @@ def _compiler_version() -> str:
     return done.stdout.splitlines()[0] if done.stdout else "unknown"
 
 
-def _build() -> bytes:
+def _build(gpu: bool | None = None) -> bytes:
+    # -z defs: every symbol must resolve against TF's framework library now, not at load in a pod.
     def command(cc_file: Path, so_file: Path) -> list[str]:
-        return [COMPILER, *_flags(), str(cc_file), "-o", str(so_file), *tf.sysconfig.get_link_flags(), "-ldl"]
+        link = [*tf.sysconfig.get_link_flags(), "-ldl", "-Wl,-z,defs"]
+        return [COMPILER, *_flags(gpu), str(cc_file), "-o", str(so_file), *link]
 
     try:
         return build_shared_object(SOURCE, "stitch_call.cc", command, BUILD_TIMEOUT_S)
@@ -112,9 +137,9 @@ def _build() -> bytes:
         raise BridgeUnavailableError(f"building the bridge op failed: {err}") from None
 
 
-def prebuilt_name() -> str:
+def prebuilt_name(gpu: bool | None = None) -> str:
     """The file name of a prebuilt op for this TF: its source, TF version and compile flags (the ABI)."""
-    blob = "\0".join([SOURCE, tf.__version__, *_flags()])
+    blob = "\0".join([SOURCE, tf.__version__, *_flags(gpu)])
     return f"tfop-{hashlib.sha256(blob.encode()).hexdigest()[:32]}.so"
 
 
@@ -123,15 +148,36 @@ def prebuilt_dirs() -> list[Path]:
     return [Path(__file__).resolve().parents[2] / PREBUILT_DIR]
 
 
-def build_prebuilt(target: Path) -> Path:
-    """Builds the op for the TF of this process into `target`/ops (what a shim image ships)."""
+def build_prebuilt(target: Path, gpu: bool | None = None) -> Path:
+    """Builds the op for the TF of this process into `target`/ops (what a shim image ships); `gpu=True`
+    builds the variant with the GPU kernel, for the GPU build of this TF version (CI compiles it here),
+    and the launch library it opens beside it (a pod has no C compiler to build either)."""
     folder = target / PREBUILT_DIR
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / prebuilt_name()
+    path = folder / prebuilt_name(gpu)
     temporary = path.with_suffix(".tmp")
-    temporary.write_bytes(_build())
+    temporary.write_bytes(_build(gpu))
     temporary.replace(path)
+    if cuda_build() if gpu is None else gpu:
+        with tempfile.TemporaryDirectory(prefix="stitchfleet-launch-") as tmp:
+            try:
+                built = build_launcher(CubinCache(Path(tmp), suffix="so"))
+            except RuntimeError as err:
+                raise BridgeUnavailableError(f"building the launch library failed: {err}") from None
+            shutil.copyfile(built, folder / launcher_name())
     return path
+
+
+def launcher_name() -> str:
+    """The file name of a prebuilt launch library: its source decides its bytes (it links against nothing
+    of TF's and opens the CUDA driver itself)."""
+    return f"launch-{hashlib.sha256(LAUNCH_SOURCE.encode()).hexdigest()[:32]}.so"
+
+
+def prebuilt_launcher() -> Path | None:
+    """The launch library shipped with the shim (`build_prebuilt` with the GPU kernel), if there is one."""
+    found = [folder / launcher_name() for folder in prebuilt_dirs()]
+    return next((path for path in found if path.is_file()), None)
 
 
 def library_path(cache_dir: Path) -> Path:
@@ -176,9 +222,9 @@ def _load(path: Path) -> BridgeOp:
 
 def choose(setting: str, backend: str, cache_dir: Path) -> BridgeOp | None:
     """The bridge op for this job, or None for tf.numpy_function: `python` asks for it, other
-    backends than cpu have no native entry, and under `auto` a bridge that cannot be built falls
+    backends than cpu and cuda have no native entry, and under `auto` a bridge that cannot be built falls
     back (logged). `native` that cannot be built raises: the hook then leaves stitching off."""
-    if setting == "python" or backend != "cpu":
+    if setting == "python" or backend not in ("cpu", "cuda"):
         return None
     try:
         return load(cache_dir)

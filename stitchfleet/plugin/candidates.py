@@ -9,7 +9,8 @@ which must be the same on every rank whatever each compiled), and the clusters l
 
 A cluster is left to TF when the planner refused it, when Horovod ranks could not agree on it
 (past the agreement vector's slots), when it cannot be mapped onto TF tensors, when an op of it
-is placed on a GPU (until the GPU bridge exists), when no variable update depends on it (evals
+is placed where no backend can run it (a GPU while the GPU op cannot run here, or several devices:
+`placement.route`), when no variable update depends on it (evals
 and metrics run as written), when the compile budget is spent, or when its compile fails.
 """
 
@@ -25,7 +26,7 @@ from stitchfleet.plugin import placement
 from stitchfleet.plugin.agreement import SLOTS
 from stitchfleet.plugin.controller import Cluster
 from stitchfleet.plugin.faults import Fault
-from stitchfleet.plugin.kernels import ClusterKernel
+from stitchfleet.plugin.kernels import ClusterKernel, gpu_op_unavailable
 from stitchfleet.plugin.sites import Site, UnmappableError, map_cluster
 from stitchfleet.plugin.training_steps import training_path
 
@@ -38,26 +39,48 @@ class Candidates:
     left: list[tuple[int, str, str]] = field(default_factory=list)  # (index, fingerprint, reason)
 
 
-def _left_to_tf(site: Site, path: frozenset[str], gpu_visible: bool) -> str | None:
-    """Why a mapped cluster stays with TF before any rewrite: GPU placement, or off the training path."""
-    reason = placement.gpu_reason(site.internal, gpu_visible)
-    if reason is not None:
-        return reason
+def _left_to_tf(site: Site, path: frozenset[str], where: placement.Route) -> str | None:
+    """Why a mapped cluster stays with TF before any rewrite: its placement (no backend for its device,
+    or it spans devices: `placement.route`), or off the training path."""
+    if where.backend is None:
+        return where.reason
     if not any(op.name in path for op in site.internal):
         return "not on the training path (no variable update depends on it): evals and metrics run it as written"
     return None
 
 
-def _mapped(graph: Any, conversion: Any, index: int, compiled: tuple[Any, Any], path: frozenset[str]) -> Site | str:
-    """The cluster's site (from its compiled graph and plan), or why it is left to TF."""
+def _mapped(
+    graph: Any, conversion: Any, index: int, compiled: tuple[Any, Any], path: frozenset[str], *, routes: Any
+) -> tuple[Site, str] | str:
+    """The cluster's site (from its compiled graph and plan) and its backend, or why it is left to TF."""
     try:
         site = map_cluster(graph, conversion, index, *compiled)  # may redraw it at TF op granularity
-        left = _left_to_tf(site, path, placement.gpu_visible())
+        where = routes(site.internal)
+        left = _left_to_tf(site, path, where)
     except UnmappableError as err:
         return f"not mapped: {err}"
     except Exception as err:
         return f"not mapped: {type(err).__name__}: {err}"
-    return site if left is None else left
+    return (site, where.backend) if left is None else left
+
+
+def _router(backend: str, current: settings_module.Settings) -> Any:
+    """ops -> placement.Route for this job. `cpu` is also what `auto` resolves to: the setting tells them
+    apart. Whether the GPU op can run is asked on the first GPU-placed cluster only."""
+    setting = current.backend if backend == "cpu" and current.backend in ("auto", "cpu") else backend
+    visible = placement.gpu_visible()
+    gpu_op: list[str | None] = []
+
+    def routes(ops: Any) -> placement.Route:
+        ops = list(ops)
+        where = placement.route(ops, setting, visible, None)  # as if the GPU op could run here
+        if where.backend == "cuda":
+            if not gpu_op:
+                gpu_op.append(gpu_op_unavailable(current.cache_dir, current.bridge))
+            where = placement.route(ops, setting, visible, gpu_op[0])
+        return where
+
+    return routes
 
 
 def choose(
@@ -75,6 +98,7 @@ def choose(
     """Maps and builds every cluster of `art` (see the module docstring)."""
     found = Candidates()
     path = training_path(graph)
+    routes = _router(backend, current)
     deadline = time.perf_counter() + current.compile_budget
     for i, (cg, plan, summary) in enumerate(zip(art.cluster_graphs, art.stitch, art.report.clusters, strict=True)):
         fingerprint = summary.fingerprint
@@ -84,10 +108,11 @@ def choose(
         if agreeing and i >= SLOTS:
             found.left.append((i, fingerprint, f"cluster {i} is past the {SLOTS} clusters Horovod ranks can agree on"))
             continue
-        site = _mapped(graph, conversion, i, (cg, plan), path)
-        if isinstance(site, str):
-            found.left.append((i, fingerprint, site))
+        mapped = _mapped(graph, conversion, i, (cg, plan), path, routes=routes)
+        if isinstance(mapped, str):
+            found.left.append((i, fingerprint, mapped))
             continue
+        site, site_backend = mapped
         found.mapped.append(site)
         if time.perf_counter() > deadline:
             reason = f"compile budget spent: {current.compile_budget:g} s of compiles in begin"
@@ -95,9 +120,9 @@ def choose(
             continue
         try:
             injected = fault if fault is not None and fault.applies(i, rank) else None
-            kernel = ClusterKernel(site.graph, site.plan or plan, backend, current.cache_dir, injected)
+            kernel = ClusterKernel(site.graph, site.plan or plan, site_backend, current.cache_dir, injected)
         except Exception as err:
-            found.left.append((i, fingerprint, f"{backend} compile failed: {type(err).__name__}: {err}"))
+            found.left.append((i, fingerprint, f"{site_backend} compile failed: {type(err).__name__}: {err}"))
             continue
         found.sites.append(site)
         found.clusters.append(Cluster(i, fingerprint, kernel, len(cg.nodes), fingerprint not in known_bad))

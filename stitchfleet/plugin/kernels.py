@@ -1,8 +1,9 @@
 """One stitched cluster as a numpy callable: the bridge's target inside `tf.numpy_function`.
 
 Input: a cluster graph (compiler artifact), its stitch plan, a backend name (`cpu`: C +
-OpenMP, `sim`: the kernel-IR interpreter; `auto` means `cpu`, the only backend a TF CPU job
-can call) and an optional test-only `Fault`. Output: `ClusterKernel`, called with the
+OpenMP, `sim`: the kernel-IR interpreter, `cuda`: a cubin for the TF GPU op; `auto` resolves to
+`cpu` here and per cluster to `cuda` for GPU-placed clusters: `placement.route`) and an optional
+test-only `Fault`. Output: `ClusterKernel`, called with the
 cluster's input arrays in parameter order, returning its outputs in output order (by
 position end to end: no name dicts on the per-step path; the cpu backend reports NaN/Inf
 from its C code, so the bridge runs no numpy pass over the outputs). It never raises into
@@ -27,6 +28,10 @@ from stitchfleet.compiler.evaluate import evaluate
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.runtime.cpu import CpuExecutable
+from stitchfleet.compiler.runtime.cubin_cache import CubinCache
+from stitchfleet.compiler.runtime.gpu_executable import GpuExecutable, Holds, compile_gpu, occupancy_holds
+from stitchfleet.compiler.runtime.launch_library import LaunchLibrary, build
+from stitchfleet.compiler.runtime.nvrtc import Nvrtc, find_nvrtc
 from stitchfleet.plugin.faults import Fault
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -38,15 +43,58 @@ class BackendUnavailableError(RuntimeError):
     """The requested backend cannot run clusters in this process; the message says why."""
 
 
-def resolve_backend(name: str) -> str:
-    """The backend a TF job uses: `auto` -> `cpu` (a GPU bridge op does not exist yet)."""
+def resolve_backend(name: str, cache_dir: Path | None = None, bridge: str = "auto") -> str:
+    """The backend of the job's CPU-placed clusters: `auto` -> `cpu` (GPU-placed ones are routed per
+    cluster by `placement.route`); `cuda` only where the GPU op can run (else the reason why not)."""
     if name == "auto":
         return "cpu"
     if name == "cuda":
-        raise BackendUnavailableError("the cuda bridge (a TF custom op on TF's stream) is not built yet")
+        if cache_dir is None:
+            from stitchfleet import settings
+
+            current = settings.current()
+            cache_dir, bridge = current.cache_dir, current.bridge
+        why = gpu_op_unavailable(cache_dir, bridge)
+        if why is not None:
+            raise BackendUnavailableError(
+                f"the cuda bridge (the StitchfleetDispatch GPU kernel) cannot run here: {why}"
+            )
+        return name
     if name not in ("cpu", "sim"):
-        raise BackendUnavailableError(f"unknown backend {name!r} (expected auto, cpu or sim)")
+        raise BackendUnavailableError(f"unknown backend {name!r} (expected auto, cpu, sim or cuda)")
     return name
+
+
+_GPU_OP: dict[tuple[str, str], str | None] = {}
+
+
+def gpu_op_unavailable(cache_dir: Path, bridge: str = "auto") -> str | None:
+    """Why GPU-placed clusters cannot go to the TF GPU op in this process, or None when they can (asked
+    once per process: a GPU visible to TF, a CUDA build of TF, NVRTC, the launch library, the op library)."""
+    key = (str(cache_dir), bridge)
+    if key not in _GPU_OP:
+        _GPU_OP[key] = _gpu_op_check(cache_dir, bridge)
+    return _GPU_OP[key]
+
+
+def _gpu_op_check(cache_dir: Path, bridge: str) -> str | None:
+    from stitchfleet.plugin import bridge_op, placement
+
+    if bridge == "python":
+        return "STITCHFLEET_BRIDGE=python: a GPU cluster runs only through the native op"
+    if not placement.gpu_visible():
+        return "no GPU visible to TensorFlow in this process"
+    if not bridge_op.cuda_build():
+        return "this TensorFlow is not a CUDA build"
+    if find_nvrtc() is None:
+        return "no libnvrtc (the nvidia-cuda-nvrtc-cu12 wheel or a CUDA toolkit)"
+    try:
+        if bridge_op.prebuilt_launcher() is None:
+            build(CubinCache(Path(cache_dir) / "launch", suffix="so"))
+        bridge_op.load(Path(cache_dir))
+    except RuntimeError as err:
+        return str(err)
+    return None
 
 
 def nonfinite(values: Sequence[Array]) -> bool:
@@ -54,15 +102,47 @@ def nonfinite(values: Sequence[Array]) -> bool:
     return not all(np.isfinite(v).all() for v in values if np.issubdtype(v.dtype, np.floating))
 
 
-def compile_run(graph: Graph, plan: StitchPlan, backend: str, cache_dir: Path) -> tuple[Run, CpuExecutable | None]:
+def compile_run(
+    graph: Graph, plan: StitchPlan, backend: str, cache_dir: Path
+) -> tuple[Run, CpuExecutable | GpuExecutable | None]:
     """Compiles one cluster for `backend`: arrays by position -> (outputs by position, NaN/Inf flag), and
-    the compiled C when the backend is `cpu` (what the native bridge op calls)."""
+    what the native bridge op runs: the compiled C (`cpu`) or the cubin and launch plan (`cuda`)."""
     if backend == "cpu":
         from stitchfleet.compiler.runtime.cpu import compile_cluster
 
         executable = compile_cluster(graph, cache_dir, plan)
         return executable.run, executable
+    if backend == "cuda":
+        return _gpu_only, _compile_gpu(graph, plan, cache_dir)
     return _lowered_run(graph, plan), None
+
+
+def _compile_gpu(graph: Graph, plan: StitchPlan, cache_dir: Path) -> GpuExecutable:
+    """The cluster for this process's GPU: its arch from TF, grid-barrier grids fitted to the device's
+    real occupancy (`device_holds`), the shim's prebuilt launch library when there is one."""
+    from stitchfleet.plugin.bridge_op import prebuilt_launcher
+    from stitchfleet.plugin.placement import gpu_arch
+
+    nvrtc = find_nvrtc()
+    if nvrtc is None:
+        raise BackendUnavailableError("no libnvrtc (the nvidia-cuda-nvrtc-cu12 wheel or a CUDA toolkit)")
+    launcher = prebuilt_launcher() or build(CubinCache(Path(cache_dir) / "launch", suffix="so"))
+    arch = gpu_arch()
+    holds = device_holds(launcher, nvrtc, arch, Path(cache_dir))
+    return compile_gpu(graph, plan, arch, cache_dir, nvrtc=nvrtc, launcher=launcher, holds=holds)
+
+
+def device_holds(launcher: Path, nvrtc: Nvrtc, arch: str, cache_dir: Path) -> Holds:
+    """Blocks of a compiled kernel GPU 0 keeps resident at once (the launch library on the driver; the
+    GPUs of one job are alike). LaunchError without a driver: no GPU op runs there either."""
+    library = LaunchLibrary(launcher)
+    library.init()
+    return occupancy_holds(library, nvrtc, arch, CubinCache(cache_dir / "cubin"))
+
+
+def _gpu_only(arrays: Sequence[Array]) -> tuple[tuple[Array, ...], bool]:
+    # A GPU cluster has no host path: tf.numpy_function would put a CPU op into the GPU data path.
+    raise BackendUnavailableError("a GPU cluster runs only through the StitchfleetDispatch GPU kernel")
 
 
 def _lowered_run(graph: Graph, plan: StitchPlan) -> Run:

@@ -1,17 +1,35 @@
-"""Where TensorFlow runs a cluster's ops, so that a CPU op never enters a GPU data path.
+"""Where TensorFlow runs a cluster's ops, and so which backend may stitch it: a CPU op never enters a GPU
+data path, a GPU op never a CPU one, and a cluster never spans devices.
 
-Input: the TF ops of a mapped cluster and whether this process sees a GPU. Output: the reason a
-cluster must stay with TF because of placement, or None. Until the GPU bridge exists, the
-stitched op runs on the CPU only: an op with an explicit GPU device (`/device:GPU:0`, `/gpu:1`)
-is on a GPU, and so is an op with no device when a GPU is visible, because TF's placer puts every
-op that has a GPU kernel on GPU:0 (all the element-wise ops and reductions clusters hold have one).
-An op pinned to a CPU device stays eligible.
+Input: the TF ops of a mapped cluster (anything with `.name` and `.device`), the backend setting
+(`STITCHFLEET_BACKEND`: auto, cpu, sim, cuda), whether this process sees a GPU, and why the GPU op
+cannot run here (None when it can: `kernels.gpu_op_unavailable`). Output: `Route`: the backend for
+the cluster (`cuda`: the `StitchfleetDispatch` GPU kernel; `cpu`/`sim`: the CPU paths), or None with
+the reason it stays with TF. `auto` means exactly: GPU-placed clusters to the GPU op when it can run,
+CPU-placed ones to the cpu backend.
+
+An op's device: its explicit device string (`/device:GPU:0`, `/gpu:1`, `/job:w/task:1/device:CPU:0`);
+an op with no device runs on GPU:0 when a GPU is visible, because TF's placer puts every op that has a
+GPU kernel there (all the element-wise ops and reductions clusters hold have one), else on the CPU.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
+
+SETTINGS = ("auto", "cpu", "sim", "cuda")
+
+
+@dataclass(frozen=True)
+class Route:
+    """The backend that stitches the cluster (None: it stays with TF, `reason` says why) and its device."""
+
+    backend: str | None
+    device: str  # canonical: [/job:x/replica:r/task:t]/device:GPU:n or .../device:CPU:0; '' when it spans
+    reason: str | None = None
 
 
 def device_kind(device: str) -> str:
@@ -24,19 +42,81 @@ def device_kind(device: str) -> str:
     return ""
 
 
-def gpu_reason(ops: Iterable[Any], gpu_visible: bool) -> str | None:
-    """Why these ops run on a GPU (the first such op), or None when they all run on a CPU."""
+FIELDS = ("job", "replica", "task")
+
+
+def device_fields(device: str, gpu_visible: bool) -> dict[str, str]:
+    """The parts of a device string that are set (job, replica, task) plus the device itself
+    (`GPU:n` or `CPU:0`; an op without one runs on GPU:0 when a GPU is visible, else on the CPU)."""
+    fields: dict[str, str] = {}
+    for part in (p for p in device.split("/") if p):
+        name, _, value = part.partition(":")
+        if name in FIELDS:
+            fields[name] = value
+    kind = device_kind(device) or ("gpu" if gpu_visible else "cpu")
+    number = re.search(r":(\d+)$", device.rsplit("/", 1)[-1]) if device_kind(device) == "gpu" else None
+    fields["device"] = f"GPU:{number.group(1) if number else 0}" if kind == "gpu" else "CPU:0"
+    return fields
+
+
+def _compose(fields: dict[str, str]) -> str:
+    return "".join(f"/{name}:{fields[name]}" for name in FIELDS if name in fields) + f"/device:{fields['device']}"
+
+
+def canonical_device(device: str, gpu_visible: bool) -> str:
+    """Where an op with this device string runs: the task parts it names and /device:GPU:n or /device:CPU:0."""
+    return _compose(device_fields(device, gpu_visible))
+
+
+def _where(ops: list[Any], gpu_visible: bool) -> tuple[str, dict[str, str]]:
+    """The cluster's single device, or '' and the device of each op when they differ. Partial device
+    strings merge as TF's placer merges them: `/device:GPU:0` and `/job:w/task:0/device:GPU:0` are one
+    device; two values of a part that both name it (GPU:0 and GPU:1, task 0 and task 1) are two."""
+    devices = {op.name: canonical_device(op.device or "", gpu_visible) for op in ops}
+    merged: dict[str, str] = {}
     for op in ops:
-        kind = device_kind(op.device or "")
-        if kind == "gpu":
-            where = f"{op.name} on {op.device}"
-            return f"placed on a GPU ({where}): the stitched op runs on CPU only, the cluster stays with TF"
-        if kind == "" and gpu_visible:
-            return (
-                f"would be placed on a GPU ({op.name} has no device and this process sees a GPU): the stitched op"
-                " runs on CPU only, the cluster stays with TF"
-            )
-    return None
+        for name, value in device_fields(op.device or "", gpu_visible).items():
+            if merged.setdefault(name, value) != value:
+                return "", devices
+    return (_compose(merged) if merged else ""), devices
+
+
+def _gpu_words(ops: list[Any]) -> str:
+    """'placed on a GPU (mul on /device:GPU:0)' or, for an op without a device, 'would be placed ...'."""
+    for op in ops:
+        if device_kind(op.device or "") == "gpu":
+            return f"placed on a GPU ({op.name} on {op.device})"
+    name = next((op.name for op in ops if not device_kind(op.device or "")), "?")
+    return f"would be placed on a GPU ({name} has no device and this process sees a GPU)"
+
+
+def route(ops: Iterable[Any], setting: str, gpu_visible: bool, gpu_op: str | None) -> Route:
+    """The backend for these ops (see the module docstring); `gpu_op` is why the GPU op cannot run, or None."""
+    if setting not in SETTINGS:
+        raise ValueError(f"unknown backend {setting!r} (expected {', '.join(SETTINGS)})")
+    listed = list(ops)
+    device, devices = _where(listed, gpu_visible)
+    if not device:
+        first = {where: name for name, where in sorted(devices.items(), reverse=True)}  # one op per device
+        shown = ", ".join(f"{name} on {where}" for where, name in sorted(first.items())[:4])
+        gpu = any(device_kind(where) == "gpu" for where in devices.values())
+        head = f"{_gpu_words(listed)} and spans devices" if gpu else "spans devices"
+        return Route(None, "", f"{head} ({shown}): a cluster never spans devices, it stays with TF")
+    if device_kind(device) == "cpu":
+        if setting == "cuda":
+            return Route(None, device, "placed on the CPU: STITCHFLEET_BACKEND=cuda stitches GPU clusters only")
+        return Route("sim" if setting == "sim" else "cpu", device)
+    words = _gpu_words(listed)
+    if setting in ("cpu", "sim"):
+        return Route(None, device, f"{words}: the {setting} backend runs on the CPU only, the cluster stays with TF")
+    if gpu_op is not None:
+        return Route(None, device, f"{words}: the GPU op cannot run here ({gpu_op}), the cluster stays with TF")
+    return Route("cuda", device)
+
+
+def gpu_reason(ops: Iterable[Any], gpu_visible: bool, gpu_op: str | None = "the GPU op is not loaded") -> str | None:
+    """Why these ops stay with TF because of where they run (None: the cpu backend or the GPU op takes them)."""
+    return route(ops, "auto", gpu_visible, gpu_op).reason
 
 
 def gpu_visible() -> bool:
@@ -44,3 +124,14 @@ def gpu_visible() -> bool:
     import tensorflow as tf
 
     return bool(tf.config.list_physical_devices("GPU"))
+
+
+def gpu_arch() -> str:
+    """The first visible GPU's arch as NVRTC names it (`sm_90`), from TF's device details."""
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        raise RuntimeError("no GPU visible to TensorFlow")
+    major, minor = tf.config.experimental.get_device_details(gpus[0])["compute_capability"]
+    return f"sm_{major}{minor}"

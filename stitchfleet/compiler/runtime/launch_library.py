@@ -3,7 +3,8 @@
 Input: `launch_source.SOURCE`, a C compiler, the CUDA driver header (`cuda.h` from the
 `nvidia-cuda-runtime-cu12` wheel or a toolkit); then cubins (NVRTC's, nvcc's) and device
 pointers and a stream handle (ints, from pycuda, torch or TF). Output: `LaunchLibrary` with
-`init`, `device`, `load`, `function`, `occupancy` and `launch`, each raising `LaunchError` with the
+`init`, `device`, `load`, `function`, `occupancy`, `launch` and, for a whole cluster, `program` (a
+`LaunchPlan` loaded once, run per step on a stream, as the TF GPU op does), each raising `LaunchError` with the
 driver call that failed and its message. `pack_arguments` is the launch contract of a rendered
 kernel (its buffers in parameter order, then the grid barrier's counter) and runs on any machine.
 The built library is cached by hash of its source, compiler and header folder.
@@ -11,16 +12,19 @@ The built library is cached by hash of its source, compiler and header folder.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.render.cuda import CudaKernel
 from stitchfleet.compiler.runtime.cubin_cache import CubinCache
+from stitchfleet.compiler.runtime.launch_plan import LaunchPlan
 from stitchfleet.compiler.runtime.launch_source import SOURCE
 from stitchfleet.compiler.runtime.native_build import build_shared_object
 from stitchfleet.compiler.runtime.nvrtc import include_dirs
@@ -125,6 +129,19 @@ class LaunchLibrary:
         lib.sf_launch.argtypes += [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64]
         lib.sf_coresident_grid.restype = ctypes.c_longlong
         lib.sf_coresident_grid.argtypes = [ctypes.c_int, ctypes.c_int]
+        spec, pointers = ctypes.POINTER(ctypes.c_longlong), ctypes.POINTER(ctypes.c_void_p)
+        lib.sf_spec_check.argtypes = [spec, ctypes.c_longlong]
+        lib.sf_pack.argtypes = [spec, ctypes.c_longlong, ctypes.c_int, pointers, pointers, ctypes.c_uint64]
+        lib.sf_pack.argtypes += [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int, c_int_p]
+        lib.sf_program_create.argtypes = [ctypes.c_char_p, spec, ctypes.c_longlong, ctypes.POINTER(ctypes.c_char_p)]
+        lib.sf_program_create.argtypes += [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+        lib.sf_program_run.argtypes = [ctypes.c_void_p, pointers, pointers, ctypes.c_uint64, ctypes.c_uint64]
+        lib.sf_program_run.argtypes += [ctypes.c_void_p]
+        lib.sf_program_destroy.argtypes = [ctypes.c_void_p]
+        lib.sf_primary_enter.argtypes = [ctypes.c_int]
+        lib.sf_primary_leave.argtypes = [ctypes.c_int]
+        lib.sf_flag_create.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int))]
+        lib.sf_flag_create.argtypes += [ctypes.POINTER(ctypes.c_uint64)]
 
     def _check(self, status: int) -> None:
         if status != 0:
@@ -145,6 +162,9 @@ class LaunchLibrary:
         self._check(self.lib.sf_module_load(cubin, ctypes.byref(module)))
         return int(module.value or 0)
 
+    def unload(self, module: int) -> None:
+        self._check(self.lib.sf_module_unload(module))
+
     def function(self, module: int, kernel: CudaKernel) -> Function:
         handle, registers, static = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_int()
         refs = (ctypes.byref(handle), ctypes.byref(registers), ctypes.byref(static))
@@ -162,6 +182,44 @@ class LaunchLibrary:
     def coresident_grid(self, blocks_per_sm: int, sms: int) -> int:
         return int(self.lib.sf_coresident_grid(blocks_per_sm, sms))
 
+    def check_spec(self, spec: Sequence[int]) -> None:
+        """LaunchError with the first field the C side rejects (no driver needed)."""
+        self._check(self.lib.sf_spec_check(_longs(spec), len(spec)))
+
+    def pack(
+        self, spec: Sequence[int], kernel: int, inputs: Sequence[int], outputs: Sequence[int], scratch: int
+    ) -> list[int]:
+        """Kernel `kernel`'s argument values as the C runner packs them (no driver needed)."""
+        values, count = (ctypes.c_uint64 * 256)(), ctypes.c_int()
+        args = (_longs(spec), len(spec), kernel, _pointers(inputs), _pointers(outputs), scratch, values, 256)
+        self._check(self.lib.sf_pack(*args, ctypes.byref(count)))
+        return list(values[: count.value])
+
+    def program(self, image: bytes, plan: LaunchPlan, stream: int = 0) -> Program:
+        """The plan's module loaded in the context of `stream`, co-residency checked (LaunchError if not)."""
+        handle = ctypes.c_void_p()
+        names = (ctypes.c_char_p * len(plan.names))(*(name.encode() for name in plan.names))
+        args = (image, _longs(plan.spec), len(plan.spec), names, stream, ctypes.byref(handle))
+        self._check(self.lib.sf_program_create(*args))
+        return Program(self, int(handle.value or 0), plan)
+
+    @contextlib.contextmanager
+    def primary(self, ordinal: int = 0) -> Iterator[None]:
+        """The device's primary context current for the calls inside (occupancy at plan time, in a thread
+        that has no context of its own)."""
+        self._check(self.lib.sf_primary_enter(ordinal))
+        try:
+            yield
+        finally:
+            self._check(self.lib.sf_primary_leave(ordinal))
+
+    def flag(self, stream: int = 0) -> tuple[Any, int]:
+        """A non-finite flag in the context of `stream`: (host view, read any time without a sync; device
+        pointer for `Program.run`)."""
+        host, device = ctypes.POINTER(ctypes.c_int)(), ctypes.c_uint64()
+        self._check(self.lib.sf_flag_create(stream, ctypes.byref(host), ctypes.byref(device)))
+        return host, int(device.value)
+
     def launch(self, function: Function, kernel: CudaKernel, arguments: list[int], stream: int = 0) -> None:
         """One launch of `kernel` on `stream` (0: the legacy default stream), cooperative with a grid barrier."""
         values = [ctypes.c_uint64(value) for value in arguments]
@@ -173,3 +231,32 @@ class LaunchLibrary:
                 function.handle, launch.grid, launch.block, kernel.dynamic_smem_bytes, stream, array, counter
             )
         )
+
+
+class Program:
+    """A loaded cluster program (`LaunchLibrary.program`); `run` is one asynchronous step on a stream."""
+
+    def __init__(self, library: LaunchLibrary, handle: int, plan: LaunchPlan) -> None:
+        self.library, self.handle, self.plan = library, handle, plan
+
+    def run(self, inputs: Sequence[int], outputs: Sequence[int], scratch: int, flag: int = 0, stream: int = 0) -> None:
+        """Every kernel in order, then the non-finite checks when `flag` (a device pointer) is given."""
+        if scratch == 0 and self.plan.scratch_bytes:
+            raise LaunchError(f"the program needs {self.plan.scratch_bytes} bytes of scratch")
+        lib = self.library.lib
+        self.library._check(
+            lib.sf_program_run(self.handle, _pointers(inputs), _pointers(outputs), scratch, flag, stream)
+        )
+
+    def close(self) -> None:
+        if self.handle:
+            self.library.lib.sf_program_destroy(self.handle)
+            self.handle = 0
+
+
+def _longs(values: Sequence[int]) -> Any:
+    return (ctypes.c_longlong * len(values))(*values)
+
+
+def _pointers(values: Sequence[int]) -> Any:
+    return (ctypes.c_void_p * max(len(values), 1))(*(value or None for value in values))

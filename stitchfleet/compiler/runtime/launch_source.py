@@ -16,10 +16,13 @@ Why these calls:
 - occupancy comes from `cuOccupancyMaxActiveBlocksPerMultiprocessor` for the compiled function
   (its real registers and shared memory), not from the planner's model.
 Every call returns the CUresult (0: success); `sf_last_error` names the failed call and the
-driver's message, per thread.
+driver's message, per thread. The program runner (a cluster's kernels in order, per-launch
+scratch, non-finite flags) follows in `launch_program_source`.
 """
 
-SOURCE = r"""
+from stitchfleet.compiler.runtime.launch_program_source import SOURCE as PROGRAM
+
+DRIVER = r"""
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -182,3 +185,5 @@ long long sf_coresident_grid(int blocks_per_sm, int sms) {
     return (long long)blocks_per_sm * (long long)sms;
 }
 """
+
+SOURCE = DRIVER + PROGRAM

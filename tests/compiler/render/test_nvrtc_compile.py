@@ -100,3 +100,14 @@ def test_a_missing_library_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(NvrtcError, match="cannot load NVRTC from"):
         nvrtc_module.load(tmp_path / "libnvrtc.so.12")
     assert find_nvrtc(tmp_path / "libnvrtc.so.12") is None
+
+
+def test_the_cache_is_keyed_by_source_and_arch(nvrtc: Nvrtc, tmp_path: Path) -> None:
+    cache = CubinCache(tmp_path)
+    source = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n'
+    hopper = nvrtc.compile(source, "sm_90", cache)
+    ampere = nvrtc.compile(source, "sm_80", cache)
+    assert hopper != ampere and len(list(tmp_path.iterdir())) == 2
+    nvrtc.compile(source.replace("2.0f", "3.0f"), "sm_90", cache)
+    assert len(list(tmp_path.iterdir())) == 3
+    assert nvrtc.compile(source, "sm_90", cache) == hopper and len(list(tmp_path.iterdir())) == 3
