@@ -19,6 +19,17 @@ of an output without reductions is factor x u. The allowance used to be factor x
 longest reduction anywhere in the cluster (786k elements on the BERT backward cluster: a 37%
 allowance, which let a 1% and a 30% scale through).
 
+Two legal float32 orders: TF's result is the native one, but TF does not run the graph as written:
+grappler, its graph optimizer, may regroup and fuse ops before they run. Where that meets
+cancellation, TF can be nearly exact while a kernel that follows the graph op by op is off by one
+rounding of a larger intermediate, scaled by the small result. Measured: a correct cluster of a
+Keras transformer (two adds: a residual and the attention output's bias) was reverted, and its
+fingerprint quarantined, at 9.4e-07 against 7.9e-07 allowed; the same run with grappler switched
+off passed, and the stitched result was bit-equal to the IR evaluated op by op in float32. So an
+output that misses the rule against TF's result is judged again with that evaluation (`evaluate`
+in float32, the order the graph states) as the native result, and passes if either holds. A faulty
+kernel is no closer to that evaluation than to TF's: the corpus's faults are caught as before.
+
 Fast path: when every stitched output is finite and within (factor - 1) / 2 units of roundoff
 of TF's own result (scaled like the rule: by |value| + floor), the rule holds whatever the
 reference is (|stitched - ref| <= |stitched - TF| + |TF - ref|), so the fp64 evaluation, which
@@ -78,20 +89,29 @@ def judge(
     close = _close_to_tf(outputs, stitched, original, factor)
     if close is not None:
         return close
+    names = [str(p.attrs["name"]) for p in graph.parameters]
+    given = {n: np.asarray(v) for n, v in zip(names, inputs, strict=True)}
     if reference is None:
-        names = [str(p.attrs["name"]) for p in graph.parameters]
-        given = {n: np.asarray(v) for n, v in zip(names, inputs, strict=True)}
         reference = evaluate(graph, given, "float64")
-    return judge_with_reference(graph, original, stitched, reference, factor)
+    in_order = evaluate(graph, given)  # the IR op by op in the outputs' own precision: another legal order
+    return judge_with_reference(graph, original, stitched, reference, factor, in_order=in_order)
 
 
 def judge_with_reference(
-    graph: Graph, original: Sequence[Any], stitched: Sequence[Any], reference: Mapping[str, Any], factor: float
+    graph: Graph,
+    original: Sequence[Any],
+    stitched: Sequence[Any],
+    reference: Mapping[str, Any],
+    factor: float,
+    *,
+    in_order: Mapping[str, Any] | None = None,
 ) -> Finding:
-    """The rule against the fp64 reference, with each output's summation allowance (no fast path)."""
+    """The rule against the fp64 reference, with each output's summation allowance (no fast path).
+    `in_order`: the cluster evaluated op by op in float32 on the same inputs, a second legal rounding
+    order the stitched result may be compared with (module docstring)."""
     outputs = [name for name, _ in graph.outputs]
     verdicts = {
-        name: check(got, want, reference[name], factor=factor, floor_ratio=FLOOR_RATIO)
+        name: _either_order(got, want, None if in_order is None else in_order[name], reference[name], factor)
         for name, got, want in zip(outputs, stitched, original, strict=True)
     }
     paths = reduction_paths(graph)
@@ -101,6 +121,19 @@ def judge_with_reference(
     }
     name, worst = max(verdicts.items(), key=lambda item: (not item[1].ok, item[1].compiled_error))
     return Finding(worst.ok, name, worst.compiled_error, worst.allowed, worst.reason)
+
+
+def _either_order(got: Any, tf_value: Any, in_order: Any, reference: Any, factor: float) -> Verdict:
+    """The rule with TF's result as the native one, or else with the IR's own float32 evaluation."""
+    verdict = check(got, tf_value, reference, factor=factor, floor_ratio=FLOOR_RATIO)
+    if verdict.ok or in_order is None or np.asarray(in_order).shape != np.asarray(tf_value).shape:
+        return verdict
+    if not np.issubdtype(np.asarray(tf_value).dtype, np.floating):
+        return verdict  # integers must equal TF's own, whatever the order
+    second = check(
+        got, np.asarray(in_order, dtype=np.asarray(tf_value).dtype), reference, factor=factor, floor_ratio=FLOOR_RATIO
+    )
+    return second if second.ok else verdict
 
 
 def _close_to_tf(

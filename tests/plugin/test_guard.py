@@ -83,3 +83,34 @@ def test_factor_one_accepts_only_identical_results_on_the_fast_path(no_fp64: Non
     assert guard.judge(graph, inputs, original, [o.copy() for o in original], 1.0).ok
     with pytest.raises(AssertionError, match="fp64 reference was computed"):
         guard.judge(graph, inputs, original, [np.nextafter(o, np.float32(np.inf)) for o in original], 1.0)
+
+
+def residual_with_bias() -> Graph:
+    b = GraphBuilder()
+    h, x = b.parameter("h", (32, 64)), b.parameter("x", (32, 64))
+    bias = b.parameter("bias", (1, 64))
+    b.output("out", b.add(h, b.add(x, bias)))
+    return b.build()
+
+
+def test_tf_regrouping_adds_does_not_make_a_correct_kernel_fail() -> None:
+    """Regression: grappler rewrites TF's graph before it runs; on a Keras transformer's residual add
+    after the attention output's bias, TF's result was nearly exact where `h` cancels `x + bias`, while
+    the graph's own order `h + (x + bias)` rounds the larger `x + bias` first. A kernel following the
+    graph was reverted as a mismatch (9.4e-07 > 7.9e-07). Here TF's result is the exact sum rounded
+    once, and the kernel's is numpy in the graph's order."""
+    graph = residual_with_bias()
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    bias = rng.standard_normal((1, 64)).astype(np.float32)
+    h = (-(x + bias) + 1e-3 * rng.standard_normal((32, 64))).astype(np.float32)
+    h[:, :32] = rng.standard_normal((32, 32))  # outputs of unit scale beside the cancelling ones
+    inputs = [h, x, bias]
+    regrouped = [(h.astype(np.float64) + x + bias).astype(np.float32)]  # TF: nearly exact
+    as_written = [h + (x + bias)]  # what the stitched kernel computed
+    reference = evaluate(graph, dict(zip(("h", "x", "bias"), inputs, strict=True)), "float64")
+    strict = guard.judge_with_reference(graph, regrouped, as_written, reference, 8.0)
+    assert not strict.ok  # the situation of the regression: against TF's order alone it fails
+    assert guard.judge(graph, inputs, regrouped, as_written, 8.0).ok
+    faulty = [as_written[0] * np.float32(1.01)]
+    assert not guard.judge(graph, inputs, regrouped, faulty, 8.0).ok
