@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -218,3 +219,30 @@ def test_random_chains_round_trip(ops: list[Op], rows: int, cols: int, dtype: st
     again = loads(dumps(graph))
     assert again == graph
     assert fingerprint(again) == fingerprint(graph)
+
+
+def test_a_graphs_fingerprint_is_computed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: extracting each cluster of a big graph recomputed the source's fingerprint (15 s of
+    a ResNet50 job's setup); the graph is immutable, so its digest is kept with it."""
+    from stitchfleet.compiler.ir import graph as graph_module
+    from stitchfleet.compiler.subgraph import extract
+
+    b = GraphBuilder()
+    x = b.parameter("x", (4, 8))
+    for k in range(6):
+        x = b.tanh(b.add(x, b.constant(float(k))))
+    b.output("y", x)
+    source = b.build()
+    calls = 0
+    structure = graph_module._structure
+
+    def counted(node: Any) -> list[object]:
+        nonlocal calls
+        calls += 1
+        return structure(node)
+
+    monkeypatch.setattr(graph_module, "_structure", counted)
+    parts = [extract(source, [n.id for n in source.nodes if n.op is not Op.PARAMETER][k : k + 2]) for k in range(4)]
+    assert calls == len(source.nodes)  # the source's digest, once, for four extractions
+    assert len({p.metadata["source_fingerprint"] for p in parts}) == 1
+    assert fingerprint(source) == parts[0].metadata["source_fingerprint"]
