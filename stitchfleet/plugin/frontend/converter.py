@@ -205,6 +205,12 @@ class _Walk:
             return "dynamic shape"
         if kind in COMPUTE_INTENSIVE:
             return "compute-intensive"
+        hidden = [t.op.name for t in site.op.inputs if not t.graph.is_fetchable(t.op)]
+        if hidden:
+            # A stitched cluster's inputs are fetched on check steps: an op reading an output TF does not
+            # let a run fetch (a cond_v2 `If`: the global-step read MonitoredTrainingSession adds) stays
+            # with TF. Regression: it joined an attention cluster and failed the job's first check step.
+            return f"reads {hidden[0]}, whose outputs TF does not let a run fetch"
         if kind in ALIASES:
             return None if all(_has_value(self.low, a) for a in site.args) else "an operand has no IR value"
         return None if kind in RULES else f"unsupported op {kind}"
