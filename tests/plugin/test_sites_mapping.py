@@ -21,6 +21,7 @@ from stitchfleet.compiler.plan import StitchPlan, plan_cluster
 from stitchfleet.compiler.subgraph import extract
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.frontend.converter import convert
+from stitchfleet.plugin.interior import UNREAD_KEY
 from stitchfleet.plugin.kernels import ClusterKernel
 from stitchfleet.plugin.rewrite import Installed, rewire
 from stitchfleet.plugin.sites import Site, UnmappableError, map_cluster
@@ -186,19 +187,32 @@ def test_bf16_cluster_is_still_refused() -> None:
         map_cluster(graph, conversion, 0, cluster, plan)
 
 
-def test_stateful_op_between_inputs_and_outputs_is_still_refused() -> None:
+def test_a_stateful_value_the_ir_does_not_read_becomes_an_unread_input() -> None:
+    """ZerosLike reads a random draw for its shape only: the IR's splat does not read it, TF's op does.
+    Before, the walk went on into the draw and refused the cluster ("reaches RandomUniform op"); now the
+    draw's value is an input of the stitched op (a PARAMETER nothing reads), so it runs after the draw as
+    TF's ZerosLike does, and the draw itself stays outside, run once per step as before."""
+
     def build() -> None:
         x = P(tf.float32, [4, 8], name="x")
         noise = tf.random.uniform([4, 8], name="noise")
-        tf.add(tf.tanh(x), tf.raw_ops.ZerosLike(x=noise), name="y")  # the IR's splat hides TF's read of noise
+        tf.add(tf.tanh(x), tf.raw_ops.ZerosLike(x=noise), name="y")
 
     graph, conversion = _convert(build)
     cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
-    with pytest.raises(UnmappableError, match="reaches RandomUniform op 'noise/RandomUniform'"):
-        map_cluster(graph, conversion, 0, cluster, plan)
+    draw = graph.get_operation_by_name("ZerosLike").inputs[0]
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert [t.name for t in site.inputs] == ["x:0", draw.name] and site.graph.metadata.get(UNREAD_KEY) == 1
+    unread = site.graph.parameters[-1]
+    assert not site.graph.consumers[unread.id] and unread.shape == (4, 8)
+    assert "ZerosLike" in site.internal_names and not any(op.op_def.is_stateful for op in site.internal)
+    assert site.plan is not None and site.plan is not plan  # the graph changed: planned again
+    _assert_computes_tf(graph, site)
 
 
-def test_control_flow_between_inputs_and_outputs_is_still_refused() -> None:
+def test_a_cond_the_ir_does_not_read_becomes_an_unread_input() -> None:
+    """The same for a cond's result: TF computes it outside the cluster, the stitched op waits for it."""
+
     def build() -> None:
         x = P(tf.float32, [4, 8], name="x")
         flag = P(tf.bool, [], name="flag")
@@ -207,8 +221,10 @@ def test_control_flow_between_inputs_and_outputs_is_still_refused() -> None:
 
     graph, conversion = _convert(build)
     cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
-    with pytest.raises(UnmappableError, match=r"reaches (StatelessIf|If|Merge) op"):
-        map_cluster(graph, conversion, 0, cluster, plan)
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    branch = graph.get_operation_by_name("ZerosLike").inputs[0]
+    assert site.inputs[-1] is branch and site.graph.metadata.get(UNREAD_KEY) == 1
+    assert branch.op.name not in site.internal_names
 
 
 def _delayed(compute: Callable[[Any], Any]) -> Callable[[], None]:
@@ -247,14 +263,19 @@ def test_a_stateless_input_that_waits_for_the_cluster_only_loses_its_ordering_ed
     assert graph.get_operation_by_name("mul/y").control_inputs == []
 
 
-def test_a_stateful_input_that_waits_for_the_cluster_still_closes_a_cycle() -> None:
+def test_a_stateful_input_that_waits_for_the_cluster_leaves_what_reads_it_out() -> None:
     """A random draw that TF orders after t through its shape constant, and that does not read the
     cluster's results: that edge stays (moved onto the stitched op it would make the op wait for
-    itself through the draw), and the draw cannot join the cluster: refused."""
+    itself through the draw), and the draw cannot join the cluster. Before, the cluster was refused;
+    now what reads the draw (y) leaves it (`_shed`), and t and exp(t) stay a cluster the draw waits for."""
     graph, conversion = _convert(_delayed(lambda x: x * tf.random.uniform([4, 8], seed=1)))
     cluster, plan = _cluster(conversion, _without_m(conversion))
-    with pytest.raises(UnmappableError, match=r"a cycle: outside TF op '[\w/]+' waits for its ops"):
-        map_cluster(graph, conversion, 0, cluster, plan)
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert "y" not in site.internal_names and {"t", "Exp"} <= site.internal_names
+    assert [t.name for t in site.inputs] == ["x:0"]
+    # the draw's shape constant waits for t: that edge moves onto the stitched op (the draw runs after it)
+    assert [op.name for op in site.control_readers] == ["random_uniform/shape"]
+    _assert_computes_tf(graph, site)
 
 
 def test_overlapping_clusters_rewire_in_either_order() -> None:
