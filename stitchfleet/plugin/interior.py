@@ -121,7 +121,9 @@ def with_unread(graph: Graph, tensors: list[Any]) -> Graph:
     for tensor in tensors:
         dtype, shape = ir_dtype(tensor.dtype), input_shape(tensor)
         if dtype is None or shape is None:
-            raise UnmappableError(f"{tensor.name} ({tensor.dtype.name}, shape {tensor.shape}) cannot be a cluster input")
+            raise UnmappableError(
+                f"{tensor.name} ({tensor.dtype.name}, shape {tensor.shape}) cannot be a cluster input"
+            )
         name = _unique(tensor.name, taken)
         nodes.append(Node(len(nodes), Op.PARAMETER, (), shape, dtype, name, Attrs(name=name)))
     metadata = {**graph.metadata, UNREAD_KEY: len(tensors)}

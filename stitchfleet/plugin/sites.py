@@ -35,10 +35,12 @@ from stitchfleet.compiler.ir import DType, Graph, IRError
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.scope import boundary_reason
 from stitchfleet.compiler.subgraph import extract
+from stitchfleet.plugin import interior
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.granularity import RegroupError, cyclic, downstream, hull, regroup
-from stitchfleet.plugin.interior import UnmappableError, computed_by, walk, with_unread
+from stitchfleet.plugin.interior import computed_by, walk, with_unread
 
+UnmappableError = interior.UnmappableError  # what `map_cluster` raises (defined beside the walk that raises it too)
 MAX_ABSORPTIONS = 16  # rounds of inputs closing a cycle pulled into the cluster
 FOLDS_SHAPES = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs"})
 

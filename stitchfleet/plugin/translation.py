@@ -142,7 +142,7 @@ def isolated(graph: Any, site: Site) -> Any:
 def _derived(site: Site) -> dict[int, Any]:
     """The unread inputs (`interior.UNREAD_KEY`) with a stateless producer, by input position: the
     isolated graph computes them (a variable read, which the TF ops ignore, stays a random placeholder)."""
-    count = int(site.graph.metadata.get(UNREAD_KEY, 0) or 0)
+    count = site.graph.metadata.get_int(UNREAD_KEY) if UNREAD_KEY in site.graph.metadata else 0
     first = len(site.inputs) - count
     found: dict[int, Any] = {}
     for k in range(first, len(site.inputs)):
