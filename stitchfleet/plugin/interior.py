@@ -28,11 +28,13 @@ from typing import Any
 from stitchfleet.compiler.ir import Graph, IRError, Node, Op
 from stitchfleet.compiler.ir.attrs import Attrs
 from stitchfleet.plugin.frontend import Conversion
-from stitchfleet.plugin.frontend.batchnorm import UNBOUND_RANKS
+from stitchfleet.plugin.frontend.batchnorm import FORWARD, RESERVE_OUTPUTS, UNBOUND_RANKS
 from stitchfleet.plugin.frontend.converter import CONTROL_FLOW, FEEDABLE, ir_dtype
+from stitchfleet.plugin.placement import device_fields
 
 MAX_OPS = 5000
 UNREAD_KEY = "unread_inputs"  # cluster graph metadata: how many trailing PARAMETERs nothing reads
+DEVICE_SPECIFIC = dict.fromkeys(FORWARD, frozenset(RESERVE_OUTPUTS))  # outputs whose content TF's GPU kernel differs in
 
 
 class UnmappableError(ValueError):
@@ -140,3 +142,20 @@ def _unique(name: str, taken: set[str]) -> str:
         candidate = f"{name}_{suffix}"
     taken.add(candidate)
     return candidate
+
+
+def check_device_specific(outputs: list[Any], gpu_visible: Callable[[], bool]) -> None:
+    """UnmappableError when the cluster would hand an outside op a batch-norm reserve space on a GPU.
+
+    The IR computes the reserve spaces as TF's CPU kernel does (batch mean, biased variance); on a GPU
+    TF's forward keeps cuDNN's (an inverse standard deviation) and TF's gradient reads them as such, so
+    stitched values there would be silently wrong. On the CPU they are exactly TF's.
+    """
+    for tensor in outputs:
+        if tensor.value_index not in DEVICE_SPECIFIC.get(tensor.op.type, ()):
+            continue
+        if device_fields(tensor.op.device, gpu_visible())["device"].startswith("GPU"):
+            raise UnmappableError(
+                f"outputs {tensor.name}, a batch-norm reserve space: on a GPU TF's gradient reads cuDNN's "
+                "content there (an inverse standard deviation), not the IR's variance"
+            )

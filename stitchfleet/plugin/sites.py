@@ -35,7 +35,7 @@ from stitchfleet.compiler.ir import DType, Graph, IRError
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.scope import boundary_reason
 from stitchfleet.compiler.subgraph import extract
-from stitchfleet.plugin import interior
+from stitchfleet.plugin import interior, placement
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.granularity import RegroupError, cyclic, downstream, hull, regroup
 from stitchfleet.plugin.interior import computed_by, walk, with_unread
@@ -348,6 +348,7 @@ def map_cluster(
             members = _shed(conversion, members, found)
         site = _mapped(tf_graph, conversion, index, graph, members)
     check_acyclic(site)
+    interior.check_device_specific(site.outputs, placement.gpu_visible)
     site.plan = _plan(site, graph, plan)
     return site
 

@@ -21,7 +21,7 @@ from stitchfleet.compiler.pipeline import Options, compile_graph
 from stitchfleet.compiler.plan import plan_cluster
 from stitchfleet.compiler.runtime.cpu import compile_cluster
 from stitchfleet.plugin.frontend.converter import convert
-from stitchfleet.plugin.interior import UNREAD_KEY, UnmappableError, input_shape, with_unread
+from stitchfleet.plugin.interior import UNREAD_KEY, UnmappableError, check_device_specific, input_shape, with_unread
 from stitchfleet.plugin.sites import Site, StepOps, map_cluster
 from stitchfleet.plugin.translation import CONTEXT, check_sites, isolated
 from tests.plugin.site_harness import CACHE
@@ -141,3 +141,30 @@ def test_reserve_spaces_fed_at_random_would_fail_the_check(monkeypatch: pytest.M
     monkeypatch.setattr(translation, "_derived", lambda site: {})
     refused = check_sites(graph, [backward], 8.0)
     assert list(refused) == [backward.index] and "translation differs from TF" in refused[backward.index]
+
+
+@pytest.mark.parametrize(
+    ("device", "gpu", "refused"),
+    [("/device:GPU:0", False, True), ("", True, True), ("", False, False), ("/cpu:0", True, False)],
+)
+def test_a_reserve_space_output_is_refused_where_tf_runs_batch_norm_on_a_gpu(
+    device: str, gpu: bool, refused: bool
+) -> None:
+    """On a GPU TF's reserve space 2 is cuDNN's inverse standard deviation, which TF's gradient reads: a
+    stitched variance there would be silently wrong (no GPU here: the op's device string decides)."""
+    graph = tf.Graph()
+    with graph.as_default(), tf.device(device):
+        fused = tf.raw_ops.FusedBatchNormV3(
+            x=P(tf.float32, [2, 3, 3, 4]),
+            scale=P(tf.float32, [4]),
+            offset=P(tf.float32, [4]),
+            mean=P(tf.float32, [4]),
+            variance=P(tf.float32, [4]),
+            is_training=True,
+        )
+    check_device_specific([fused[0], fused[1]], lambda: gpu)  # y and the running mean: the same everywhere
+    if refused:
+        with pytest.raises(UnmappableError, match="batch-norm reserve space"):
+            check_device_specific([fused[0], fused[4]], lambda: gpu)
+    else:
+        check_device_specific([fused[0], fused[4]], lambda: gpu)
