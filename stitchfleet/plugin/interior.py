@@ -159,3 +159,45 @@ def check_device_specific(outputs: list[Any], gpu_visible: Callable[[], bool]) -
                 f"outputs {tensor.name}, a batch-norm reserve space: on a GPU TF's gradient reads cuDNN's "
                 "content there (an inverse standard deviation), not the IR's variance"
             )
+
+
+def writes_read_state(late: list[Any], inputs: list[Any]) -> bool:
+    """Whether a stateful op of `late` writes a resource (a variable) that an op upstream of the cluster's
+    `inputs` reads, while nothing but the control edge being dropped orders it after that read.
+
+    `late`: the stateful ops that would no longer wait for the cluster once a stateless op's control
+    edge to it is dropped. TF's gradient code gates an op's gradients (`tuple`'s group_deps) and so
+    orders whole parts of the backward pass after a cluster; the values they compute never depend on
+    that edge, only the order of reads and writes of state does: a write must stay after the reads
+    the cluster's inputs come from, unless it reads (through data) what those reads produced anyway.
+    """
+    written = {s.name: _handles(s) for s in late}
+    every = set().union(*written.values()) if written else set()
+    if not every:
+        return False
+    reads = [op for op in _upward([t.op for t in inputs], control=True) if _handles(op) & every]
+    late_names = set(written)
+    for writer in late:
+        before = {r.name for r in reads if r.name not in late_names and _handles(r) & written[writer.name]}
+        if before and not before <= {op.name for op in _upward([writer], control=False)}:
+            return True
+    return False
+
+
+def _handles(op: Any) -> set[str]:
+    """The resource tensors (variable handles) an op takes."""
+    return {t.name for t in op.inputs if t.dtype.name == "resource"}
+
+
+def _upward(roots: list[Any], control: bool) -> list[Any]:
+    """`roots` and every op they depend on, through data edges (and control edges with `control`)."""
+    seen: dict[str, Any] = {}
+    stack = list(roots)
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen[op.name] = op
+        stack += [t.op for t in op.inputs]
+        stack += list(op.control_inputs) if control else []
+    return list(seen.values())
