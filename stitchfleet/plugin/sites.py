@@ -18,9 +18,10 @@ an extra cluster output. An outside tensor that the cluster's TF ops read where 
 the cluster clones (Unpack's other slices): the original op keeps running for it. A stateless
 outside op that waits (control edge) for the cluster's ops only for ordering loses that edge;
 an input whose stateful TF op waits for them would close a cycle once that edge moves onto
-the stitched op: its op joins the cluster when the IR allows it. Cycles through outside ops
-that remain, and outside values that cannot be inputs (no IR type, no static shape), are
-refused with their reason.
+the stitched op: its op joins the cluster when the IR allows it, else the members reading it
+leave the cluster (a remote-stitched region that TF orders after the rest). Cycles through
+outside ops that remain, outside values that cannot be inputs (no IR type, no known rank) and
+batch-norm reserve spaces handed to TF's ops on a GPU are refused with their reason.
 """
 
 from __future__ import annotations
