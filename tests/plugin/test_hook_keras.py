@@ -3,8 +3,9 @@ backward, and it trains as without the plugin.
 
 Conv2D + BatchNormalization (training mode) + ReLU6, global pooling and a Dense head, the global step,
 MonitoredSession; built from Keras layers (the moving averages update through `layer.updates`) or from
-tf.compat.v1.layers (through UPDATE_OPS), the updates run as control dependencies of the train op. Every cluster of the step is mapped and installed (batch norm's clusters read the
-moving statistics' variables: `plugin.interior`), the translation check passes for each, and every
+tf.compat.v1.layers (through UPDATE_OPS), the updates run as control dependencies of the train op.
+Every cluster of the step is mapped and installed (batch norm's clusters read the moving
+statistics' variables: `plugin.interior`), the translation check passes for each, and every
 one runs switched on (the harness' settings: no probes, so all clusters are on after warmup and
 baseline); the losses and the moving mean/variance are compared with a run without the plugin.
 """
