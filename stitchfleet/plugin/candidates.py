@@ -41,12 +41,43 @@ class Candidates:
 
 def _left_to_tf(site: Site, path: frozenset[str], where: placement.Route) -> str | None:
     """Why a mapped cluster stays with TF before any rewrite: its placement (no backend for its device,
-    or it spans devices: `placement.route`), or off the training path."""
+    or it spans devices: `placement.route`), off the training path, or a TF fault in its fallback."""
     if where.backend is None:
         return where.reason
     if not any(op.name in path for op in site.internal):
         return "not on the training path (no variable update depends on it): evals and metrics run it as written"
+    return fallback_hazard(site.internal, onednn=where.backend == "cpu" and _onednn())
+
+
+# Activations grappler's remapper fuses into a FusedBatchNorm on oneDNN CPUs (Relu6 measured fine).
+FUSED_ACTIVATIONS = frozenset({"Relu", "Elu", "LeakyRelu"})
+
+
+def fallback_hazard(ops: Any, *, onednn: bool) -> str | None:
+    """Why the cluster's TF ops cannot run as a graph function here, or None. On a oneDNN build (TF's
+    default on x86 CPUs), grappler fuses a FusedBatchNorm whose output 0 feeds only a Relu inside a
+    function into one op that then fails every call ("Missing 0-th output from FusedBatchNormV3"):
+    every Keras CNN job (ResNet50, Xception, DenseNet121, NASNetMobile) failed its first twin step and
+    reverted. The same ops in the user's graph, where the batch statistics are also read, run fine."""
+    if not onednn:
+        return None
+    for op in ops:
+        if not op.type.startswith("FusedBatchNorm") or "Grad" in op.type:
+            continue
+        readers = op.outputs[0].consumers()
+        if len(readers) == 1 and readers[0].type in FUSED_ACTIVATIONS:
+            why = f"{op.type} {op.name!r} feeds only a {readers[0].type}"
+            return f"left to TF: {why}, which TF's oneDNN remapper breaks inside the fallback function"
     return None
+
+
+def _onednn() -> bool:
+    """Whether this TF runs with oneDNN's graph rewrites (TF_ENABLE_ONEDNN_OPTS, on by default on x86)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:
+        return False
+    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def _mapped(
