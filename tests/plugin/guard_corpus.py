@@ -4,10 +4,11 @@ Each fault turns a correct stitched result into a wrong one the way a kernel bug
 outputs (a 1% scale, a bias of 1% of the RMS, one element doubled, one row zeroed, every element
 read one place off), in the kernel's loads (one element of the input of the cluster's longest
 reduction never read: a term dropped from a long sum), or in the compiled graph (every small
-constant of the cluster 100x: a wrong epsilon in a normalisation). The kernel under test is the
+constant of the cluster 100x: a wrong epsilon in a normalisation; a vector broadcast read along
+the wrong output axis). The kernel under test is the
 real cpu backend; "TF's result" is numpy's unfused float32 evaluation, the reference float64.
 A fault that leaves an output unchanged (a zero scaled, a constant row rolled) is counted as not
-applicable, never as caught. Wrong broadcast axes are not in the corpus (see benchmarks/README.md).
+applicable, never as caught.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
-from stitchfleet.compiler.ir import Attrs, Graph, Op, load
+from stitchfleet.compiler.ir import Attrs, Graph, Node, Op, load
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster
 from stitchfleet.compiler.runtime.cpu import CpuBackend, CpuOptions
 from stitchfleet.compiler.tolerance import error_floor, roundoff, scaled_error
@@ -32,7 +33,7 @@ MODELS = ("bert_encoder", "transformer_block", "dien_attention_gru", "crnn_head"
 FACTOR = 8.0
 Array = np.ndarray[Any, Any]
 OUTPUT_FAULTS = ("scale_1pct", "bias_1pct_rms", "element_doubled", "row_zeroed", "off_by_one")
-FAULTS = (*OUTPUT_FAULTS, "term_dropped", "wrong_epsilon")
+FAULTS = (*OUTPUT_FAULTS, "term_dropped", "wrong_epsilon", "wrong_broadcast_axis")
 
 
 @dataclass
@@ -178,6 +179,45 @@ def wrong_epsilon(graph: Graph) -> Graph | None:
     return dataclasses.replace(graph, nodes=tuple(nodes)) if changed else None
 
 
+def wrong_broadcast_axis(graph: Graph) -> Graph | None:
+    """The first BROADCAST of a vector (a bias, a scale, a mask row) reads it along another output axis,
+    as a kernel indexing it with the wrong loop variable would: element [.., i, .., j, ..] gets
+    x[i mod k] instead of x[j]. A same-length axis is a pure mix-up; a different length wraps (the
+    vector tiled, then cut to that axis). The output shape is unchanged; None without such a BROADCAST."""
+    for position, node in enumerate(graph.nodes):
+        if node.op is not Op.BROADCAST or len(graph.node(node.inputs[0]).shape) != 1:
+            continue
+        (axis,), length = node.attrs.get_ints("dims"), graph.node(node.inputs[0]).shape[0]
+        others = [b for b, size in enumerate(node.shape) if b != axis and size > 1]
+        if length > 1 and others:
+            return _spread_along(graph, position, others[0])
+    return None
+
+
+def _spread_along(graph: Graph, position: int, axis: int) -> Graph:
+    """`graph` with the vector BROADCAST at `position` spread along output `axis` (tiled to its length)."""
+    node = graph.node(position)
+    source = graph.node(node.inputs[0])
+    length, target = source.shape[0], node.shape[axis]
+    made: list[Node] = []
+
+    def add(op: Op, inputs: tuple[int, ...], shape: tuple[int, ...], attrs: dict[str, object]) -> int:
+        made.append(Node(position + len(made), op, inputs, shape, source.dtype, f"{node.name}_wrong", Attrs(attrs)))
+        return made[-1].id
+
+    copies = -(-target // length)
+    tiled = add(Op.CONCAT, (source.id,) * copies, (length * copies,), {"axis": 0}) if copies > 1 else source.id
+    cut = add(Op.SLICE, (tiled,), (target,), {"begin": (0,), "end": (target,), "strides": (1,)})
+    shift = len(made)
+    moved = [
+        dataclasses.replace(n, id=n.id + shift, inputs=tuple(i + shift if i >= position else i for i in n.inputs))
+        for n in graph.nodes[position:]
+    ]
+    moved[0] = dataclasses.replace(moved[0], inputs=(cut,), attrs=Attrs({**dict(node.attrs), "dims": (axis,)}))
+    outputs = {name: i + shift if i >= position else i for name, i in graph.outputs}
+    return Graph.create([*graph.nodes[:position], *made, *moved], outputs, dict(graph.metadata))
+
+
 @dataclass
 class Record:
     """Caught / applicable per fault kind, the faults below fp32 noise, and where a fault was missed."""
@@ -223,6 +263,10 @@ def run_corpus(cluster: Cluster, cache: Path, record: Record, seed: int = 0) -> 
     if mutated is not None:
         faulty = compile_cluster(mutated, cache, cluster.name).run(step.inputs)
         record.add("wrong_epsilon", cluster.name, effect(clean, faulty), judge(cluster, step, faulty))
+    spread = wrong_broadcast_axis(cluster.graph)
+    if spread is not None:
+        faulty = compile_cluster(spread, cache, cluster.name).run(step.inputs)
+        record.add("wrong_broadcast_axis", cluster.name, effect(clean, faulty), judge(cluster, step, faulty))
 
 
 def clean_ratio(cluster: Cluster, seed: int) -> float:
