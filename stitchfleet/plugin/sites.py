@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy.typing as npt
 
-from stitchfleet.compiler.ir import DType, Graph, IRError
+from stitchfleet.compiler.ir import DType, Graph, IRError, Op
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.scope import boundary_reason
 from stitchfleet.compiler.subgraph import extract
@@ -324,7 +324,8 @@ def _shed(conversion: Conversion, members: frozenset[int], found: list[Closure])
     source = conversion.graph
     nodes = {conversion.tensors.get(c.tensor.name) for c in found}
     dropped = downstream(source, {n for n in nodes if n is not None}, members)
-    kept = members - dropped
+    # constants are shared with outside ops (a 6.0 of two ReLU6s): paths through them are no cycles
+    kept = frozenset(n for n in members - dropped if source.node(n).op is not Op.CONSTANT)
     if not dropped or cyclic(source, kept):
         raise UnmappableError(found[0].reason)
     try:

@@ -109,12 +109,14 @@ def _downstream(graph: Any, seeds: Iterable[Any]) -> set[str]:
         stack = [graph.get_operation_by_name(name) for name in extra]
 
 
-def _copy_def(graph: Any, members: set[str]) -> tuple[Any, dict[str, Any], dict[str, list[bytes]]]:
-    """The members as a GraphDef, what their inputs from shared ops map to, and colocations with shared ops."""
+def _copy_def(graph: Any, members: set[str]) -> tuple[Any, dict[str, Any], dict[str, list[bytes]], dict[str, Any]]:
+    """The members as a GraphDef, what their inputs from shared ops map to, colocations with shared ops,
+    and the shared ops each member waits for (control edges, set on the copy after import)."""
     graph_def = graph_pb2.GraphDef()
     graph_def.versions.CopyFrom(graph.graph_def_versions)
     input_map: dict[str, Any] = {}
     colocated: dict[str, list[bytes]] = {}
+    waiting: dict[str, Any] = {}
     for op in graph.get_operations():
         if op.name not in members:
             continue
@@ -127,13 +129,9 @@ def _copy_def(graph: Any, members: set[str]) -> tuple[Any, dict[str, Any], dict[
             kept = [text for text in node.input if text not in waits]
             del node.input[:]
             node.input.extend(kept)
-            input_map[f"^{op.name}"] = [graph.get_operation_by_name(text[1:]) for text in waits]
+            waiting[op.name] = [graph.get_operation_by_name(text[1:]) for text in waits]
         for text in node.input:
-            if _name(text) in members:
-                continue
-            if text.startswith("^"):
-                continue
-            else:
+            if _name(text) not in members and not text.startswith("^"):
                 key = text if ":" in text else f"{text}:0"
                 input_map[key] = graph.get_tensor_by_name(key)
         if COLOCATION in node.attr:
@@ -147,7 +145,7 @@ def _copy_def(graph: Any, members: set[str]) -> tuple[Any, dict[str, Any], dict[
                 node.attr[COLOCATION].list.s.extend(inside)
                 if not inside:
                     del node.attr[COLOCATION]
-    return graph_def, input_map, colocated
+    return graph_def, input_map, colocated, waiting
 
 
 class Twin:
@@ -291,11 +289,10 @@ def build(graph: Any, sites: Sequence[Site]) -> Twin:
     members = _downstream(graph, [op for site in sites for op in site.internal])
     if not members:
         raise TwinError("no op depends on a cluster")
-    graph_def, input_map, colocated = _copy_def(graph, members)
-    waits = {key[1:]: input_map.pop(key) for key in [k for k in input_map if k.startswith("^")]}
+    graph_def, input_map, colocated, waiting = _copy_def(graph, members)
     with graph.as_default():
         tf.graph_util.import_graph_def(graph_def, input_map=input_map, name=PREFIX)
-    for name, shared in waits.items():
+    for name, shared in waiting.items():
         graph.get_operation_by_name(f"{PREFIX}/{name}")._add_control_inputs(shared)
     for name, outside in colocated.items():
         copy = graph.get_operation_by_name(f"{PREFIX}/{name}")

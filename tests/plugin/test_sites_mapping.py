@@ -381,3 +381,26 @@ def test_second_cluster_closing_a_cycle_through_the_first_is_left_off() -> None:
     for a, b in zip(on, off, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     assert [k.calls for k in kernels] == [0, 0, 1]
+
+
+def test_shedding_ignores_paths_through_constants_shared_with_outside_ops() -> None:
+    """Regression (MobileNetV2): the frontend keeps one IR node for ReLU6's 6.0; a path from it through an
+    outside ReLU6 and a MatMul back into the cluster is no cycle, yet it made `_shed` refuse."""
+
+    def build() -> None:
+        x = P(tf.float32, [4, 4], name="x")
+        v = tf.Variable(tf.ones([4, 4]), name="v")
+        t = tf.tanh(x, name="t")
+        ones = tf.ones([4, 4])
+        with tf.control_dependencies([t]):
+            bump = tf.raw_ops.AssignAddVariableOp(resource=v.handle, value=ones, name="bump")
+        with tf.control_dependencies([bump]):
+            read = v.read_value()
+        q = tf.add(tf.exp(tf.nn.relu6(t)), tf.matmul(tf.nn.relu6(x), x), name="q")  # 6.0 in and out
+        tf.multiply(q, tf.multiply(x, read, name="m"), name="y")
+
+    graph, conversion = _convert(build)
+    cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert {"t", "q"} <= site.internal_names and not {"m", "y"} & site.internal_names
+    assert [op.name for op in site.control_readers] == ["bump"]
