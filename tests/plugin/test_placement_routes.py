@@ -183,7 +183,7 @@ def test_cpu_pinned_clusters_are_stitched_and_gpu_ones_are_not(tmp_path: Path) -
 def test_with_a_runnable_gpu_op_gpu_clusters_are_compiled_for_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stitchfleet.compiler.runtime.nvrtc import find_nvrtc
+    from stitchfleet.compiler.targets.cuda.nvrtc import find_nvrtc
     from stitchfleet.plugin import candidates, placement
 
     if find_nvrtc() is None:
