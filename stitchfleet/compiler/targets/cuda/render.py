@@ -3,17 +3,18 @@
 Input: a verified `Kernel`. Output: `CudaKernel`: the source (`extern "C"` entry named
 like the kernel, prelude included), the parameter order the launcher passes device
 pointers in, and what the launch needs (grid barrier counter, dynamic shared memory).
-Pure string generation: no CUDA toolkit or pycuda needed.
+Pure string generation: no CUDA toolkit or pycuda needed. The kernel head (names, parameters,
+launch bounds, index variables) and `CudaKernel` are in signature.py.
 
-- Variables are declared at the top of their scope (cuda_scope), loop counters in
+- Variables are declared at the top of their scope (scope.py), loop counters in
   their `for` header. Inputs are `const T* __restrict__` (every buffer is its own
   allocation, so they never alias), the others `T* __restrict__`.
 - Element-wise stride loops whose accesses are provably contiguous and aligned read
-  and write whole vectors (cuda_vector); the rest is scalar.
+  and write whole vectors (vector.py); the rest is scalar.
 - Warp shuffles use the mask of the lanes that are really there: all 32 at
   warp-uniform control flow, `__ballot_sync` of the branch condition under a
   lane-divergent `if`. A shuffle in a loop with lane-divergent bounds is refused.
-- Shared memory (cuda_shared): static arrays, arena views as typed pointers into one
+- Shared memory (shared.py): static arrays, arena views as typed pointers into one
   byte array; beyond 48 KiB one `extern __shared__` array carved into the buffers,
   whose size the launcher passes and raises the function's limit to.
 - `GridSync` -> `sf_grid_sync(sf_grid_counter)`, a hand-written barrier (see the
@@ -28,94 +29,30 @@ from dataclasses import dataclass, field
 
 from stitchfleet.compiler.ir.types import DType, Op
 from stitchfleet.compiler.kernel import ir
-from stitchfleet.compiler.kernel.uniformity import sub_exprs
 from stitchfleet.compiler.kernel.verify import verify
 from stitchfleet.compiler.targets.cuda.expr import (
     C_TYPE,
-    SPECIAL_NAME,
-    SPECIAL_VALUE,
     ExprRenderer,
     RenderError,
 )
 from stitchfleet.compiler.targets.cuda.prelude import PRELUDE
 from stitchfleet.compiler.targets.cuda.scope import BlockId, Declarations, children, declarations, stmt_exprs
 from stitchfleet.compiler.targets.cuda.shared import shared_lines
+from stitchfleet.compiler.targets.cuda.signature import (
+    GRID_COUNTER,
+    CudaKernel,
+    check_names,
+    has_grid_sync,
+    launch_bounds,
+    param,
+    specials,
+    statements,
+)
 from stitchfleet.compiler.targets.cuda.vector import VARIANT, KernelFacts, VectorPlan, plan_vector
 
-REGISTERS_PER_SM = 64 * 1024
-MAX_THREADS_PER_SM = 2048  # sm_80 and sm_90 (sm_75/sm_86/sm_89 hold fewer: ptxas then ignores the minimum)
-GRID_COUNTER = "sf_grid_counter"
 FULL_MASK = "0xffffffffu"
 _ATOMIC = {Op.ADD: "sf_atomic_add", Op.MAXIMUM: "sf_atomic_max", Op.MINIMUM: "sf_atomic_min"}
 _INDENT = "  "
-_RESERVED = frozenset(
-    [
-        "auto",
-        "bool",
-        "break",
-        "case",
-        "char",
-        "const",
-        "continue",
-        "default",
-        "do",
-        "double",
-        "else",
-        "enum",
-        "extern",
-        "float",
-        "for",
-        "goto",
-        "if",
-        "int",
-        "long",
-        "register",
-        "return",
-        "short",
-        "signed",
-        "sizeof",
-        "static",
-        "struct",
-        "switch",
-        "typedef",
-        "union",
-        "unsigned",
-        "void",
-        "volatile",
-        "while",
-        "class",
-        "delete",
-        "new",
-        "operator",
-        "private",
-        "protected",
-        "public",
-        "template",
-        "this",
-        "throw",
-        "try",
-        "typename",
-        "virtual",
-        "namespace",
-        "using",
-        "true",
-        "false",
-        "nullptr",
-    ]
-)
-
-
-@dataclass(frozen=True)
-class CudaKernel:
-    """A rendered kernel and how to launch it."""
-
-    name: str
-    source: str
-    params: tuple[ir.Buffer, ...]
-    launch: ir.Launch
-    grid_barrier: bool
-    dynamic_smem_bytes: int
-    vector_loops: int
 
 
 @dataclass
@@ -135,24 +72,6 @@ class _Where:
     mask: str
     uniform: frozenset[ir.Special]
     exprs: ExprRenderer
-
-
-def _check_names(kernel: ir.Kernel) -> None:
-    names = [kernel.name, *(b.name for b in kernel.params), *(s.name for s in kernel.shared)]
-    names += [v.name for v in _all_vars(kernel.body)]
-    for name in names:
-        if name in _RESERVED or name.startswith("sf_") or name.startswith("__"):
-            raise RenderError(f"kernel {kernel.name!r}: name {name!r} is reserved in the rendered CUDA C")
-
-
-def _all_vars(body: tuple[ir.Stmt, ...]) -> list[ir.Var]:
-    found: list[ir.Var] = []
-    for stmt in body:
-        if isinstance(stmt, ir.Assign | ir.Shuffle | ir.For):
-            found.append(stmt.var)
-        for _, inner in children(stmt):
-            found += _all_vars(inner)
-    return found
 
 
 def _emit(state: _State, where: _Where, text: str) -> None:
@@ -279,7 +198,7 @@ def _vector_for(state: _State, stmt: ir.For, i: int, where: _Where, plan: Vector
 def _lane_needs_index(loop: ir.For, plan: VectorPlan) -> bool:
     """Whether the loop body uses its counter other than as the index of a vector access."""
     vector = {b.name for b in plan.loads + plan.stores}
-    for stmt in _statements(loop.body):
+    for stmt in statements(loop.body):
         exprs = list(stmt_exprs(stmt))
         if isinstance(stmt, ir.Store) and stmt.buffer.name in vector:
             exprs = [stmt.value]
@@ -337,53 +256,20 @@ def _stmt(state: _State, stmt: ir.Stmt, i: int, where: _Where) -> None:
                 _emit(state, where, f"// {line}")
 
 
-def _has_grid_sync(body: tuple[ir.Stmt, ...]) -> bool:
-    return any(isinstance(s, ir.GridSync) or any(_has_grid_sync(b) for _, b in children(s)) for s in body)
-
-
-def _param(buf: ir.Buffer) -> str:
-    const = "const " if buf.role is ir.Role.INPUT else ""
-    return f"{const}{C_TYPE[buf.dtype]}* __restrict__ {buf.name}"
-
-
-def _launch_bounds(launch: ir.Launch) -> str:
-    if launch.max_registers is None:
-        return f"__launch_bounds__({launch.block})"
-    fit = min(REGISTERS_PER_SM // (launch.block * launch.max_registers), MAX_THREADS_PER_SM // launch.block)
-    min_blocks = max(1, fit)
-    return f"__launch_bounds__({launch.block}, {min_blocks})"
-
-
-def _specials(kernel: ir.Kernel) -> list[str]:
-    used: set[ir.Special] = set()
-    for stmt in _statements(kernel.body):
-        used |= {e.which for x in stmt_exprs(stmt) for e in sub_exprs(x) if isinstance(e, ir.SpecialIndex)}
-    return [f"const long long {SPECIAL_NAME[s]} = {SPECIAL_VALUE[s]};" for s in ir.Special if s in used]
-
-
-def _statements(body: tuple[ir.Stmt, ...]) -> list[ir.Stmt]:
-    out: list[ir.Stmt] = []
-    for stmt in body:
-        out.append(stmt)
-        for _, inner in children(stmt):
-            out += _statements(inner)
-    return out
-
-
 def render_kernel(kernel: ir.Kernel) -> CudaKernel:
     """The kernel as CUDA C; KernelError if it does not verify, RenderError if it cannot be expressed."""
     verify(kernel)
-    _check_names(kernel)
-    barrier = _has_grid_sync(kernel.body)
-    params = [_param(b) for b in kernel.params] + ([f"unsigned int* __restrict__ {GRID_COUNTER}"] if barrier else [])
+    check_names(kernel)
+    barrier = has_grid_sync(kernel.body)
+    params = [param(b) for b in kernel.params] + ([f"unsigned int* __restrict__ {GRID_COUNTER}"] if barrier else [])
     state = _State(kernel, declarations(kernel.body), KernelFacts.of(kernel))
     shared, dynamic = shared_lines(kernel)
     where = _Where((), 1, FULL_MASK, frozenset(VARIANT), ExprRenderer())
     head = [PRELUDE, f"// kernel {kernel.name}: grid {kernel.launch.grid} x block {kernel.launch.block}"]
     head += [f"// {line}" for line in kernel.doc.splitlines()]
-    head.append(f'extern "C" __global__ void {_launch_bounds(kernel.launch)} {kernel.name}(')
+    head.append(f'extern "C" __global__ void {launch_bounds(kernel.launch)} {kernel.name}(')
     head.append(",\n".join(f"{_INDENT * 2}{p}" for p in params) + ") {")
-    state.lines += [*head, *(_INDENT + line for line in _specials(kernel) + shared)]
+    state.lines += [*head, *(_INDENT + line for line in specials(kernel) + shared)]
     _body(state, kernel.body, where)
     state.lines.append("}")
     source = "\n".join(state.lines) + "\n"
