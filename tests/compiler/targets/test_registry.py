@@ -34,7 +34,7 @@ def _cluster() -> Graph:
 def test_the_names_are_the_target_folders() -> None:
     assert [name.replace("-", "_") for name in targets.NAMES] == FOLDERS
     assert set(targets.NAMES) == {"sim", "cpu", "cuda", "cuda-cpu"}
-    assert settings.BACKENDS == ("auto", *targets.NAMES)
+    assert ("auto", *targets.NAMES) == settings.BACKENDS
 
 
 @pytest.mark.parametrize("name", targets.NAMES)
@@ -46,7 +46,7 @@ def test_each_target_has_a_profile_of_its_own_name(name: str) -> None:
 
 
 def test_an_unknown_name_is_refused_with_the_known_ones() -> None:
-    with pytest.raises(targets.UnknownTargetError, match="'rocm'.*cpu, cuda, cuda-cpu, sim"):
+    with pytest.raises(targets.UnknownTargetError, match=r"'rocm'.*cpu, cuda, cuda-cpu, sim"):
         targets.profile("rocm")
     with pytest.raises(targets.UnknownTargetError, match="'rocm'"):
         targets.load("rocm", Path("unused"))

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.lower import lower
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster
-from stitchfleet.compiler.targets.cuda.render import CudaKernel, render_kernel
+from stitchfleet.compiler.targets.cuda.render import render_kernel
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 
 MAX_REPLANS = 3
 

@@ -43,7 +43,8 @@ from stitchfleet.compiler.targets.cuda.device_arrays import (
     to_device,
 )
 from stitchfleet.compiler.targets.cuda.nvcc import OPTIONS
-from stitchfleet.compiler.targets.cuda.render import CudaKernel, render_kernel
+from stitchfleet.compiler.targets.cuda.render import render_kernel
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.sim.interpreter import buffer_layout, verify_program
 
 ALIGNMENT = 16

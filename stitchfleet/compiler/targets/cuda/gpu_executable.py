@@ -26,7 +26,8 @@ from stitchfleet.compiler.targets.cuda.launch_library import LaunchLibrary
 from stitchfleet.compiler.targets.cuda.launch_library import build as build_launcher
 from stitchfleet.compiler.targets.cuda.launch_plan import LaunchPlan, plan_launches
 from stitchfleet.compiler.targets.cuda.nvrtc import Nvrtc, find_nvrtc
-from stitchfleet.compiler.targets.cuda.render import CudaKernel, render_kernel
+from stitchfleet.compiler.targets.cuda.render import render_kernel
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 
 AttrValue = str | int | list[str] | list[int]
 Holds = Callable[[CudaKernel], int]

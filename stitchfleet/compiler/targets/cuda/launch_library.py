@@ -26,7 +26,7 @@ from stitchfleet.compiler.targets.cache import ArtifactCache
 from stitchfleet.compiler.targets.cuda.launch_plan import LaunchPlan
 from stitchfleet.compiler.targets.cuda.launch_source import SOURCE
 from stitchfleet.compiler.targets.cuda.nvrtc import include_dirs
-from stitchfleet.compiler.targets.cuda.render import CudaKernel
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.native_build import build_shared_object
 
 ALIGNMENT = 16

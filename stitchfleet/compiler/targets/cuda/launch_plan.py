@@ -19,7 +19,8 @@ from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.lower import Lowered
 from stitchfleet.compiler.targets.cuda.launch_program_source import CHECKS
-from stitchfleet.compiler.targets.cuda.render import CudaKernel, render_module, render_program
+from stitchfleet.compiler.targets.cuda.render import render_module, render_program
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.sim.interpreter import buffer_layout
 
 SPEC_VERSION = 1

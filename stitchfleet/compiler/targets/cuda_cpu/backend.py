@@ -24,7 +24,8 @@ import numpy.typing as npt
 
 from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.targets.cuda.device_arrays import DeviceArrayError, device_dtype, from_device, to_device
-from stitchfleet.compiler.targets.cuda.render import CudaKernel, render_kernel
+from stitchfleet.compiler.targets.cuda.render import render_kernel
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.cuda_cpu.module import CudaCpuError, CudaCpuOptions, load_module
 from stitchfleet.compiler.targets.sim.interpreter import buffer_layout, verify_program
 

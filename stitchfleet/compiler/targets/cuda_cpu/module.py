@@ -27,7 +27,8 @@ from pathlib import Path
 from stitchfleet.compiler.targets.cache import artifact_cache, cache_key
 from stitchfleet.compiler.targets.cpu.executable import CpuCompileError, compiler_version
 from stitchfleet.compiler.targets.cuda.prelude import PRELUDE
-from stitchfleet.compiler.targets.cuda.render import CudaKernel, kernel_text
+from stitchfleet.compiler.targets.cuda.render import kernel_text
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.cuda_cpu.header import HEADER
 from stitchfleet.compiler.targets.cuda_cpu.launcher import LAUNCHER
 from stitchfleet.compiler.targets.native_build import BuildError, build_shared_object

@@ -21,7 +21,7 @@ from stitchfleet.compiler.plan import PlanOptions, plan_cluster
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
 from stitchfleet.compiler.targets.cuda.coresidency import CoresidencyError, fit
-from stitchfleet.compiler.targets.cuda.render import CudaKernel
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.sim.target import run_lowered
 from stitchfleet.compiler.tolerance import check_outputs
 

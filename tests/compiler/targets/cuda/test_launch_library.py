@@ -20,7 +20,8 @@ from stitchfleet.compiler.targets.cuda.launch_library import (
     pack_arguments,
     scratch_bytes,
 )
-from stitchfleet.compiler.targets.cuda.render import CudaKernel, render_kernel
+from stitchfleet.compiler.targets.cuda.render import render_kernel
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from tests.compiler.targets.cuda.suite_kernels import suite_kernels
 
 

@@ -29,7 +29,7 @@ from stitchfleet.compiler.subgraph import extract
 from stitchfleet.compiler.targets.cache import ArtifactCache
 from stitchfleet.compiler.targets.cuda.launch_library import LaunchError, LaunchLibrary, build
 from stitchfleet.compiler.targets.cuda.launch_plan import LaunchPlan, plan_launches
-from stitchfleet.compiler.targets.cuda.render import CudaKernel
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.tolerance import check_outputs
 from tests.compiler.targets.cuda.suite_kernels import SUITE, WORKLOADS
 
