@@ -11,7 +11,7 @@ serialises clusters on the GIL; measured ~0.1 ms per cluster inside a training s
 more than small clusters save. A pod loads the op prebuilt by `stitchfleet shim install DIR
 --with-op` (DIR/ops, named by source, TF version and compile flags, so another TF never loads it);
 without one, the library is built once per TF version, compiler and source (content-addressed
-cache, atomic rename: `cubin_cache`; ~20-30 s and a C++ compiler). Loaded once per process.
+cache, atomic rename: compiler/targets/cache.py; ~20-30 s and a C++ compiler). Loaded once per process.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ computed by the C code (the bridge's path); calling it maps names to names.
   machines with different CPUs, the cache key then includes this CPU's model and flag
   line from /proc/cpuinfo; `portable=True` drops -march=native and the CPU from the key.
 - Cache: content-addressed shared objects (key = sha256 of source, compiler version,
-  flags, CPU) written with temp file + atomic rename (`cubin_cache`), so concurrent
+  flags, CPU) written with temp file + atomic rename (targets/cache.py), so concurrent
   processes never load a partial file; a process loads each object once.
 - Calls: inputs are used in place when already contiguous with the right dtype
   (pointers via `arr.ctypes.data`, no copies; checks by position, no name dicts); outputs

@@ -8,7 +8,7 @@ using it without pycuda raises `CudaUnavailableError` saying what is missing.
 
 - Compilation: `render_kernel`, then pycuda's nvcc wrapper to a cubin for the
   current device's arch, cached on disk by hash(source, arch, nvcc/pycuda versions)
-  with atomic writes (cubin_cache); pycuda's own cache is off.
+  with atomic writes (targets/cache.py); pycuda's own cache is off.
 - Context: the device's primary context (`pycuda.autoprimaryctx`), the one the CUDA
   runtime, torch and JAX use, so pointers are shared.
 - Launch: scratch buffers are zeroed before each kernel that declares them (as in

@@ -23,7 +23,7 @@ from stitchfleet.compiler.ir.types import DType, Op
 from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.kernel.printer import format_stmt
 from stitchfleet.compiler.kernel.verify import KernelError, verify
-from stitchfleet.compiler.targets.sim import numerics as sim_math
+from stitchfleet.compiler.targets.sim import numerics
 from stitchfleet.compiler.targets.sim.memory import (
     AccessError,
     Array,
@@ -214,17 +214,17 @@ class _Launch:
 
 
 def _const(launch: _Launch, expr: ir.Const, idx: Ints) -> Array:
-    return sim_math.fit(np.full(len(idx), expr.value), expr.dtype)
+    return numerics.fit(np.full(len(idx), expr.value), expr.dtype)
 
 
 _EXPRS: dict[type, Callable[[_Launch, Any, Ints], Array]] = {
     ir.Const: _const,
     ir.SpecialIndex: lambda s, e, idx: s._special(e.which, idx),
     ir.Var: lambda s, e, idx: s._var(e, idx),
-    ir.Unary: lambda s, e, idx: sim_math.unary(e.op, s.eval(e.x, idx), e.dtype),
-    ir.Binary: lambda s, e, idx: sim_math.binary(e.op, s.eval(e.a, idx), s.eval(e.b, idx), e.dtype),
+    ir.Unary: lambda s, e, idx: numerics.unary(e.op, s.eval(e.x, idx), e.dtype),
+    ir.Binary: lambda s, e, idx: numerics.binary(e.op, s.eval(e.a, idx), s.eval(e.b, idx), e.dtype),
     ir.Select: lambda s, e, idx: s._select(e, idx),
-    ir.Cast: lambda s, e, idx: sim_math.cast(s.eval(e.x, idx), e.dtype),
+    ir.Cast: lambda s, e, idx: numerics.cast(s.eval(e.x, idx), e.dtype),
     ir.Load: lambda s, e, idx: s._load(e, idx),
 }
 _STMTS: dict[type, Callable[[_Launch, Any, str, Ints], None]] = {
@@ -279,7 +279,7 @@ def _host_array(buf: ir.Buffer, value: Any) -> Array:
             f"buffer {buf.name!r}: got {array.dtype}{list(array.shape)}, "
             f"expected {buf.dtype.numpy} with {buf.size} elements"
         )
-    return sim_math.fit(array.reshape(-1).copy(), buf.dtype)
+    return numerics.fit(array.reshape(-1).copy(), buf.dtype)
 
 
 def verify_program(kernels: Sequence[ir.Kernel]) -> None:

@@ -27,7 +27,7 @@ from stitchfleet.compiler.tolerance import check_outputs
 from tests.compiler.test_stitch_property import graphs
 from tests.compiler.test_stitch_sim import SMALL
 
-WORKLOADS = sorted((Path(__file__).parents[3] / "benchmarks" / "workloads").glob("*/cluster_*.json"))
+WORKLOADS = sorted((Path(__file__).parents[4] / "benchmarks" / "workloads").glob("*/cluster_*.json"))
 CPU_SIZED: dict[str, tuple[int, ...]] = {
     "attention_softmax": (4, 12, 128, 128),
     "many_short_rows": (131072, 32),

@@ -24,7 +24,7 @@ from stitchfleet.compiler.targets.cpu.executable import (
 )
 from stitchfleet.compiler.tolerance import check_outputs
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 SUITE = REPO / "benchmarks" / "suite"
 
 

@@ -20,7 +20,7 @@ from stitchfleet.compiler.targets.cpu.executable import compile_cluster
 from stitchfleet.compiler.targets.cpu.finite import pass_after, unchecked, with_reductions
 from stitchfleet.compiler.targets.cpu.source import cluster_source
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def body(graph: Graph) -> str:

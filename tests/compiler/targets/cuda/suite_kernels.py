@@ -17,8 +17,8 @@ from stitchfleet.compiler.plan import PlanOptions, plan_cluster
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
 
-SUITE = Path(__file__).resolve().parents[3] / "benchmarks" / "suite"
-WORKLOADS = Path(__file__).resolve().parents[3] / "benchmarks" / "workloads"
+SUITE = Path(__file__).resolve().parents[4] / "benchmarks" / "suite"
+WORKLOADS = Path(__file__).resolve().parents[4] / "benchmarks" / "workloads"
 MODELS = ("bert_encoder", "transformer_block", "dien_attention_gru", "crnn_head")
 
 
