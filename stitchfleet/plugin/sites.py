@@ -12,13 +12,16 @@ tensors (it then stays off).
 A cluster the scope pass drew through the middle of a TF op is first redrawn at TF
 granularity (`granularity.regroup`). An interior tensor that an outside op reads where the
 IR does not show it (ZerosLike reads only a shape, yet TF runs it after its input) becomes
-an extra cluster output. An outside op may still read another output of a multi-output op
+an extra cluster output. An outside tensor that the cluster's TF ops read where the IR does not
+(batch norm's moving statistics and reserve spaces) becomes an extra cluster input
+(`interior`). An outside op may still read another output of a multi-output op
 the cluster clones (Unpack's other slices): the original op keeps running for it. A stateless
 outside op that waits (control edge) for the cluster's ops only for ordering loses that edge;
 an input whose stateful TF op waits for them would close a cycle once that edge moves onto
-the stitched op: its op joins the cluster when the IR allows it. Stateful ops and
-control flow between the inputs and outputs, and cycles through outside ops that remain, are
-refused with their reason.
+the stitched op: its op joins the cluster when the IR allows it, else the members reading it
+leave the cluster (a remote-stitched region that TF orders after the rest). Cycles through
+outside ops that remain, outside values that cannot be inputs (no IR type, no known rank) and
+batch-norm reserve spaces handed to TF's ops on a GPU are refused with their reason.
 """
 
 from __future__ import annotations
@@ -33,17 +36,14 @@ from stitchfleet.compiler.ir import DType, Graph, IRError
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.scope import boundary_reason
 from stitchfleet.compiler.subgraph import extract
+from stitchfleet.plugin import interior, placement
 from stitchfleet.plugin.frontend import Conversion
-from stitchfleet.plugin.frontend.converter import CONTROL_FLOW, FEEDABLE
-from stitchfleet.plugin.granularity import RegroupError, hull, regroup
+from stitchfleet.plugin.granularity import RegroupError, cyclic, downstream, hull, regroup
+from stitchfleet.plugin.interior import computed_by, walk, with_unread
 
-MAX_OPS = 5000
+UnmappableError = interior.UnmappableError  # what `map_cluster` raises (defined beside the walk that raises it too)
 MAX_ABSORPTIONS = 16  # rounds of inputs closing a cycle pulled into the cluster
 FOLDS_SHAPES = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs"})
-
-
-class UnmappableError(ValueError):
-    """The cluster cannot be rewired in TF; the message is the reason recorded for it."""
 
 
 @dataclass
@@ -69,36 +69,6 @@ def _tensor(tf_graph: Any, conversion: Conversion, node: int, role: str) -> Any:
     if ref is None:
         raise UnmappableError(f"{role} node {node} is part of a TF op split across the cluster boundary")
     return tf_graph.get_tensor_by_name(ref.name)
-
-
-def _check_op(op: Any) -> None:
-    if op.op_def.is_stateful or op.type in FEEDABLE or op.type in CONTROL_FLOW:
-        raise UnmappableError(f"reaches {op.type} op {op.name!r} outside its inputs")
-    if getattr(op, "_control_flow_context", None) is not None:
-        raise UnmappableError(f"op {op.name!r} is inside TF control flow")
-
-
-def _walk(outputs: list[Any], inputs: set[str], folded: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
-    """The TF ops between the inputs and the outputs, and the folded tensors they read."""
-    internal: dict[str, Any] = {}
-    reads: set[str] = set()
-    stack = [t.op for t in outputs]
-    while stack:
-        op = stack.pop()
-        if op.name in internal:
-            continue
-        _check_op(op)
-        internal[op.name] = op
-        if len(internal) > MAX_OPS:
-            raise UnmappableError(f"more than {MAX_OPS} TF ops")
-        for t in op.inputs:
-            if t.name in inputs:
-                continue
-            if t.name in folded:
-                reads.add(t.name)
-                continue
-            stack.append(t.op)
-    return internal, reads
 
 
 def _outside_reads(site: Site, folded: dict[str, Any]) -> list[tuple[Any, Any]]:
@@ -141,10 +111,13 @@ def _readers(site: Site, folded: dict[str, Any]) -> None:
                 if reader.name not in names and reader.outputs and all(o.name in folded for o in reader.outputs):
                     shape_readers[reader.name] = reader
     site.shape_readers = list(shape_readers.values())
+    # the rewrite replaces their outputs by these constants (regression: a reader no interior op reads
+    # back, a Shape of batch norm's output, got a scalar in place of its [4] and the rewrite failed)
+    site.folded.update({t.name: folded[t.name] for op in site.shape_readers for t in op.outputs})
     graph_ops = site.outputs[0].graph.get_operations() if site.outputs else []
     waiting = [op for op in graph_ops if op.name not in names and any(c.name in names for c in op.control_inputs)]
     after = _data_descendants(site.internal)
-    ordering = [op for op in waiting if not _stateful(op) and _stateful_descendants(op) <= after]
+    ordering = [op for op in waiting if not _stateful(op) and _only_orders(op, after, site.inputs)]
     site.ordering_readers = ordering
     site.control_readers = [op for op in waiting if op not in ordering]
 
@@ -167,19 +140,25 @@ def _data_descendants(ops: list[Any]) -> set[str]:
     return set(_forward([r for op in ops for t in op.outputs for r in t.consumers()], control=False))
 
 
-def _stateful_descendants(op: Any) -> set[str]:
-    return {name for name, found in _forward([op], control=True).items() if _stateful(found)}
+def _only_orders(op: Any, after: set[str], inputs: list[Any]) -> bool:
+    """Whether dropping stateless `op`'s control edges to the cluster changes no value (see `_stateful`)."""
+    late = [found for name, found in _forward([op], control=True).items() if _stateful(found) and name not in after]
+    return not interior.writes_read_state(late, inputs)
 
 
 def _stateful(op: Any) -> bool:
     """Whether an op's effect depends on when it runs.
 
     A stateless op's control edge only orders it (TF's gradient functions put the incoming gradient
-    before Square_grad's and Erf_grad's ops to bound memory), and the stateful ops after it, which TF
-    orders through it (`control_dependencies` skips ops whose inputs already wait). So the edge is
-    dropped (values stay as they were; moving it onto the stitched op closed a cycle and kept the
-    demo's clusters 6 and 7 off) only when every stateful op after that op reads the cluster's results
-    through data anyway, such as the optimizer's updates after a gradient.
+    before Square_grad's and Erf_grad's ops to bound memory; `tuple` gates an op's gradients), and the
+    stateful ops after it, which TF orders through it (`control_dependencies` skips ops whose inputs
+    already wait). So the edge is dropped (values stay as they were; moving it onto the stitched op
+    closed a cycle and kept the demo's clusters 6 and 7 off) unless a stateful op after that op, not
+    reading the cluster's results through data anyway, writes a variable read upstream of the
+    cluster's inputs (`interior.writes_read_state`): that write must stay after the read. (Before,
+    every such stateful op had to read the cluster's results: ResNet50's gated BiasAdd gradients
+    then ordered the next convolution's weight update after the cluster and 48 of its 118 clusters
+    were refused as cycles.)
     """
     return bool(op.op_def.is_stateful) if op.op_def is not None else True
 
@@ -272,12 +251,16 @@ def _members(conversion: Conversion, graph: Graph) -> frozenset[int]:
         raise UnmappableError(str(err)) from None
 
 
-def _site(tf_graph: Any, conversion: Conversion, index: int, graph: Graph) -> Site:
-    inputs = [_tensor(tf_graph, conversion, n, "input") for n in graph.metadata.get_ints("source_inputs")]
+def _site(tf_graph: Any, conversion: Conversion, index: int, graph: Graph) -> tuple[Site, list[Any]]:
+    """The site of cluster graph `graph` and its unread inputs (`interior`), not yet in the site."""
+    sources = graph.metadata.get_ints("source_inputs")
+    inputs = [_tensor(tf_graph, conversion, n, "input") for n in sources]
     outputs = [_tensor(tf_graph, conversion, n, "output") for n in graph.metadata.get_ints("source_outputs")]
     folded = dict(conversion.folded)
-    internal, reads = _walk(outputs, {t.name for t in inputs}, folded)
-    return Site(index, graph, inputs, outputs, topological(internal), {n: folded[n] for n in reads})
+    members = frozenset(graph.metadata.get_ints("source_nodes"))
+    found = walk(outputs, {t.name for t in inputs}, folded, computed_by(conversion, members, frozenset(sources)))
+    site = Site(index, graph, inputs, outputs, topological(found.ops), {n: folded[n] for n in sorted(found.reads)})
+    return site, [found.unread[name] for name in sorted(found.unread)]
 
 
 def _plan(site: Site, original: Graph, plan: StitchPlan | None) -> StitchPlan | None:
@@ -293,14 +276,17 @@ def _plan(site: Site, original: Graph, plan: StitchPlan | None) -> StitchPlan | 
 
 
 def _mapped(tf_graph: Any, conversion: Conversion, index: int, graph: Graph, members: frozenset[int]) -> Site:
-    """The site of `members` (`graph` when they are its members), interior tensors read outside added."""
+    """The site of `members` (`graph` when they are its members), interior tensors read outside added
+    as outputs, outside tensors its TF ops read and its IR does not as inputs (`interior.with_unread`)."""
     same = members == frozenset(graph.metadata.get_ints("source_nodes"))
-    site = _site(tf_graph, conversion, index, graph if same else _cluster_graph(conversion, members, graph, []))
+    site, unread = _site(tf_graph, conversion, index, graph if same else _cluster_graph(conversion, members, graph, []))
     folded = dict(conversion.folded)
     extra = _extra_outputs(site, conversion, members, folded)
     if extra:
         site.graph = _cluster_graph(conversion, members, graph, [conversion.tensors[t.name] for t in extra])
         site.outputs += extra
+    site.graph = with_unread(site.graph, unread)
+    site.inputs += unread
     _check_types(site.graph)  # regrouping may have added nodes
     _readers(site, folded)
     return site
@@ -326,13 +312,35 @@ def _absorb(conversion: Conversion, members: frozenset[int], found: list[Closure
         raise UnmappableError(found[0].reason) from None
 
 
+def _shed(conversion: Conversion, members: frozenset[int], found: list[Closure]) -> frozenset[int]:
+    """`members` without the nodes that read the inputs closing a cycle, and those downstream of them.
+
+    The scope pass stitches independent regions together (remote stitching) from data edges alone:
+    Adam's beta-power update in TF waits (control edges) for every variable update, so once joined
+    to a forward batch norm it reads an input computed after the cluster's own outputs are used.
+    Dropping that region leaves the rest a cluster TF can run; when nothing of it reads such an
+    input, or the rest would close a cycle itself, the first closure stays the reason.
+    """
+    source = conversion.graph
+    nodes = {conversion.tensors.get(c.tensor.name) for c in found}
+    dropped = downstream(source, {n for n in nodes if n is not None}, members)
+    kept = members - dropped
+    if not dropped or cyclic(source, kept):
+        raise UnmappableError(found[0].reason)
+    try:
+        return regroup(source, conversion.origins.keys(), kept)
+    except RegroupError:
+        raise UnmappableError(found[0].reason) from None
+
+
 def map_cluster(
     tf_graph: Any, conversion: Conversion, index: int, graph: Graph, plan: StitchPlan | None = None
 ) -> Site:
     """The `Site` of cluster graph `graph`; `UnmappableError` with the reason when there is none.
 
     Without `plan`, only a cluster that needs no change is mapped (the caller compiles `graph`);
-    with it, `site.graph` and `site.plan` are what to compile.
+    with it, `site.graph` and `site.plan` are what to compile. An input closing a cycle joins the
+    cluster when it can (`_absorb`), else what reads it leaves it (`_shed`).
     """
     _check_types(graph)
     members = _members(conversion, graph)
@@ -341,9 +349,13 @@ def map_cluster(
         found = closures(site)
         if not found:
             break
-        members = _absorb(conversion, members, found)
+        try:
+            members = _absorb(conversion, members, found)
+        except UnmappableError:
+            members = _shed(conversion, members, found)
         site = _mapped(tf_graph, conversion, index, graph, members)
     check_acyclic(site)
+    interior.check_device_specific(site.outputs, placement.gpu_visible)
     site.plan = _plan(site, graph, plan)
     return site
 

@@ -36,6 +36,7 @@ from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.ir import DType, fingerprint
 from stitchfleet.compiler.tolerance import error_floor, scaled_error
 from stitchfleet.plugin.guard import FLOOR_RATIO, reduction_paths, summation_allowance
+from stitchfleet.plugin.interior import UNREAD_KEY
 from stitchfleet.plugin.sites import Site
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -49,6 +50,7 @@ F64_ALLOWED = 1e-9  # scaled error between TF's float64 ops and the IR's float64
 # enters TF's float32 value, so its allowance grows by a millionth of that error only.
 F64_PER_F32 = 1e-6
 RULE = 2  # in the cache key: a pass remembered under an earlier rule is checked again
+CONTEXT = "stitchfleet_context"  # the isolated graph's copies of the producers of unread inputs
 OTHER_FLOATS = frozenset({DType.F16, DType.BF16, DType.F64})  # a cluster holding these is compared in float32
 
 
@@ -96,16 +98,25 @@ def isolated(graph: Any, site: Site) -> Any:
     """A GraphDef of the cluster's TF ops alone: its inputs become placeholders `stitchfleet_in_K`, a
     value the frontend folded (a shape computation, a constant) becomes a constant, and control edges
     and colocation constraints into it are dropped (ordering only: gradient code reaches the whole
-    training step through them)."""
+    training step through them). An input the IR does not read but TF's ops do (batch norm's reserve
+    spaces, which the gradient's lowering recomputes from x) is computed by a copy of its producer
+    from the same placeholders (`_derived`), so both sides see values that belong together."""
     import tensorflow as tf
 
     internal = {op.name for op in site.internal}
     fed = {tensor.name: f"stitchfleet_in_{k}" for k, tensor in enumerate(site.inputs)}
     out = tf.compat.v1.GraphDef()
+    derived = _derived(site)
     for k, tensor in enumerate(site.inputs):
+        if k in derived:
+            continue
         node = out.node.add(name=f"stitchfleet_in_{k}", op="Placeholder")
         node.attr["dtype"].type = tensor.dtype.as_datatype_enum
         node.attr["shape"].shape.CopyFrom(tensor.shape.as_proto())
+    for k, op in derived.items():
+        _add_producer(out, op, fed)
+        node = out.node.add(name=f"stitchfleet_in_{k}", op="Identity", input=[f"{CONTEXT}/{site.inputs[k].name}"])
+        node.attr["T"].type = site.inputs[k].dtype.as_datatype_enum
     constants: dict[str, str] = {}
     for op in site.internal:
         node = out.node.add()
@@ -126,6 +137,55 @@ def isolated(graph: Any, site: Site) -> Any:
         if "_class" in node.attr:
             del node.attr["_class"]
     return out
+
+
+def _derived(site: Site) -> dict[int, Any]:
+    """The unread inputs (`interior.UNREAD_KEY`) with a stateless producer, by input position: the
+    isolated graph computes them (a variable read, which the TF ops ignore, stays a random placeholder)."""
+    count = site.graph.metadata.get_int(UNREAD_KEY) if UNREAD_KEY in site.graph.metadata else 0
+    first = len(site.inputs) - count
+    found: dict[int, Any] = {}
+    for k in range(first, len(site.inputs)):
+        op = site.inputs[k].op
+        if op.op_def is not None and not op.op_def.is_stateful and op.inputs and not op.control_inputs:
+            found[k] = op
+    return found
+
+
+def _add_producer(out: Any, op: Any, fed: dict[str, str]) -> None:
+    """`op` copied into `out` as `CONTEXT/op`, reading the cluster's placeholders where it reads the
+    cluster's inputs and a placeholder `CONTEXT/op/in_J` (fed random values, `_context_values`) elsewhere."""
+    name = f"{CONTEXT}/{op.name}"
+    if any(node.name == name for node in out.node):
+        return
+    node = out.node.add()
+    node.CopyFrom(op.node_def)
+    node.name = name
+    del node.input[:]
+    for j, tensor in enumerate(op.inputs):
+        if tensor.name in fed:
+            node.input.append(fed[tensor.name])
+            continue
+        placeholder = out.node.add(name=f"{name}/in_{j}", op="Placeholder")
+        placeholder.attr["dtype"].type = tensor.dtype.as_datatype_enum
+        placeholder.attr["shape"].shape.CopyFrom(tensor.shape.as_proto())
+        node.input.append(placeholder.name)
+
+
+def _context_values(graph_def: Any, seed: int) -> dict[str, Any]:
+    """Random values (normal floats, small ints) for the placeholders `_add_producer` made, by tensor name."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    values: dict[str, Any] = {}
+    for node in graph_def.node:
+        if node.op != "Placeholder" or not node.name.startswith(f"{CONTEXT}/"):
+            continue
+        dtype = tf.dtypes.as_dtype(node.attr["dtype"].type).as_numpy_dtype
+        shape = [max(int(d.size), 1) for d in node.attr["shape"].shape.dim]
+        raw = rng.standard_normal(shape) if np.issubdtype(dtype, np.floating) else rng.integers(-8, 8, shape)
+        values[f"{node.name}:0"] = np.asarray(raw).astype(dtype)
+    return values
 
 
 def _constant(out: Any, graph: Any, site: Site, tensor: str, made: dict[str, str]) -> str:
@@ -152,9 +212,11 @@ def _run(graph_def: Any, site: Site, values: dict[str, Any]) -> list[Any]:
     import tensorflow as tf
 
     names = [str(p.attrs["name"]) for p in site.graph.parameters]
+    derived = _derived(site)
     with tf.Graph().as_default() as alone:
         tf.compat.v1.import_graph_def(graph_def, name="")
-        feeds = {f"stitchfleet_in_{k}:0": values[name] for k, name in enumerate(names)}
+        feeds = {f"stitchfleet_in_{k}:0": values[name] for k, name in enumerate(names) if k not in derived}
+        feeds.update(_context_values(graph_def, SEED + site.index))
         with tf.compat.v1.Session(graph=alone) as session:
             return list(session.run([tensor.name for tensor in site.outputs], feed_dict=feeds))
 

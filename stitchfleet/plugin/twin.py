@@ -120,11 +120,19 @@ def _copy_def(graph: Any, members: set[str]) -> tuple[Any, dict[str, Any], dict[
             continue
         node = graph_def.node.add()
         node.CopyFrom(op.node_def)
+        # import_graph_def maps tensors only (an Operation in input_map raises TypeError): a control edge
+        # from a shared op (Keras' moving-average updates, which the train op waits for) is set after import
+        waits = [text for text in node.input if text.startswith("^") and _name(text) not in members]
+        if waits:
+            kept = [text for text in node.input if text not in waits]
+            del node.input[:]
+            node.input.extend(kept)
+            input_map[f"^{op.name}"] = [graph.get_operation_by_name(text[1:]) for text in waits]
         for text in node.input:
             if _name(text) in members:
                 continue
             if text.startswith("^"):
-                input_map[text] = graph.get_operation_by_name(text[1:])
+                continue
             else:
                 key = text if ":" in text else f"{text}:0"
                 input_map[key] = graph.get_tensor_by_name(key)
@@ -284,8 +292,11 @@ def build(graph: Any, sites: Sequence[Site]) -> Twin:
     if not members:
         raise TwinError("no op depends on a cluster")
     graph_def, input_map, colocated = _copy_def(graph, members)
+    waits = {key[1:]: input_map.pop(key) for key in [k for k in input_map if k.startswith("^")]}
     with graph.as_default():
         tf.graph_util.import_graph_def(graph_def, input_map=input_map, name=PREFIX)
+    for name, shared in waits.items():
+        graph.get_operation_by_name(f"{PREFIX}/{name}")._add_control_inputs(shared)
     for name, outside in colocated.items():
         copy = graph.get_operation_by_name(f"{PREFIX}/{name}")
         inside = [g for g in copy.colocation_groups() if g != b"loc:@" + copy.name.encode()]

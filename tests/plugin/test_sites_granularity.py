@@ -48,6 +48,16 @@ def test_atoms_join_nodes_through_intermediates_only() -> None:
     assert by_node[3] == frozenset({3})  # tanh reads a node with an origin: an atom of its own
 
 
+def test_a_graphs_atoms_are_computed_once_for_all_its_clusters() -> None:
+    """Regression: each cluster's regroup recomputed the whole graph's atoms (DenseNet121: 245 clusters,
+    10 s of setup); the last graph's are kept while the graph and origins are the same."""
+    graph, origins = _unpack_like()
+    first = atoms(graph, origins)
+    assert atoms(graph, set(origins)) is first  # equal origins, any collection
+    other = origins - {3}
+    assert atoms(graph, other) is not first and atoms(graph, other)[3] != first[3]  # other origins: recomputed
+
+
 def test_a_cluster_starting_inside_a_tf_op_grows_to_its_start() -> None:
     graph, origins = _unpack_like()
     # the scope pass drew the cluster from the reshape on: its input (the slice) holds no TF tensor

@@ -21,6 +21,7 @@ from stitchfleet.compiler.plan import StitchPlan, plan_cluster
 from stitchfleet.compiler.subgraph import extract
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.frontend.converter import convert
+from stitchfleet.plugin.interior import UNREAD_KEY
 from stitchfleet.plugin.kernels import ClusterKernel
 from stitchfleet.plugin.rewrite import Installed, rewire
 from stitchfleet.plugin.sites import Site, UnmappableError, map_cluster
@@ -186,19 +187,32 @@ def test_bf16_cluster_is_still_refused() -> None:
         map_cluster(graph, conversion, 0, cluster, plan)
 
 
-def test_stateful_op_between_inputs_and_outputs_is_still_refused() -> None:
+def test_a_stateful_value_the_ir_does_not_read_becomes_an_unread_input() -> None:
+    """ZerosLike reads a random draw for its shape only: the IR's splat does not read it, TF's op does.
+    Before, the walk went on into the draw and refused the cluster ("reaches RandomUniform op"); now the
+    draw's value is an input of the stitched op (a PARAMETER nothing reads), so it runs after the draw as
+    TF's ZerosLike does, and the draw itself stays outside, run once per step as before."""
+
     def build() -> None:
         x = P(tf.float32, [4, 8], name="x")
         noise = tf.random.uniform([4, 8], name="noise")
-        tf.add(tf.tanh(x), tf.raw_ops.ZerosLike(x=noise), name="y")  # the IR's splat hides TF's read of noise
+        tf.add(tf.tanh(x), tf.raw_ops.ZerosLike(x=noise), name="y")
 
     graph, conversion = _convert(build)
     cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
-    with pytest.raises(UnmappableError, match="reaches RandomUniform op 'noise/RandomUniform'"):
-        map_cluster(graph, conversion, 0, cluster, plan)
+    draw = graph.get_operation_by_name("ZerosLike").inputs[0]
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert [t.name for t in site.inputs] == ["x:0", draw.name] and site.graph.metadata.get(UNREAD_KEY) == 1
+    unread = site.graph.parameters[-1]
+    assert not site.graph.consumers[unread.id] and unread.shape == (4, 8)
+    assert "ZerosLike" in site.internal_names and not any(op.op_def.is_stateful for op in site.internal)
+    assert site.plan is not None and site.plan is not plan  # the graph changed: planned again
+    _assert_computes_tf(graph, site)
 
 
-def test_control_flow_between_inputs_and_outputs_is_still_refused() -> None:
+def test_a_cond_the_ir_does_not_read_becomes_an_unread_input() -> None:
+    """The same for a cond's result: TF computes it outside the cluster, the stitched op waits for it."""
+
     def build() -> None:
         x = P(tf.float32, [4, 8], name="x")
         flag = P(tf.bool, [], name="flag")
@@ -207,8 +221,10 @@ def test_control_flow_between_inputs_and_outputs_is_still_refused() -> None:
 
     graph, conversion = _convert(build)
     cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
-    with pytest.raises(UnmappableError, match=r"reaches (StatelessIf|If|Merge) op"):
-        map_cluster(graph, conversion, 0, cluster, plan)
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    branch = graph.get_operation_by_name("ZerosLike").inputs[0]
+    assert site.inputs[-1] is branch and site.graph.metadata.get(UNREAD_KEY) == 1
+    assert branch.op.name not in site.internal_names
 
 
 def _delayed(compute: Callable[[Any], Any]) -> Callable[[], None]:
@@ -247,14 +263,62 @@ def test_a_stateless_input_that_waits_for_the_cluster_only_loses_its_ordering_ed
     assert graph.get_operation_by_name("mul/y").control_inputs == []
 
 
-def test_a_stateful_input_that_waits_for_the_cluster_still_closes_a_cycle() -> None:
-    """A random draw that TF orders after t through its shape constant, and that does not read the
-    cluster's results: that edge stays (moved onto the stitched op it would make the op wait for
-    itself through the draw), and the draw cannot join the cluster: refused."""
+def test_a_random_draw_ordered_after_the_cluster_only_loses_its_ordering_edge() -> None:
+    """A random draw that TF orders after t through its shape constant: the draw writes no variable
+    the cluster's inputs come from, so the edge only orders (before: kept, moved onto the stitched op it
+    made the op wait for itself through the draw, and the cluster was refused). Dropped: the draw's
+    values are the same whenever it runs."""
     graph, conversion = _convert(_delayed(lambda x: x * tf.random.uniform([4, 8], seed=1)))
     cluster, plan = _cluster(conversion, _without_m(conversion))
-    with pytest.raises(UnmappableError, match=r"a cycle: outside TF op '[\w/]+' waits for its ops"):
-        map_cluster(graph, conversion, 0, cluster, plan)
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert [op.name for op in site.ordering_readers] == ["random_uniform/shape"] and site.control_readers == []
+    assert sorted(t.name for t in site.inputs) == ["mul:0", "x:0"]
+
+
+def _bumped(read_after_bump: bool) -> Callable[[], None]:
+    """y = exp(t) * (x * v) where an update of v waits for t = tanh(x): through a NoOp (a gate) when the
+    read comes first, directly when the read waits for the update."""
+
+    def build() -> None:
+        x = P(tf.float32, [4, 8], name="x")
+        v = tf.Variable(tf.ones([4, 8]), name="v")
+        read = v.read_value()
+        t = tf.tanh(x, name="t")
+        ones = tf.ones([4, 8])  # made outside: the update itself, not a constant of it, gets the edge
+        with tf.control_dependencies([t]):
+            gate = tf.no_op(name="gate") if not read_after_bump else t
+        with tf.control_dependencies([gate]):
+            bump = tf.raw_ops.AssignAddVariableOp(resource=v.handle, value=ones, name="bump")
+        if read_after_bump:
+            with tf.control_dependencies([bump]):
+                read = v.read_value()
+        tf.multiply(tf.exp(t), tf.multiply(x, read, name="m"), name="y")
+
+    return build
+
+
+def test_a_variable_write_after_the_cluster_keeps_its_order_after_the_clusters_read() -> None:
+    """The gate (a NoOp) orders the update of v after t; the cluster reads v. Dropping the gate's edge
+    could run the update before the read: the gate stays a control reader (its edge moves onto the
+    stitched op), so v is written after the stitched op read it, as in TF."""
+    graph, conversion = _convert(_bumped(read_after_bump=False))
+    members = _ancestors(conversion, ["y:0"])
+    cluster, plan = _cluster(conversion, members)
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert [op.name for op in site.control_readers] == ["gate"] and site.ordering_readers == []
+    assert any(t.op.type == "ReadVariableOp" for t in site.inputs)
+
+
+def test_a_stateful_input_that_waits_for_the_cluster_leaves_what_reads_it_out() -> None:
+    """v is read after an update that waits for t: moved onto the stitched op, the update's edge would
+    make the op wait for itself through the read, and the read (a variable) cannot join the cluster.
+    Before, the cluster was refused; now what reads it (m, y) leaves (`_shed`), and t and exp(t) stay a
+    cluster the update waits for."""
+    graph, conversion = _convert(_bumped(read_after_bump=True))
+    cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert {"t", "Exp"} <= site.internal_names and not {"m", "y"} & site.internal_names
+    assert [op.name for op in site.control_readers] == ["bump"]
 
 
 def test_overlapping_clusters_rewire_in_either_order() -> None:

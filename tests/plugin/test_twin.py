@@ -180,3 +180,28 @@ def test_another_threads_run_is_not_diverted_and_keeps_the_arming() -> None:
         assert diverter.armed  # still armed for this thread's run
         session.run(model["train"], _feed(model))
         assert not diverter.armed
+
+
+def test_a_copied_op_keeps_its_control_edge_from_a_shared_op() -> None:
+    """Regression: a train op built under `control_dependencies(layer.updates)` (Keras batch norm's moving
+    averages) waits for update ops the copy shares when no cluster is upstream of them; import_graph_def
+    takes only tensors in its input map, so building the copy raised TypeError and the hook left the job
+    unstitched. The edge is now set on the copy after import: it still waits for the shared update."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, 4], name="x")
+        counter = tf.Variable(0.0, name="counter")
+        update = counter.assign_add(1.0, read_value=False, name="update")  # an op without outputs
+        act = tf.tanh(x, name="act")
+        with tf.control_dependencies([update]):
+            loss = tf.reduce_sum(tf.square(act), name="loss")
+        init = tf.compat.v1.global_variables_initializer()
+    square = graph.get_operation_by_name("Square")  # Sum reads it: only Square waits for the update
+    assert square.control_inputs == [update]
+    twin = build(graph, [_site(act.op)])
+    copied = twin.op(square)
+    assert copied is not square and copied.control_inputs == [update]
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(twin.tensor(loss), {x: np.ones((2, 4), np.float32)})
+        assert session.run(counter) == 1.0  # the copy ran the shared update first, once

@@ -24,6 +24,10 @@ GRADIENT = ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"
 # declares shape [0] and returns a scalar; nothing reads them)
 UNBOUND_OUTPUTS = {"FusedBatchNormV3": frozenset({5}), **dict.fromkeys(GRADIENT, frozenset({3, 4}))}
 UNREAD_OPERANDS = {"FusedBatchNormGradV3": frozenset({5})}
+# The rank of an unbound output that TF gives no static shape: V3's reserve_space_3 is a flat buffer
+# (empty on CPU, cuDNN's workspace on GPU). A cluster holding the gradient but not the forward takes
+# it as an input its IR never reads (`plugin.interior`), declared with this rank and unknown length.
+UNBOUND_RANKS = {"FusedBatchNormV3": {5: 1}}
 RESERVE_OUTPUTS = (3, 4, 5)
 SHAPE_READERS = frozenset({"ZerosLike", "OnesLike", "Shape", "ShapeN", "Size", "Rank"})
 

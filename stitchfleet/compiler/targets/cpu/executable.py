@@ -184,7 +184,9 @@ def _prepare(param: Param, value: object) -> Array:
     expected = f"{param.dtype.value}{list(param.shape)}"
     if array.dtype != param.dtype.numpy:
         raise CpuInputError(f"input {param.name!r}: dtype {array.dtype} does not match the parameter's {expected}")
-    if array.shape != param.shape:
+    # -1: a dimension the C code never depends on (a parameter nothing reads, as `evaluate` allows)
+    same_rank = len(array.shape) == len(param.shape)
+    if not same_rank or any(d not in (-1, s) for d, s in zip(param.shape, array.shape, strict=True)):
         raise CpuInputError(
             f"input {param.name!r}: shape {list(array.shape)} does not match the parameter's {expected}"
         )
