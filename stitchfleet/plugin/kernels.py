@@ -63,8 +63,8 @@ def resolve_backend(name: str, cache_dir: Path | None = None, bridge: str = "aut
         return name
     usable = targets.names(in_jobs=True)
     if name not in usable:
-        known = "a checking target, not a job backend" if name in targets.NAMES else "unknown backend"
-        raise BackendUnavailableError(f"{known} {name!r} (expected auto, {', '.join(usable)})")
+        what = "runs in `stitchfleet compile --device` only" if name in targets.NAMES else "is unknown"
+        raise BackendUnavailableError(f"backend {name!r} {what} (job backends: auto, {', '.join(usable)})")
     return name
 
 

@@ -86,6 +86,19 @@ def test_an_unknown_setting_is_refused() -> None:
         route([_Op("a", CPU)], "gpu", True, None)
 
 
+def test_a_checking_target_is_no_job_backend() -> None:
+    # cuda-cpu is a target folder (settings accept the name) but only `stitchfleet compile --device` runs it
+    from stitchfleet.plugin.kernels import BackendUnavailableError, resolve_backend
+
+    with pytest.raises(ValueError, match="unknown backend 'cuda-cpu'"):
+        route([_Op("a", CPU)], "cuda-cpu", True, None)
+    with pytest.raises(BackendUnavailableError, match="backend 'cuda-cpu' runs in `stitchfleet compile --device` only"):
+        resolve_backend("cuda-cpu")
+    assert resolve_backend("sim") == "sim"
+    with pytest.raises(BackendUnavailableError, match="backend 'rocm' is unknown"):
+        resolve_backend("rocm")
+
+
 # --- candidates.choose on GraphDefs placed on a GPU -------------------------------------------------
 
 

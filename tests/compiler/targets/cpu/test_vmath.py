@@ -1,4 +1,4 @@
-"""The generated code's vectorised float functions (compiler/cpu/vmath.py) against numpy in float64.
+"""The generated code's vectorised float functions (compiler/targets/cpu/vmath.py) against numpy in float64.
 
 Each function runs as a one-op cluster through the real cpu backend over about two million
 inputs: a dense sweep of its interesting range, random floats of every exponent, and the
