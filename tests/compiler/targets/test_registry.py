@@ -7,6 +7,7 @@ be written out (settings, the compile command's devices, the plugin's routes) re
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,14 @@ def test_artifact_caches_come_from_one_table(tmp_path: Path) -> None:
         assert cache.path("ab12") == tmp_path / folder / f"ab12.{suffix}"
     with pytest.raises(ValueError, match="unknown artifact kind 'ptx'"):
         artifact_cache(tmp_path, "ptx")
+
+
+def test_the_cuda_target_without_pycuda_says_what_is_missing(tmp_path: Path) -> None:
+    if importlib.util.find_spec("pycuda") is not None:
+        pytest.skip("pycuda is installed: the cuda target's build is tested on a GPU (tests/compiler/targets/cuda)")
+    from stitchfleet.compiler.targets.cuda.driver import CudaUnavailableError
+
+    cluster = _cluster()
+    target = targets.load("cuda", tmp_path)
+    with pytest.raises(CudaUnavailableError, match="pycuda"):
+        target.build(cluster, plan_cluster(cluster, 0, PlanOptions(device="tiny")))
