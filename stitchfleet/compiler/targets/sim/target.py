@@ -1,8 +1,8 @@
 """The sim behind the target seam: a cluster and its plan -> lowered kernels run in numpy.
 
 Input: a cluster graph, its `StitchPlan` and graph-shaped inputs by name. Output: the
-cluster's outputs by name, graph-shaped (`run_lowered`, `SimTarget.build`). Nothing is built
-or cached: the sim interprets the kernel IR as it is.
+cluster's outputs by name, graph-shaped (`run_lowered`, or `target(...).build`). Nothing is
+built or cached: the sim interprets the kernel IR as it is.
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from stitchfleet.compiler.ir import Graph
-from stitchfleet.compiler.lower import Lowered, lower
-from stitchfleet.compiler.plan import StitchPlan
-from stitchfleet.compiler.targets.base import Arrays, ClusterRun
-from stitchfleet.compiler.targets.program import cluster_run
+from stitchfleet.compiler.lower import Lowered
+from stitchfleet.compiler.targets.base import Arrays
+from stitchfleet.compiler.targets.program import ProgramTarget, cluster_run
 from stitchfleet.compiler.targets.sim import PROFILE
 from stitchfleet.compiler.targets.sim.interpreter import SimBackend
 
@@ -25,17 +24,7 @@ def run_lowered(lowered: Lowered, graph: Graph, inputs: Mapping[str, Any]) -> Ar
     return cluster_run(lowered, graph, SimBackend().compile(lowered.kernels))(inputs)
 
 
-class SimTarget:
-    """The `Target` of the sim."""
-
-    profile = PROFILE
-
-    def build(self, graph: Graph, plan: StitchPlan) -> ClusterRun:
-        lowered = lower(graph, plan)
-        return cluster_run(lowered, graph, SimBackend().compile(lowered.kernels))
-
-
-def target(cache_dir: Path) -> SimTarget:
+def target(cache_dir: Path) -> ProgramTarget:
     """The sim target (`cache_dir` unused: nothing is built)."""
     del cache_dir
-    return SimTarget()
+    return ProgramTarget(PROFILE, SimBackend())
