@@ -21,8 +21,8 @@
 # Exit: 0 all passed; 1 a tier test or harness case failed; 2 bad usage or missing files; 3 no pycuda.
 set -uo pipefail
 
-TIER=(tests/compiler/runtime/test_launch_program_gpu.py tests/compiler/runtime/test_launch_library.py
-  tests/compiler/runtime/test_cuda_backend.py)
+TIER=(tests/compiler/targets/cuda/test_launch_program_gpu.py tests/compiler/targets/cuda/test_launch_library.py
+  tests/compiler/targets/cuda/test_cuda_backend.py)
 HARNESS=scripts/bench_gpu.py
 DRY_CASE=softmax_fwd
 PYTHON="${PYTHON:-python3}"

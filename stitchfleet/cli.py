@@ -49,6 +49,21 @@ def _add_settings(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.set_defaults(handler=_show_settings)
 
 
+def _device_help() -> str:
+    """The compile command's devices: the reference and every target that runs on any machine (the registry)."""
+    from stitchfleet.compiler import targets
+
+    runs = ", ".join(f"'{name}' ({targets.profile(name).summary})" for name in targets.names(checks_here=True))
+    return f"run the graph and check it: 'reference' (numpy evaluate) or the stitched code of a target: {runs}"
+
+
+def _demo_backends() -> tuple[str, ...]:
+    """The backends a job may choose that run on the CPU (the demo trains on the CPU)."""
+    from stitchfleet.compiler import targets
+
+    return targets.names(runs_on="cpu", in_jobs=True)
+
+
 def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("compile", help="compile a graph (IR JSON or GraphDef) and report clusters and kernels")
     parser.add_argument("path", help="graph file: IR .json, or a TensorFlow GraphDef .pb (binary) or .pbtxt (text)")
@@ -56,11 +71,7 @@ def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     parser.add_argument(
         "--device",
         default=None,
-        help=(
-            "run the graph and check it: 'reference' (numpy evaluate), 'sim' (stitched kernels on the sim)"
-            ", 'cpu' (stitched C + OpenMP compiled here, cached in STITCHFLEET_CACHE_DIR)"
-            " or 'cuda-cpu' (the rendered CUDA compiled with g++ and run on this CPU)"
-        ),
+        help=_device_help(),
     )
     parser.set_defaults(handler=_compile)
 
@@ -277,7 +288,7 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--steps", type=int, default=6000, help="training steps (default 6000)")
     parser.add_argument("--every", type=int, default=250, help="a progress line every N steps (default 250)")
     parser.add_argument("--dir", default="stitchfleet-demo", help="where each run's directory is made")
-    parser.add_argument("--backend", default="cpu", choices=("cpu", "sim"), help="kernel backend (default cpu)")
+    parser.add_argument("--backend", default="cpu", choices=_demo_backends(), help="kernel backend (default cpu)")
     parser.set_defaults(handler=_demo)
 
 

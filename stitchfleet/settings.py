@@ -22,7 +22,19 @@ PREFIX = "STITCHFLEET_"
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
-BACKENDS = ("auto", "cuda", "cpu", "sim")
+# The backends are the compiler's target folders (compiler/targets/<name>/, `_` read as `-`), listed
+# from disk, not imported: settings loads in telemetry and operator processes, which must not import
+# the compiler (import-linter). The target registry (compiler/targets/__init__.py) reads TARGETS.
+TARGETS_DIR = Path(__file__).parent / "compiler" / "targets"
+
+
+def _target_names() -> tuple[str, ...]:
+    folders = (p for p in TARGETS_DIR.iterdir() if (p / "__init__.py").is_file())
+    return tuple(sorted(p.name.replace("_", "-") for p in folders))
+
+
+TARGETS = _target_names()
+BACKENDS = ("auto", *TARGETS)
 BRIDGES = ("auto", "native", "python")
 DEVICES = ("h200", "v100")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

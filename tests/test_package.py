@@ -91,7 +91,7 @@ def test_contracts_hold_on_the_tree(tree_copy: Path) -> None:
         ("operator/__init__.py", "import stitchfleet.plugin", "Plugin and operator never import each other"),
         ("telemetry/__init__.py", "import kopf", "kopf and kubernetes only in the operator"),
         ("plugin/__init__.py", "import sqlalchemy", "SQLAlchemy, Alembic, psycopg and prometheus_client only"),
-        ("operator/__init__.py", "import pycuda", "pycuda only in compiler.runtime.cuda"),
+        ("operator/__init__.py", "import pycuda", "pycuda only in compiler.targets.cuda.driver"),
     ],
 )
 def test_contract_breaks_on_forbidden_import(tree_copy: Path, module: str, line: str, contract: str) -> None:

@@ -40,7 +40,7 @@ def test_values_are_parsed_to_their_type(name: str, raw: str, field: str, expect
         ("STITCHFLEET_CHECK_EVERY", "abc", "expected an integer"),
         ("STITCHFLEET_ENABLED", "maybe", "expected a boolean"),
         ("STITCHFLEET_SLOWDOWN_MARGIN", "5%", "expected a number"),
-        ("STITCHFLEET_BACKEND", "tpu", "expected one of auto, cuda, cpu, sim"),
+        ("STITCHFLEET_BACKEND", "tpu", "expected one of auto, cpu, cuda, cuda-cpu, sim"),
         ("STITCHFLEET_WORLD_SIZE", "0", "expected a value >= 1"),
     ],
 )

@@ -94,7 +94,7 @@ def _interleaved(ours: Callable[[], object], theirs: Callable[[], object], reps:
 
 def measure(tf: Any, case: cases.CpuCase, cache: Path, reps: int, warmup: int) -> dict[str, Any]:
     """One row: the cluster's figures, or `skipped` with the reason it was not timed."""
-    from stitchfleet.compiler.runtime.cpu import compile_cluster
+    from stitchfleet.compiler.targets.cpu.executable import compile_cluster
 
     row: dict[str, Any] = {"case": case.name, "ops": case.ops, "elements": case.elements}
     inputs = random_inputs(case.graph, 0)
@@ -112,7 +112,7 @@ def measure(tf: Any, case: cases.CpuCase, cache: Path, reps: int, warmup: int) -
 
 
 def _document(tf: Any, args: argparse.Namespace, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    from stitchfleet.compiler.runtime.cpu import cpu_model
+    from stitchfleet.compiler.targets.cpu.executable import cpu_model
 
     options = {"only": args.only, "scale": args.scale, "max_elements": args.max_elements, "warmup": args.warmup}
     return {

@@ -35,7 +35,7 @@ from benchmarks.harness.timing import Variant
 from benchmarks.harness.translate_torch import DTYPES, to_torch
 from stitchfleet.compiler.evaluate import evaluate
 from stitchfleet.compiler.ir import Graph
-from stitchfleet.compiler.runtime.cuda import CudaBackend
+from stitchfleet.compiler.targets.cuda.driver import CudaBackend
 
 Array = npt.NDArray[Any]
 FLUSH_BYTES = 256 << 20

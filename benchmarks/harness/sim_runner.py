@@ -20,7 +20,7 @@ from benchmarks.harness.programs import Program
 from benchmarks.harness.timing import Variant
 from stitchfleet.compiler.evaluate import evaluate
 from stitchfleet.compiler.ir import Graph
-from stitchfleet.compiler.runtime.sim import SimBackend
+from stitchfleet.compiler.targets.sim.interpreter import SimBackend
 
 Array = npt.NDArray[Any]
 

@@ -1,6 +1,8 @@
-"""The stitching compiler: graph IR -> clusters -> stitch plan -> kernel IR -> backends.
+"""The stitching compiler: graph IR -> clusters -> stitch plan -> kernel IR -> targets.
 
 Pure: imports no TensorFlow, SQL, Prometheus or Kubernetes library and nothing else
-of stitchfleet, so it runs on a GPU machine that has no TensorFlow. It returns data
-(a CompileReport); it never logs to a database.
+of stitchfleet but settings (the target names), so it runs on a GPU machine that has no
+TensorFlow. It returns data (a CompileReport); it never logs to a database. Layers, lowest
+first (import-linter and tests/test_house.py keep imports one way): ir, plan, kernel, lower,
+targets (one folder per backend, found by name), pipeline, compile_command.
 """

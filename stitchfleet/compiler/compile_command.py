@@ -4,10 +4,10 @@ Input: the file path (or, from the CLI's GraphDef path through the TF frontend, 
 `Graph`), report format, device and the settings the CLI read (remote stitch budget,
 dump directory, and the kernel cache directory for `cpu`). Output: text on stdout/stderr
 and an exit status (0 ok, 1 a check failed, 2 bad input). `reference` evaluates the graph on random inputs natively
-and in float64 and checks the outputs with the tolerance rule. `sim` and `cpu` run every
-cluster's stitched code (planned for the h200 profile) on that backend (the kernel IR on
-the sim; C + OpenMP compiled with the system C compiler for `cpu`) on random inputs of
-the cluster's own, and check each cluster output against evaluate of the cluster: the
+and in float64 and checks the outputs with the tolerance rule. Every target whose profile
+says `checks_here` (the target registry, compiler/targets: sim, cpu, cuda-cpu) runs every
+cluster's stitched code (planned for the h200 profile) on random inputs of the cluster's own,
+and checks each cluster output against evaluate of the cluster: the
 rest of the graph is never evaluated, so opaque ops (random draws, GEMMs) do not matter.
 The report carries the coverage figure (coverage.py). With `--report json` stdout holds
 the JSON document only; the check lines go to stderr.
@@ -22,20 +22,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-import numpy as np
-
-from stitchfleet.compiler import ir
+from stitchfleet.compiler import ir, targets
 from stitchfleet.compiler.coverage import Coverage, measure
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.evaluate import EvaluationError, evaluate, random_inputs
-from stitchfleet.compiler.lower import lower, run_lowered
 from stitchfleet.compiler.pipeline import Artifacts, Options, compile_graph
 from stitchfleet.compiler.plan import StitchPlan
 from stitchfleet.compiler.report import CompileReport, format_table
 from stitchfleet.compiler.tolerance import check, check_outputs
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
-DEVICES = ("reference", "sim", "cpu", "cuda-cpu")
+DEVICES = ("reference", *targets.names(checks_here=True))
 GRAPHDEF_SUFFIXES = (".pb", ".pbtxt")
 
 
@@ -107,7 +104,7 @@ def run_graph(
         print(format_table(report) + coverage.line())
     # JSON on stdout stays one parseable document: the check lines go to stderr then
     out = sys.stderr if report_format == "json" else sys.stdout
-    if device in ("sim", "cpu", "cuda-cpu"):
+    if device is not None and device != "reference":
         return check_clusters(art, device, out, cache_dir=cache_dir)
     return _check_reference(graph, out) if device == "reference" else EXIT_OK
 
@@ -127,45 +124,17 @@ def _exclusions(report: CompileReport) -> dict[int, str]:
     return {e.node: e.reason for e in report.excluded}
 
 
-WHAT_RUNS = {"sim": "kernels on the sim", "cpu": "C + OpenMP code on this CPU", "cuda-cpu": "CUDA text run on this CPU"}
 Runner = Callable[[ir.Graph, StitchPlan, dict[str, Any]], dict[str, Any]]
 
 
 def _runner(device: str, cache_dir: Path | None) -> Runner:
-    if device == "cpu":
-        return _cpu_runner(cache_dir)
-    return _cuda_cpu_runner(cache_dir) if device == "cuda-cpu" else _sim_runner
+    where = cache_dir if cache_dir is not None else Path(tempfile.mkdtemp(prefix=f"stitchfleet-{device}-"))
+    built = targets.load(device, where)
 
+    def run_target(cluster: ir.Graph, plan: StitchPlan, inputs: dict[str, Any]) -> dict[str, Any]:
+        return built.build(cluster, plan)(inputs)
 
-def _sim_runner(cluster: ir.Graph, plan: StitchPlan, inputs: dict[str, Any]) -> dict[str, Any]:
-    return run_lowered(lower(cluster, plan), cluster, inputs)
-
-
-def _cpu_runner(cache_dir: Path | None) -> Runner:
-    from stitchfleet.compiler.runtime.cpu import compile_cluster
-
-    where = cache_dir if cache_dir is not None else Path(tempfile.mkdtemp(prefix="stitchfleet-cpu-"))
-
-    def run_cpu(cluster: ir.Graph, plan: StitchPlan, inputs: dict[str, Any]) -> dict[str, Any]:
-        return compile_cluster(cluster, where, plan)(inputs)
-
-    return run_cpu
-
-
-def _cuda_cpu_runner(cache_dir: Path | None) -> Runner:
-    from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend
-
-    backend = CudaCpuBackend(
-        cache_dir if cache_dir is not None else Path(tempfile.mkdtemp(prefix="stitchfleet-cuda-cpu-"))
-    )
-
-    def run_cuda_cpu(cluster: ir.Graph, plan: StitchPlan, inputs: dict[str, Any]) -> dict[str, Any]:
-        lowered = lower(cluster, plan)
-        raw = backend.compile(lowered.kernels)({b: np.asarray(inputs[n]).reshape(-1) for n, b in lowered.inputs})
-        shapes = {name: cluster.node(node_id).shape for name, node_id in cluster.outputs}
-        return {name: raw[buf].reshape(shapes[name]) for name, buf in lowered.outputs}
-
-    return run_cuda_cpu
+    return run_target
 
 
 def _check_cluster(cluster: ir.Graph, plan: StitchPlan | Decision, runner: Runner, out: TextIO) -> int:
@@ -194,7 +163,7 @@ def _check_cluster(cluster: ir.Graph, plan: StitchPlan | Decision, runner: Runne
 
 
 def _check_clusters(art: Artifacts, runner: Runner, device: str, out: TextIO, first: int | None = None) -> int:
-    what = WHAT_RUNS[device]
+    what = targets.profile(device).summary
     print(f"stitched {what} vs evaluate, per cluster, on random inputs of its own:", file=out)
     pairs = list(zip(art.cluster_graphs, art.stitch, strict=True))[:first]
     return max((_check_cluster(g, p, runner, out) for g, p in pairs), default=EXIT_OK)
@@ -203,7 +172,7 @@ def _check_clusters(art: Artifacts, runner: Runner, device: str, out: TextIO, fi
 def check_clusters(
     art: Artifacts, device: str, out: TextIO, *, cache_dir: Path | None = None, first: int | None = None
 ) -> int:
-    """Checks the stitched code of the first `first` clusters (all: None) on `device` ('sim', 'cpu' or 'cuda-cpu')."""
+    """Checks the stitched code of the first `first` clusters (all: None) on `device` (a target that `checks_here`)."""
     runner = _runner(device, cache_dir)
     return _check_clusters(art, runner, device, out, first)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-WARP = 32
+WARP = 32  # lanes of a warp: the one warp width of every device profile and target (kernel IR, plan, renderers)
 
 
 class DeviceError(ValueError):

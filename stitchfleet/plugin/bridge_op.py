@@ -11,7 +11,7 @@ serialises clusters on the GIL; measured ~0.1 ms per cluster inside a training s
 more than small clusters save. A pod loads the op prebuilt by `stitchfleet shim install DIR
 --with-op` (DIR/ops, named by source, TF version and compile flags, so another TF never loads it);
 without one, the library is built once per TF version, compiler and source (content-addressed
-cache, atomic rename: `cubin_cache`; ~20-30 s and a C++ compiler). Loaded once per process.
+cache, atomic rename: compiler/targets/cache.py; ~20-30 s and a C++ compiler). Loaded once per process.
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from stitchfleet.compiler.runtime.cpu import CpuExecutable
-from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
-from stitchfleet.compiler.runtime.gpu_executable import GpuExecutable
-from stitchfleet.compiler.runtime.launch_library import build as build_launcher
-from stitchfleet.compiler.runtime.launch_source import SOURCE as LAUNCH_SOURCE
-from stitchfleet.compiler.runtime.native_build import BuildError, build_shared_object
+from stitchfleet.compiler import targets
+from stitchfleet.compiler.targets.cache import ArtifactCache, artifact_cache, cache_key
+from stitchfleet.compiler.targets.cpu.executable import CpuExecutable
+from stitchfleet.compiler.targets.cuda.gpu_executable import GpuExecutable
+from stitchfleet.compiler.targets.cuda.launch_library import build as build_launcher
+from stitchfleet.compiler.targets.cuda.launch_source import SOURCE as LAUNCH_SOURCE
+from stitchfleet.compiler.targets.native_build import BuildError, build_shared_object
 from stitchfleet.plugin.bridge_source import SOURCE
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -161,7 +162,7 @@ def build_prebuilt(target: Path, gpu: bool | None = None) -> Path:
     if cuda_build() if gpu is None else gpu:
         with tempfile.TemporaryDirectory(prefix="stitchfleet-launch-") as tmp:
             try:
-                built = build_launcher(CubinCache(Path(tmp), suffix="so"))
+                built = build_launcher(ArtifactCache(Path(tmp), suffix="so"))
             except RuntimeError as err:
                 raise BridgeUnavailableError(f"building the launch library failed: {err}") from None
             shutil.copyfile(built, folder / launcher_name())
@@ -189,7 +190,7 @@ def library_path(cache_dir: Path) -> Path:
             return prebuilt
     versions = {"tensorflow": tf.__version__, "c++": _compiler_version()}
     key = cache_key(SOURCE, hashlib.sha256(" ".join(_flags()).encode()).hexdigest(), versions, ())
-    cache = CubinCache(Path(cache_dir) / "tfop", suffix="so")
+    cache = artifact_cache(Path(cache_dir), "tfop")
     return cache.path(key) if cache.get(key) is not None else cache.put(key, _build())
 
 
@@ -224,7 +225,7 @@ def choose(setting: str, backend: str, cache_dir: Path) -> BridgeOp | None:
     """The bridge op for this job, or None for tf.numpy_function: `python` asks for it, other
     backends than cpu and cuda have no native entry, and under `auto` a bridge that cannot be built falls
     back (logged). `native` that cannot be built raises: the hook then leaves stitching off."""
-    if setting == "python" or backend not in ("cpu", "cuda"):
+    if setting == "python" or not targets.profile(backend).native_op:
         return None
     try:
         return load(cache_dir)

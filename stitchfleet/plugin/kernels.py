@@ -24,14 +24,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from stitchfleet.compiler import targets
 from stitchfleet.compiler.evaluate import evaluate
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
-from stitchfleet.compiler.runtime.cpu import CpuExecutable
-from stitchfleet.compiler.runtime.cubin_cache import CubinCache
-from stitchfleet.compiler.runtime.gpu_executable import GpuExecutable, Holds, compile_gpu, occupancy_holds
-from stitchfleet.compiler.runtime.launch_library import LaunchLibrary, build
-from stitchfleet.compiler.runtime.nvrtc import Nvrtc, find_nvrtc
+from stitchfleet.compiler.targets.cache import artifact_cache
+from stitchfleet.compiler.targets.cpu.executable import CpuExecutable
+from stitchfleet.compiler.targets.cuda.gpu_executable import GpuExecutable, Holds, compile_gpu, occupancy_holds
+from stitchfleet.compiler.targets.cuda.launch_library import LaunchLibrary, build
+from stitchfleet.compiler.targets.cuda.nvrtc import Nvrtc, find_nvrtc
 from stitchfleet.plugin.faults import Fault
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -60,8 +61,10 @@ def resolve_backend(name: str, cache_dir: Path | None = None, bridge: str = "aut
                 f"the cuda bridge (the StitchfleetDispatch GPU kernel) cannot run here: {why}"
             )
         return name
-    if name not in ("cpu", "sim"):
-        raise BackendUnavailableError(f"unknown backend {name!r} (expected auto, cpu, sim or cuda)")
+    usable = targets.names(in_jobs=True)
+    if name not in usable:
+        what = "runs in `stitchfleet compile --device` only" if name in targets.NAMES else "is unknown"
+        raise BackendUnavailableError(f"backend {name!r} {what} (job backends: auto, {', '.join(usable)})")
     return name
 
 
@@ -90,7 +93,7 @@ def _gpu_op_check(cache_dir: Path, bridge: str) -> str | None:
         return "no libnvrtc (the nvidia-cuda-nvrtc-cu12 wheel or a CUDA toolkit)"
     try:
         if bridge_op.prebuilt_launcher() is None:
-            build(CubinCache(Path(cache_dir) / "launch", suffix="so"))
+            build(artifact_cache(Path(cache_dir), "launch"))
         bridge_op.load(Path(cache_dir))
     except RuntimeError as err:
         return str(err)
@@ -108,7 +111,7 @@ def compile_run(
     """Compiles one cluster for `backend`: arrays by position -> (outputs by position, NaN/Inf flag), and
     what the native bridge op runs: the compiled C (`cpu`) or the cubin and launch plan (`cuda`)."""
     if backend == "cpu":
-        from stitchfleet.compiler.runtime.cpu import compile_cluster
+        from stitchfleet.compiler.targets.cpu.executable import compile_cluster
 
         executable = compile_cluster(graph, cache_dir, plan)
         return executable.run, executable
@@ -126,7 +129,7 @@ def _compile_gpu(graph: Graph, plan: StitchPlan, cache_dir: Path) -> GpuExecutab
     nvrtc = find_nvrtc()
     if nvrtc is None:
         raise BackendUnavailableError("no libnvrtc (the nvidia-cuda-nvrtc-cu12 wheel or a CUDA toolkit)")
-    launcher = prebuilt_launcher() or build(CubinCache(Path(cache_dir) / "launch", suffix="so"))
+    launcher = prebuilt_launcher() or build(artifact_cache(Path(cache_dir), "launch"))
     arch = gpu_arch()
     holds = device_holds(launcher, nvrtc, arch, Path(cache_dir))
     return compile_gpu(graph, plan, arch, cache_dir, nvrtc=nvrtc, launcher=launcher, holds=holds)
@@ -137,7 +140,7 @@ def device_holds(launcher: Path, nvrtc: Nvrtc, arch: str, cache_dir: Path) -> Ho
     GPUs of one job are alike). LaunchError without a driver: no GPU op runs there either."""
     library = LaunchLibrary(launcher)
     library.init()
-    return occupancy_holds(library, nvrtc, arch, CubinCache(cache_dir / "cubin"))
+    return occupancy_holds(library, nvrtc, arch, artifact_cache(cache_dir, "cubin"))
 
 
 def _gpu_only(arrays: Sequence[Array]) -> tuple[tuple[Array, ...], bool]:
@@ -146,7 +149,8 @@ def _gpu_only(arrays: Sequence[Array]) -> tuple[tuple[Array, ...], bool]:
 
 
 def _lowered_run(graph: Graph, plan: StitchPlan) -> Run:
-    from stitchfleet.compiler.lower import lower, run_lowered
+    from stitchfleet.compiler.lower import lower
+    from stitchfleet.compiler.targets.sim.target import run_lowered
 
     lowered = lower(graph, plan)
     names = tuple(str(p.attrs["name"]) for p in graph.parameters)

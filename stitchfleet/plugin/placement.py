@@ -20,7 +20,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-SETTINGS = ("auto", "cpu", "sim", "cuda")
+from stitchfleet.compiler import targets
+
+SETTINGS = ("auto", *targets.names(in_jobs=True))  # the job backends of the target registry
+AUTO = {"cpu": "cpu", "gpu": "cuda"}  # what `auto` picks per device kind
+
+
+def _runs_on(setting: str) -> str | None:
+    """The device kind the chosen backend stitches (None for `auto`: either)."""
+    return None if setting == "auto" else targets.profile(setting).runs_on
 
 
 @dataclass(frozen=True)
@@ -103,15 +111,15 @@ def route(ops: Iterable[Any], setting: str, gpu_visible: bool, gpu_op: str | Non
         head = f"{_gpu_words(listed)} and spans devices" if gpu else "spans devices"
         return Route(None, "", f"{head} ({shown}): a cluster never spans devices, it stays with TF")
     if device_kind(device) == "cpu":
-        if setting == "cuda":
-            return Route(None, device, "placed on the CPU: STITCHFLEET_BACKEND=cuda stitches GPU clusters only")
-        return Route("sim" if setting == "sim" else "cpu", device)
+        if _runs_on(setting) == "gpu":
+            return Route(None, device, f"placed on the CPU: STITCHFLEET_BACKEND={setting} stitches GPU clusters only")
+        return Route(AUTO["cpu"] if setting == "auto" else setting, device)
     words = _gpu_words(listed)
-    if setting in ("cpu", "sim"):
+    if _runs_on(setting) == "cpu":
         return Route(None, device, f"{words}: the {setting} backend runs on the CPU only, the cluster stays with TF")
     if gpu_op is not None:
         return Route(None, device, f"{words}: the GPU op cannot run here ({gpu_op}), the cluster stays with TF")
-    return Route("cuda", device)
+    return Route(AUTO["gpu"] if setting == "auto" else setting, device)
 
 
 def gpu_reason(ops: Iterable[Any], gpu_visible: bool, gpu_op: str | None = "the GPU op is not loaded") -> str | None:

@@ -11,8 +11,8 @@ from benchmarks.harness.sim_runner import run_program
 from stitchfleet.compiler.baselines import per_op
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.ir import Graph, GraphBuilder, Op
-from stitchfleet.compiler.runtime.sim import SimBackend
 from stitchfleet.compiler.scope import Cluster
+from stitchfleet.compiler.targets.sim.interpreter import SimBackend
 from stitchfleet.compiler.tolerance import check_outputs
 
 SUITE = {c.name: c.graph for c in suite_cases(tiny=True)}

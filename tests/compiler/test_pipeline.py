@@ -85,7 +85,7 @@ def test_cli_compile_dumps_where_the_setting_says(
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["compile", str(LAYERNORM), "--device", "cuda"], "is not available (devices: reference, sim, cpu, cuda-cpu)"),
+        (["compile", str(LAYERNORM), "--device", "cuda"], "is not available (devices: reference, cpu, cuda-cpu, sim)"),
         (["compile", "/nonexistent/g.json"], "cannot read /nonexistent/g.json"),
     ],
 )

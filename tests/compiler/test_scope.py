@@ -10,9 +10,9 @@ import pytest
 from stitchfleet.compiler.evaluate import evaluate, evaluate_nodes, random_inputs
 from stitchfleet.compiler.ir import DYNAMIC, Graph, GraphBuilder, Op, dumps, fingerprint, loads
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster
-from stitchfleet.compiler.runtime.cpu import compile_cluster
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
+from stitchfleet.compiler.targets.cpu.executable import compile_cluster
 
 
 def _cycle_graph() -> Graph:

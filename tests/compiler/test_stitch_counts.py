@@ -14,9 +14,10 @@ import pytest
 
 from stitchfleet.compiler.evaluate import evaluate, evaluate_nodes, random_inputs
 from stitchfleet.compiler.ir import load
-from stitchfleet.compiler.lower import lower, run_lowered
+from stitchfleet.compiler.lower import lower
 from stitchfleet.compiler.pipeline import Options, compile_graph
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan
+from stitchfleet.compiler.targets.sim.target import run_lowered
 from stitchfleet.compiler.tolerance import check_outputs
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"

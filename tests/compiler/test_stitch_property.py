@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.ir import Graph, GraphBuilder, Op, Value
-from stitchfleet.compiler.lower import lower, run_lowered
+from stitchfleet.compiler.lower import lower
 from stitchfleet.compiler.plan import MappingKind, PlanOptions, plan_cluster
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
+from stitchfleet.compiler.targets.sim.target import run_lowered
 from stitchfleet.compiler.tolerance import check_outputs
 
 STEPS = ("unary", "binary", "row_vector", "col_vector", "row_reduce", "col_reduce", "reshape", "transpose")

@@ -15,10 +15,11 @@ from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.kernel import Atomic, For, GridSync, If, Kernel, verify
 from stitchfleet.compiler.kernel.ir import Stmt
-from stitchfleet.compiler.lower import lower, run_lowered
+from stitchfleet.compiler.lower import lower
 from stitchfleet.compiler.plan import Combine, MappingKind, PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
+from stitchfleet.compiler.targets.sim.target import run_lowered
 from stitchfleet.compiler.tolerance import check_outputs
 
 SMALL: dict[str, tuple[int, ...]] = {

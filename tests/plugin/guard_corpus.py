@@ -24,7 +24,7 @@ import numpy as np
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.ir import Attrs, Graph, Node, Op, load
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster
-from stitchfleet.compiler.runtime.cpu import CpuBackend, CpuOptions
+from stitchfleet.compiler.targets.cpu.executable import CpuBackend, CpuOptions
 from stitchfleet.compiler.tolerance import error_floor, roundoff, scaled_error
 from stitchfleet.plugin import guard
 

@@ -19,8 +19,8 @@ tf = pytest.importorskip("tensorflow")
 from stitchfleet import settings  # noqa: E402
 from stitchfleet.compiler.ir import GraphBuilder  # noqa: E402
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster  # noqa: E402
-from stitchfleet.compiler.runtime.gpu_executable import GpuExecutable, compile_gpu  # noqa: E402
-from stitchfleet.compiler.runtime.nvrtc import find_nvrtc  # noqa: E402
+from stitchfleet.compiler.targets.cuda.gpu_executable import GpuExecutable, compile_gpu  # noqa: E402
+from stitchfleet.compiler.targets.cuda.nvrtc import find_nvrtc  # noqa: E402
 from stitchfleet.plugin import bridge_op  # noqa: E402
 
 pytestmark = pytest.mark.tf
@@ -50,7 +50,7 @@ def _registered(library: Path) -> list[list[object]]:
 
 
 def test_the_gpu_variant_builds_under_its_own_name_with_its_launch_library(gpu_library: Path) -> None:
-    from stitchfleet.compiler.runtime.launch_library import LaunchError, LaunchLibrary
+    from stitchfleet.compiler.targets.cuda.launch_library import LaunchError, LaunchLibrary
 
     assert gpu_library.is_file() and gpu_library.name == bridge_op.prebuilt_name(gpu=True)
     launcher = gpu_library.parent / bridge_op.launcher_name()

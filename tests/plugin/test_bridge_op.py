@@ -17,7 +17,7 @@ tf = pytest.importorskip("tensorflow")
 from stitchfleet import settings  # noqa: E402
 from stitchfleet.compiler.evaluate import random_inputs  # noqa: E402
 from stitchfleet.compiler.ir import Graph, GraphBuilder  # noqa: E402
-from stitchfleet.compiler.runtime.cpu import CpuExecutable, compile_cluster  # noqa: E402
+from stitchfleet.compiler.targets.cpu.executable import CpuExecutable, compile_cluster  # noqa: E402
 from stitchfleet.plugin import bridge_op  # noqa: E402
 
 pytestmark = pytest.mark.tf

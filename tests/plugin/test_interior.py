@@ -19,7 +19,7 @@ from stitchfleet.compiler.evaluate import evaluate
 from stitchfleet.compiler.ir import DType, GraphBuilder
 from stitchfleet.compiler.pipeline import Options, compile_graph
 from stitchfleet.compiler.plan import plan_cluster
-from stitchfleet.compiler.runtime.cpu import compile_cluster
+from stitchfleet.compiler.targets.cpu.executable import compile_cluster
 from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.interior import UNREAD_KEY, UnmappableError, check_device_specific, input_shape, with_unread
 from stitchfleet.plugin.sites import Site, StepOps, map_cluster

@@ -86,6 +86,19 @@ def test_an_unknown_setting_is_refused() -> None:
         route([_Op("a", CPU)], "gpu", True, None)
 
 
+def test_a_checking_target_is_no_job_backend() -> None:
+    # cuda-cpu is a target folder (settings accept the name) but only `stitchfleet compile --device` runs it
+    from stitchfleet.plugin.kernels import BackendUnavailableError, resolve_backend
+
+    with pytest.raises(ValueError, match="unknown backend 'cuda-cpu'"):
+        route([_Op("a", CPU)], "cuda-cpu", True, None)
+    with pytest.raises(BackendUnavailableError, match="backend 'cuda-cpu' runs in `stitchfleet compile --device` only"):
+        resolve_backend("cuda-cpu")
+    assert resolve_backend("sim") == "sim"
+    with pytest.raises(BackendUnavailableError, match="backend 'rocm' is unknown"):
+        resolve_backend("rocm")
+
+
 # --- candidates.choose on GraphDefs placed on a GPU -------------------------------------------------
 
 
@@ -183,7 +196,7 @@ def test_cpu_pinned_clusters_are_stitched_and_gpu_ones_are_not(tmp_path: Path) -
 def test_with_a_runnable_gpu_op_gpu_clusters_are_compiled_for_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stitchfleet.compiler.runtime.nvrtc import find_nvrtc
+    from stitchfleet.compiler.targets.cuda.nvrtc import find_nvrtc
     from stitchfleet.plugin import candidates, placement
 
     if find_nvrtc() is None:

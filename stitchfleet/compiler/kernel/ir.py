@@ -18,9 +18,10 @@ import enum
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from stitchfleet.compiler import devices
 from stitchfleet.compiler.ir.types import COMPARISONS, DType, Op
 
-WARP_SIZE = 32
+WARP_SIZE = devices.WARP  # the device profiles' warp width (devices.py), one constant for every target
 MAX_BLOCK_THREADS = 1024
 DEFAULT_SHARED_LIMIT = 48 * 1024  # the static __shared__ limit per block on every CUDA arch
 

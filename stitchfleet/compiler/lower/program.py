@@ -2,7 +2,7 @@
 
 Input: the cluster graph (as planned) and its `StitchPlan`. Output: `Lowered`: the
 kernels in launch order, and the mapping from graph parameter/output names to
-buffer names; `run_lowered` runs them on a backend with graph-shaped arrays.
+buffer names (targets/program.py runs them with graph-shaped arrays on a target).
 
 Each planned launch becomes one kernel: its stages in order with a grid barrier
 between them; each loop of a stage is a task loop (block b runs tasks b, b+grid, ...:
@@ -22,12 +22,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
 
 from stitchfleet.compiler.devices import device
 from stitchfleet.compiler.ir import DType, Graph
@@ -160,13 +155,3 @@ def lower(graph: Graph, plan: StitchPlan) -> Lowered:
     inputs = tuple((str(graph.node(n).attrs["name"]), b.name) for n, b in bufs.inputs.items())
     outputs = tuple((name, _ident("out_", name)) for name, _ in graph.outputs)
     return Lowered(kernels, inputs, outputs)
-
-
-def run_lowered(lowered: Lowered, graph: Graph, inputs: Mapping[str, Any]) -> dict[str, npt.NDArray[Any]]:
-    """Runs the kernels on the sim with graph-shaped inputs; returns graph-shaped outputs by name."""
-    from stitchfleet.compiler.runtime import sim
-
-    buffers = {buf: np.asarray(inputs[name]).reshape(-1) for name, buf in lowered.inputs}
-    raw = sim.run(lowered.kernels, buffers)
-    shapes = {name: graph.node(node_id).shape for name, node_id in graph.outputs}
-    return {name: raw[buf].reshape(shapes[name]) for name, buf in lowered.outputs}

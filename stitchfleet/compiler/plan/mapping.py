@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 
+from stitchfleet.compiler.devices import WARP
 from stitchfleet.compiler.ir import Node
 from stitchfleet.compiler.plan.model import Layout, Mapping, MappingKind
 
-WARP = 32
 SHORT_ROW = 512
 ROW_KINDS = frozenset({MappingKind.WARP_PER_ROW, MappingKind.BLOCK_PER_ROW, MappingKind.SPLIT_ROW})
 

@@ -23,10 +23,10 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from stitchfleet.compiler.devices import WARP
 from stitchfleet.compiler.ir import DType, Graph
 from stitchfleet.compiler.plan.model import Choice, Combine, Edge, Group, Loop, MappingKind, Scheme, SharedBuffer
 
-WARP = 32
 _BLOCK_REDUCE = frozenset({MappingKind.BLOCK_PER_ROW, MappingKind.SPLIT_ROW})
 
 

@@ -13,3 +13,9 @@ memory filled like dynamic, `-fsanitize=alignment`; `order` 1 or 2 runs each blo
 fibers reversed or reshuffled every round (other legal orders: a missing barrier shows
 up as a different result); `fill` picks the byte shared memory starts as.
 """
+
+from stitchfleet.compiler.devices import WARP
+from stitchfleet.compiler.targets.base import Profile
+
+# a checking target: the CUDA text's semantics on any machine; jobs never choose it
+PROFILE = Profile("cuda-cpu", runs_on="cpu", warp=WARP, summary="CUDA text run on this CPU", in_jobs=False)

@@ -23,10 +23,11 @@ import numpy as np
 import numpy.typing as npt
 
 from stitchfleet.compiler.kernel import ir
-from stitchfleet.compiler.render.cuda import CudaKernel, render_kernel
-from stitchfleet.compiler.runtime.device_arrays import DeviceArrayError, device_dtype, from_device, to_device
-from stitchfleet.compiler.runtime.sim import buffer_layout, verify_program
+from stitchfleet.compiler.targets.cuda.device_arrays import DeviceArrayError, device_dtype, from_device, to_device
+from stitchfleet.compiler.targets.cuda.render import render_kernel
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.cuda_cpu.module import CudaCpuError, CudaCpuOptions, load_module
+from stitchfleet.compiler.targets.sim.interpreter import buffer_layout, verify_program
 
 Array = npt.NDArray[Any]
 Loaded = tuple[CudaKernel, ctypes.CDLL]

@@ -24,13 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stitchfleet.compiler.render.cuda import CudaKernel, kernel_text
-from stitchfleet.compiler.render.cuda_prelude import PRELUDE
-from stitchfleet.compiler.runtime.cpu import CpuCompileError, compiler_version
-from stitchfleet.compiler.runtime.cubin_cache import CubinCache, cache_key
-from stitchfleet.compiler.runtime.native_build import BuildError, build_shared_object
+from stitchfleet.compiler.targets.cache import artifact_cache, cache_key
+from stitchfleet.compiler.targets.cpu.executable import CpuCompileError, compiler_version
+from stitchfleet.compiler.targets.cuda.prelude import PRELUDE
+from stitchfleet.compiler.targets.cuda.render import kernel_text
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.cuda_cpu.header import HEADER
 from stitchfleet.compiler.targets.cuda_cpu.launcher import LAUNCHER
+from stitchfleet.compiler.targets.native_build import BuildError, build_shared_object
 
 SMEM_CAPACITY = 227 * 1024  # the largest opt-in dynamic shared memory of the profiles (H100/H200)
 STACK_BYTES = 64 * 1024
@@ -154,7 +155,7 @@ _LOCK = threading.Lock()
 def load_module(kernels: Sequence[CudaKernel], options: CudaCpuOptions) -> ctypes.CDLL:
     """The module's shared object, built on a cache miss, loaded once per process."""
     text = translation_unit(kernels, checked=options.debug)
-    cache = CubinCache(Path(options.cache_dir) / "cuda-cpu", suffix="so")
+    cache = artifact_cache(Path(options.cache_dir), "cuda-cpu")
     arch = hashlib.sha256(b"x86-64").hexdigest()
     key = cache_key(text, arch, {"cxx": _compiler_version(options.compiler)}, options.flags)
     path = cache.path(key) if cache.get(key) is not None else cache.put(key, _build(text, options))

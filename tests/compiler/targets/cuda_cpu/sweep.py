@@ -29,11 +29,11 @@ from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.ir import Graph, load
 from stitchfleet.compiler.lower import Lowered, lower
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster
-from stitchfleet.compiler.render.cuda import kernel_text, render_kernel
-from stitchfleet.compiler.runtime.sim import run as run_sim
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
+from stitchfleet.compiler.targets.cuda.render import kernel_text, render_kernel
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend, CudaCpuProgram
+from stitchfleet.compiler.targets.sim.interpreter import run as run_sim
 from stitchfleet.compiler.tolerance import check_outputs
 from tests.compiler.test_stitch_sim import SMALL
 

@@ -1,6 +1,6 @@
 """Building-block kernels run as rendered CUDA on the CPU and agree with the sim.
 
-The kernels the nvcc/NVRTC tests only compile (tests/compiler/render/suite_kernels.py):
+The kernels the nvcc/NVRTC tests only compile (tests/compiler/targets/cuda/suite_kernels.py):
 a grid reduction through a grid barrier, atomics of every kind on every dtype (2-byte
 compare-and-swap loops included), the 16-byte vector loop; and shared arena views that
 overlap by liveness, static and carved from dynamic shared memory. Order-independent
@@ -18,10 +18,10 @@ import pytest
 
 from stitchfleet.compiler.ir import DType
 from stitchfleet.compiler.kernel import ir
-from stitchfleet.compiler.runtime.sim import run as run_sim
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend
-from tests.compiler.render.suite_kernels import block_kernels, scale_kernel
-from tests.compiler.render.test_cuda_arena import OWN, A, B, arena_kernel
+from stitchfleet.compiler.targets.sim.interpreter import run as run_sim
+from tests.compiler.targets.cuda.suite_kernels import block_kernels, scale_kernel
+from tests.compiler.targets.cuda.test_cuda_arena import OWN, A, B, arena_kernel
 
 pytestmark = pytest.mark.cuda_cpu
 

@@ -19,7 +19,7 @@ import pytest
 
 from stitchfleet.compiler.ir import DType
 from stitchfleet.compiler.kernel import Buffer, Launch, Role
-from stitchfleet.compiler.render.cuda import CudaKernel
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuError, CudaCpuOptions, CudaCpuProgram
 from stitchfleet.compiler.targets.cuda_cpu.module import load_kernel
 

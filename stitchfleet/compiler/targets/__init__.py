@@ -1,0 +1,65 @@
+"""The targets: one folder per backend (render, build, run), found by name.
+
+Input: a backend name ("sim", "cpu", "cuda", "cuda-cpu"). Output: its `Profile` (`profile`,
+read from the folder's `__init__.py`, no heavy imports) or its `Target` (`load`, which imports
+`targets.<name>.target` on demand, as tinygrad's runtime/ops_<name>.py). The names are the
+folders on disk (`settings.TARGETS`), so every list of backends (settings, CLI choices, the
+plugin's routes, `stitchfleet compile --device`) reads this registry. Shared by all targets:
+base.py (the protocols and `Profile`), cache.py (the artifact cache), native_build.py (the
+system C/C++ compiler). Adding a backend = a folder `targets/<name>/` with `__init__.py`
+(docstring + `PROFILE`) and `target.py` (`target(cache_dir) -> Target`), plus its artifact
+kind in cache.py when it builds files.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from stitchfleet import settings
+
+if TYPE_CHECKING:
+    from stitchfleet.compiler.targets.base import Profile, Target
+
+NAMES: tuple[str, ...] = settings.TARGETS
+
+
+class UnknownTargetError(ValueError):
+    """A backend name that names no target folder."""
+
+
+def _package(name: str) -> str:
+    if name not in NAMES:
+        raise UnknownTargetError(f"unknown backend {name!r} (targets: {', '.join(NAMES)})")
+    return f"{__name__}.{name.replace('-', '_')}"
+
+
+def profile(name: str) -> Profile:
+    """The target's profile, from `targets/<name>/__init__.py` (cheap: nothing compiled or loaded)."""
+    found: Profile = importlib.import_module(_package(name)).PROFILE
+    return found
+
+
+def load(name: str, cache_dir: Path) -> Target:
+    """The target itself, its code imported now (`targets/<name>/target.py`), caching under `cache_dir`."""
+    module = importlib.import_module(f"{_package(name)}.target")
+    built: Target = module.target(Path(cache_dir))
+    return built
+
+
+def names(
+    *, runs_on: str | None = None, in_jobs: bool | None = None, checks_here: bool | None = None
+) -> tuple[str, ...]:
+    """The target names whose profile matches every filter given."""
+    chosen = []
+    for name in NAMES:
+        p = profile(name)
+        if runs_on is not None and p.runs_on != runs_on:
+            continue
+        if in_jobs is not None and p.in_jobs != in_jobs:
+            continue
+        if checks_here is not None and p.checks_here != checks_here:
+            continue
+        chosen.append(name)
+    return tuple(chosen)

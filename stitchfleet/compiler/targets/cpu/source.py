@@ -1,0 +1,220 @@
+"""A stitch plan as one C function with OpenMP: the `cpu` backend's code generator.
+
+Input: a cluster graph and its `StitchPlan`. Output: `CSource`: the C text and the
+function's parameters (graph inputs then outputs, in order, with names, dtypes, shapes).
+The function returns 0, 1 when its scratch could not be allocated, or `finite.NONFINITE`
+when a computed floating-point output holds NaN or Inf (the guard's test, done in C).
+
+Layout, from the plan (AStitch's structure on a CPU):
+- element-wise loops of a stage are fused into one row/column loop nest (`fused`);
+- one `#pragma omp parallel` region (skipped for tiny clusters: thread start-up costs
+  more than the work); each planned loop is an `omp for` over its tasks, and the
+  implicit barrier at its end stands for the grid barrier between stages;
+- a task's groups run in plan order in one thread; a reduction accumulates in
+  registers (16 lanes, so the inner loop vectorises without reassociating: no
+  fast-math needed; float sums in double, see `accumulator`), its tail and stores
+  follow; element-wise groups loop over the task's rows, columns innermost; loops whose
+  iterations are independent (a reduction's 16 lanes, a column tile's columns, an
+  element-wise row) are `omp simd`: inside an outlined OpenMP region gcc 12 does not
+  vectorise them on its own;
+- regional values live in a stack array of rows-per-task elements, declared in the
+  task; so does a row reduction's operand that later groups of the task recompute
+  (`rowcache`: computed once, loaded after); global values and split-reduction partials
+  in heap scratch allocated per call (so concurrent calls share nothing); a split
+  reduction's finalize loop folds them,
+  or, where the plan combines atomically, each task adds its share (`omp atomic`) to
+  the value's scratch (calloc'd: it starts at zero).
+Element values (broadcast/transpose/slice/concat index math, inlined producers) come
+from the lowering's value emitter, so CPU and GPU code share one definition of them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from stitchfleet.compiler.ir import DType, Graph, Op
+from stitchfleet.compiler.kernel import ir as k
+from stitchfleet.compiler.lower import Namer, Phase, Sources, store_results
+from stitchfleet.compiler.plan import Combine, Group, Loop, MappingKind, Scheme, StitchPlan
+from stitchfleet.compiler.targets.cpu import cexpr as c
+from stitchfleet.compiler.targets.cpu.finite import FLAG, HELPERS, NONFINITE, pass_after, unchecked, with_reductions
+from stitchfleet.compiler.targets.cpu.fused import fused_loop, fused_sets, inner_extent
+from stitchfleet.compiler.targets.cpu.generator import (
+    PARALLEL_ELEMENTS,
+    CSource,
+    Gen,
+    Param,
+    accumulator,
+    ident,
+    loop_range,
+    no_shared_reduce,
+)
+from stitchfleet.compiler.targets.cpu.pieces import column_loops
+from stitchfleet.compiler.targets.cpu.reduction import REDUCERS, Reduce
+from stitchfleet.compiler.targets.cpu.rowcache import bind, loaded, row_caches
+
+# The NaN/Inf test stays in a fused loop whose inner loop runs at least this long: in short inner loops
+# (the demo's 1024 x 32 softmax input) gcc 12's simd reduction costs more than the pass after (`finite`).
+CHECKED_INNER = 128
+
+
+def _params(graph: Graph) -> tuple[dict[int, k.Buffer], dict[int, list[k.Buffer]], list[Param]]:
+    inputs: dict[int, k.Buffer] = {}
+    outputs: dict[int, list[k.Buffer]] = {}
+    params: list[Param] = []
+    for i, p in enumerate(graph.parameters):
+        name = str(p.attrs["name"])
+        inputs[p.id] = k.Buffer(ident("in", i, name), p.dtype, math.prod(p.shape), k.Role.INPUT)
+        params.append(Param(inputs[p.id].name, name, p.dtype, p.shape, False))
+    for i, (name, node_id) in enumerate(graph.outputs):
+        node = graph.node(node_id)
+        buf = k.Buffer(ident("out", i, name), node.dtype, math.prod(node.shape), k.Role.OUTPUT)
+        params.append(Param(buf.name, name, node.dtype, node.shape, True))
+        if node.op is not Op.PARAMETER:
+            outputs.setdefault(node_id, []).append(buf)
+    return inputs, outputs, params
+
+
+def _scratch(graph: Graph, plan: StitchPlan) -> tuple[dict[int, k.Buffer], dict[int, k.SharedBuffer]]:
+    scratch: dict[int, k.Buffer] = {}
+    shared: dict[int, k.SharedBuffer] = {}
+    for e in plan.edges:
+        node = graph.node(e.node)
+        if e.scheme is Scheme.GLOBAL:
+            scratch[e.node] = k.Buffer(f"tmp_{e.node}", node.dtype, math.prod(node.shape), k.Role.SCRATCH)
+        elif e.scheme is Scheme.REGIONAL:
+            shared[e.node] = k.SharedBuffer(f"reg_{e.node}", node.dtype, plan.group(e.producer).mapping.rows_per_task)
+    return scratch, shared
+
+
+def _partials(graph: Graph, plan: StitchPlan) -> dict[int, k.Buffer]:
+    out = {}
+    for g in plan.groups:
+        if g.combine is Combine.PARTIALS:
+            node = graph.node(g.dominant)
+            dtype = accumulator(node.dtype, node.op)
+            out[g.id] = k.Buffer(f"part_{g.id}", dtype, g.mapping.partial_count, k.Role.SCRATCH)
+    return out
+
+
+def _elementwise(gen: Gen, group: Group, pad: str) -> list[str]:
+    """The task's rows, columns innermost (a flat range when the group has no row structure)."""
+    m = group.mapping
+    row, col = k.Var(gen.names("r"), DType.I64), k.Var(gen.names("c"), DType.I64)
+    bounds = gen.group_bounds(**{row.name: m.rows, col.name: m.cols})
+    em = gen.ph.emitter(group)
+    index = row if m.cols == 1 else k.add(k.mul(row, k.i64(m.cols)), col)
+    if m.cols > 1:
+        bind(em, gen.ready, group, group.roots, index)
+    store_results(gen.ph, em, group, index)
+    head = loop_range(row.name, "row0", m.rows_per_task, m.rows)
+    if m.cols == 1:
+        return [f"{pad}{head} {{", *c.block(em.stmts, bounds, frozenset(), pad + "    "), f"{pad}}}"]
+    return [f"{pad}{head} {{", *column_loops(em.stmts, col.name, m.cols, bounds, pad + "    "), f"{pad}}}"]
+
+
+def _finalize(gen: Gen, group: Group, pad: str) -> list[str]:
+    """Folds a split reduction's partials: one reduced value after another."""
+    m = group.mapping
+    r = Reduce(gen, group)
+    column = m.kind is MappingKind.COLUMN_TILES
+    values, parts = (m.cols, m.row_splits) if column else (m.rows, m.blocks_per_row)
+    v = k.Var(gen.names("v"), DType.I64)
+    acc = gen.names("acc")
+    where = f"p * {m.cols}L + {v.name}" if column else f"{v.name} * {parts}L + p"
+    first = f"t * {m.block_threads}L"
+    part = gen.ph.partials[group.id].name
+    return [
+        f"{pad}{loop_range(v.name, first, m.block_threads, values)} {{",
+        f"{pad}    {r.ctype} {acc} = {r.identity()};",
+        f"{pad}    for (int64_t p = 0; p < {parts}L; ++p) {r.fold(acc, f'{part}[{where}]')}",
+        *r.finish(acc, v, gen.group_bounds(**{v.name: values}), pad + "    "),
+        f"{pad}}}",
+    ]
+
+
+def _group(gen: Gen, group: Group, pad: str) -> list[str]:
+    lines = [f"{pad}/* group {group.id}: {group.kind.value}, {group.mapping.kind.value} */", f"{pad}{{"]
+    if group.mapping.kind in REDUCERS:
+        lines += REDUCERS[group.mapping.kind](gen, Reduce(gen, group), pad + "    ")
+    else:
+        lines += _elementwise(gen, group, pad + "    ")
+    return [*lines, f"{pad}}}"]
+
+
+def _loop(gen: Gen, loop: Loop, pad: str) -> list[str]:
+    first = gen.plan.group(loop.groups[0]) if loop.groups else gen.plan.group(loop.finalize[0])
+    per_task = first.mapping.rows_per_task
+    lines = [
+        f"{pad}/* loop {loop.id} (stage {loop.stage}): {loop.tasks} task(s) */",
+        f"{pad}#pragma omp for schedule(static)",
+        f"{pad}for (int64_t t = 0; t < {loop.tasks}L; ++t) {{",
+        f"{pad}    const int64_t row0 = t * {per_task}L;",
+        f"{pad}    (void)row0;",
+    ]
+    groups = [gen.plan.group(g) for g in loop.groups]
+    gen.caches, gen.ready = row_caches(gen.graph, groups, lambda g: loaded(gen.ph.emitter(g))), []
+    for buf in [*_loop_shared(gen, loop), *(rc.buffer for rc in gen.caches)]:
+        lines.append(f"{pad}    {c.STORAGE[buf.dtype]} {buf.name}[{buf.size}];")
+    for group in groups:
+        lines += _group(gen, group, pad + "    ")
+        gen.ready += [rc for rc in gen.caches if rc.producer == group.id]
+    gen.caches, gen.ready = [], []
+    for gid in loop.finalize:
+        lines += _finalize(gen, gen.plan.group(gid), pad + "    ")
+    return [*lines, f"{pad}}}"]
+
+
+def _loop_shared(gen: Gen, loop: Loop) -> list[k.SharedBuffer]:
+    nodes = sorted({b.node for b in gen.plan.shared if b.loop == loop.id})
+    return [gen.ph.sources.shared[n] for n in nodes if n in gen.ph.sources.shared]
+
+
+def _touched(graph: Graph) -> int:
+    return sum(math.prod(n.shape) for n in graph.nodes if n.op is not Op.CONSTANT)
+
+
+def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_cluster") -> CSource:
+    """The C function computing every output of the cluster graph (see the module docstring)."""
+    inputs, outputs, params = _params(graph)
+    scratch, shared = _scratch(graph, plan)
+    partials = _partials(graph, plan)
+    names = Namer()
+    sources = Sources(inputs, shared, scratch, k.Var("row0", DType.I64))
+    ph = Phase(graph, plan, sources, outputs, partials, no_shared_reduce, names, k.Var("t", DType.I64), 0)
+    gen = Gen(graph, plan, ph, names, {"t": max((lp.tasks for lp in plan.loops), default=1)})
+    args = ", ".join(f"{'' if p.output else 'const '}{c.STORAGE[p.dtype]} *restrict {p.cname}" for p in params)
+    heap = [*scratch.values(), *partials.values()]
+    lines = [f"int {function}({args}) {{", f"    int {FLAG} = 0;"]
+    atomic = {scratch[g.exports[0]].name for g in plan.groups if g.combine is Combine.ATOMIC}
+    for buf in heap:
+        count, size = max(buf.size, 1), f"sizeof(*{buf.name})"
+        alloc = f"calloc({count}, {size})" if buf.name in atomic else f"malloc({count} * {size})"  # atomics add to 0
+        lines.append(f"    {c.STORAGE[buf.dtype]} *restrict {buf.name} = {alloc};")
+    if heap:
+        lines.append(f"    if ({' || '.join(f'!{b.name}' for b in heap)}) {{")
+        lines += [f"        free({b.name});" for b in heap] + ["        return 1;", "    }"]
+    lines.append("    omp_set_dynamic(1);  /* threads = cores - load average: no team waits on a busy core */")
+    lines.append(f"    #pragma omp parallel if({int(_touched(graph) >= PARALLEL_ELEMENTS)})")
+    lines.append("    {")
+    fused: set[str] = set()
+    for stage in sorted({lp.stage for lp in plan.loops}):
+        sets, planned = fused_sets(plan, [lp for lp in plan.loops if lp.stage == stage])
+        for groups in sets:
+            lines += fused_loop(ph, groups, "        ")
+            if inner_extent(ph, groups) >= CHECKED_INNER:
+                fused |= {b.name for g in groups for n in g.roots for b in outputs.get(n, ())}
+        for loop in planned:
+            lines += _loop(gen, loop, "        ")
+    lines.append("    }")
+    lines, moved = unchecked(lines, fused)
+    lines += [f"    free({b.name});" for b in heap]
+    lines += pass_after([(p.cname, c.STORAGE[p.dtype], math.prod(p.shape)) for p in params if p.cname in moved], "    ")
+    lines += [f"    return {FLAG} ? {NONFINITE} : 0;", "}", "", *_entry(function, params)]
+    return CSource(function, "\n".join([c.PRELUDE, HELPERS, *with_reductions(lines)]), tuple(params))
+
+
+def _entry(function: str, params: list[Param]) -> list[str]:
+    """The uniform-signature wrapper (`CSource.entry`)."""
+    casts = ", ".join(f"({'' if p.output else 'const '}{c.STORAGE[p.dtype]} *)b[{i}]" for i, p in enumerate(params))
+    return [f"int {function}_entry(void *const *b) {{", f"    return {function}({casts});", "}", ""]

@@ -1,0 +1,145 @@
+"""The guard's NaN/Inf test in the generated C (`cpu.finite`): in the store loops of long fused
+element-wise loops, after the region for the rest; flagged for one bad element wherever it is."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.suite import build_case
+from stitchfleet.compiler.evaluate import evaluate, random_inputs
+from stitchfleet.compiler.ir import Graph, GraphBuilder, Op
+from stitchfleet.compiler.plan import PlanOptions, plan_cluster
+from stitchfleet.compiler.targets.cpu.executable import compile_cluster
+from stitchfleet.compiler.targets.cpu.finite import pass_after, unchecked, with_reductions
+from stitchfleet.compiler.targets.cpu.source import cluster_source
+
+REPO = Path(__file__).resolve().parents[4]
+
+
+def body(graph: Graph) -> str:
+    text = cluster_source(graph, plan_cluster(graph, 0, PlanOptions()), "f").text
+    return text[text.index("int f(") :]
+
+
+def gelu_parts(shape: tuple[int, ...], dtype: str = "f32") -> Graph:
+    """Three element-wise outputs of one input: a fused loop with three float stores and a bool one."""
+    b = GraphBuilder()
+    x = b.parameter("x", shape, dtype)
+    b.output("half", x * 0.5)
+    b.output("e", b.exp(x))
+    b.output("pos", b.binary(Op.GREATER, x, 0.0))
+    b.output("sq", x * x)
+    return b.build()
+
+
+def test_a_long_fused_loop_tests_its_stores_and_has_no_pass_after() -> None:
+    text = body(gelu_parts((6, 256)))
+    assert text.count("sf_bad |= sf_nonfinite_float(out") == 3  # the bool output is not tested
+    assert "#pragma omp simd reduction(|:sf_bad)" in text
+    assert "#pragma omp for schedule(static) reduction(|:sf_bad)" in text
+    assert "const sf_u32a" not in text  # no second read of the outputs
+
+
+def test_short_rows_of_a_softmax_are_tested_after_the_region() -> None:
+    text = body(build_case("softmax_fwd", (64, 32), "f32"))
+    assert "sf_nonfinite" not in text
+    assert text.count("(const sf_u32a *)out0_y") == 1
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"), [((6, 256), "f32"), ((3, 131), "f16"), ((5, 129), "f64"), ((9000,), "f32")]
+)
+def test_one_bad_element_anywhere_in_one_output_is_flagged(tmp_path: Path, shape: tuple[int, ...], dtype: str) -> None:
+    graph = gelu_parts(shape, dtype)
+    executable = compile_cluster(graph, tmp_path)
+    x = random_inputs(graph, 4)["x"]
+    outputs, bad = executable.run([x])
+    assert not bad
+    want = evaluate(graph, {"x": x})
+    np.testing.assert_array_equal(dict(zip(executable.output_names, outputs, strict=True))["pos"], want["pos"])
+    flat = x.reshape(-1)
+    for where in (0, flat.size - 1, flat.size // 2 + 1):
+        for poison in (np.nan, np.inf, -np.inf, 1e300):  # 1e300: exp overflows (to inf in f16 at the store)
+            y = flat.copy()
+            with np.errstate(over="ignore"):
+                y[where] = poison
+            outputs, bad = executable.run([y.reshape(shape)])
+            assert bad, (where, poison)
+    big = flat.copy()
+    big[-1] = 20.0  # exp(20) overflows f16 only: the test sees the value as stored
+    _, bad = executable.run([big.reshape(shape)])
+    assert bad == (dtype == "f16")
+
+
+def test_a_nan_in_the_last_row_of_a_softmax_is_flagged(tmp_path: Path) -> None:
+    graph = build_case("softmax_fwd", (37, 33), "f32")
+    executable = compile_cluster(graph, tmp_path)
+    inputs = random_inputs(graph, 6)
+    arrays = [inputs[n] for n in executable.input_names]
+    assert not executable.run(arrays)[1]
+    arrays[0] = arrays[0].copy()
+    arrays[0].reshape(-1)[-1] = np.nan
+    assert executable.run(arrays)[1]
+
+
+def test_with_reductions_marks_only_loops_that_set_the_flag() -> None:
+    lines = [
+        "#pragma omp for schedule(static)",
+        "for (int64_t t = 0; t < 4L; ++t) {",
+        "    #pragma omp simd",
+        "    for (int l = 0; l < 16; ++l) a[l] = 0;",
+        "    #pragma omp simd",
+        "    for (int64_t c = 0; c < 8L; ++c) {",
+        "        sf_bad |= sf_nonfinite_float(out0[c] = x[c]);",
+        "    }",
+        "}",
+        "#pragma omp simd",
+        "for (int l = 0; l < 16; ++l) b[l] = 0;",
+    ]
+    got = with_reductions(lines)
+    assert got[0].endswith("reduction(|:sf_bad)") and got[4].endswith("reduction(|:sf_bad)")
+    assert got[2] == lines[2] and got[9] == lines[9]
+
+
+def test_unchecked_moves_the_test_of_other_buffers_after_the_region() -> None:
+    lines = [
+        "    sf_bad |= sf_nonfinite_float(out0_y[((r * 8L) + c)] = (a + b));",
+        "    sf_bad |= sf_nonfinite_double(out1_z[c] = q);",
+    ]
+    got, moved = unchecked(lines, {"out1_z"})
+    assert got == ["    out0_y[((r * 8L) + c)] = (a + b);", lines[1]] and moved == ["out0_y"]
+    assert "(b[i] & 0x7c00u) == 0x7c00u" in "\n".join(pass_after([("out0_y", "_Float16", 10)], ""))
+
+
+def test_two_threads_flag_a_bad_element_in_either_half(tmp_path: Path) -> None:
+    """A cluster big enough for the parallel region, run where OpenMP may use two threads."""
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from pathlib import Path
+        from stitchfleet.compiler.ir import GraphBuilder
+        from stitchfleet.compiler.targets.cpu.executable import compile_cluster
+        b = GraphBuilder()
+        x = b.parameter("x", (2048, 1032))
+        b.output("y", x * 0.5 + 1.0)
+        b.output("z", x * x)
+        ex = compile_cluster(b.build(), Path({str(tmp_path)!r}))
+        assert "omp parallel if(1)" in ex.source.text
+        x = np.ones((2048, 1032), np.float32)
+        assert not ex.run([x])[1]
+        for where in (0, x.size // 2 - 1, x.size // 2, x.size - 1):
+            y = x.copy().reshape(-1)
+            y[where] = np.inf
+            (a, c), bad = ex.run([y.reshape(x.shape)])
+            assert bad and np.isinf(a.reshape(-1)[where]), where
+        print("ok")
+    """)
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

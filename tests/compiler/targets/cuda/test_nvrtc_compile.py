@@ -1,0 +1,113 @@
+"""Every rendered kernel compiles with NVRTC, the in-process compiler a training pod has (no nvcc there).
+
+No GPU needed: the `nvidia-cuda-nvrtc-cu12` and `nvidia-cuda-runtime-cu12` wheels (dev extra) carry
+libnvrtc and the CUDA headers. sm_90 (H100/H200) and sm_80 (A100) are the fleet's archs. The suite
+and the BERT clusters compile in the default tier; every workload cluster for both archs is slow.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from stitchfleet.compiler.kernel import ir
+from stitchfleet.compiler.targets.cache import ArtifactCache
+from stitchfleet.compiler.targets.cuda import nvrtc as nvrtc_module
+from stitchfleet.compiler.targets.cuda.nvrtc import Nvrtc, NvrtcError, find_nvrtc
+from stitchfleet.compiler.targets.cuda.render import render_kernel, render_module
+from tests.compiler.targets.cuda.suite_kernels import MODELS, scale_kernel, suite_kernels, workload_kernels
+
+ARCHS = ("sm_90", "sm_80")
+
+
+@pytest.fixture(scope="session")
+def nvrtc() -> Nvrtc:
+    found = find_nvrtc()
+    if found is None:
+        pytest.skip("no libnvrtc: install the dev extra (nvidia-cuda-nvrtc-cu12, nvidia-cuda-runtime-cu12)")
+    return found
+
+
+def _missing(kernels: list[ir.Kernel], cubin: bytes) -> list[str]:
+    return [k.name for k in kernels if k.name.encode() not in cubin]
+
+
+def test_the_wheel_nvrtc_is_found_and_lists_the_fleet_archs(nvrtc: Nvrtc) -> None:
+    assert set(ARCHS) <= set(nvrtc.archs)
+    assert nvrtc.includes, "no folder with cuda_fp16.h: the rendered prelude cannot compile"
+    assert re.fullmatch(r"\d+\.\d+", nvrtc.version)
+
+
+def test_every_suite_kernel_compiles_for_sm_90(nvrtc: Nvrtc, nvcc_cache: ArtifactCache) -> None:
+    kernels = suite_kernels()
+    assert len(kernels) >= 78
+    assert not _missing(kernels, nvrtc.compile(render_module(kernels), "sm_90", nvcc_cache))
+
+
+def test_the_bert_clusters_compile_for_sm_90(nvrtc: Nvrtc, nvcc_cache: ArtifactCache) -> None:
+    kernels = workload_kernels("bert_encoder")
+    assert kernels and not _missing(kernels, nvrtc.compile(render_module(kernels), "sm_90", nvcc_cache))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_workload_cluster_compiles(nvrtc: Nvrtc, nvcc_cache: ArtifactCache, model: str, arch: str) -> None:
+    kernels = workload_kernels(model)
+    missing = _missing(kernels, nvrtc.compile(render_module(kernels), arch, nvcc_cache))
+    assert not missing, f"{len(missing)} kernel(s) missing from the {arch} cubin, e.g. {missing[:3]}"
+
+
+@pytest.mark.slow
+def test_every_suite_kernel_compiles_for_sm_80(nvrtc: Nvrtc, nvcc_cache: ArtifactCache) -> None:
+    kernels = suite_kernels()
+    assert not _missing(kernels, nvrtc.compile(render_module(kernels), "sm_80", nvcc_cache))
+
+
+def test_ptx_keeps_the_vector_accesses(nvrtc: Nvrtc) -> None:
+    rendered = render_kernel(scale_kernel())
+    ptx = nvrtc.compile(rendered.source, "sm_90", target="ptx").decode()
+    assert ".target sm_90" in ptx
+    assert re.search(r"ld\.global\.nc\.v4\.(f32|u32|b32)", ptx) and re.search(r"st\.global\.v4\.(f32|u32|b32)", ptx)
+
+
+def test_an_error_names_the_line(nvrtc: Nvrtc) -> None:
+    with pytest.raises(NvrtcError, match=r"kernel\.cu\(2\)") as err:
+        nvrtc.compile('extern "C" __global__ void k() {\n  undefined_thing();\n}\n', "sm_90")
+    assert "undefined_thing();" in str(err.value)
+
+
+def test_an_unknown_arch_or_target_is_refused(nvrtc: Nvrtc) -> None:
+    with pytest.raises(NvrtcError, match="cannot compile for sm_1 "):
+        nvrtc.compile("", "sm_1")
+    with pytest.raises(NvrtcError, match="target must be cubin or ptx"):
+        nvrtc.compile("", "sm_90", target="fatbin")
+
+
+def test_the_cache_is_keyed_by_the_nvrtc_version(nvrtc: Nvrtc, tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path)
+    source = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\n'
+    first = nvrtc.compile(source, "sm_90", cache)
+    assert len(list(tmp_path.iterdir())) == 1 and nvrtc.compile(source, "sm_90", cache) == first
+    older = Nvrtc(nvrtc.path, "11.0", nvrtc.archs, nvrtc.includes, nvrtc.lib)
+    older.compile(source, "sm_90", cache)
+    assert len(list(tmp_path.iterdir())) == 2  # another version never reuses this one's cubin
+
+
+def test_a_missing_library_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(NvrtcError, match="cannot load NVRTC from"):
+        nvrtc_module.load(tmp_path / "libnvrtc.so.12")
+    assert find_nvrtc(tmp_path / "libnvrtc.so.12") is None
+
+
+def test_the_cache_is_keyed_by_source_and_arch(nvrtc: Nvrtc, tmp_path: Path) -> None:
+    cache = ArtifactCache(tmp_path)
+    source = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }\n'
+    hopper = nvrtc.compile(source, "sm_90", cache)
+    ampere = nvrtc.compile(source, "sm_80", cache)
+    assert hopper != ampere and len(list(tmp_path.iterdir())) == 2
+    nvrtc.compile(source.replace("2.0f", "3.0f"), "sm_90", cache)
+    assert len(list(tmp_path.iterdir())) == 3
+    assert nvrtc.compile(source, "sm_90", cache) == hopper and len(list(tmp_path.iterdir())) == 3

@@ -1,0 +1,125 @@
+"""House rules that keep the code in shape: a line budget per module, one-way layers in the compiler.
+
+Input: the source files of the package (read, not imported). Output: a failure naming each module
+over the line budget and each upward import between the compiler's layers (ir < plan < kernel <
+lower < targets < pipeline < compile_command). The layer list is also the import-linter contract
+`compiler-layers` in setup.cfg (`lint-imports` checks the same rule with grimp); a test keeps the
+two lists equal, so neither can drift. Test modules are outside the budget (they hold tables).
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "stitchfleet"
+COMPILER = "stitchfleet.compiler"
+LINE_BUDGET = 400
+# module (path under stitchfleet/) -> why it may exceed the budget; keep it empty
+OVER_BUDGET: dict[str, str] = {}
+# lowest first: a layer may import the ones below it, never one above
+LAYERS = ("ir", "plan", "kernel", "lower", "targets", "pipeline", "compile_command")
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def over_budget(paths: list[Path], base: Path = PACKAGE, budget: int = LINE_BUDGET) -> dict[str, int]:
+    """Each module (path under `base`) with more than `budget` lines, and its line count."""
+    counts = {str(p.relative_to(base)): len(p.read_text().splitlines()) for p in paths}
+    return {name: n for name, n in counts.items() if n > budget}
+
+
+def imported(source: str, module: str) -> set[str]:
+    """Every module a source imports, lazy (in-function) imports included, relative ones resolved."""
+    found: set[str] = set()
+    package = module.split(".")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level], *([base] if base else [])])
+            # the names under the module: `from stitchfleet.compiler import pipeline` names the pipeline
+            found |= {f"{base}.{alias.name}" for alias in node.names}
+    return found
+
+
+def layer(module: str) -> int | None:
+    """The layer index of a compiler module (None: a module outside the layers, free to import)."""
+    if not module.startswith(COMPILER + "."):
+        return None
+    top = module.split(".")[2]
+    return LAYERS.index(top) if top in LAYERS else None
+
+
+def upward_imports(sources: dict[str, str]) -> list[str]:
+    """'importer -> imported' for each import of a higher compiler layer than the importer's."""
+    found = []
+    for module, source in sorted(sources.items()):
+        mine = layer(module)
+        if mine is None:
+            continue
+        for target in sorted(imported(source, module)):
+            theirs = layer(target)
+            if theirs is not None and theirs > mine:
+                found.append(f"{module} ({LAYERS[mine]}) -> {target} ({LAYERS[theirs]})")
+    return found
+
+
+def test_every_module_is_within_the_line_budget() -> None:
+    over = {name: n for name, n in over_budget(_modules()).items() if name not in OVER_BUDGET}
+    assert not over, f"modules over {LINE_BUDGET} lines (split them, move code out): {over}"
+
+
+def test_every_listed_exception_is_still_over_budget() -> None:
+    # an exception that no longer needs its pass must leave the list
+    over = over_budget(_modules())
+    stale = sorted(set(OVER_BUDGET) - set(over))
+    assert not stale, f"modules listed in OVER_BUDGET but within {LINE_BUDGET} lines: {stale}"
+
+
+def test_no_compiler_layer_imports_a_higher_one() -> None:
+    sources = {_module_name(p): p.read_text() for p in (PACKAGE / "compiler").rglob("*.py")}
+    assert {layer(f"{COMPILER}.{name}") for name in LAYERS} == set(range(len(LAYERS)))
+    assert not upward_imports(sources), "upward imports in the compiler:\n" + "\n".join(upward_imports(sources))
+
+
+def test_import_linter_contract_lists_the_same_layers() -> None:
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    contract = config["importlinter:contract:compiler-layers"]
+    assert contract["containers"].split() == [COMPILER]
+    assert tuple(reversed(contract["layers"].split())) == LAYERS
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "expected"),
+    [
+        ("stitchfleet.compiler.lower.program", "from stitchfleet.compiler.targets.sim import target", 1),
+        ("stitchfleet.compiler.lower.program", "def f():\n    from stitchfleet.compiler import pipeline", 1),
+        ("stitchfleet.compiler.lower.program", "from ..targets import cache", 1),
+        ("stitchfleet.compiler.ir.graph", "import stitchfleet.compiler.plan.model", 1),
+        ("stitchfleet.compiler.targets.cpu.source", "from stitchfleet.compiler.lower import Phase", 0),
+        ("stitchfleet.compiler.plan.mapping", "from stitchfleet.compiler.devices import WARP", 0),
+    ],
+)
+def test_upward_imports_are_found(module: str, source: str, expected: int) -> None:
+    assert len(upward_imports({module: source})) == expected
+
+
+def test_a_long_module_is_found(tmp_path: Path) -> None:
+    (tmp_path / "long.py").write_text("x = 1\n" * (LINE_BUDGET + 1))
+    (tmp_path / "short.py").write_text("x = 1\n" * LINE_BUDGET)
+    assert over_budget(sorted(tmp_path.glob("*.py")), tmp_path) == {"long.py": LINE_BUDGET + 1}
