@@ -55,18 +55,23 @@ FUSED_ACTIVATIONS = frozenset({"Relu", "Elu", "LeakyRelu"})
 
 def fallback_hazard(ops: Any, *, onednn: bool) -> str | None:
     """Why the cluster's TF ops cannot run as a graph function here, or None. On a oneDNN build (TF's
-    default on x86 CPUs), grappler fuses a FusedBatchNorm whose output 0 feeds only a Relu inside a
-    function into one op that then fails every call ("Missing 0-th output from FusedBatchNormV3"):
-    every Keras CNN job (ResNet50, Xception, DenseNet121, NASNetMobile) failed its first twin step and
-    reverted. The same ops in the user's graph, where the batch statistics are also read, run fine."""
+    default on x86 CPUs), grappler fuses a FusedBatchNorm whose output 0 feeds an activation (directly,
+    or through an Add of a side input) inside a function into one op that then fails every call
+    ("Missing 0-th output from FusedBatchNormV3"): every Keras CNN job (ResNet50, Xception,
+    DenseNet121, NASNetMobile) failed its first twin step and reverted. The same ops in the user's
+    graph run fine. Judged on the cluster's own ops, as the function holds them."""
     if not onednn:
         return None
+    inside = {op.name for op in ops}
     for op in ops:
         if not op.type.startswith("FusedBatchNorm") or "Grad" in op.type:
             continue
-        readers = op.outputs[0].consumers()
-        if len(readers) == 1 and readers[0].type in FUSED_ACTIVATIONS:
-            why = f"{op.type} {op.name!r} feeds only a {readers[0].type}"
+        readers = [r for r in op.outputs[0].consumers() if r.name in inside]
+        sums = [r for r in readers if r.type in ("Add", "AddV2")]
+        readers += [after for r in sums for after in r.outputs[0].consumers() if after.name in inside]
+        fused = next((r for r in readers if r.type in FUSED_ACTIVATIONS), None)
+        if fused is not None:
+            why = f"{op.type} {op.name!r} feeds a {fused.type}"
             return f"left to TF: {why}, which TF's oneDNN remapper breaks inside the fallback function"
     return None
 

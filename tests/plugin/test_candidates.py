@@ -47,10 +47,23 @@ def _batch_norms(graph: Any) -> list[Any]:
 
 def test_a_batch_norm_feeding_a_relu_is_a_hazard_on_onednn_only() -> None:
     graph, *_ = _conv_bn("relu")
-    assert "oneDNN remapper" in (fallback_hazard(_batch_norms(graph), onednn=True) or "")
-    assert fallback_hazard(_batch_norms(graph), onednn=False) is None
+    ops = graph.get_operations()
+    assert "oneDNN remapper" in (fallback_hazard(ops, onednn=True) or "")
+    assert fallback_hazard(ops, onednn=False) is None
+    assert fallback_hazard(_batch_norms(graph), onednn=True) is None  # the Relu is not in that cluster
     other, *_ = _conv_bn("relu6")
-    assert fallback_hazard(_batch_norms(other), onednn=True) is None
+    assert fallback_hazard(other.get_operations(), onednn=True) is None
+
+
+def test_a_batch_norm_with_a_side_input_before_the_relu_is_a_hazard() -> None:
+    """NASNetMobile's stem: the remapper also fuses FusedBatchNorm + Add(side input) + Relu."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [2, 4, 4, 3])
+        scale, offset = tf.ones([3]), tf.zeros([3])
+        y, *_ = tf.raw_ops.FusedBatchNormV3(x=x, scale=scale, offset=offset, mean=offset, variance=scale)
+        tf.nn.relu(y + x)
+    assert "oneDNN remapper" in (fallback_hazard(graph.get_operations(), onednn=True) or "")
 
 
 def _train(graph: Any, loss: Any, train: Any, feeds: dict[Any, Any], hook: Any) -> list[float]:
