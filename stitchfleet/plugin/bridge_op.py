@@ -199,9 +199,35 @@ PREBUILT_DIR = "ops"
 _LOCK = threading.Lock()
 
 
+_WARMING: dict[Path, threading.Thread] = {}
+
+
+def warm(cache_dir: Path) -> None:
+    """Starts building this TF's op library into the cache in the background, when it is neither loaded,
+    shipped with the shim nor cached: the build (a C++ compiler run of ~10 s) then overlaps the job's
+    cluster compiles instead of following them. `load` waits for it; a failed build is left for `load`
+    to redo and report."""
+
+    def build() -> None:
+        try:
+            library_path(cache_dir)
+        except Exception as err:  # load() builds again and says why
+            log.info("stitchfleet: background build of the native op failed: %s", err)
+
+    with _LOCK:
+        if _LOADED or Path(cache_dir) in _WARMING:
+            return
+        worker = threading.Thread(target=build, name="stitchfleet-op-build")
+        _WARMING[Path(cache_dir)] = worker
+    worker.start()
+
+
 def load(cache_dir: Path) -> BridgeOp:
     """The bridge op, built and loaded once per process; BridgeUnavailableError says why not. TF
     registers an op name once per process, so a second cache directory gets the first library."""
+    worker = _WARMING.get(Path(cache_dir))
+    if worker is not None:
+        worker.join()
     with _LOCK:
         if not _LOADED:
             _LOADED.append(_load(library_path(cache_dir)))

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stitchfleet import settings as settings_module
+from stitchfleet.compiler import targets
 from stitchfleet.compiler.decision import Decision
-from stitchfleet.plugin import placement
+from stitchfleet.plugin import bridge_op, placement
 from stitchfleet.plugin.agreement import SLOTS
 from stitchfleet.plugin.controller import Cluster
 from stitchfleet.plugin.faults import Fault
@@ -132,6 +133,8 @@ def choose(
     agreeing: bool = False,
 ) -> Candidates:
     """Maps and builds every cluster of `art` (see the module docstring)."""
+    if current.bridge != "python" and targets.profile(backend).native_op:
+        bridge_op.warm(current.cache_dir)  # the op's build overlaps the cluster compiles below
     found = Candidates()
     path = training_path(graph)
     routes = _router(backend, current)

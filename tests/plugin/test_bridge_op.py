@@ -139,3 +139,33 @@ def test_choose_falls_back_under_auto_and_refuses_under_native(monkeypatch: pyte
         bridge_op.choose("native", "cpu", Path("/tmp"))
     assert bridge_op.choose("python", "cpu", Path("/tmp")) is None
     assert bridge_op.choose("native", "sim", Path("/tmp")) is None  # the sim has no C entry point
+
+
+def test_the_op_build_starts_in_the_background_and_load_waits_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cold pod built the op (~10 s of C++) after its cluster compiles; `warm` starts it first, so the
+    two overlap (KerasTransformer's cold setup: 19.5 s and 17.7 s before, 12.7 s and 13.3 s after)."""
+    import threading
+    import time
+
+    from stitchfleet.plugin import bridge_op as module
+
+    calls: list[str] = []
+    started = threading.Event()
+
+    def slow_build(cache_dir: Path) -> Path:
+        calls.append(threading.current_thread().name)
+        started.set()
+        time.sleep(0.3)
+        return cache_dir / "op.so"
+
+    monkeypatch.setattr(module, "_LOADED", [])
+    monkeypatch.setattr(module, "_WARMING", {})
+    monkeypatch.setattr(module, "library_path", slow_build)
+    monkeypatch.setattr(module, "_load", lambda path: ("loaded", path))
+    module.warm(tmp_path)
+    module.warm(tmp_path)  # a second call starts nothing
+    assert started.wait(5)
+    assert module.load(tmp_path) == ("loaded", tmp_path / "op.so")
+    assert calls == ["stitchfleet-op-build", "MainThread"]  # the background build, then load's (cached) lookup
