@@ -51,16 +51,32 @@ KERAS_MODELS: dict[str, Callable[[], Any]] = {
 }
 
 
-def training_graph_def(name: str) -> Any:
-    """The GraphDef of one Adam training step of model `name` (initialisers left out)."""
+def training_graph(name: str, *, as_job: bool = False) -> tuple[Any, Any, Any]:
+    """(graph, loss, train op) of one Adam training step of model `name`. `as_job`: as a user's script
+    builds it to run (Keras' seed too, a global step, the batch-norm moving averages in UPDATE_OPS
+    before the update, the loss named `loss`), as scripts/keras_jobs.py trains it."""
     if name not in KERAS_MODELS:
         raise ValueError(f"unknown Keras model {name!r} (known: {', '.join(KERAS_MODELS)})")
     graph = tf.Graph()
     with graph.as_default():
         v1.set_random_seed(0)
+        if as_job:
+            tf.keras.utils.set_random_seed(0)
         tf.keras.backend.set_learning_phase(1)
         probabilities = KERAS_MODELS[name]()
         labels = v1.placeholder(tf.int32, [BATCH], name="labels")
-        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, probabilities))
-        v1.train.AdamOptimizer(1e-3).minimize(loss, name=TRAIN_OP)
+        loss = tf.reduce_mean(
+            tf.keras.losses.sparse_categorical_crossentropy(labels, probabilities), name="loss" if as_job else None
+        )
+        if not as_job:
+            return graph, loss, v1.train.AdamOptimizer(1e-3).minimize(loss, name=TRAIN_OP)
+        step = v1.train.get_or_create_global_step()
+        with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
+            train = v1.train.AdamOptimizer(1e-3).minimize(loss, global_step=step)
+    return graph, loss, train
+
+
+def training_graph_def(name: str) -> Any:
+    """The GraphDef of one Adam training step of model `name` (initialisers left out)."""
+    graph, _, _ = training_graph(name)
     return v1.graph_util.extract_sub_graph(graph.as_graph_def(), [TRAIN_OP])

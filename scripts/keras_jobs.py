@@ -48,28 +48,17 @@ class Row:
 
 
 def _build(name: str) -> tuple[Any, Any, Any, dict[Any, Any]]:
-    import tensorflow as tf
+    """The model's training step as a job builds it, with one fixed batch of random feeds."""
+    from benchmarks.keras_apps import BATCH, CLASSES, training_graph
 
-    from benchmarks.keras_apps import BATCH, CLASSES, KERAS_MODELS
-
-    v1 = tf.compat.v1
-    graph = tf.Graph()
-    with graph.as_default():
-        v1.set_random_seed(0)
-        tf.keras.utils.set_random_seed(0)
-        tf.keras.backend.set_learning_phase(1)
-        probabilities = KERAS_MODELS[name]()
-        labels = v1.placeholder(tf.int32, [BATCH], name="labels")
-        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, probabilities), name="loss")
-        step = v1.train.get_or_create_global_step()
-        with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
-            train = v1.train.AdamOptimizer(1e-3).minimize(loss, global_step=step)
-        rng = np.random.default_rng(0)
-        feeds: dict[Any, Any] = {labels: rng.integers(0, CLASSES, BATCH).astype(np.int32)}
-        for op in graph.get_operations():
-            if op.type == "Placeholder" and op.name != "labels":
-                tensor = op.outputs[0]
-                feeds[tensor] = rng.standard_normal(tensor.shape.as_list()).astype(np.float32)
+    graph, loss, train = training_graph(name, as_job=True)
+    rng = np.random.default_rng(0)
+    labels = graph.get_tensor_by_name("labels:0")
+    feeds: dict[Any, Any] = {labels: rng.integers(0, CLASSES, BATCH).astype(np.int32)}
+    for op in graph.get_operations():
+        if op.type == "Placeholder" and op.name != "labels":
+            tensor = op.outputs[0]
+            feeds[tensor] = rng.standard_normal(tensor.shape.as_list()).astype(np.float32)
     return graph, loss, train, feeds
 
 
