@@ -316,11 +316,13 @@ def _install_shim(args: argparse.Namespace) -> int:
     try:
         from stitchfleet.plugin.bridge_op import build_prebuilt
 
-        built = build_prebuilt(Path(args.dir))
+        # Both builds of this TF version: the CPU wheel's and the GPU wheel's (-DGOOGLE_CUDA=1, its own name),
+        # which loads and runs under the `tensorflow` GPU wheel of the same version (bridge_op.prebuilt_name).
+        built = [build_prebuilt(Path(args.dir), gpu=gpu) for gpu in (False, True)]
     except Exception as err:  # no TensorFlow or no compiler here: say which, and fail the image build
         print(f"stitchfleet shim install: cannot prebuild the native TF op: {err}", file=sys.stderr)
         return 1
-    print(f"native TF op prebuilt for this TensorFlow: {built}")
+    print(f"native TF op prebuilt for this TensorFlow version (CPU and GPU builds): {', '.join(map(str, built))}")
     return 0
 
 
@@ -332,7 +334,8 @@ def _add_shim(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     install.add_argument(
         "--with-op",
         action="store_true",
-        help="also build the native TF op for the TensorFlow installed here into DIR/ops (pods then need no compiler)",
+        help="also build the native TF op for the TensorFlow version installed here, for its CPU and GPU wheels, into"
+        " DIR/ops (pods then need no C++ compiler)",
     )
     install.set_defaults(handler=_install_shim)
 

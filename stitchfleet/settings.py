@@ -9,6 +9,7 @@ other module asks `current()` or receives a `Settings`. A malformed value raises
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -122,7 +123,13 @@ class Settings:
         8.0, "A stitched result may be this many times further from fp64 than unfused fp32.", minimum=1.0
     )
     compile_budget: float = _knob(
-        120.0, "Seconds of cluster compiles a job may spend in begin; clusters past it stay with TF.", minimum=0.0
+        120.0,
+        "Seconds of cluster compiles a job may spend in begin; clusters past it stay with TF (and are compiled"
+        " into the kernel cache in the background, for a later pod sharing that cache).",
+        minimum=0.0,
+    )
+    compile_workers: int = _knob(
+        0, "Cluster compiles (C compiler processes) run at once in begin (0: one per core, at most 4).", minimum=0
     )
     translation_check: bool = _knob(
         True, "Before install, check each cluster's IR against TF's own ops on random inputs (refuse on mismatch)."
@@ -170,6 +177,13 @@ class Settings:
     fleet_memory_timeout_seconds: float = _knob(
         3.0, "Longest `begin` waits for the fleet's quarantined clusters from the operator.", minimum=0.1
     )
+    # the fleet's memory of slower clusters (operator and local database alike)
+    slower_jobs: int = _knob(
+        2, "Distinct jobs that must find a cluster slower (same device profile and shapes) to start it off.", minimum=2
+    )
+    slower_ttl_days: float = _knob(
+        7.0, "Days a slower verdict lasts after its latest evidence; then jobs probe the cluster again.", minimum=0.0
+    )
     # job identity (the admission webhook fills these from labels and the downward API)
     cluster: str = _knob("local", "Kubernetes cluster name.")
     namespace: str = _knob("default", "Namespace of the job.")
@@ -196,6 +210,11 @@ class Settings:
         10.0, "Longest the operator waits on one of its own Kubernetes API calls.", minimum=0.1
     )
     shim_image: str = _knob(f"stitchfleet:{__version__}", "Image of the init container that copies the boot shim.")
+    kernel_cache_claim: str = _knob(
+        "",
+        "PersistentVolumeClaim (in each job's namespace, ReadWriteMany across nodes) the webhook mounts as opted-in"
+        " pods' kernel cache, so a job's pods share compiled clusters (empty: each pod's own emptyDir).",
+    )
 
     @property
     def sqlite_path(self) -> Path:
@@ -206,6 +225,11 @@ class Settings:
     def database_url(self) -> str:
         """The URL telemetry connects to: db_url, else the SQLite file in state_dir."""
         return self.db_url or f"sqlite:///{self.sqlite_path}"
+
+    @property
+    def slower_ttl(self) -> dt.timedelta:
+        """How long a slower verdict lasts after its latest evidence."""
+        return dt.timedelta(days=self.slower_ttl_days)
 
     @property
     def spool_dir(self) -> Path:

@@ -1,9 +1,11 @@
 """`stitchfleet shim install DIR`: lays out the boot shim for a job's pod.
 
 Input: a target directory (the webhook's shared emptyDir, /opt/stitchfleet).
-Output: DIR/stitchfleet (a copy of this installed package, without bytecode) and
-DIR/shim/sitecustomize.py (stitchfleet/boot/sitecustomize.py). Running it again
-overwrites the same files, so a restarted init container is harmless.
+Output: DIR/stitchfleet (a copy of this installed package, without bytecode),
+DIR/shim/sitecustomize.py (stitchfleet/boot/sitecustomize.py) and DIR/ops, a copy of the
+prebuilt native TF ops lying beside this package (`ops/` next to it: where the shim image's
+builder stage puts them; `--with-op` builds them, see bridge_op.build_prebuilt). Running it
+again overwrites the same files, so a restarted init container is harmless.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import stitchfleet
 
 SHIM_DIR = "shim"
 SHIM_FILE = "sitecustomize.py"
+OPS_DIR = "ops"  # prebuilt ops beside the package (bridge_op.prebuilt_dirs reads the same folder)
 
 
 @dataclass(frozen=True)
@@ -44,4 +47,8 @@ def install(target: Path) -> Installed:
     shim.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source / "boot" / SHIM_FILE, shim)
     files = sum(1 for path in Path(copied).rglob("*") if path.is_file())
+    ops = source.parent / OPS_DIR
+    if ops.is_dir() and ops.resolve() != (target / OPS_DIR).resolve():
+        shutil.copytree(ops, target / OPS_DIR, dirs_exist_ok=True)
+        files += sum(1 for path in (target / OPS_DIR).rglob("*") if path.is_file())
     return Installed(Path(copied), shim, files + 1)

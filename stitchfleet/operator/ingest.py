@@ -4,7 +4,10 @@ Input: HTTPS requests the webhook server routes here (method, path, headers, bod
 - POST {BASE}/rows, body {"rows": [row as rows.to_json, ...]}: answered 200 {"stored": n} only
   after the batch is committed (a lost answer makes the pod resend; the upserts on natural keys
   make that harmless);
-- GET {BASE}/quarantine: 200 {"reverted": [fingerprint, ...]}, the fleet memory.
+- GET {BASE}/quarantine: 200 {"reverted": [fingerprint, ...], "slower": [{"fingerprint", "profile",
+  "shapes", "jobs", "expires"}, ...]}, the fleet memory: fingerprints quarantined for a numeric
+  mismatch, and the live slower verdicts (telemetry.slow_verdicts; `slower_jobs` jobs' evidence,
+  `slower_ttl`). A pod that knows only "reverted" reads what it knows.
 Each request carries `Authorization: Bearer <projected ServiceAccount token>`. Output: the answer.
 
 Who may write what: the TokenReview names the pod, the API server's copy of the pod names its job
@@ -18,6 +21,7 @@ rows, 413 too many rows, 503 (Retry-After) when the API server or the database d
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import logging
 from collections.abc import Mapping
@@ -61,10 +65,19 @@ class IngestService:
     """Answers the endpoint's requests; one per operator process."""
 
     def __init__(
-        self, cluster: str, reviewer: TokenReviewer, jobs: PodJobs, writer: BatchWriter, metrics: JobMetrics
+        self,
+        cluster: str,
+        reviewer: TokenReviewer,
+        jobs: PodJobs,
+        writer: BatchWriter,
+        metrics: JobMetrics,
+        *,
+        slower_jobs: int = 2,
+        slower_ttl: dt.timedelta = dt.timedelta(days=7),
     ) -> None:
         self.cluster = cluster
         self.reviewer, self.jobs, self.writer, self.metrics = reviewer, jobs, writer, metrics
+        self.slower_jobs, self.slower_ttl = slower_jobs, slower_ttl
 
     def handles(self, path: str) -> bool:
         """Whether `path` (query string included) is one of the endpoint's."""
@@ -78,7 +91,7 @@ class IngestService:
                 return self._rows(authorization, body)
             if (method, route) == ("GET", QUARANTINE):
                 self._caller(authorization)
-                return Answer(200, {"reverted": sorted(self._database(self.writer.reverted))})
+                return Answer(200, self._database(self._memory))
             raise Refused(404, f"no {method} {route}; the endpoint serves POST {ROWS} and GET {QUARANTINE}")
         except Refused as refusal:
             self.metrics.refused.labels(str(refusal.status)).inc()
@@ -95,6 +108,11 @@ class IngestService:
         stored = self._database(lambda: self.writer.write(owned))
         self.metrics.stored(owned)
         return Answer(200, {"stored": stored})
+
+    def _memory(self) -> dict[str, Any]:
+        now = dt.datetime.now(dt.UTC)
+        slower = self.writer.slower(now=now, min_jobs=self.slower_jobs, ttl=self.slower_ttl)
+        return {"reverted": sorted(self.writer.reverted()), "slower": [verdict.to_json() for verdict in slower]}
 
     def _caller(self, authorization: str) -> PodJob:
         scheme, _, token = authorization.partition(" ")

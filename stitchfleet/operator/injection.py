@@ -5,7 +5,10 @@ Input: a Pod as the API server sends it in an AdmissionReview (a JSON dict) and 
 escaped per RFC 6901) that give every container the STITCHFLEET_* identity, the
 operator's ingestion endpoint (URL and CA) with a projected ServiceAccount token bound
 to its audience, a writable state dir for the spool (an emptyDir: it outlives a
-container's restart), and the boot shim on PYTHONPATH; plus warnings for the user.
+container's restart), the kernel cache (STITCHFLEET_CACHE_DIR: in that emptyDir, so each pod
+compiles its clusters once; or, with `kernel_cache_claim`, on that PersistentVolumeClaim, which
+every pod of the namespace mounts, so a job's second pod and its restarts reuse the first one's
+kernels), and the boot shim on PYTHONPATH; plus warnings for the user.
 The pod gets no database credentials: the operator is the only writer.
 The patch never overwrites a variable the user set, an explicit
 `stitchfleet.io/enabled: "false"` always wins, an annotated pod gets an empty patch
@@ -38,6 +41,8 @@ TOKEN_MOUNT = "/var/run/secrets/stitchfleet.io/token"
 TOKEN_FILE = "token"
 STATE_VOLUME = "stitchfleet-state"
 STATE_MOUNT = "/var/lib/stitchfleet"
+KERNEL_VOLUME = "stitchfleet-kernels"
+KERNEL_MOUNT = "/var/cache/stitchfleet"
 PYTHONPATH = "PYTHONPATH"
 
 Operation = dict[str, Any]
@@ -54,7 +59,14 @@ class InjectionConfig:
     ingest_ca: str = ""
     ingest_audience: str = "stitchfleet"
     token_seconds: int = 3600
+    kernel_cache_claim: str = ""  # a PVC in the pod's namespace shared by its pods' kernel caches (empty: none)
     version: str = __version__
+
+    @property
+    def kernel_cache_dir(self) -> str:
+        """STITCHFLEET_CACHE_DIR in the pod: the shared claim's mount, else the pod's state emptyDir (the
+        default, ~/.cache, may be read-only in a user's image, and a container restart would lose it)."""
+        return KERNEL_MOUNT if self.kernel_cache_claim else f"{STATE_MOUNT}/kernels"
 
     @classmethod
     def from_settings(cls, current: Settings) -> InjectionConfig:
@@ -67,6 +79,7 @@ class InjectionConfig:
             ingest_ca=ca_file.read_text() if ca_file.is_file() else "",
             ingest_audience=current.ingest_audience,
             token_seconds=current.ingest_token_seconds,
+            kernel_cache_claim=current.kernel_cache_claim,
         )
 
 
@@ -188,6 +201,8 @@ def _pod_level_ops(spec: dict[str, Any], config: InjectionConfig) -> list[Operat
         {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}},
         {"name": STATE_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
     ]
+    if config.kernel_cache_claim:
+        volumes.append({"name": KERNEL_VOLUME, "persistentVolumeClaim": {"claimName": config.kernel_cache_claim}})
     ops = _append_named(spec, "volumes", volumes)
     return ops + _append_named(spec, "initContainers", [_init_container(config)])
 
@@ -236,6 +251,7 @@ def _identity_env(metadata: dict[str, Any], labels: Mapping[str, str], config: I
         if labels.get(label):
             env.append(_literal(name, labels[label]))
     env.append(_literal("STITCHFLEET_STATE_DIR", STATE_MOUNT))
+    env.append(_literal("STITCHFLEET_CACHE_DIR", config.kernel_cache_dir))
     if config.ingest_url:
         env.append(_literal("STITCHFLEET_INGEST_URL", config.ingest_url))
         env.append(_literal("STITCHFLEET_INGEST_TOKEN_FILE", f"{TOKEN_MOUNT}/{TOKEN_FILE}"))
@@ -263,7 +279,7 @@ def _container_ops(
     wanted = [*identity, _literal("STITCHFLEET_GPUS_PER_RANK", gpus)] if gpus else list(identity)
     path_var, path_ops, path_warnings = _pythonpath(base, env, "envFrom" in container, where)
     ops = _env_ops(base, env, wanted + path_var) + path_ops
-    mount_ops, mount_warnings = _mount_ops(base, container, where)
+    mount_ops, mount_warnings = _mount_ops(base, container, where, bool(config.kernel_cache_claim))
     return ops + mount_ops, warnings + path_warnings + mount_warnings
 
 
@@ -312,13 +328,22 @@ def _pythonpath(
     return [], [{"op": "replace" if "value" in entry else "add", "path": path, "value": new_value}], []
 
 
-def _mount_ops(base: tuple[str | int, ...], container: dict[str, Any], where: str) -> tuple[list[Operation], list[str]]:
+def _mount_ops(
+    base: tuple[str | int, ...], container: dict[str, Any], where: str, shared_kernels: bool
+) -> tuple[list[Operation], list[str]]:
     wanted: list[dict[str, Any]] = [
         {"name": SHIM_VOLUME, "mountPath": SHIM_MOUNT, "readOnly": True},
         {"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT, "readOnly": True},
         {"name": STATE_VOLUME, "mountPath": STATE_MOUNT},
     ]
-    what = {SHIM_VOLUME: "boot shim", TOKEN_VOLUME: "ingestion token", STATE_VOLUME: "telemetry spool"}
+    if shared_kernels:
+        wanted.append({"name": KERNEL_VOLUME, "mountPath": KERNEL_MOUNT})
+    what = {
+        SHIM_VOLUME: "boot shim",
+        TOKEN_VOLUME: "ingestion token",
+        STATE_VOLUME: "telemetry spool",
+        KERNEL_VOLUME: "shared kernel cache",
+    }
     mounts = _optional_list(container.get("volumeMounts"), f"{where}.volumeMounts")
     if mounts is None:
         return [_add(pointer(*base, "volumeMounts"), wanted)], []

@@ -79,7 +79,15 @@ def make_ingest(current: Settings, api_client: Any, metrics: FleetMetrics, write
     timeout = current.api_timeout_seconds
     reviewer = token_review.TokenReviewer(token_review.api_review(api_client, timeout), current.ingest_audience)
     jobs = pod_jobs.PodJobs(pod_jobs.api_pod_fetcher(api_client, timeout))
-    return IngestService(current.cluster, reviewer, jobs, writer, JobMetrics(metrics.registry))
+    return IngestService(
+        current.cluster,
+        reviewer,
+        jobs,
+        writer,
+        JobMetrics(metrics.registry),
+        slower_jobs=current.slower_jobs,
+        slower_ttl=current.slower_ttl,
+    )
 
 
 @contextlib.contextmanager

@@ -49,6 +49,12 @@ class Agreement:
 
     def decide(self, summed: Vector) -> list[int] | None:
         """The cluster indices every rank installed, or None when some rank's setup failed."""
-        if summed[SLOTS] < self.size:
-            return None
-        return [int(i) for i in np.flatnonzero(summed[:SLOTS] >= self.size)]
+        return agreed(summed, self.size)
+
+
+def agreed(summed: Vector, size: int) -> list[int] | None:
+    """The indices flagged by all `size` ranks in the summed vectors, or None when a rank's setup failed. A
+    cluster one rank left off (a slower verdict only it read, a failed compile) is off on every rank."""
+    if summed[SLOTS] < size:
+        return None
+    return [int(i) for i in np.flatnonzero(summed[:SLOTS] >= size)]

@@ -30,6 +30,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from stitchfleet.boot.installer import OPS_DIR
 from stitchfleet.compiler import targets
 from stitchfleet.compiler.targets.cache import ArtifactCache, artifact_cache, cache_key
 from stitchfleet.compiler.targets.cpu.executable import CpuExecutable
@@ -42,7 +43,7 @@ from stitchfleet.plugin.bridge_source import SOURCE
 log = logging.getLogger("stitchfleet.plugin")
 BUILD_TIMEOUT_S = 600
 COMPILER = "c++"
-COUNTS = {"calls": 0, "failed": 1, "faulted": 2, "nonfinite": 3}  # the op library's counters
+COUNTS = {"calls": 0, "failed": 1, "faulted": 2, "nonfinite": 3, "missed": 4}  # the op library's counters
 
 
 class BridgeUnavailableError(RuntimeError):
@@ -64,15 +65,21 @@ class BridgeOp:
         *,
         switch: tuple[Any, int],
         fallback: Any,
+        static_shapes: Sequence[Any] = (),
     ) -> list[Any]:
         """The cluster's outputs (TF tensors, in output order): the compiled code when switch (vector, index) is
-        on, else (or when it reports a failure) `fallback`, a concrete function of the cluster's TF ops. A
-        `GpuExecutable` gives the op its GPU kernel's attributes (the op runs where TF places it)."""
+        on and the inputs have the shapes it was built for, else (or when it reports a failure) `fallback`, a
+        function of the cluster's TF ops (a concrete function, or the name of one in the graph's library:
+        fallback.py). `static_shapes`: the outputs' shapes as the graph declares them (partial where it says
+        None), for TF's shape inference. A `GpuExecutable` gives the op its GPU kernel's attributes (the op
+        runs where TF places it)."""
         switches, index = switch
         if isinstance(executable, GpuExecutable):
             shapes, specific = executable.output_shapes, executable.attrs()
+            signature = [list(node.shape) for node in executable.graph.parameters]
         else:
             shapes = [list(p.shape) for p in executable.source.params if p.output]
+            signature = [list(p.shape) for p in executable.source.params if not p.output]
             specific = {"library": str(executable.library_path), "symbol": executable.source.entry}
         outs = self.module.stitchfleet_dispatch(
             switches=switches,
@@ -81,6 +88,8 @@ class BridgeOp:
             index=index,
             fallback=fallback,
             output_shapes=shapes,
+            input_shapes=[tf.TensorShape([d if d >= 0 else None for d in shape]) for shape in signature],
+            static_shapes=[tf.TensorShape(shape) for shape in static_shapes],
             passthrough=list(executable.passthrough),
             name="stitched",
             **specific,
@@ -99,11 +108,28 @@ class BridgeOp:
         code = COUNTS["nonfinite"] if gpu and what == "faulted" else COUNTS[what]
         return int(self.counters.stitchfleet_bridge_count(symbol.encode(), code))
 
+    def bind(self, symbol: str, executable: CpuExecutable) -> None:
+        """From now on the ops whose `symbol` is `symbol` run `executable` (compiled for other input shapes, the
+        same inputs and outputs) on the calls whose inputs have its shapes; BridgeUnavailableError if it
+        cannot be loaded. CPU only: a GPU op keeps the kernel it was built with."""
+        params = executable.source.params
+        text = "".join(_shape_text(p.shape) for p in params if not p.output)
+        text += "|" + "".join(_shape_text(p.shape) for p in params if p.output)
+        library, entry = str(executable.library_path).encode(), executable.source.entry.encode()
+        code = self.counters.stitchfleet_bridge_bind(symbol.encode(), library, entry, text.encode())
+        if code != 0:
+            why = {1: "cannot load the library", 2: "no such entry", 3: "malformed shapes"}.get(code, str(code))
+            raise BridgeUnavailableError(f"binding {executable.source.entry} to {symbol} failed: {why}")
+
     def faults(self) -> int:
         """Faults of every cluster in this process (CPU: NaN/Inf where TF's ops were finite; GPU: kernels whose
         non-finite flag is set): one cheap read per step; only a change is worth asking each cluster's
         `count(..., "faulted")`."""
         return int(self.counters.stitchfleet_bridge_faults())
+
+
+def _shape_text(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
 
 def cuda_build() -> bool:
@@ -139,8 +165,11 @@ def _build(gpu: bool | None = None) -> bytes:
 
 
 def prebuilt_name(gpu: bool | None = None) -> str:
-    """The file name of a prebuilt op for this TF: its source, TF version and compile flags (the ABI)."""
-    blob = "\0".join([SOURCE, tf.__version__, *_flags(gpu)])
+    """The file name of a prebuilt op for this TF: its source, TF version and compile flags (the ABI), but not
+    where TF is installed: the -I of its headers named the builder's site-packages, so an op built in the
+    shim image never matched a pod whose TF lives elsewhere (measured: the `tensorflow` 2.15.1 GPU wheel in
+    another venv loads the -DGOOGLE_CUDA=1 variant built against tensorflow-cpu 2.15.1, and runs it)."""
+    blob = "\0".join([SOURCE, tf.__version__, *(f for f in _flags(gpu) if not f.startswith("-I"))])
     return f"tfop-{hashlib.sha256(blob.encode()).hexdigest()[:32]}.so"
 
 
@@ -181,32 +210,53 @@ def prebuilt_launcher() -> Path | None:
     return next((path for path in found if path.is_file()), None)
 
 
+def _prebuilt() -> Path | None:
+    found = [folder / prebuilt_name() for folder in prebuilt_dirs()]
+    return next((path for path in found if path.is_file()), None)
+
+
+def _cached(cache_dir: Path) -> tuple[ArtifactCache, str]:
+    """The kernel cache's op folder and this TF's key in it (TF version, C++ compiler, flags, source)."""
+    versions = {"tensorflow": tf.__version__, "c++": _compiler_version()}
+    key = cache_key(SOURCE, hashlib.sha256(" ".join(_flags()).encode()).hexdigest(), versions, ())
+    return artifact_cache(Path(cache_dir), "tfop"), key
+
+
 def library_path(cache_dir: Path) -> Path:
     """The op library for this TF: a prebuilt one shipped with the shim when its TF matches, else the
     cache's, else built (seconds and a C++ compiler, which a training image may not have)."""
-    for folder in prebuilt_dirs():
-        prebuilt = folder / prebuilt_name()
-        if prebuilt.is_file():
-            return prebuilt
-    versions = {"tensorflow": tf.__version__, "c++": _compiler_version()}
-    key = cache_key(SOURCE, hashlib.sha256(" ".join(_flags()).encode()).hexdigest(), versions, ())
-    cache = artifact_cache(Path(cache_dir), "tfop")
-    return cache.path(key) if cache.get(key) is not None else cache.put(key, _build())
+    prebuilt = _prebuilt()
+    if prebuilt is not None:
+        return prebuilt
+    cache, key = _cached(cache_dir)
+    # is_file, not get: the library is megabytes, read for nothing in every warm pod
+    return cache.path(key) if cache.path(key).is_file() else cache.put(key, _build())
+
+
+def _present(cache_dir: Path) -> bool:
+    """Whether this TF's op library is there without a build: shipped with the shim, or in the cache."""
+    if _prebuilt() is not None:
+        return True
+    try:
+        cache, key = _cached(cache_dir)
+    except BridgeUnavailableError:  # no compiler: nothing to build in the background either
+        return True
+    return cache.path(key).is_file()
 
 
 _LOADED: list[BridgeOp] = []
-PREBUILT_DIR = "ops"
+PREBUILT_DIR = OPS_DIR  # what `shim install` copies into a pod beside the package
 _LOCK = threading.Lock()
 
 
 _WARMING: dict[Path, threading.Thread] = {}
 
 
-def warm(cache_dir: Path) -> None:
+def warm(cache_dir: Path) -> bool:
     """Starts building this TF's op library into the cache in the background, when it is neither loaded,
     shipped with the shim nor cached: the build (a C++ compiler run of ~10 s) then overlaps the job's
     cluster compiles instead of following them. `load` waits for it; a failed build is left for `load`
-    to redo and report."""
+    to redo and report. Returns whether a build is under way (it occupies a core meanwhile)."""
 
     def build() -> None:
         try:
@@ -215,11 +265,19 @@ def warm(cache_dir: Path) -> None:
             log.info("stitchfleet: background build of the native op failed: %s", err)
 
     with _LOCK:
-        if _LOADED or Path(cache_dir) in _WARMING:
-            return
+        if _LOADED:
+            return False
+        if Path(cache_dir) in _WARMING:
+            return _WARMING[Path(cache_dir)].is_alive()
+    if _present(cache_dir):
+        return False
+    with _LOCK:
+        if Path(cache_dir) in _WARMING:
+            return _WARMING[Path(cache_dir)].is_alive()
         worker = threading.Thread(target=build, name="stitchfleet-op-build")
         _WARMING[Path(cache_dir)] = worker
     worker.start()
+    return True
 
 
 def load(cache_dir: Path) -> BridgeOp:
@@ -244,6 +302,8 @@ def _load(path: Path) -> BridgeOp:
     counters.stitchfleet_bridge_count.argtypes = [ctypes.c_char_p, ctypes.c_int]
     counters.stitchfleet_bridge_faults.restype = ctypes.c_long
     counters.stitchfleet_bridge_faults.argtypes = []
+    counters.stitchfleet_bridge_bind.restype = ctypes.c_int
+    counters.stitchfleet_bridge_bind.argtypes = [ctypes.c_char_p] * 4
     return BridgeOp(path, module, counters)
 
 

@@ -6,7 +6,11 @@ holds the GPU kernel (`bridge_gpu_source`).
 
 `StitchfleetDispatch` is one op for both devices: the same inputs (the step's switch vector, then
 the cluster's inputs), outputs and shared attributes (`Tin`, `Tout`, `index`, `fallback`,
-`output_shapes`, `passthrough`, `symbol`: the cluster's key for the counters). Each kernel reads
+`output_shapes`, `passthrough`, `symbol`: the cluster's key for the counters; `input_shapes`, the shape
+signature the kernel was built for, and `static_shapes`, the graph's own output shapes, partial where a
+dimension is unknown). A call switched on whose inputs do not have the signature's shapes runs
+`fallback` (TF's ops) and is counted as a miss: a kernel built for a job's usual batch never sees a
+last partial batch. Each kernel reads
 its own attributes, the other's keep their empty defaults:
 - CPU (`library`): when `switches[index]` is on it allocates the outputs with TF's allocator
   (64-byte aligned, no copies), aliases passed-through outputs to their inputs and calls
@@ -21,13 +25,13 @@ its own attributes, the other's keep their empty defaults:
   TF's allocator, the fallback on the same GPU; NaN/Inf sets a device flag read at decision steps
   (no sync per step). See `bridge_gpu_source`.
 
-Shape-specialised kernels (a shape signature -> kernel map, planned by another issue) fit the same
-op without a new interface: the per-shape attributes become lists indexed alike (`signatures`: one
-shape signature per entry, and per entry its `library`/`symbol` or `module`/`kernels`/`layout`/
-`scratch_bytes`, with `output_shapes` partial); each kernel picks the entry whose signature its
-inputs' shapes match, and a signature without an entry runs `fallback` (TF's ops) for that step
-while the plugin compiles one on first sight, bounded by its cache. Until then each attribute holds
-the one static-shape kernel.
+Shape signatures: a cluster of a graph with `None` dimensions is compiled for the sizes the job feeds
+(`signatures`), so `input_shapes` holds the shapes its kernel reads and `static_shapes` the graph's
+partial ones (TF's shape inference downstream stays as the user's graph has it). Calls of another
+shape run `fallback`, counted per symbol (`missed`). `stitchfleet_bridge_bind` replaces an op's kernel,
+signature and output shapes while the job runs (`rebinding`: clusters built for a guessed batch get
+the batch the job feeds). One kernel per op at a time: a job that alternates between two large
+signatures stitches only the first one its training steps fed.
 
 Why one op instead of `tf.cond(switch, stitched, TF ops)`: a TF1 cond adds a Switch per input
 and branch, a Merge and an Identity per output and propagates dead tensors through the branch not
@@ -39,6 +43,8 @@ Calls, non-zero statuses, faults and GPU non-finite flags are counted per symbol
 
 from __future__ import annotations
 
+from stitchfleet.plugin.bridge_binding_source import BIND_EXPORT, BINDING
+from stitchfleet.plugin.bridge_fault_source import FAULTS
 from stitchfleet.plugin.bridge_gpu_source import INCLUDES, KERNEL, REGISTRATION
 
 SOURCE = (
@@ -47,6 +53,7 @@ SOURCE = (
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -79,10 +86,10 @@ using tensorflow::errors::NotFound;
 
 typedef int (*Entry)(void *const *buffers);
 
-enum { kCalls = 0, kFailed = 1, kFaulted = 2 };
+enum { kCalls = 0, kFailed = 1, kFaulted = 2, kMissed = 3 };
 
 struct Counters {
-  std::atomic<long> value[3] = {{0}, {0}, {0}};
+  std::atomic<long> value[4] = {{0}, {0}, {0}, {0}};
   std::vector<volatile int *> flags;  // the GPU kernels' non-finite flags (mapped host memory), under counters_lock
 };
 
@@ -112,41 +119,12 @@ long flags_set(Counters *counters) {
   return set;
 }
 
-template <typename T>
-bool blames_kernel(const Tensor &ours, const Tensor &theirs) {
-  auto a = ours.flat<T>();
-  auto b = theirs.flat<T>();
-  for (int64_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(static_cast<double>(a(i))) && std::isfinite(static_cast<double>(b(i)))) return true;
-  }
-  return false;
-}
-
-// Whether a stitched output holds NaN/Inf where TF's own ops computed a finite value.
-bool kernel_at_fault(const std::vector<Tensor> &ours, const std::vector<Tensor> &theirs) {
-  for (size_t j = 0; j < ours.size() && j < theirs.size(); ++j) {
-    const Tensor &a = ours[j];
-    if (!a.IsInitialized() || a.shape() != theirs[j].shape() || a.dtype() != theirs[j].dtype()) continue;
-    switch (a.dtype()) {
-      case tensorflow::DT_FLOAT:
-        if (blames_kernel<float>(a, theirs[j])) return true;
-        break;
-      case tensorflow::DT_DOUBLE:
-        if (blames_kernel<double>(a, theirs[j])) return true;
-        break;
-      case tensorflow::DT_HALF:
-        if (blames_kernel<Eigen::half>(a, theirs[j])) return true;
-        break;
-      case tensorflow::DT_BFLOAT16:
-        if (blames_kernel<tensorflow::bfloat16>(a, theirs[j])) return true;
-        break;
-      default:
-        break;
-    }
-  }
-  return false;
-}
-
+"""
+    + BINDING
+    + r"""
+"""
+    + FAULTS
+    + r"""
 // What the CPU and GPU kernels share: the attributes, the switch and the fallback function.
 class DispatchBase : public AsyncOpKernel {
  public:
@@ -159,6 +137,7 @@ class DispatchBase : public AsyncOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("index", &index_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("fallback", &fallback_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("Tout", &types_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("input_shapes", &signature_));
     OP_REQUIRES(ctx, passthrough_.size() == shapes.size() && types_.size() == shapes.size(),
                 InvalidArgument("passthrough has ", passthrough_.size(), " entries and Tout ", types_.size(),
                                 " for ", shapes.size(), " outputs"));
@@ -169,16 +148,39 @@ class DispatchBase : public AsyncOpKernel {
       shapes_.push_back(full);
     }
     counters_ = counters_for(symbol);
+    symbol_ = symbol;
   }
 
  protected:
-  bool SwitchedOn(OpKernelContext *ctx, Status *status) const {
+  bool SwitchedOn(OpKernelContext *ctx, Status *status) const { return SwitchedOn(ctx, status, signature_); }
+
+  bool SwitchedOn(OpKernelContext *ctx, Status *status, const std::vector<PartialTensorShape> &signature) const {
     const Tensor &switches = ctx->input(0);
     if (switches.dims() != 1) {
       *status = InvalidArgument("switches must be a vector");
       return false;
     }
-    return index_ < switches.NumElements() && switches.flat<bool>()(index_);
+    const bool on = index_ < switches.NumElements() && switches.flat<bool>()(index_);
+    if (on && !Matches(ctx, signature)) {
+      counters_->value[kMissed].fetch_add(1, std::memory_order_relaxed);
+      return false;  // another shape than the kernel was built for: TF's ops compute this call
+    }
+    return on;
+  }
+
+  // Whether the inputs have the shapes the kernel was built for (`input_shapes`; empty: not checked).
+  static bool Matches(OpKernelContext *ctx, const std::vector<PartialTensorShape> &signature) {
+    if (signature.empty()) return true;
+    if (static_cast<int>(signature.size()) != ctx->num_inputs() - 1) return false;
+    for (size_t i = 0; i < signature.size(); ++i) {
+      const PartialTensorShape &want = signature[i];
+      const TensorShape &got = ctx->input(static_cast<int>(i) + 1).shape();
+      if (want.dims() < 0) continue;  // an input the kernel does not read (batch norm's unused statistics)
+      if (want.dims() != got.dims()) return false;
+      for (int d = 0; d < got.dims(); ++d)
+        if (want.dim_size(d) >= 0 && want.dim_size(d) != got.dim_size(d)) return false;
+    }
+    return true;
   }
 
   Status Handle(OpKernelContext *ctx, FunctionLibraryRuntime **lib, FunctionLibraryRuntime::Handle *handle) {
@@ -238,6 +240,8 @@ class DispatchBase : public AsyncOpKernel {
   }
 
   std::vector<TensorShape> shapes_;
+  std::vector<PartialTensorShape> signature_;
+  std::string symbol_;
   std::vector<int> passthrough_;
   tensorflow::DataTypeVector types_;
   int index_ = 0;
@@ -262,12 +266,15 @@ class StitchfleetDispatchOp : public DispatchBase {
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
     Status status;
-    const bool on = SwitchedOn(ctx, &status);
+    std::shared_ptr<const Binding> binding = bound(symbol_);  // one read: a rebinding mid-call is not seen
+    if (binding && binding->shapes.size() != shapes_.size()) binding = nullptr;  // not this op's outputs
+    const bool on = SwitchedOn(ctx, &status, binding ? binding->signature : signature_);
     OP_REQUIRES_OK_ASYNC(ctx, status, done);
     std::vector<Tensor> ours;
     if (on) {
       int code = 0;
-      OP_REQUIRES_OK_ASYNC(ctx, RunNative(ctx, &ours, &code), done);
+      const Entry entry = binding ? binding->entry : entry_;
+      OP_REQUIRES_OK_ASYNC(ctx, RunNative(ctx, &ours, &code, entry, binding ? binding->shapes : shapes_), done);
       if (code == 0) {
         for (size_t j = 0; j < ours.size(); ++j) ctx->set_output(static_cast<int>(j), ours[j]);
         done();
@@ -279,12 +286,13 @@ class StitchfleetDispatchOp : public DispatchBase {
   }
 
  private:
-  Status RunNative(OpKernelContext *ctx, std::vector<Tensor> *outs, int *code) {
+  Status RunNative(OpKernelContext *ctx, std::vector<Tensor> *outs, int *code, Entry entry,
+                   const std::vector<TensorShape> &shapes) {
     const int inputs = ctx->num_inputs() - 1;
     std::vector<void *> buffers;
-    buffers.reserve(inputs + shapes_.size());
+    buffers.reserve(inputs + shapes.size());
     for (int i = 0; i < inputs; ++i) buffers.push_back(const_cast<char *>(ctx->input(i + 1).tensor_data().data()));
-    for (size_t j = 0; j < shapes_.size(); ++j) {
+    for (size_t j = 0; j < shapes.size(); ++j) {
       const int source = passthrough_[j];
       if (source >= 0) {
         if (source >= inputs) return InvalidArgument("passthrough input ", source, " out of range");
@@ -293,11 +301,11 @@ class StitchfleetDispatchOp : public DispatchBase {
         continue;
       }
       Tensor out;
-      TF_RETURN_IF_ERROR(ctx->allocate_temp(types_[j], shapes_[j], &out));
+      TF_RETURN_IF_ERROR(ctx->allocate_temp(types_[j], shapes[j], &out));
       buffers.push_back(const_cast<char *>(out.tensor_data().data()));
       outs->push_back(out);
     }
-    *code = entry_(buffers.data());
+    *code = entry(buffers.data());
     counters_->value[kCalls].fetch_add(1, std::memory_order_relaxed);
     if (*code != 0) counters_->value[kFailed].fetch_add(1, std::memory_order_relaxed);
     return tensorflow::OkStatus();
@@ -320,6 +328,8 @@ REGISTER_OP("StitchfleetDispatch")
     .Attr("index: int >= 0")
     .Attr("fallback: func")
     .Attr("output_shapes: list(shape)")
+    .Attr("input_shapes: list(shape) = []")
+    .Attr("static_shapes: list(shape) = []")
     .Attr("passthrough: list(int)")
     .Attr("symbol: string")
     .Attr("library: string = ''")
@@ -330,8 +340,11 @@ REGISTER_OP("StitchfleetDispatch")
     .Attr("launcher: string = ''")
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext *c) {
+      // The graph's own shapes when given (partial where the graph says None): the kernel's shapes hold for
+      // calls that match `input_shapes` only, and the other calls run TF's ops, whatever shapes they have.
       std::vector<PartialTensorShape> shapes;
-      TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));
+      TF_RETURN_IF_ERROR(c->GetAttr("static_shapes", &shapes));
+      if (shapes.empty()) TF_RETURN_IF_ERROR(c->GetAttr("output_shapes", &shapes));
       for (size_t j = 0; j < shapes.size(); ++j) {
         tensorflow::shape_inference::ShapeHandle handle;
         TF_RETURN_IF_ERROR(c->MakeShapeFromPartialTensorShape(shapes[j], &handle));
@@ -344,6 +357,9 @@ REGISTER_KERNEL_BUILDER(Name("StitchfleetDispatch").Device(tensorflow::DEVICE_CP
 """
     + REGISTRATION
     + r"""
+"""
+    + BIND_EXPORT
+    + r"""
 // CPU faults, plus GPU kernels whose non-finite flag is set: one cheap read per step for the plugin.
 extern "C" long stitchfleet_bridge_faults(void) {
   long set = 0;
@@ -354,10 +370,12 @@ extern "C" long stitchfleet_bridge_faults(void) {
 }
 
 // what: 0 calls of the entry (or launches), 1 calls with a non-zero status (failed launches), 2 NaN/Inf where
-// TF's ops were finite (CPU), 3 GPU kernels whose non-finite flag is set (read without a sync)
+// TF's ops were finite (CPU), 3 GPU kernels whose non-finite flag is set (read without a sync), 4 calls switched
+// on whose input shapes missed the kernel's signature (TF's ops ran)
 extern "C" long stitchfleet_bridge_count(const char *symbol, int what) {
-  if (what < 0 || what > 3) return -1;
+  if (what < 0 || what > 4) return -1;
   Counters *counters = counters_for(symbol);
+  if (what == 4) return counters->value[kMissed].load();
   return what == 3 ? flags_set(counters) : counters->value[what].load();
 }
 """

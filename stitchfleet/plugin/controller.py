@@ -1,30 +1,37 @@
 """What the hook decides, step by step: switches, checks, windows, probes, reverts. TF-free.
 
-Input: the compiled clusters (`Cluster`: fingerprint, kernel, guard figures), the timing
-schedule, a `Ledger` and, per step, its duration, check results and the consensus vector.
-Output: the switch vector of every step, the local figures each step contributes to the
+Input: the compiled clusters (`Cluster`: fingerprint, kernel, guard figures), the timing schedule,
+a `Ledger`, the job's setup seconds and, per step, what the step gave (`StepFigures`: its duration,
+loss, the guard's findings, the summed consensus vector, a plugin fault). Output: per step, its
+`StepPlan` (step_contract: the hook's two calls per step are `step_plan` and `step_done`; the hook
+writes no state here): the switch vector, whether it runs on the twin (a switch on, or an executor
+build of `ExecutorWarmup`), the clusters it judges, and the local figures it contributes to the
 consensus (bad flags per cluster, plugin fault, non-finite loss, the slowdown bracket's figures,
-the medians of a finished probe pair, the group's and a cluster's), and every decision taken
-from the summed figures: a mismatching or non-finite cluster is reverted for the rest of the
-job (fleet verdict `reverted`); after the group probe (every cluster on vs plain TF) the group
-is proven when it beat its paired baseline by more than the margin and the noise (a `probe`
-event without a cluster: "group proven" or "group not faster"); after its probe pair (every
-cluster still enabled on, with it and without it) a cluster is kept (event `cluster_enabled`,
-verdict `enabled`) when the pair with it beat the pair without it by more than the margin and
-the noise or, with the group proven, unless it was slower by more than those (small gains that
-only the group can resolve), else it is left to TF
-(event `probe`, verdict `disabled`: not sticky, a later job probes it again; not a revert,
-so the weekly report's revert figures stay about faults); with no cluster kept
-stitching is off for the job (a `probe` event without a cluster; the job ends `finished`);
-a plugin fault, a non-finite loss or a slowdown beyond the margin and the noise (the stitched
-steps right around a baseline window against that window: `slowdown.Bracket`) reverts the whole
-job. Decisions use only the summed vector, so ranks that share it take the same decisions at the
-same step.
+the medians of a finished probe pair, the group's and a cluster's; only the fault flag when the
+hook could not prepare the step); and every decision taken from the summed figures (the probe
+decisions in `probe_verdicts`): a mismatching or non-finite cluster is reverted for the rest of the
+job (fleet verdict `reverted`); after the group probe (every cluster on vs plain TF) the group is
+proven when it beat its paired baseline by more than the margin and the noise (a `probe` event
+without a cluster: "group proven" or "group not faster"); after its probe pair (every cluster still
+enabled on, with it and without it) a cluster is kept (event `cluster_enabled`, verdict `enabled`)
+when the pair with it beat the pair without it by more than the margin and the noise or, with the
+group proven, unless it was slower by more than those (small gains that only the group can
+resolve), else it is left to TF (event `probe`, verdict `disabled`: not sticky, a later job probes
+it again; not a revert, so the weekly report's revert figures stay about faults). A probe that
+measured a cluster is also this job's finding for the fleet (`Ledger.probed`, keyed by fingerprint,
+device profile and shapes): kept is `faster`, left as slower than TF is `slower` (not "not faster
+beyond noise", nor "no probe figures"); several jobs' slower findings start it off in later jobs
+(candidates, telemetry.slow_verdicts), one job's never do. With no cluster kept stitching is off
+for the job (a `probe` event without a cluster; the job ends `finished`); a plugin fault, a
+non-finite loss or a slowdown beyond the margin and the noise (the stitched steps right around a
+baseline window against that window: `slowdown.Bracket`) reverts the whole job. Decisions use only
+the summed vector, so ranks that share it take the same decisions at the same step.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,26 +39,17 @@ import numpy as np
 
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.schedule import (
-    GROUP,
-    PROBE,
-    REFERENCE,
-    REVERTED,
-    STITCHED,
-    Probes,
-    Timing,
-    Window,
-    Windows,
-    compared,
-)
+from stitchfleet.plugin.probe_verdicts import NOISE_FACTOR, ProbeVerdicts
+from stitchfleet.plugin.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing, Window, Windows
 from stitchfleet.plugin.slowdown import Bracket
+from stitchfleet.plugin.step_contract import StepFigures, StepPlan, frozen
+from stitchfleet.plugin.warmup import ExecutorWarmup
 
 log = logging.getLogger("stitchfleet.plugin")
 # fault, loss, fresh bracket, its stitched median, baseline median and noise (`slowdown`), probe figures in,
 # probe with, probe without (or the group's baseline), probe noise, then the same four figures of the group
 EXTRA = 14
 GUARD, PROBED, GROUPED = slice(0, 6), slice(6, 10), slice(10, 14)  # the EXTRA figures, after the cluster flags
-NOISE_FACTOR = 2.0  # a kept cluster beats its baseline by this many standard errors (and by the margin)
 
 
 @dataclass
@@ -65,17 +63,26 @@ class Cluster:
     reason: str = ""
     kept: bool | None = None  # the probe's decision; None until taken
     probe: str = ""  # what the probe measured, e.g. "-0.41 ms/step (2.49 vs 2.90 ms, 9+10 steps)"
+    profile: str = ""  # the device profile it runs on and its inputs' shapes (verdict_keys): what a
+    shapes: str = ""  # probe finding is about, besides the fingerprint
 
 
-class Controller:
-    def __init__(self, clusters: list[Cluster], timing: Timing, ledger: Ledger, size: int = 1) -> None:
+class Controller(ProbeVerdicts):
+    def __init__(
+        self, clusters: list[Cluster], timing: Timing, ledger: Ledger, size: int = 1, setup_seconds: float = 0.0
+    ) -> None:
         self.clusters, self.ledger, self.size = clusters, ledger, size
         self.timing = replace(timing, clusters=len(clusters))
         self.windows = Windows(timing.window_steps)
         self.probes = Probes(self.timing)
+        self.warmup = ExecutorWarmup(timing.warmup_steps)
+        self.setup_seconds = setup_seconds  # the job's compile seconds so far; the warmup's builds join them
         self.job_reverted: str | None = None
         self.stitching_off: str | None = None
-        self.pending: dict[int, Finding | str] = {}
+        # a cluster off from the start is flagged in the consensus, so that every rank reverts it
+        self.pending: dict[int, Finding | str] = {
+            k: "reverted by an earlier job" for k, c in enumerate(clusters) if not c.enabled
+        }
         self.fault: str | None = None
         self.loss_bad = False
         # brackets of `baseline_steps` timed steps, adjacent within as many steps (checks leave holes)
@@ -94,6 +101,50 @@ class Controller:
     @property
     def length(self) -> int:
         return len(self.clusters) + EXTRA
+
+    # --- the hook's two calls per step (step_contract) ----------------------------------------
+
+    def step_plan(self, step: int, fault: str | None = None, *, prepared: bool = True) -> StepPlan:
+        """What `step` runs; books the checks it makes. `fault`: a plugin error the hook met since its last
+        call, in this step's figures. `prepared=False`: the hook could not prepare the step, which then only
+        joins the consensus, saying so (no rank may wait for it)."""
+        if self.done:  # nothing is left to decide: the step runs as written
+            return StepPlan(step, quiet=True)
+        self.fault = self.fault or fault
+        if not prepared:
+            local = np.zeros(self.length)
+            local[len(self.clusters)] = 1.0  # the fault flag, the first EXTRA figure
+            return StepPlan(step, local=frozen(local, np.float64))
+        local, switches = self.local(step), self.switches(step)
+        judged = self.judged(step)  # only clusters switched on are judged, so a check step is a twin step
+        self.count_checks(judged, step)
+        # The twin runs with a switch on, and in the warmup steps that build its executors; both follow
+        # from the summed decisions and the step number only, so Horovod ranks take the same path.
+        on_twin = bool(switches.any()) or step in self.warmup.builds
+        checks = bool(judged) or step == self.warmup.checks  # the latter judged by nobody: see ExecutorWarmup
+        return StepPlan(step, False, frozen(switches, bool), on_twin, tuple(judged), checks, frozen(local, float))
+
+    def setup_spent(self, seconds: float) -> None:
+        """Setup after the controller started (clusters rebuilt for the shapes the job feeds): booked with the
+        rest of the job's compile seconds."""
+        self.setup_seconds += seconds
+        self.ledger.compiled(self.setup_seconds + (self.warmup.seconds or 0.0))
+
+    def step_done(self, plan: StepPlan, figures: StepFigures) -> None:
+        """Books what `plan`'s step took and found, then applies the summed figures (`decide`)."""
+        self.fault = self.fault or figures.fault
+        self.timed(plan.step, figures.seconds, bool(plan.judged))
+        if plan.quiet:
+            return
+        if self.warmup.timed(plan.step, figures.seconds):
+            self.ledger.compiled(self.setup_seconds + (self.warmup.seconds or 0.0))  # setup, charged openly
+        loss, stitched = figures.loss, self.mode(plan.step) in (STITCHED, PROBE, REFERENCE)
+        if loss is not None and not math.isfinite(loss) and stitched:
+            self.loss_bad = True
+        for k, finding in figures.findings:
+            self.checked(plan.step, k, finding)
+        if figures.summed is not None:
+            self.decide(plan.step, figures.summed)
 
     def mode(self, step: int) -> str:
         phase = self.timing.phase(step)
@@ -240,85 +291,6 @@ class Controller:
             if mean_s - mean_b > max(mean_b * self.timing.slowdown_margin, NOISE_FACTOR * mean_n):
                 detail = f"stitched median {mean_s:.6f} s vs baseline {mean_b:.6f} s per step (noise {mean_n:.6f} s)"
                 self._revert_job(step, "slowdown", detail)
-
-    # --- probe decisions --------------------------------------------------------------------
-    # The figures compared are the ranks' means of their own medians, the same on every rank.
-
-    def _group_decision(self, step: int, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
-        """Proves the group (every cluster on) or not, from the summed group figures."""
-        ready, on, base, noise = (float(x) for x in figures)
-        if ready < self.size:
-            self.group_proven = False
-            self.group_probe = f"no group figures: {ready:.0f} of {self.size} ranks had timed both windows"
-        else:
-            on, base, noise = on / self.size, base / self.size, noise / self.size
-            self.group_probe = self._describe(GROUP, on, base, noise)
-            self.group_proven = base - on > self._needed(base, noise)
-        label = "group proven" if self.group_proven else "group not faster"
-        log.info("stitchfleet: %s at step %d: %s", label, step, self.group_probe)
-        self.ledger.event("probe", step, None, label, detail=f"{label}: {self.group_probe}")
-
-    def _probe_decision(self, step: int, c: Cluster, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
-        """Keeps `c` or leaves it to TF from the summed probe figures (ready ranks, the enabled clusters' step
-        with `c` on, the same without it, noise)."""
-        if not c.enabled:
-            return  # reverted already (its own revert event says why)
-        ready, with_it, without, noise = (float(x) for x in figures)
-        if ready < self.size:
-            self._leave(step, c, "no probe figures", f"{ready:.0f} of {self.size} ranks had timed both windows")
-            return
-        with_it, without, noise = with_it / self.size, without / self.size, noise / self.size
-        c.probe = self._describe(self.clusters.index(c), with_it, without, noise)
-        needed = self._needed(without, noise)
-        if self.group_proven:
-            # the group's gain is real, and a cluster's small share of it is below one probe's noise: the
-            # burden of proof flips, and only a cluster shown slower beyond the same bar is dropped
-            if with_it - without > needed:
-                self._leave(step, c, "slower than TF", c.probe)
-            else:
-                self._keep(step, c, "kept with the group")
-        elif without - with_it > needed:
-            self._keep(step, c, "faster than TF")
-        elif with_it >= without:
-            self._leave(step, c, "slower than TF", c.probe)
-        else:
-            self._leave(step, c, "not faster beyond noise and margin", c.probe)
-
-    def _needed(self, base: float, noise: float) -> float:
-        """The difference a probe must show: the margin (worth the risk) and the noise (not a lucky draw:
-        keeping the clusters whose noise happened to be most negative made the kept set slower together
-        than apart)."""
-        return max(base * self.timing.probe_margin, NOISE_FACTOR * noise)
-
-    def _describe(self, subject: int, on: float, base: float, noise: float) -> str:
-        """A probe's figures, e.g. "-0.41 ms/step (2.49 vs 2.90 ms, 9+10 steps, noise 0.05 ms)": this rank's
-        timed steps switched on + baseline (check steps are not timed)."""
-        counts = [len(self.probes.seconds.get((subject, mode), [])) for mode in (PROBE, compared(subject))]
-        steps = f"{counts[0]}+{counts[1]} steps"
-        return (
-            f"{(on - base) * 1e3:+.2f} ms/step ({on * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps},"
-            f" noise {noise * 1e3:.2f} ms)"
-        )
-
-    def _keep(self, step: int, c: Cluster, label: str) -> None:
-        c.kept, c.reason = True, f"{label}: {c.probe}"
-        log.info("stitchfleet: cluster %d kept at step %d: %s", c.index, step, c.reason)
-        self.ledger.event("cluster_enabled", step, c.fingerprint, label, detail=c.reason)
-        self.ledger.verdict(c.fingerprint, "enabled", c.reason, c.op_count)
-
-    def _leave(self, step: int, c: Cluster, label: str, detail: str) -> None:
-        c.kept, c.enabled, c.reason = False, False, f"{label}: {detail}"
-        log.info("stitchfleet: cluster %d left to TF at step %d: %s", c.index, step, c.reason)
-        self.ledger.event("probe", step, c.fingerprint, label, detail=c.reason)
-        self.ledger.verdict(c.fingerprint, "disabled", c.reason, c.op_count)
-
-    def _settle(self, step: int) -> None:
-        """After the last probe: with no cluster kept, stitching is off for the job (not an error)."""
-        if any(c.enabled and c.kept for c in self.clusters):
-            return
-        self.stitching_off = "no cluster kept: none passed its probe; the job runs TF's own ops"
-        log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
-        self.ledger.event("probe", step, None, "no cluster kept", detail=self.stitching_off)
 
     @property
     def done(self) -> bool:

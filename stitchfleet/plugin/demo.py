@@ -29,8 +29,9 @@ import numpy as np
 import tensorflow as tf
 
 from stitchfleet import settings as settings_module
-from stitchfleet.plugin.controller import NOISE_FACTOR, Cluster, Controller
+from stitchfleet.plugin.controller import Cluster, Controller
 from stitchfleet.plugin.hook import StitchHook
+from stitchfleet.plugin.probe_verdicts import NOISE_FACTOR
 from stitchfleet.plugin.schedule import BASELINE, PROBE, REFERENCE, median_noise
 
 DIMS = {"batch": 8, "seq": 32, "hidden": 128, "heads": 4}

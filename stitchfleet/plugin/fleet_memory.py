@@ -1,25 +1,31 @@
-"""The fleet's memory as a pod reads it: cluster fingerprints quarantined anywhere in the fleet.
+"""The fleet's memory as a pod reads it: clusters quarantined anywhere in the fleet, and slower verdicts.
 
 Input: an `IngestClient` and a cache file in the pod's state directory. Output: `read()`, a
-`Recollection`: the reverted fingerprints and where they came from ("operator", "cache" when the
-operator did not answer within the short timeout but an earlier answer is on disk, or "none"),
-with the reason the operator was not heard. A fresh answer is kept in memory for `ttl` seconds
-(a process that begins several sessions asks once) and written to the cache file for the pod's
-next process. Nothing here raises: without the memory the job proceeds, and says so.
+`Recollection`: the reverted fingerprints (numeric mismatch: off fleet-wide), the live slower
+verdicts (telemetry.slow_verdicts: (fingerprint, device profile, shapes) found slower by several
+jobs, until they expire) and where they came from ("operator", "cache" when the operator did not
+answer within the short timeout but an earlier answer is on disk, or "none"), with the reason the
+operator was not heard. A fresh answer is kept in memory for `ttl` seconds (a process that begins
+several sessions asks once) and written to the cache file for the pod's next process; a cached
+slower verdict past its expiry is dropped on reading. An operator (or a cache file) that knows no
+slower list gives none. Nothing here raises: without the memory the job proceeds, and says so.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stitchfleet.plugin.ingest_client import DeliveryError, IngestClient
+from stitchfleet.plugin.ingest_client import DeliveryError, IngestClient, slower_list
+from stitchfleet.telemetry.slow_verdicts import SlowerVerdict, live
 
 log = logging.getLogger("stitchfleet.plugin")
 CACHE_FILE = "fleet-memory.json"
+Memory = tuple[frozenset[str], tuple[SlowerVerdict, ...]]
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,7 @@ class Recollection:
     reverted: frozenset[str]
     source: str
     problem: str = ""
+    slower: tuple[SlowerVerdict, ...] = ()
 
 
 class FleetMemory:
@@ -38,21 +45,23 @@ class FleetMemory:
         self.client = client
         self.cache_path = state_dir / CACHE_FILE
         self.timeout, self.ttl = timeout, ttl
-        self._fresh: tuple[float, frozenset[str]] | None = None
+        self._fresh: tuple[float, Memory] | None = None
 
     def read(self) -> Recollection:
         """The quarantine now: the operator's answer, else the cache, else nothing (never raises)."""
         if self._fresh is not None and time.monotonic() - self._fresh[0] < self.ttl:
-            return Recollection(self._fresh[1], "operator")
+            reverted, slower = self._fresh[1]
+            return Recollection(reverted, "operator", slower=_live(slower))
         try:
-            found = frozenset(self.client.quarantined(timeout=self.timeout))
+            answered, verdicts = self.client.recall(timeout=self.timeout)
         except DeliveryError as err:
             return self._fallback(str(err))
         except Exception as err:  # never fail the job over its memory
             return self._fallback(f"{type(err).__name__}: {err}")
+        found = (frozenset(answered), tuple(verdicts))
         self._fresh = (time.monotonic(), found)
         self._store(found)
-        return Recollection(found, "operator")
+        return Recollection(found[0], "operator", slower=_live(found[1]))
 
     def _fallback(self, problem: str) -> Recollection:
         cached = self._load()
@@ -60,18 +69,20 @@ class FleetMemory:
             log.warning("stitchfleet: fleet memory unavailable, proceeding without it: %s", problem)
             return Recollection(frozenset(), "none", problem)
         log.warning("stitchfleet: fleet memory from the pod's cache (%s): %s", self.cache_path, problem)
-        return Recollection(cached, "cache", problem)
+        return Recollection(cached[0], "cache", problem, _live(cached[1]))
 
-    def _store(self, found: frozenset[str]) -> None:
+    def _store(self, found: Memory) -> None:
         try:
             self.cache_path.parent.mkdir(parents=True, exist_ok=True)
             temporary = self.cache_path.with_suffix(".tmp")
-            temporary.write_text(json.dumps({"reverted": sorted(found), "saved_at": time.time()}))
+            reverted, slower = found
+            document = {"reverted": sorted(reverted), "slower": [v.to_json() for v in slower], "saved_at": time.time()}
+            temporary.write_text(json.dumps(document))
             temporary.replace(self.cache_path)
         except OSError as err:
             log.info("stitchfleet: fleet memory not cached: %s", err)
 
-    def _load(self) -> frozenset[str] | None:
+    def _load(self) -> Memory | None:
         try:
             data = json.loads(self.cache_path.read_text())
         except (OSError, ValueError):
@@ -79,4 +90,9 @@ class FleetMemory:
         found = data.get("reverted") if isinstance(data, dict) else None
         if not isinstance(found, list):
             return None
-        return frozenset(str(item) for item in found)
+        assert isinstance(data, dict)
+        return frozenset(str(item) for item in found), tuple(slower_list(data.get("slower")))
+
+
+def _live(slower: tuple[SlowerVerdict, ...]) -> tuple[SlowerVerdict, ...]:
+    return live(slower, dt.datetime.now(dt.UTC))

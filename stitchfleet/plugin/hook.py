@@ -3,16 +3,19 @@
 Input: the default graph when the session is created (`begin`, before it is finalized),
 settings (backend, timing, guard, job identity, database) and, optionally, the loss
 tensor and a test-only `Fault`. Output: the rewired graph (see `rewrite`), the switch
-vector and check fetches added to each step, telemetry rows and metrics. Every entry
-point is guarded: an error in `begin` leaves the graph's stitching off (nothing of a
-failed cluster is rerouted) and records why; an error in a step reverts stitching for
-the job at the next decision. The user's job never fails because of this hook.
+vector, consensus vector and check fetches added to each step, telemetry rows and metrics.
+Per training step the hook makes two controller calls (step_contract): `step_plan` before
+it, whose plan it maps onto the step's feeds, fetches and the twin's diverter, and
+`step_done` after it, with the step's time, loss, the guard's findings and the summed
+consensus; it keeps TF plumbing only and writes no controller state. Every entry point is
+guarded: an error in `begin` leaves the graph's stitching off (nothing of a failed cluster
+is rerouted) and records why; an error in a step reverts stitching for the job at the next
+decision. The user's job never fails because of this hook.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -22,24 +25,27 @@ import tensorflow as tf
 
 from stitchfleet import settings as settings_module
 from stitchfleet.compiler.pipeline import Options, compile_graph
-from stitchfleet.plugin import candidates, rank_devices
+from stitchfleet.plugin import candidates, collector
 from stitchfleet.plugin.agreement import SLOTS, Agreement
 from stitchfleet.plugin.bridge_op import choose as choose_bridge
 from stitchfleet.plugin.consensus import Consensus
 from stitchfleet.plugin.controller import EXTRA, Cluster, Controller
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.frontend.converter import convert
-from stitchfleet.plugin.guard import judge
-from stitchfleet.plugin.kernels import resolve_backend
+from stitchfleet.plugin.guard import Finding, judge
+from stitchfleet.plugin.kernels import poll_faults, resolve_backend
 from stitchfleet.plugin.ledger import Ledger
+from stitchfleet.plugin.rebinding import rebind
 from stitchfleet.plugin.rewrite import Installed, Rewired, rewire
-from stitchfleet.plugin.schedule import PROBE, REFERENCE, STITCHED, Timing
+from stitchfleet.plugin.schedule import Timing
+from stitchfleet.plugin.signatures import Signature, Specialisation
 from stitchfleet.plugin.sites import Site, StepOps
+from stitchfleet.plugin.step_contract import StepFigures, StepPlan
 from stitchfleet.plugin.training_steps import TrainingSteps, find_loss
 from stitchfleet.plugin.translation import check_sites
 from stitchfleet.plugin.twin import Diverter
 from stitchfleet.plugin.twin import build as build_twin
-from stitchfleet.plugin.warmup import ExecutorWarmup
+from stitchfleet.telemetry.kinds import EventKind
 
 log = logging.getLogger("stitchfleet.plugin")
 
@@ -57,21 +63,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.settings = settings or settings_module.current()
         self.backend = backend or self.settings.backend
         self.loss, self.fault, self.db_url = loss, fault, db_url
-        self.active = False
-        self.step = 0
+        self.active, self.step = False, 0
         self.off: dict[int, str] = {}
         self.installed: list[tuple[Cluster, Installed]] = []
         self.controller: Controller | None = None
         self.ledger: Ledger | None = None
         self.consensus: Consensus | None = None
         self._started = 0.0
-        self._checking = False
-        self._judged: list[int] = []
+        self._plan: StepPlan | None = None  # the controller's plan of the current step
+        self._failure: str | None = None  # a plugin error the controller hears of with the next plan
         self._check_fetches: list[Any] = []
         self._setup_seconds = 0.0
-        self.prebuild_seconds: float | None = None  # the twin's executor builds in warmup, once measured
-        self.warmup = ExecutorWarmup(0)
-        self._local = np.zeros(0)
         self._bridge: Any = None
         self._faults_seen = 0
         self.training: TrainingSteps | None = None
@@ -79,19 +81,19 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
         self._in_agreement = False
-        self._quiet = False  # this step runs untouched: stitching is over for the job (Controller.done)
         self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
         self._positions: list[int] = []  # each controller cluster's place in that vector
         self.diverter: Diverter | None = None  # runs a step on the stitched twin (see twin.py)
         self._originals: dict[int, Site] = {}  # each installed cluster's site in the user's graph
-        self.loss_tensor: Any = None  # the loss in the user's graph, and its value on the twin
-        self.twin_loss: Any = None
+        self.loss_tensor, self.twin_loss = None, None  # the loss in the user's graph, and its value on the twin
+        self.shapes: Specialisation | None = None  # the shape signature begin specialised to, if any
 
     # --- SessionRunHook -------------------------------------------------------------------
 
     def begin(self) -> None:
         try:
-            self._begin()
+            with collector.paused():  # its full passes cost a fifth of a warm begin (collector.py)
+                self._begin()
         except Exception as err:  # never fail the job: stitching stays off
             log.exception("stitchfleet: stitching is off for this job")
             self.active = False
@@ -105,33 +107,38 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
                 self.diverter.attach(session)  # a recovered session is attached anew
             except Exception as err:
                 self._fault(err)
-        if self.ledger is None:
-            return
-        try:
-            found = rank_devices.measure(session)
-            self.ledger.measured(found.kind, found.count)
-        except Exception as err:
-            log.warning("stitchfleet: could not measure this rank's devices: %s", err)
+        if self.ledger is not None:
+            self.ledger.measure_devices(session)
 
     def before_run(self, run_context: Any) -> Any:
-        self._in_step = self._in_agreement = self._quiet = False
+        self._in_step = self._in_agreement = False
+        if self.shapes is not None and self.training is not None:
+            fed = self.shapes.learn(run_context.original_args, self.training.updates_variables)
+            if fed is not None and self.installed and self._bridge is not None:  # built for other shapes
+                self._rebind(fed)
         if self._agreeing is not None:
             return self._agreement_step(run_context.original_args.fetches)
         if not self.active or not self._is_step(run_context):
             return None
-        self._in_step = True
-        if self.controller is not None and self.controller.done:
-            # Stitching is over for this job: the step runs as written (no fetch, feed or collective added:
-            # plain TF), only timed and counted for the job's telemetry.
-            self._quiet, self._started = True, time.perf_counter()
-            return None
+        self._in_step, self._plan = True, None
         try:
-            return self._before_run(run_context.session)
+            return self._before_run()
         except Exception as err:
-            self._fault(err)
+            log.exception("stitchfleet: plugin error preparing step %d; stitching reverts", self.step)
             if self.diverter is not None:
                 self.diverter.armed = False
-            return self._consensus_only()
+            return self._consensus_only(err)
+
+    def _rebind(self, fed: Signature) -> None:
+        """The clusters rebuilt for the shapes the job feeds (`rebinding`); the seconds count as setup."""
+        assert self.shapes is not None and self.ledger is not None
+        done = rebind(self.shapes, fed, self.installed, self._originals, bridge=self._bridge, current=self.settings)
+        self.ledger.rebuilt(done.left)
+        self._setup_seconds += done.seconds  # a controller started before (no Horovod) books it itself
+        if self.controller is not None:
+            self.controller.setup_spent(done.seconds)
+        else:
+            self.ledger.compiled(self._setup_seconds)
 
     def _is_step(self, run_context: Any) -> bool:
         """Only training steps are touched (training_steps: its rule); any other run is left as written, and
@@ -151,18 +158,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return
         if not self.active or not self._in_step:
             return
-        if self._quiet:
-            self._quiet = False
-            self._quiet_step(time.perf_counter() - self._started)
-            return
+        seconds = time.perf_counter() - self._started
         try:
-            if self.diverter is not None and self.diverter.armed:
-                self.diverter.armed = False
-                raise RuntimeError("the step did not run through the session the twin is attached to")
-            if self.diverter is not None and self.diverter.failure is not None:
-                failure, self.diverter.failure = self.diverter.failure, None
-                self._fault(failure)  # the step ran again as written; stitching reverts for the job
-            self._after_run(run_values.results or {})
+            self._after_run(run_values.results or {}, seconds)
         except Exception as err:
             self._fault(err)
         self.step += 1
@@ -171,6 +169,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         try:
             if self.controller is not None:
                 self.controller.finish()
+            if self.shapes is not None and self.ledger is not None:
+                self.shapes.finished(self.ledger, self.step, [c.kernel for c, _ in self.installed])
         except Exception:
             log.exception("stitchfleet: could not close the job's telemetry")
         if self.ledger is not None:
@@ -193,35 +193,34 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.ledger = Ledger(current, self.consensus.rank, self.consensus.size, self.db_url)
         self.ledger.started()
         started = time.perf_counter()
-        conversion = convert(StepOps(graph), name=current.job_name or "graph")
+        steps = StepOps(graph)
+        self.shapes = Specialisation(graph, steps, current.cache_dir, self.ledger)
+        conversion = convert(steps, name=current.job_name or "graph", shapes=self.shapes.known)
         dump = Path(current.dump_dir) if current.dump_dir else None
         options = Options(remote_budget=current.remote_stitch_budget, dump_dir=dump, baselines=("per_op",))
         art = compile_graph(conversion.graph, options)
         assert art.report is not None
         backend = resolve_backend(self.backend)
-        known_bad = self.ledger.reverted()
-        rank, agreeing = self.consensus.rank, self.agreement is not None
+        memory = self.ledger.recall()
         found = candidates.choose(
             graph,
             conversion,
             art,
             backend=backend,
-            known_bad=known_bad,
+            known_bad=set(memory.reverted),
             current=current,
             fault=self.fault,
-            rank=rank,
-            agreeing=agreeing,
+            rank=self.consensus.rank,
+            agreeing=self.agreement is not None,
+            slower=memory.slower,
+            signature=self.shapes,
         )
-        for index, fingerprint, reason in found.left:
-            self._off(index, fingerprint, reason)
+        if current.translation_check and found.sites:
+            found.refuse(check_sites(graph, found.sites, current.tolerance_factor, current.cache_dir))
+        for kind, left in (("compile_failure", found.left), ("probe", found.slower)):  # slower: a probe saved
+            for index, fingerprint, reason in left:
+                self._off(index, fingerprint, reason, kind)
         sites, clusters, mapped = found.sites, found.clusters, found.mapped
-        if current.translation_check and sites:
-            refused = check_sites(graph, sites, current.tolerance_factor, current.cache_dir)
-            for site, cluster in zip(sites, clusters, strict=True):
-                if site.index in refused:
-                    self._off(cluster.index, cluster.fingerprint, refused[site.index])
-            kept = [k for k, site in enumerate(sites) if site.index not in refused]
-            sites, clusters = [sites[k] for k in kept], [clusters[k] for k in kept]
         bridge = choose_bridge(current.bridge, backend, current.cache_dir)
         twin = build_twin(graph, mapped) if sites else None
         twin_sites = [twin.site(site) for site in sites] if twin is not None else []
@@ -236,7 +235,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self.twin_loss = rewired.current(twin.tensor(self.loss_tensor)) if self.loss_tensor is not None else None
         self._setup_seconds = time.perf_counter() - started
         self.ledger.compiled(self._setup_seconds)
-        log.info("stitchfleet: %d cluster(s) stitched, %d left off", len(self.installed), len(self.off))
+        built = found.compiles.describe(current.compile_budget)
+        log.info("stitchfleet: %d cluster(s) stitched, %d left off; %s", len(self.installed), len(self.off), built)
+        self._event(EventKind.SETUP.value, None, f"setup {self._setup_seconds:.2f} s", built)
         if self.agreement is None:
             self._start(list(range(len(self.installed))))
         else:  # the controller starts once every rank said what it installed (the first training run)
@@ -247,13 +248,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         assert self.consensus is not None and self.ledger is not None and self.training is not None
         self._positions = positions
         self.installed = [self.installed[p] for p in positions]
-        self.controller = Controller(
-            [c for c, _ in self.installed], Timing.from_settings(self.settings), self.ledger, self.consensus.size
-        )
-        self.warmup = ExecutorWarmup(self.controller.timing.warmup_steps)
-        self.controller.pending.update(
-            {k: "reverted by an earlier job" for k, (c, _) in enumerate(self.installed) if not c.enabled}
-        )
+        clusters, timing = [c for c, _ in self.installed], Timing.from_settings(self.settings)
+        self.controller = Controller(clusters, timing, self.ledger, self.consensus.size, self._setup_seconds)
         self.consensus.clusters = len(self.installed)
         self.training.require([self._originals[done.site.index].internal for _, done in self.installed])
         self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
@@ -296,9 +292,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             else:
                 self.installed.append((cluster, done))
 
-    def _off(self, index: int, fingerprint: str, reason: str) -> None:
+    def _off(self, index: int, fingerprint: str, reason: str, kind: str = "compile_failure") -> None:
         self.off[index] = reason
-        self._event("compile_failure", fingerprint, reason.split(":", maxsplit=1)[0], reason)
+        self._event(kind, fingerprint, reason.split(":", maxsplit=1)[0], reason)
 
     def _event(self, kind: str, fingerprint: str | None, reason: str, detail: str) -> None:
         if self.ledger is not None:
@@ -306,30 +302,29 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     # --- steps ----------------------------------------------------------------------------
 
-    def _before_run(self, session: Any) -> Any:
+    def _before_run(self) -> Any:
+        """Maps the controller's plan of the step onto its feeds and fetches (and the twin's diverter)."""
         assert self.controller is not None and self.consensus is not None and self.diverter is not None
-        controller = self.controller
-        self._poll_faults()
-        self._local = controller.local(self.step)
-        feeds, fetches = self.consensus.args(self._local)
-        switches = np.zeros(self._switch_count, dtype=bool)
-        switches[self._positions] = controller.switches(self.step)
-        # Every switch off: the user's own graph runs, exactly plain TF. Otherwise the twin runs; the
-        # choice depends on the consensus-driven switches and the step number only, so Horovod ranks
-        # take the same path (and name the same collectives) at every step.
-        on_twin = bool(switches.any()) or self.step in self.warmup.builds
-        self.diverter.armed = on_twin
-        if on_twin:
+        plan = self._plan = self.controller.step_plan(self.step, self._failure)
+        self._failure = None
+        if plan.quiet:
+            # Stitching is over for this job: the step runs as written (no fetch, feed or collective added:
+            # plain TF), only timed and counted for the job's telemetry.
+            self._started = time.perf_counter()
+            return None
+        feeds, fetches = self.consensus.args(plan.local)
+        # Every switch off: the user's own graph runs, exactly plain TF. Otherwise the twin runs (the plan
+        # says which, the same on every rank, so Horovod ranks name the same collectives at every step).
+        self.diverter.armed = plan.on_twin
+        if plan.on_twin:
+            switches = np.zeros(self._switch_count, dtype=bool)
+            switches[self._positions] = plan.switches
             feeds[self.switches] = switches
-        loss = self.twin_loss if on_twin else self.loss_tensor
+        loss = self.twin_loss if plan.on_twin else self.loss_tensor
         reached = self.training.reached if self.training is not None else frozenset()
         if loss is not None and self.loss_tensor.op.name in reached:
             fetches["loss"] = loss  # only a loss the step computes anyway (no feed it lacks)
-        # Only clusters switched on are judged, so a check step is always a twin step.
-        self._judged = controller.judged(self.step)
-        controller.count_checks(self._judged, self.step)
-        self._checking = bool(self._judged)
-        if self._checking or self.step == self.warmup.checks:  # the latter judged by nobody: see ExecutorWarmup
+        if plan.checks:
             # Every cluster's tensors, although only those switched on are judged: one fetch signature
             # for all check steps. A signature per probed cluster cost a new TF executor each (graph
             # pruning and grappler, ~300 ms on the demo model) the first time it ran.
@@ -337,61 +332,54 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._started = time.perf_counter()
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
 
-    def _poll_faults(self) -> None:
-        """Flags the clusters whose native op found NaN/Inf where TF's ops were finite (one read per step;
-        the per-cluster counts only when the process-wide count moved)."""
-        if self._bridge is None or self._bridge.faults() == self._faults_seen:
-            return
-        self._faults_seen = self._bridge.faults()
-        for cluster, _ in self.installed:
-            faulted = getattr(cluster.kernel, "faulted", None)
-            if faulted is not None and faulted() > 0:
-                cluster.kernel.flag("non-finite stitched output (native bridge: TF's own ops were finite)")
-
-    def _consensus_only(self) -> Any:
+    def _consensus_only(self, err: Exception) -> Any:
         """A step whose preparation failed still takes part in the consensus (no rank may wait)."""
-        if self.consensus is None or self.controller is None or self.consensus.summed is None:
+        if self.consensus is None or self.controller is None:
             return None
-        self._local = np.zeros(self.controller.length)
-        self._local[len(self.controller.clusters)] = 1.0
-        feeds, fetches = self.consensus.args(self._local)
-        self._checking = False
-        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
+        failure, self._failure = self._failure or f"{type(err).__name__}: {err}", None
+        self._plan, self._started = self.controller.step_plan(self.step, failure, prepared=False), time.perf_counter()
+        if self._plan.quiet:  # stitching is over: no rank joins a consensus any more
+            return None
+        feeds, fetches = self.consensus.args(self._plan.local)
+        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds) if fetches else None
 
-    def _after_run(self, results: dict[str, Any]) -> None:
-        assert self.controller is not None and self.consensus is not None
-        seconds = time.perf_counter() - self._started
-        controller = self.controller
-        controller.timed(self.step, seconds, self._checking)
-        if self.warmup.timed(self.step, seconds) and self.ledger is not None:
-            self.prebuild_seconds = self.warmup.seconds
-            self.ledger.compiled(self._setup_seconds + (self.prebuild_seconds or 0.0))
-        loss = results.get("loss")
-        stitched = controller.mode(self.step) in (STITCHED, PROBE, REFERENCE)
-        if loss is not None and not math.isfinite(float(loss)) and stitched:
-            controller.loss_bad = True
-        checks = results.get("checks", ())
-        for k in self._judged if checks else ():
-            inputs, original, stitched = checks[k]
-            _, done = self.installed[k]
-            finding = judge(done.site.graph, inputs, original, stitched, self.settings.tolerance_factor)
-            controller.checked(self.step, k, finding)
-        controller.decide(self.step, self.consensus.result(self._local, results))
+    def _after_run(self, results: dict[str, Any], seconds: float) -> None:
+        """Reads what the planned step fetched and hands the controller its figures."""
+        assert self.controller is not None and self.consensus is not None and self._plan is not None
+        plan, fault = self._plan, None
+        if plan.quiet:
+            self.controller.step_done(plan, StepFigures(seconds))
+            return
+        if self.diverter is not None and self.diverter.armed:
+            self.diverter.armed = False
+            raise RuntimeError("the step did not run through the session the twin is attached to")
+        if self.diverter is not None and self.diverter.failure is not None:
+            failure, self.diverter.failure = self.diverter.failure, None
+            log.error("stitchfleet: step %d failed on the twin and ran as written: %s", self.step, failure)
+            fault = f"{type(failure).__name__}: {failure}"  # stitching reverts for the job
+        loss, checks = results.get("loss"), results.get("checks", ())
+        findings = tuple((k, self._judge(k, *checks[k])) for k in plan.judged) if checks else ()
+        summed = self.consensus.result(plan.local, results)
+        figures = StepFigures(seconds, None if loss is None else float(loss), findings, summed, fault)
+        self.controller.step_done(plan, figures)
+        # The native op counts faults while a step runs: read them now, for the next step's figures.
+        self._faults_seen = poll_faults(self._bridge, self._faults_seen, [c.kernel for c, _ in self.installed])
 
-    def _quiet_step(self, seconds: float) -> None:
-        try:
-            assert self.controller is not None
-            self.controller.timed(self.step, seconds, False)
-        except Exception:
-            log.exception("stitchfleet: could not book step %d", self.step)
-        self.step += 1
+    def _judge(self, k: int, inputs: Any, original: Any, stitched: Any) -> Finding:
+        return judge(self.installed[k][1].site.graph, inputs, original, stitched, self.settings.tolerance_factor)
 
     def _fault(self, err: Exception) -> None:
+        """A plugin error outside a step's figures: the controller hears of it with the next plan."""
         log.exception("stitchfleet: plugin error at step %d; stitching reverts", self.step)
         if self.controller is not None:
-            self.controller.fault = self.controller.fault or f"{type(err).__name__}: {err}"
+            self._failure = self._failure or f"{type(err).__name__}: {err}"
 
     # --- figures for tests and scripts ----------------------------------------------------
+
+    @property
+    def prebuild_seconds(self) -> float | None:
+        """The twin's executor builds in warmup beyond usual steps, once measured (booked as setup)."""
+        return self.controller.warmup.seconds if self.controller is not None else None
 
     @property
     def backend_calls(self) -> dict[int, int]:

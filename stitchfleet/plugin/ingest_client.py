@@ -3,9 +3,11 @@
 Input: the settings (endpoint URL, the CA that signs its certificate, the name that certificate
 must carry, the projected ServiceAccount token file, a timeout). Output: `post_rows` delivers one
 batch of rows (JSON, `rows.to_json`) and returns how many the operator stored; `quarantined`
-returns the fleet's reverted cluster fingerprints. Any failure raises `DeliveryError` saying
-why (unreachable, TLS, refused with the operator's reason): the caller keeps its rows and
-retries. The token file is read at every request: the kubelet rotates a projected token.
+returns the fleet's reverted cluster fingerprints, `recall` those and the live slower verdicts
+(an operator that answers no "slower" list has none; a malformed entry of it is skipped, never
+fatal). Any failure raises `DeliveryError` saying why (unreachable, TLS, refused with the
+operator's reason): the caller keeps its rows and retries. The token file is read at every
+request: the kubelet rotates a projected token.
 
 A training image has no requests/urllib3/prometheus; http.client and ssl are all this needs.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import socket
 import ssl
 from collections.abc import Sequence
@@ -24,6 +27,9 @@ from urllib.parse import urlsplit
 
 from stitchfleet import settings as settings_module
 from stitchfleet.telemetry.rows import Row, to_json
+from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
+
+log = logging.getLogger("stitchfleet.plugin")
 
 ROWS_PATH = "/rows"
 QUARANTINE_PATH = "/quarantine"
@@ -86,11 +92,11 @@ class IngestClient:
 
     def quarantined(self, timeout: float | None = None) -> set[str]:
         """The cluster fingerprints the fleet has reverted, as the operator's database holds them."""
-        answer = self._request("GET", QUARANTINE_PATH, None, timeout)
-        found = answer.get("reverted")
-        if not isinstance(found, list) or not all(isinstance(item, str) for item in found):
-            raise DeliveryError(f"malformed quarantine answer: {str(answer)[:200]}")
-        return set(found)
+        return self.recall(timeout)[0]
+
+    def recall(self, timeout: float | None = None) -> tuple[set[str], list[SlowerVerdict]]:
+        """The fleet's memory: reverted fingerprints and live slower verdicts (see the module docstring)."""
+        return memory_of(self._request("GET", QUARANTINE_PATH, None, timeout))
 
     def _token(self) -> str:
         try:
@@ -143,3 +149,25 @@ class IngestClient:
 
     def _where(self) -> str:
         return f"https://{self.endpoint.server_name}:{self.endpoint.port}{self.endpoint.base_path}"
+
+
+def memory_of(answer: dict[str, Any]) -> tuple[set[str], list[SlowerVerdict]]:
+    """The reverted fingerprints and slower verdicts of a quarantine answer; DeliveryError when its
+    "reverted" list is malformed (an operator that answers no "slower" list has no slower verdicts)."""
+    found = answer.get("reverted")
+    if not isinstance(found, list) or not all(isinstance(item, str) for item in found):
+        raise DeliveryError(f"malformed quarantine answer: {str(answer)[:200]}")
+    return set(found), slower_list(answer.get("slower"))
+
+
+def slower_list(items: Any) -> list[SlowerVerdict]:
+    """The slower verdicts of an answer (or a cache file): none when absent, malformed entries skipped."""
+    verdicts = []
+    for item in items if isinstance(items, list) else []:
+        try:
+            if not isinstance(item, dict):
+                raise ValueError(f"{type(item).__name__}, expected an object")
+            verdicts.append(SlowerVerdict.from_json(item))
+        except ValueError as err:
+            log.warning("stitchfleet: a slower verdict of the fleet memory skipped: %s", err)
+    return verdicts

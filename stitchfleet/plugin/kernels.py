@@ -244,3 +244,15 @@ class ClusterKernel:
                 self.fallbacks += 1
                 return native
         return values  # the unfused computation is non-finite too: not the kernel's fault
+
+
+def poll_faults(bridge: Any, seen: int, kernels: Sequence[Any]) -> int:
+    """Flags the kernels whose native op found NaN/Inf where TF's ops were finite; returns the process-wide
+    fault count to pass next time (one read per step; the per-cluster counts only when that count moved)."""
+    if bridge is None or bridge.faults() == seen:
+        return seen
+    for kernel in kernels:
+        faulted = getattr(kernel, "faulted", None)
+        if faulted is not None and faulted() > 0:
+            kernel.flag("non-finite stitched output (native bridge: TF's own ops were finite)")
+    return int(bridge.faults())

@@ -7,14 +7,24 @@ rows for one of three sinks, chosen once:
   operator's ingestion endpoint (`Shipper`); the operator is the only writer to the database;
 - outside Kubernetes with SQLAlchemy: the `Recorder` (database or spool, Prometheus metrics);
 - outside Kubernetes without SQLAlchemy: the spool alone (`stitchfleet telemetry ingest` loads it).
-Every method swallows and logs its own errors: telemetry must never stop training. `reverted()`
-reads the fleet's reverted cluster fingerprints with a bounded wait: from the operator (or the
-pod's cached copy, saying so in an event) in Kubernetes, else from the database ("none known"
-after `timeout` seconds when it is down).
+Every method swallows and logs its own errors: telemetry must never stop training. `recall()`
+reads the fleet's memory with a bounded wait: the reverted cluster fingerprints and the live slower
+verdicts (STITCHFLEET_SLOWER_JOBS jobs' evidence, STITCHFLEET_SLOWER_TTL_DAYS), from the operator
+(or the pod's cached copy, saying so in an event) in Kubernetes, else from the database ("none
+known" after `timeout` seconds when it is down); `reverted()` is its fingerprints.
+
+Outside Kubernetes the database client (SQLAlchemy and alembic: ~0.5 s of imports on a 2-core
+machine, as much as the rest of a warm `begin`) is opened in a background thread once the hook's
+setup is booked (`compiled`), while TF creates the session; rows recorded before wait in memory,
+in order, and `recorder` (or `close`) waits for the opening. `recall()` reads a SQLite database
+with the standard library's sqlite3 (`local_memory`), so `begin` imports no SQLAlchemy at all in
+local mode.
 """
 
 from __future__ import annotations
 
+import atexit
+import datetime as dt
 import logging
 import ssl
 import threading
@@ -22,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from stitchfleet import settings as settings_module
-from stitchfleet.plugin.fleet_memory import FleetMemory
+from stitchfleet.plugin import rank_devices
+from stitchfleet.plugin.fleet_memory import FleetMemory, Recollection
 from stitchfleet.plugin.ingest_client import Endpoint, IngestClient
+from stitchfleet.plugin.local_memory import local_memory
 from stitchfleet.plugin.shipper import Shipper
 from stitchfleet.telemetry.kinds import EventKind
 from stitchfleet.telemetry.rows import (
@@ -33,6 +45,7 @@ from stitchfleet.telemetry.rows import (
     JobFinished,
     JobKey,
     JobStarted,
+    ProbeVerdict,
     Row,
     StepWindow,
     new_job_uid,
@@ -73,34 +86,75 @@ class Ledger:
         self.settings, self.rank, self.world_size = current, rank, world_size
         self.url = url or current.database_url
         self.key = JobKey.from_settings(current, new_job_uid())
-        self.recorder: Any = None
+        self._sink: Any = None
         self.memory: FleetMemory | None = None
+        self._pending: list[Row] | None = None  # rows recorded before the database client is open
+        self._opening: threading.Thread | None = None
+        self._lock = threading.Lock()
+        if current.ingest_url and url is None:
+            # In a cluster the pod never writes the database: the operator does, for it.
+            self._ship_or_spool(current)
+        else:
+            self._pending = []
+            atexit.register(self._at_exit)
+
+    def _ship_or_spool(self, current: settings_module.Settings) -> None:
         try:
-            if current.ingest_url and url is None:
-                # In a cluster the pod never writes the database: the operator does, for it.
-                self._ship_or_spool(current)
-                return
+            self._sink, self.memory = make_shipper(current)
+        except (ValueError, OSError, ssl.SSLError) as err:  # a bad URL or CA: keep the rows on disk
+            log.warning("stitchfleet: cannot ship telemetry (%s); rows go to the spool", err)
+            self._sink = SpoolSink(current.spool_dir)
+        except Exception as err:
+            log.warning("stitchfleet: telemetry is off for this job: %s", err)
+
+    def _open(self) -> None:
+        """The local sink (the Recorder, or the spool without SQLAlchemy), then the rows that waited for it."""
+        sink: Any = None
+        try:
             from stitchfleet.telemetry.recorder import Recorder
 
-            self.recorder = Recorder(self.url, settings=current)
+            sink = Recorder(self.url, settings=self.settings)
         except ImportError as err:
             # Local mode in an image without SQLAlchemy: the rows still go to the durable spool,
             # which `stitchfleet telemetry ingest` (or a later Recorder's orphan replay) loads.
             log.warning("stitchfleet: no database client (%s); telemetry rows go to the spool", err)
-            self.recorder = SpoolSink(current.spool_dir)
+            sink = SpoolSink(self.settings.spool_dir)
         except Exception as err:
             log.warning("stitchfleet: telemetry is off for this job: %s", err)
+        with self._lock:
+            pending, self._pending, self._sink = self._pending or [], None, sink
+            for row in pending if sink is not None else ():
+                sink.record(row)
 
-    def _ship_or_spool(self, current: settings_module.Settings) -> None:
-        try:
-            self.recorder, self.memory = make_shipper(current)
-        except (ValueError, OSError, ssl.SSLError) as err:  # a bad URL or CA: keep the rows on disk
-            log.warning("stitchfleet: cannot ship telemetry (%s); rows go to the spool", err)
-            self.recorder = SpoolSink(current.spool_dir)
+    def _at_exit(self) -> None:
+        """A process that ends before the client opened (setup failed, no session end) still records its rows."""
+        if self._pending:
+            self.close()
+
+    def open_later(self) -> None:
+        """Starts opening the local database client in the background (once); rows wait for it meanwhile."""
+        with self._lock:
+            if self._pending is None or self._opening is not None:
+                return
+            self._opening = threading.Thread(target=self._open, name="stitchfleet-telemetry-open", daemon=True)
+        self._opening.start()
+
+    @property
+    def recorder(self) -> Any:
+        """The sink rows go to (Shipper, Recorder or SpoolSink; None when telemetry is off), once open."""
+        self.open_later()
+        if self._opening is not None:
+            self._opening.join()
+        return self._sink
 
     def record(self, row: Row) -> None:
-        if self.recorder is not None:
-            self.recorder.record(row)
+        with self._lock:
+            if self._pending is not None:
+                self._pending.append(row)
+                return
+            sink = self._sink
+        if sink is not None:
+            sink.record(row)
 
     def safely(self, make: Any, *args: Any, **kwargs: Any) -> None:
         """Builds a row and records it; a bad figure is logged, never raised."""
@@ -134,14 +188,39 @@ class Ledger:
 
     def compiled(self, seconds: float) -> None:
         self.safely(JobCompiled, self.key, self.rank, seconds)
+        self.open_later()  # setup is booked: the client's imports overlap TF's session creation, not begin
 
     def event(self, kind: str, step: int | None, fingerprint: str | None, reason: str, **figures: Any) -> None:
         short = reason if len(reason) <= Event.MAX_REASON else reason[: Event.MAX_REASON - 3] + "..."
         detail = figures.pop("detail", reason)
         self.safely(Event, self.key, kind, self.rank, step, fingerprint, short, detail, **figures)
 
+    def measure_devices(self, session: Any) -> None:
+        """Records what this rank really uses (its GPUs or CPU cores), which only a created session knows;
+        a failure is logged and the job runs on."""
+        try:
+            found = rank_devices.measure(session)
+            self.measured(found.kind, found.count)
+        except Exception as err:
+            log.warning("stitchfleet: could not measure this rank's devices: %s", err)
+
+    def rebuilt(self, left: dict[int, str]) -> None:
+        """Clusters that kept the kernels `begin` built when the job's fed shapes showed (`rebinding`)."""
+        for index, reason in left.items():
+            self.event(
+                EventKind.COMPILE_FAILURE.value,
+                None,
+                None,
+                "not rebuilt for the fed shapes",
+                detail=f"cluster {index}: {reason}",
+            )
+
     def verdict(self, fingerprint: str, verdict: str, reason: str = "", op_count: int | None = None) -> None:
         self.safely(ClusterVerdict, fingerprint, verdict, reason[:200], op_count)
+
+    def probed(self, fingerprint: str, profile: str, shapes: str, outcome: str, detail: str = "") -> None:
+        """This job's probe finding for the fleet's slower verdicts (kinds.ProbeOutcome)."""
+        self.safely(ProbeVerdict, self.key, fingerprint, profile, shapes, outcome, detail[:200])
 
     def window(self, **fields: Any) -> None:
         self.safely(StepWindow, self.key, self.rank, **fields)
@@ -150,37 +229,48 @@ class Ledger:
         self.safely(JobFinished, self.key, status, reason[:200], self.rank)
 
     def close(self) -> None:
-        if self.recorder is not None:
+        recorder = self.recorder
+        if recorder is not None:
             try:
-                self.recorder.close()
+                recorder.close()
             except Exception as err:
                 log.warning("stitchfleet: telemetry close failed: %s", err)
 
     def reverted(self, timeout: float = 5.0) -> set[str]:
         """Fingerprints the fleet has reverted; empty when neither operator nor database answers in time."""
+        return set(self.recall(timeout).reverted)
+
+    def recall(self, timeout: float = 5.0) -> Recollection:
+        """The fleet's memory; empty (source "none") when neither operator nor database answers in time."""
         if self.memory is not None:
             return self._recalled()
-        found: list[set[str]] = []
+        found: list[Recollection] = []
+        current = self.settings
 
         def read() -> None:
             try:
-                from stitchfleet.telemetry.queries import reverted_fingerprints
+                now, ttl = dt.datetime.now(dt.UTC), current.slower_ttl
+                if self.url.split(":", 1)[0].split("+")[0] == "sqlite":
+                    found.append(local_memory(self.url, now=now, min_jobs=current.slower_jobs, ttl=ttl))
+                    return
+                from stitchfleet.telemetry.queries import reverted_fingerprints, slower_verdicts
 
-                found.append(reverted_fingerprints(self.url))
+                slower = slower_verdicts(self.url, now=now, min_jobs=current.slower_jobs, ttl=ttl)
+                found.append(Recollection(frozenset(reverted_fingerprints(self.url)), "database", slower=tuple(slower)))
             except Exception as err:
-                log.info("stitchfleet: no reverted clusters known (%s)", type(err).__name__)
+                log.info("stitchfleet: no fleet memory known (%s)", type(err).__name__)
 
         reader = threading.Thread(target=read, name="stitchfleet-verdicts", daemon=True)
         reader.start()
         reader.join(timeout)
-        return found[0] if found else set()
+        return found[0] if found else Recollection(frozenset(), "none", "the database did not answer")
 
-    def _recalled(self) -> set[str]:
+    def _recalled(self) -> Recollection:
         """The operator's quarantine; when it did not answer, an event says what the job began with."""
         assert self.memory is not None
         memory = self.memory.read()
         if memory.source != "operator":
             reason = "fleet memory from cache" if memory.source == "cache" else "fleet memory unavailable"
-            detail = f"{reason} ({len(memory.reverted)} reverted cluster(s) known): {memory.problem}"
-            self.event(EventKind.FLEET_MEMORY.value, None, None, reason, detail=detail)
-        return set(memory.reverted)
+            known = f"{len(memory.reverted)} reverted cluster(s), {len(memory.slower)} slower verdict(s) known"
+            self.event(EventKind.FLEET_MEMORY.value, None, None, reason, detail=f"{reason} ({known}): {memory.problem}")
+        return memory

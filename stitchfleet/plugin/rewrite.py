@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from stitchfleet.plugin import fallback
 from stitchfleet.plugin.bridge_op import BridgeOp
+from stitchfleet.plugin.recompute import recomputed, same_shape
 from stitchfleet.plugin.sites import Site, check_acyclic
 
 Kernel = Callable[..., tuple[Any, ...]]
@@ -52,33 +54,34 @@ class Rewired:
         return self.replaced.get(tensor.name, tensor)
 
 
-def _tensor_name(text: str) -> str:
-    return text if ":" in text else f"{text}:0"
+_tensor_name = fallback.tensor_name
 
 
-def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str], outer: Sequence[str] = ()) -> list[Any]:
+def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str]) -> list[Any]:
     """The cluster's TF ops again, reading `inputs` (inside a cond branch: they run only there).
 
     `originals` maps earlier clusters' switched outputs back to the tensors they replaced:
     clusters may overlap, so an interior op may have been rerouted to an earlier cluster's
-    output that this clone computes itself. `outer` names the tensors `inputs` stand for when
-    they are a function's arguments (interior ops name the outer tensors they read).
+    output that this clone computes itself. (`fallback.function_def` writes the same ops as the
+    native bridge's function.)
     """
     # tf.identity captures each outer tensor into the branch; import_graph_def cannot capture.
     captured = [tf.identity(x) for x in inputs]
     feeds = {t.name: (f"in_{j}", x) for j, (t, x) in enumerate(zip(site.inputs, captured, strict=True))}
     # An interior op may already read an earlier cluster's switched output in place of the original.
-    read = outer or [x.name for x in inputs]
-    feeds.update({name: feeds[t.name] for t, name in zip(site.inputs, read, strict=True)})
+    feeds.update({x.name: feeds[t.name] for t, x in zip(site.inputs, inputs, strict=True)})
     for j, (name, value) in enumerate(site.folded.items()):
-        feeds[name] = (f"folded_{j}", tf.constant(value))
+        if name not in site.varying:
+            feeds[name] = (f"folded_{j}", tf.constant(value))
     graph_def = tf.compat.v1.GraphDef()
     for placeholder, value in dict(feeds.values()).items():
         node = graph_def.node.add(name=placeholder, op="Placeholder")
         node.attr["dtype"].type = value.dtype.as_datatype_enum
     interior = site.internal_names
     own = {n: o for n, o in originals.items() if o.rsplit(":", 1)[0] in interior}
-    for op in site.internal:
+    chain, renamed = recomputed(site, set(feeds))
+    own.update(renamed)
+    for op in [*chain, *site.internal]:
         node = graph_def.node.add()
         node.CopyFrom(op.node_def)
         reads = [own.get(_tensor_name(n), n) for n in node.input if not n.startswith("^")]
@@ -106,17 +109,6 @@ def _counter(bridge: BridgeOp, executable: Any, what: str) -> Callable[[], int]:
     return lambda: bridge.count(executable, what) - start
 
 
-def _fallback(site: Site, inputs: Sequence[Any], originals: dict[str, str]) -> Any:
-    """The cluster's TF ops as a graph function: what the dispatch op runs when its switch is off."""
-    specs = [tf.TensorSpec(t.shape, t.dtype) for t in site.inputs]
-    outer = [x.name for x in inputs]
-
-    def body(*args: Any) -> list[Any]:
-        return _clone(site, args, originals, outer)
-
-    return tf.function(body, autograph=False).get_concrete_function(*specs)
-
-
 def _dispatched(
     site: Site,
     kernel: Kernel,
@@ -130,16 +122,35 @@ def _dispatched(
     the C fails."""
     executable = kernel.executable  # type: ignore[attr-defined]
     dtypes = [t.dtype for t in site.outputs]
-    outs = bridge.dispatch(executable, inputs, dtypes, switch=switch, fallback=_fallback(site, inputs, originals))
+    function = fallback.define(site, [x.name for x in inputs], originals, tf.compat.v1.get_default_graph())
+    static = [t.shape for t in site.outputs]
+    outs = bridge.dispatch(executable, inputs, dtypes, switch=switch, fallback=function, static_shapes=static)
     kernel.bridged = _counter(bridge, executable, "calls")  # type: ignore[attr-defined]
     kernel.faulted = _counter(bridge, executable, "faulted")  # type: ignore[attr-defined]
+    kernel.missed = _counter(bridge, executable, "missed")  # type: ignore[attr-defined]
     for value, original in zip(outs, site.outputs, strict=True):
         value.set_shape(original.shape)
     return outs
 
 
-def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
+def _live_readers(site: Site, candidates: Sequence[Any]) -> dict[str, list[tuple[int, Any]]]:
+    """Per outside shape reader whose folded value depends on the job's shape signature: (input position,
+    the site input or output of the same shape whatever the signature) for each interior tensor it reads.
+    It then reads that tensor and keeps computing its value instead of becoming a constant."""
+    live: dict[str, list[tuple[int, Any]]] = {}
+    for reader in site.shape_readers:
+        if not any(t.name in site.varying for t in reader.outputs):
+            continue
+        inside = [(k, t) for k, t in enumerate(reader.inputs) if t.op.name in site.internal_names]
+        live[reader.name] = [(k, same_shape(site, t, candidates)) for k, t in inside]
+    return live
+
+
+def _reroute(
+    site: Site, switched: Sequence[Any], anchor: Any, live: dict[str, list[tuple[int, Any]]], inputs: Sequence[Any]
+) -> None:
     names = site.internal_names
+    now = {t.name: s for t, s in [*zip(site.inputs, inputs, strict=True), *zip(site.outputs, switched, strict=True)]}
     for original, replacement in zip(site.outputs, switched, strict=True):
         for reader in list(original.consumers()):
             if reader.name in names:
@@ -147,13 +158,7 @@ def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
             for position, tensor in enumerate(reader.inputs):
                 if tensor is original:
                     reader._update_input(position, replacement)
-    for reader in site.shape_readers:
-        for tensor in reader.outputs:
-            constant = tf.constant(site.folded.get(tensor.name, np.asarray(0)), name="folded")
-            for user in list(tensor.consumers()):
-                for position, read in enumerate(user.inputs):
-                    if read is tensor:
-                        user._update_input(position, constant)
+    _reroute_shape_readers(site, live, now)
     for reader in [*site.control_readers, *site.ordering_readers]:
         kept = [c for c in reader.control_inputs if c.name not in names]
         reader._remove_all_control_inputs()
@@ -161,11 +166,28 @@ def _reroute(site: Site, switched: Sequence[Any], anchor: Any) -> None:
         reader._add_control_inputs([*kept, anchor] if reader in site.control_readers else kept)
 
 
+def _reroute_shape_readers(site: Site, live: dict[str, list[tuple[int, Any]]], now: dict[str, Any]) -> None:
+    """Outside ops reading interior shapes: a live one reads a tensor of the same shape instead; the others'
+    readers read their folded constants."""
+    for reader in site.shape_readers:
+        if reader.name in live:
+            for position, tensor in live[reader.name]:
+                reader._update_input(position, now.get(tensor.name, tensor))
+            continue
+        for tensor in reader.outputs:
+            constant = tf.constant(site.folded.get(tensor.name, np.asarray(0)), name="folded")
+            for user in list(tensor.consumers()):
+                for position, read in enumerate(user.inputs):
+                    if read is tensor:
+                        user._update_input(position, constant)
+
+
 def _install(
     site: Site, kernel: Kernel, replaced: dict[str, Any], *, switch: tuple[Any, int], bridge: BridgeOp | None
 ) -> Installed:
     inputs = [replaced.get(t.name, t) for t in site.inputs]
     check_acyclic(site, inputs)  # through clusters installed before it
+    live = _live_readers(site, [*site.inputs, *site.outputs])  # before any change: a ValueError leaves it as it was
     originals = {value.name: name for name, value in replaced.items()}
     with tf.name_scope(f"cluster_{site.index}"):
         if bridge is not None and getattr(kernel, "executable", None) is not None:
@@ -174,13 +196,19 @@ def _install(
         else:
             switched = _conditional(site, kernel, switch[0][switch[1]], inputs, originals)
             anchor = switched[0].op.inputs[0].op
-    _reroute(site, switched, anchor)
+    _reroute(site, switched, anchor, live, inputs)
     replaced.update({t.name: s for t, s in zip(site.outputs, switched, strict=True)})
     return Installed(site, inputs, list(site.outputs), switched)
 
 
 def _conditional(site: Site, kernel: Kernel, switch: Any, inputs: list[Any], originals: dict[str, str]) -> list[Any]:
-    """`tf.cond(switch, numpy_function(kernel), clone of the TF ops)`: the Python bridge's install."""
+    """`tf.cond(switch, numpy_function(kernel), clone of the TF ops)`: the Python bridge's install. Under a
+    shape signature the kernel runs only on inputs of the signature's shapes (the native op checks that
+    itself)."""
+    if site.oracle is not None:
+        wanted = [(x, site.oracle.shape(t)) for t, x in zip(site.inputs, inputs, strict=True)]
+        same = [tf.reduce_all(tf.equal(tf.shape(x, out_type=tf.int64), shape)) for x, shape in wanted if shape]
+        switch = tf.logical_and(switch, tf.reduce_all(tf.stack(same))) if same else switch
     results = tf.cond(switch, lambda: _stitched(site, kernel, inputs), lambda: _clone(site, inputs, originals))
     results = results if isinstance(results, (list, tuple)) else [results]
     switched = [tf.identity(r, name="switched") for r in results]

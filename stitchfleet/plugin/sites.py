@@ -58,6 +58,8 @@ class Site:
     control_readers: list[Any] = field(default_factory=list)  # stateful: their edges move to the stitched op
     ordering_readers: list[Any] = field(default_factory=list)  # stateless: their edges to its ops are dropped
     plan: StitchPlan | None = None  # the plan of `graph`, when the caller passed one to map_cluster
+    varying: frozenset[str] = frozenset()  # folded tensors whose values depend on the job's shape signature
+    oracle: Any = None  # signatures.ShapeOracle: which tensors share a shape whatever the signature
 
     @property
     def internal_names(self) -> set[str]:
@@ -275,10 +277,13 @@ def _plan(site: Site, original: Graph, plan: StitchPlan | None) -> StitchPlan | 
         raise UnmappableError(f"the cluster at TF op granularity cannot be planned: {err}") from None
 
 
-def _mapped(tf_graph: Any, conversion: Conversion, index: int, graph: Graph, members: frozenset[int]) -> Site:
-    """The site of `members` (`graph` when they are its members), interior tensors read outside added
-    as outputs, outside tensors its TF ops read and its IR does not as inputs (`interior.with_unread`)."""
-    same = members == frozenset(graph.metadata.get_ints("source_nodes"))
+def site_of(
+    tf_graph: Any, conversion: Conversion, index: int, graph: Graph, members: frozenset[int], *, fresh: bool = False
+) -> Site:
+    """The site of `members` (`graph` when they are its members, unless `fresh`: `graph` is of another
+    conversion), interior tensors read outside added as outputs, outside tensors its TF ops read and its
+    IR does not as inputs (`interior.with_unread`)."""
+    same = not fresh and members == frozenset(graph.metadata.get_ints("source_nodes"))
     site, unread = _site(tf_graph, conversion, index, graph if same else _cluster_graph(conversion, members, graph, []))
     folded = dict(conversion.folded)
     extra = _extra_outputs(site, conversion, members, folded)
@@ -345,7 +350,7 @@ def map_cluster(
     """
     _check_types(graph)
     members = _members(conversion, graph)
-    site = _mapped(tf_graph, conversion, index, graph, members)
+    site = site_of(tf_graph, conversion, index, graph, members)
     for _ in range(MAX_ABSORPTIONS):
         found = closures(site)
         if not found:
@@ -354,7 +359,7 @@ def map_cluster(
             members = _absorb(conversion, members, found)
         except UnmappableError:
             members = _shed(conversion, members, found)
-        site = _mapped(tf_graph, conversion, index, graph, members)
+        site = site_of(tf_graph, conversion, index, graph, members)
     check_acyclic(site)
     interior.check_device_specific(site.outputs, placement.gpu_visible)
     site.plan = _plan(site, graph, plan)

@@ -56,8 +56,8 @@ OTHER_FLOATS = frozenset({DType.F16, DType.BF16, DType.F64})  # a cluster holdin
 
 def check_sites(graph: Any, sites: Sequence[Site], factor: float, cache_dir: Path | None = None) -> dict[int, str]:
     """The sites (by cluster index) whose IR disagrees with TF's ops, with why; the others pass. With
-    `cache_dir`, a pass is remembered per (TF ops, IR, TF version), so a restarted or second pod of the
-    same job skips the check."""
+    `cache_dir`, a pass is remembered per (TF ops, IR, TF version), so a restarted pod, or a second pod of
+    the same job sharing its kernel cache (README, "Setup cost in a pod"), skips the check."""
     refused: dict[int, str] = {}
     for site in sites:
         marker = _marker(graph, site, factor, cache_dir)

@@ -181,6 +181,7 @@ class Twin:
             outputs=[self.tensor(t) for t in site.outputs],
             internal=[ops(op) for op in site.internal],
             folded=folded,
+            varying=frozenset(self._tensor_name(name) for name in site.varying),
             shape_readers=[ops(op) for op in site.shape_readers],
             control_readers=[ops(op) for op in site.control_readers],
             ordering_readers=[ops(op) for op in site.ordering_readers],

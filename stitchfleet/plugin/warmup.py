@@ -3,7 +3,8 @@
 Input: the number of warmup steps and, per warmup step, its duration. Output: `builds` (the
 warmup steps that run on the twin), `checks` (the one of them that also fetches the guard's
 check tensors) and, once the last of them ran, `seconds`: their time beyond a usual warmup
-step, which the hook books with the compile seconds so the report charges it openly as setup.
+step, which the controller books with the compile seconds so the report charges it openly as
+setup. The controller owns it: which steps build decides whether a step runs on the twin.
 
 Why: TF builds an executor (graph pruning and grappler: ~0.3-0.5 s on the demo model) the first
 time a run with a new set of fetches and feeds executes. A job with stitching runs three: the

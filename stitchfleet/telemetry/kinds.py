@@ -1,6 +1,6 @@
 """The telemetry vocabulary: job statuses, window modes, event kinds, verdicts and their ranks.
 
-Input: none. Output: string enums shared by the rows (`rows`, importable in a pod with only the
+Input: none. Output: string enums (probe outcomes too) shared by the rows (`rows`, importable in a pod with only the
 standard library) and the SQLAlchemy tables (`models`). No SQLAlchemy here, on purpose: a
 training pod without it must still build and spool rows.
 """
@@ -48,6 +48,8 @@ class EventKind(enum.StrEnum):
     CLUSTER_ENABLED = "cluster_enabled"
     PROBE = "probe"  # a probed cluster left to TF (slower than its TF ops), or no cluster kept: not a revert
     FLEET_MEMORY = "fleet_memory"  # the job began without the operator's quarantine (or from its cache)
+    SHAPE_SIGNATURE = "shape_signature"  # `None` dimensions: the sizes its clusters were built for, and misses
+    SETUP = "setup"  # what the hook's begin cost: its seconds, the cluster compiles and the compile budget
 
 
 class Verdict(enum.StrEnum):
@@ -59,3 +61,10 @@ class Verdict(enum.StrEnum):
 
 
 VERDICT_RANK = {Verdict.ENABLED: 0, Verdict.DISABLED: 1, Verdict.REVERTED: 2}
+
+
+class ProbeOutcome(enum.StrEnum):
+    """What one job's probe found for a (fingerprint, device profile, shapes): its evidence for the fleet."""
+
+    SLOWER = "slower"
+    FASTER = "faster"

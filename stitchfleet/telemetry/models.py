@@ -42,6 +42,7 @@ from stitchfleet.telemetry.kinds import (
     DeviceKind,
     EventKind,
     JobStatus,
+    ProbeOutcome,
     Verdict,
     WindowMode,
 )
@@ -52,6 +53,7 @@ __all__ = [  # the vocabulary moved to kinds (pods import it without SQLAlchemy)
     "DeviceKind",
     "EventKind",
     "JobStatus",
+    "ProbeOutcome",
     "Verdict",
     "WindowMode",
 ]
@@ -181,6 +183,27 @@ class Cluster(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     op_count: Mapped[int | None] = mapped_column(Integer)
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+
+
+class ProbeVerdict(Base):
+    """One job's probe outcome (slower or faster) for a fingerprint on a device profile at input shapes.
+
+    The evidence the fleet's `slower` verdicts are derived from (telemetry.slow_verdicts): one row per
+    job and (fingerprint, profile, shapes), its latest outcome; the job's ranks write the same row.
+    """
+
+    __tablename__ = "probe_verdicts"
+    __table_args__ = (UniqueConstraint("job_id", "fingerprint", "profile", "shapes"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    profile: Mapped[str] = mapped_column(String(128))
+    shapes: Mapped[str] = mapped_column(String(256))
+    outcome: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    # The fleet reads the evidence of the last two TTLs only (see slow_verdicts.derive).
+    recorded_at: Mapped[dt.datetime] = mapped_column(UtcDateTime, index=True)
 
 
 class TaskWeek(Base):

@@ -1,7 +1,9 @@
 """`stitchfleet report weekly`: computes a week's savings and writes it as md, csv or html.
 
 Input: the command's options (database URL, ISO week, format, CSV table, tasks listed, output file).
-Output: the rendered report on stdout or in the file, and an exit status: 0 done, 2 for a bad
+Output: the rendered report on stdout or in the file (md and html end with the fleet's memory as
+it is now: clusters quarantined for a mismatch and clusters slower on a device profile, by the
+STITCHFLEET_SLOWER_* settings the operator answers pods with), and an exit status: 0 done, 2 for a bad
 week label or a database that cannot be used (unreachable, no schema), 1 when the output file
 cannot be written. Errors are one line on stderr, never a traceback. Markdown and HTML read the
 incremental aggregates (bounded size); the jobs CSV streams every task straight to the output in
@@ -18,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from stitchfleet.telemetry import database, report_text, savings, weeks
+from stitchfleet import settings
+from stitchfleet.telemetry import database, report_memory, report_text, savings, weeks
+from stitchfleet.telemetry.report_memory import MemoryView
 
 EXIT_OK = 0
 EXIT_OUTPUT = 1
@@ -41,15 +45,22 @@ class WeeklyOptions:
     output: Path | None = None
 
 
-def render(report: savings.WeeklyReport, options: WeeklyOptions) -> str:
+def render(report: savings.WeeklyReport, options: WeeklyOptions, memory: MemoryView | None = None) -> str:
     """The report in the requested format (md, html, or the rollups CSV; the jobs CSV is streamed)."""
     if options.format == "csv":
         return report_text.rollups_csv(report)
     if options.format == "html":
         from stitchfleet.telemetry import report_html
 
-        return report_html.render_html(report, options.top)
-    return report_text.render_markdown(report, options.top)
+        return report_html.render_html(report, options.top, memory)
+    return report_text.render_markdown(report, options.top, memory)
+
+
+def read_memory(url: str) -> MemoryView:
+    """The fleet's memory now, by the settings' slower rule; DatabaseError when it cannot be read."""
+    current = settings.current()
+    now = dt.datetime.now(dt.UTC)
+    return report_memory.read(url, now=now, min_jobs=current.slower_jobs, ttl=current.slower_ttl)
 
 
 def _fail(message: str, status: int) -> int:
@@ -110,9 +121,10 @@ def run_weekly(options: WeeklyOptions) -> int:
         return status
     try:
         report = savings.weekly_summary(url, week, listed=options.top or savings.LISTED_TASKS)
+        memory = read_memory(url) if options.format in ("md", "html") else None
     except database.DatabaseError as err:
         return _fail(str(err), EXIT_USAGE)
-    content = render(report, options)
+    content = render(report, options, memory)
     if options.output is None:
         sys.stdout.write(content)
         return EXIT_OK

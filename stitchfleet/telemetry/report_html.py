@@ -1,7 +1,8 @@
 """HTML rendering of a WeeklyReport: one self-contained page with an embedded PNG chart.
 
-Input: a `savings.WeeklyReport`. Output: an HTML document (string) with the fleet totals, revert
-reasons, rollups (the first ROLLUP_ROWS of each), the tasks saving most and least, and a chart
+Input: a `savings.WeeklyReport` and, optionally, the fleet's memory (report_memory). Output: an HTML
+document (string) with the fleet totals, revert reasons, rollups (the first ROLLUP_ROWS of each), the
+tasks saving most and least, the quarantined and slower clusters when given, and a chart
 drawn with matplotlib's Agg canvas (no display, no pyplot global state): gross hours saved per day
 and the top tasks by net hours, of one device kind (GPU when the week has GPU tasks, else CPU:
 GPU-hours and CPU core-hours never share an axis), embedded as a base64 `data:` PNG so the page
@@ -16,6 +17,7 @@ import io
 from collections.abc import Sequence
 
 from stitchfleet.telemetry import report_text as text
+from stitchfleet.telemetry.report_memory import MemoryView, more, sections
 from stitchfleet.telemetry.savings import UNITS, JobSavings, WeeklyReport
 
 CHART_TOP_TASKS = 10
@@ -95,12 +97,24 @@ def _tasks(jobs: Sequence[JobSavings], empty: str) -> str:
     return _table(text.JOB_HEADER, [text.job_cells(job) for job in jobs], text.JOB_NUMERIC)
 
 
-def render_html(report: WeeklyReport, top: int | None = None) -> str:
-    """The whole report as one HTML page; `top` limits the task tables per device kind (None or 0: all listed)."""
+def _memory(memory: MemoryView) -> list[str]:
+    parts = []
+    for section in sections(memory):
+        lede = f"{section.lede} As of {memory.read_at:%Y-%m-%d %H:%M} UTC."
+        parts += [f"<h2>{html.escape(section.title)}</h2>", f"<p>{html.escape(lede)}</p>"]
+        table = _table(section.header, section.rows, section.numeric) if section.rows else ""
+        parts.append(table or f"<p>{html.escape(section.empty)}</p>")
+        parts += [f"<p>{html.escape(more(section))}</p>"] if section.more else []
+    return parts
+
+
+def render_html(report: WeeklyReport, top: int | None = None, memory: MemoryView | None = None) -> str:
+    """The whole report as one HTML page; `top` limits the task tables per device kind (None or 0: all listed);
+    with `memory`, the fleet's quarantined and slower clusters too."""
     title = f"stitchfleet weekly savings report: {report.week.label}"
     png = base64.b64encode(chart_png(report)).decode("ascii")
     jobs, caption = text.shown_jobs(report, top)
-    sections = [
+    parts = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p>Week {html.escape(text.span(report))}. {html.escape(text.ROW_COVERS)}</p>",
         f'<img alt="{UNITS[charted_kind(report)]} saved per day and top tasks" src="data:image/png;base64,{png}">',
@@ -110,15 +124,16 @@ def render_html(report: WeeklyReport, top: int | None = None) -> str:
         _reasons(report),
     ]
     for dimension in text.DIMENSION_TITLES:
-        sections += [f"<h2>By {dimension}</h2>", _rollups(report, dimension)]
+        parts += [f"<h2>By {dimension}</h2>", _rollups(report, dimension)]
     bottom, bottom_caption = text.shown_bottom(report, top)
-    sections += [f"<h2>Tasks saving most ({html.escape(caption)})</h2>", _tasks(jobs, "No task ran this week.")]
-    sections += [
+    parts += [f"<h2>Tasks saving most ({html.escape(caption)})</h2>", _tasks(jobs, "No task ran this week.")]
+    parts += [
         f"<h2>Tasks saving least ({html.escape(bottom_caption)})</h2>",
         _tasks(bottom, "Every task of the week is listed above."),
     ]
-    sections.append(f"<footer>How figures are attributed: {html.escape(report.attribution)}</footer>")
-    body = "\n".join(sections)
+    parts += _memory(memory) if memory is not None else []
+    parts.append(f"<footer>How figures are attributed: {html.escape(report.attribution)}</footer>")
+    body = "\n".join(parts)
     return (
         f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
         f"<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"

@@ -1,14 +1,15 @@
 """Text renderings of a WeeklyReport: Markdown for people, CSV for machines.
 
 Input: a `savings.WeeklyReport` (or, for the jobs CSV, every task of the week as an iterable).
-Output: a string, or CSV lines one at a time. Markdown tables are padded to aligned columns
-(numbers right-aligned), so they read in a terminal as well as on a rendered page. The Markdown is
-bounded whatever the fleet's size: the top and bottom tasks only, and at most ROLLUP_ROWS rows per
-rollup table. CSV is one table per output, with a header row: `jobs_csv_lines` one row per task
-(full precision, empty cells for missing medians), streamed, `rollups_csv` one row per (dimension,
-key, device kind) plus a final `fleet,all` row per device kind with the totals. GPU-hours and CPU
-core-hours are separate figures everywhere, never summed. The CLI picks the table with
-`--csv-table jobs|rollups`.
+Output: a string, or CSV lines one at a time; Markdown also shows the fleet's memory when given it
+(report_memory: clusters quarantined for a mismatch, clusters slower on a device profile). Markdown
+tables are padded to aligned columns (numbers right-aligned), so they read in a terminal as well as
+on a rendered page. The Markdown is bounded whatever the fleet's size: the top and bottom tasks
+only, and at most ROLLUP_ROWS rows per rollup table. CSV is one table per output, with a header row:
+`jobs_csv_lines` one row per task (full precision, empty cells for missing medians), streamed,
+`rollups_csv` one row per (dimension, key, device kind) plus a final `fleet,all` row per device kind
+with the totals. GPU-hours and CPU core-hours are separate figures everywhere, never summed. The CLI
+picks the table with `--csv-table jobs|rollups`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import io
 import math
 from collections.abc import Iterable, Iterator, Sequence
 
+from stitchfleet.telemetry.report_memory import MemoryView, more, sections
 from stitchfleet.telemetry.savings import DEVICE_NOUNS, UNITS, DeviceTotals, JobSavings, Rollup, Totals, WeeklyReport
 from stitchfleet.telemetry.weeks import Week
 
@@ -252,8 +254,20 @@ def _rollup_section(report: WeeklyReport, dimension: str) -> list[str]:
     return [f"## By {dimension}", table + (f"\n\n{note}" if note else "")]
 
 
-def render_markdown(report: WeeklyReport, top: int | None = None) -> str:
-    """The whole report as Markdown; `top` limits the task tables per device kind (None or 0: all listed)."""
+def memory_parts(memory: MemoryView) -> list[str]:
+    """The fleet memory's lists as Markdown: a heading, a sentence and a table (or why none) each."""
+    parts = []
+    for section in sections(memory):
+        table = markdown_table(section.header, section.rows, section.numeric) if section.rows else section.empty
+        note = more(section)
+        parts += [f"## {section.title}", f"{section.lede} As of {memory.read_at:%Y-%m-%d %H:%M} UTC."]
+        parts.append(table + (f"\n\n{note}" if note else ""))
+    return parts
+
+
+def render_markdown(report: WeeklyReport, top: int | None = None, memory: MemoryView | None = None) -> str:
+    """The whole report as Markdown; `top` limits the task tables per device kind (None or 0: all listed);
+    with `memory`, the fleet's quarantined and slower clusters too."""
     jobs, caption = shown_jobs(report, top)
     bottom, bottom_caption = shown_bottom(report, top)
     daily = [
@@ -276,6 +290,7 @@ def render_markdown(report: WeeklyReport, top: int | None = None) -> str:
     parts += _tasks_section(
         f"## Tasks saving least ({bottom_caption})", bottom, "Every task of the week is listed above."
     )
+    parts += memory_parts(memory) if memory is not None else []
     parts += ["---", f"How figures are attributed: {report.attribution}"]
     return "\n\n".join(parts) + "\n"
 

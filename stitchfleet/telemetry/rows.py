@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from stitchfleet import settings as settings_module
-from stitchfleet.telemetry.kinds import DeviceKind, EventKind, JobStatus, Verdict, WindowMode
+from stitchfleet.telemetry.kinds import DeviceKind, EventKind, JobStatus, ProbeOutcome, Verdict, WindowMode
 
 
 def utcnow() -> dt.datetime:
@@ -200,9 +200,34 @@ class ClusterVerdict:
         _require_aware(self, "updated_at", self.updated_at)
 
 
-Row = JobStarted | JobCompiled | JobFinished | StepWindow | Event | ClusterVerdict
+@dataclass(frozen=True)
+class ProbeVerdict:
+    """One job's probe finding for a cluster on a device profile at given input shapes; keyed by (job,
+    fingerprint, profile, shapes). A job's, so the operator checks the job owns it: the fleet counts
+    distinct jobs, and a pod must not be able to speak for others."""
+
+    job: JobKey
+    fingerprint: str
+    profile: str
+    shapes: str
+    outcome: str
+    detail: str = ""
+    recorded_at: dt.datetime = field(default_factory=utcnow)
+
+    MAX_PROFILE: ClassVar[int] = 128
+    MAX_SHAPES: ClassVar[int] = 256
+
+    def __post_init__(self) -> None:
+        _require(bool(self.fingerprint), self, "fingerprint is empty")
+        _require(len(self.profile) <= self.MAX_PROFILE, self, f"profile longer than {self.MAX_PROFILE} characters")
+        _require(len(self.shapes) <= self.MAX_SHAPES, self, f"shapes longer than {self.MAX_SHAPES} characters")
+        _require_choice(self, "outcome", self.outcome, ProbeOutcome)
+        _require_aware(self, "recorded_at", self.recorded_at)
+
+
+Row = JobStarted | JobCompiled | JobFinished | StepWindow | Event | ClusterVerdict | ProbeVerdict
 ROW_TYPES: dict[str, type[Row]] = {
-    cls.__name__: cls for cls in (JobStarted, JobCompiled, JobFinished, StepWindow, Event, ClusterVerdict)
+    cls.__name__: cls for cls in (JobStarted, JobCompiled, JobFinished, StepWindow, Event, ClusterVerdict, ProbeVerdict)
 }
 _TIME_FIELDS = frozenset({"started_at", "ended_at", "recorded_at", "occurred_at", "updated_at"})
 
@@ -212,7 +237,7 @@ def _plain(name: str, value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, JobKey):
         return dataclasses.asdict(value)
-    return str(value) if name in ("status", "mode", "kind", "verdict") else value
+    return str(value) if name in ("status", "mode", "kind", "verdict", "outcome") else value
 
 
 def to_json(row: Row) -> dict[str, Any]:

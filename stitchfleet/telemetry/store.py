@@ -3,8 +3,9 @@
 Input: a SQLAlchemy Connection (inside a transaction) and a batch of rows. Output: the rows in
 the database, such that writing the same batch again changes nothing: windows are keyed by
 (job, rank, window index), events by uuid, jobs by (cluster, namespace, job name, job uid),
-clusters by fingerprint. Merges are order-independent (earliest start, latest end, worst status,
-largest compile time, sticky revert verdict), so replays in any order give the same figures.
+clusters by fingerprint, probe verdicts by (job, fingerprint, profile, shapes) (the latest wins).
+Merges are order-independent (earliest start, latest end, worst status, largest compile time,
+sticky revert verdict, a job's latest probe verdict), so replays in any order give the same figures.
 Every write also refreshes the touched tasks' weekly aggregates (task_weeks, week_rollups) in the
 same transaction, which is what keeps a weekly report at O(groups) rows.
 Works on PostgreSQL and SQLite (their ON CONFLICT clauses); other backends raise DatabaseError.
@@ -27,6 +28,7 @@ from stitchfleet.telemetry.rows import (
     JobFinished,
     JobKey,
     JobStarted,
+    ProbeVerdict,
     Row,
     StepWindow,
 )
@@ -36,6 +38,8 @@ JOBS: Table = models.Job.__table__  # type: ignore[assignment]
 WINDOWS: Table = models.StepWindow.__table__  # type: ignore[assignment]
 EVENTS: Table = models.Event.__table__  # type: ignore[assignment]
 CLUSTERS: Table = models.Cluster.__table__  # type: ignore[assignment]
+PROBES: Table = models.ProbeVerdict.__table__  # type: ignore[assignment]
+PROBE_KEY = ("job_id", "fingerprint", "profile", "shapes")
 JOB_KEY = ("cluster", "namespace", "job_name", "job_uid")
 
 JobIds = dict[JobKey, int]
@@ -182,6 +186,16 @@ def _cluster_verdict(connection: Connection, row: ClusterVerdict) -> None:
     connection.execute(stmt.on_conflict_do_update(index_elements=["fingerprint"], set_=update))
 
 
+def _probe_verdict(connection: Connection, row: ProbeVerdict, job: int) -> None:
+    fields = ("fingerprint", "profile", "shapes", "outcome", "detail", "recorded_at")
+    stmt = _insert(connection, PROBES).values(job_id=job, **{name: getattr(row, name) for name in fields})
+    new = stmt.excluded
+    # A replayed older row never overwrites the job's later finding.
+    later = new.recorded_at >= PROBES.c.recorded_at
+    update = {name: case((later, new[name]), else_=PROBES.c[name]) for name in ("outcome", "detail", "recorded_at")}
+    connection.execute(stmt.on_conflict_do_update(index_elements=list(PROBE_KEY), set_=update))
+
+
 _JOB_WRITERS: dict[type[Any], Any] = {
     JobStarted: _job_started,
     JobCompiled: _job_compiled,
@@ -220,7 +234,12 @@ def write_rows(connection: Connection, rows: Iterable[Row], ids: JobIds | None =
     """
     ids = {} if ids is None else ids
     batch = list(rows)
-    touched = {job_id(connection, key, ids) for key in map(_job_of, batch) if key is not None}
+    # A probe verdict changes no window: its job needs an id, not an aggregate refresh.
+    touched = {
+        job_id(connection, key, ids)
+        for row in batch
+        if not isinstance(row, ProbeVerdict) and (key := _job_of(row)) is not None
+    }
     aggregates.lock(connection, touched)
     windows: dict[WindowKey, dict[str, Any]] = {}
     events: dict[str, dict[str, Any]] = {}
@@ -230,6 +249,8 @@ def write_rows(connection: Connection, rows: Iterable[Row], ids: JobIds | None =
             windows[(job, row.rank, row.window_index)] = _window_values(row, job)
         elif isinstance(row, Event):
             events[row.uuid] = _event_values(row, ids[row.job])
+        elif isinstance(row, ProbeVerdict):
+            _probe_verdict(connection, row, job_id(connection, row.job, ids))
         else:
             _JOB_WRITERS[type(row)](connection, row)
     stored = aggregates.stored_windows(connection, windows) if windows else {}

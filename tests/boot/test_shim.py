@@ -148,3 +148,16 @@ def test_a_failing_boot_never_fails_the_user_process(
     assert len(lines) == 1
     assert lines[0].startswith("stitchfleet: boot shim: importing stitchfleet.plugin.boot failed")
     assert words in lines[0]
+
+
+def test_install_carries_the_prebuilt_ops_lying_beside_the_package(opt: Path, tmp_path: Path) -> None:
+    """The shim image's package has the ops its builder stage made beside it; the init container's install
+    copies them into the pod's volume with the package, where the pod's bridge_op looks for them."""
+    (opt / installer.OPS_DIR).mkdir()
+    (opt / installer.OPS_DIR / "tfop-abc.so").write_bytes(b"\x7fELF")
+    pod = tmp_path / "pod"
+    code = f"from pathlib import Path; from stitchfleet.boot import installer; installer.install(Path({str(pod)!r}))"
+    done = python(tmp_path, opt, code=code)
+    assert done.returncode == 0, done.stderr
+    assert (pod / installer.OPS_DIR / "tfop-abc.so").read_bytes() == b"\x7fELF"
+    assert (pod / "stitchfleet" / "settings.py").is_file()

@@ -29,6 +29,7 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], str, str]] = {
             "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
             "webhook": {"excludeNamespaces": ["sandbox", "ci"]},
             "shimImage": {"repository": "registry.example/stitchfleet-shim", "tag": "0.1.0-slim"},
+            "kernelCache": {"claimName": "team-kernels"},
             "imagePullSecrets": [{"name": "regcred"}],
             "podAnnotations": {"example.com/owner": "ml-platform"},
             "podLabels": {"team": "ml-platform"},

@@ -42,3 +42,14 @@ def test_shim_image_runs_the_init_container_command() -> None:
     # The venv must not live under the mount: the init container's volume would hide it.
     for name in ("operator", "shim"):
         assert f"venv {SHIM_MOUNT} " not in (IMAGES / f"{name}.Containerfile").read_text()
+
+
+def test_the_shim_image_prebuilds_the_op_for_the_supported_tensorflow() -> None:
+    """The image's `ops` stage builds the native op for the TF version the package supports (setup.cfg's `tf`
+    extra), so pods on that version load it without a C++ compiler."""
+    shim = (IMAGES / "shim.Containerfile").read_text()
+    extras = (IMAGES.parent / "setup.cfg").read_text()
+    pinned = extras.split("tensorflow-cpu==", 1)[1].split()[0]
+    assert f"ARG TF_VERSION={pinned}\n" in shim
+    assert "AS ops" in shim and "shim install /opt/ops-shim --with-op" in shim
+    assert "COPY --from=ops /opt/ops-shim/ops" in shim

@@ -247,6 +247,8 @@ def test_chosen_values_reach_the_settings(full_render: Rendered, default_render:
     settings = full_render.one("ConfigMap")["data"]
     assert settings["STITCHFLEET_CLUSTER"] == "gpu-east"
     assert settings["STITCHFLEET_SHIM_IMAGE"] == "registry.example/stitchfleet-shim:0.1.0-slim"
+    assert settings["STITCHFLEET_KERNEL_CACHE_CLAIM"] == "team-kernels"
+    assert default_render.one("ConfigMap")["data"]["STITCHFLEET_KERNEL_CACHE_CLAIM"] == ""  # per-pod emptyDir
     assert settings["STITCHFLEET_BACKEND"] == "cpu"
     # Without a shim image of its own, injected pods copy the shim from the operator's image.
     operator_image = _operator(default_render)["image"]

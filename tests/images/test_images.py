@@ -91,3 +91,6 @@ def test_shim_image_lays_out_the_shim_a_bare_python_imports(shim: str) -> None:
     assert "PACKAGE /tmp/sf/stitchfleet/__init__.py" in out
     # The layout made at build time is in the image too.
     assert "sitecustomize.py" in run(shim, "ls", "/usr/share/stitchfleet-shim/shim")
+    # The native TF op prebuilt by the image's `ops` stage (CPU and GPU wheel builds) travels into the pod.
+    ops = run(shim, "ls", "/tmp/sf/ops").split()
+    assert len([name for name in ops if name.startswith("tfop-")]) == 2, ops

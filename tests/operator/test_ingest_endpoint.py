@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -164,6 +165,34 @@ async def test_the_quarantine_is_the_fleets_reverted_clusters(
         assert await asyncio.to_thread(pod.quarantined) == {"fp-ln-bwd"}
         answer = await asyncio.to_thread(endpoint.service.answer, "GET", QUARANTINE, "Bearer x", b"")
         assert answer.status == 401
+
+
+@pytest.mark.asyncio
+async def test_the_quarantine_answers_slower_verdicts_of_two_jobs_never_of_one(
+    kmock: kmock.KubernetesEmulator, tokens: TokenApi, tmp_path: Path
+) -> None:
+    now = dt.datetime.now(dt.UTC)
+    vision_job = r.JobKey(CLUSTER, "vision", "resnet-train", "run-1")
+    research_job = r.JobKey(CLUSTER, "research", "notebook", "run-9")
+
+    def slower(job: r.JobKey) -> r.ProbeVerdict:
+        return r.ProbeVerdict(job, "fp-gelu", "cpu:Xeon x8", "f32[8,768]", "slower", "+0.4 ms/step", now)
+
+    async with serving(kmock, tmp_path / "tls", db(tmp_path)) as endpoint:
+        vision = client_for(endpoint, tmp_path, tokens.issue("vision", POD, POD_UID))
+        research = client_for(endpoint, tmp_path, tokens.issue("research", "notebook-0", "pod-uid-2"))
+        assert await asyncio.to_thread(vision.post_rows, [slower(vision_job)]) == 1
+        assert await asyncio.to_thread(vision.recall) == (set(), [])  # one job's finding turns nothing off
+        with pytest.raises(DeliveryError, match="403"):  # nor can a pod add evidence in another job's name
+            await asyncio.to_thread(research.post_rows, [slower(dataclasses.replace(vision_job, job_uid="run-2"))])
+        assert await asyncio.to_thread(research.post_rows, [slower(research_job)]) == 1
+        reverted, [verdict] = await asyncio.to_thread(research.recall)
+        assert reverted == set() and verdict.key == ("fp-gelu", "cpu:Xeon x8", "f32[8,768]") and verdict.jobs == 2
+        assert verdict.expires == now + dt.timedelta(days=7)
+        assert await asyncio.to_thread(vision.quarantined) == set()  # what an old pod reads still reads
+        token = tokens.issue("vision", POD, POD_UID)
+        answer = await asyncio.to_thread(endpoint.service.answer, "GET", QUARANTINE, f"Bearer {token}", b"")
+        assert answer.status == 200 and answer.body == {"reverted": [], "slower": [verdict.to_json()]}
 
 
 def test_rows_are_attributed_from_the_token_never_the_body() -> None:

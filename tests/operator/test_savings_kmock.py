@@ -14,9 +14,10 @@ from kubernetes import client
 
 from stitchfleet.operator import savings, tls
 from stitchfleet.operator.rollup import Rollup
-from stitchfleet.telemetry import database, store
+from stitchfleet.telemetry import database
 from stitchfleet.telemetry.fleet_metrics import FleetMetrics
 from stitchfleet.telemetry.rows import JobCompiled, JobKey, JobStarted, StepWindow
+from tests.telemetry.workload import write
 
 pytestmark = pytest.mark.timeout(60)
 REPORTS = "stitchfleet.io/v1alpha1/savingsreports"
@@ -38,12 +39,7 @@ def seed(url: str) -> None:
     rows: list[Any] = [JobStarted(key, gpus_per_rank=4, started_at=started), JobCompiled(key, 0, 90.0)]
     for index in range(2):
         rows.append(StepWindow(key, 0, index, index * 100, index * 100 + 99, 100, "stitched", 100.0, 1.0, 1800.0, NOW))
-    engine = database.connect(url)
-    try:
-        with engine.begin() as connection:
-            store.write_rows(connection, rows)
-    finally:
-        engine.dispose()
+    write(url, rows)
 
 
 @pytest.mark.asyncio

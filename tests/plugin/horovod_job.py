@@ -7,7 +7,8 @@ each installed cluster's index, kept flag and reason, and 'rank R group JSON', t
 verdict and figures), or one of the ranks-that-differ scenarios, each printing 'rank R state JSON'
 (active, the stitched cluster indices, their reverted_at steps, training steps counted, runs made):
 `sideruns` (rank 0 alone makes an eval-like run every 3 steps), `compile` (cluster 5 fails to
-compile on rank 1 only), `setup` (rank 1's whole setup fails).
+compile on rank 1 only), `setup` (rank 1's whole setup fails), `slower` (rank 1 alone reads a
+fleet memory, memory.sqlite in the directory, that holds a slower verdict; rank 0 reads none).
 """
 
 from __future__ import annotations
@@ -64,9 +65,11 @@ if scenario == "probe":
     decisions = [[c.index, c.kept, c.reason] for c in hook.controller.clusters]
     print(f"rank {hvd.rank()} decisions {json.dumps(decisions)}")
     print(f"rank {hvd.rank()} group {json.dumps([hook.controller.group_proven, hook.controller.group_probe])}")
-elif scenario in ("sideruns", "compile", "setup"):
+elif scenario in ("sideruns", "compile", "setup", "slower"):
     current = make_settings(tmp / f"rank{hvd.rank()}", f"horovod-{scenario}", STITCHFLEET_FLUSH_SECONDS="30")
     faults = {"compile": Fault("compile", cluster=5, rank=1), "setup": Fault("setup", cluster=0, rank=1)}
+    if scenario == "slower" and hvd.rank() == 1:
+        db_url = f"sqlite:///{tmp / 'memory.sqlite'}"  # a verdict that reached this rank's read only
     hook = StitchHook(current, backend="cpu", fault=faults.get(scenario), db_url=db_url)
     runs = train_with_side_runs(DIFFER_STEPS, hook, 3 if scenario == "sideruns" else 0)
     clusters = hook.controller.clusters if hook.controller is not None else []

@@ -6,6 +6,7 @@ op cannot be built."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +170,81 @@ def test_the_op_build_starts_in_the_background_and_load_waits_for_it(
     assert started.wait(5)
     assert module.load(tmp_path) == ("loaded", tmp_path / "op.so")
     assert calls == ["stitchfleet-op-build", "MainThread"]  # the background build, then load's (cached) lookup
+
+
+def test_inputs_of_another_shape_run_tfs_ops_and_count_a_miss(bridge: bridge_op.BridgeOp, tmp_path: Path) -> None:
+    """A kernel built for a batch of 16 never sees a batch of 5 (a last partial batch under a `None` batch
+    dimension): switched on, that call runs TF's ops, is counted as a miss, and the outputs keep the graph's
+    partial shape for TF's shape inference. Before, the C wrote 16 rows into a 5-row input's neighbours."""
+    graph = layernorm_and_passthrough()
+    executable = compile_cluster(graph, tmp_path)
+    dtypes = [tf.as_dtype(p.dtype.numpy) for p in executable.source.params if p.output]
+    small = np.random.default_rng(5).standard_normal((5, 64)).astype(np.float32)
+    gamma = np.random.default_rng(6).standard_normal(64).astype(np.float32)
+    with tf.Graph().as_default() as g:
+        x = tf.compat.v1.placeholder(tf.float32, [None, 64])
+        gamma_in = tf.compat.v1.placeholder(tf.float32, [64])
+        switches = tf.compat.v1.placeholder(tf.bool, [None])
+        specs = [tf.TensorSpec([None, 64], tf.float32), tf.TensorSpec([64], tf.float32)]
+        function = tf.function(lambda a, b: [a * 2.0, b], autograph=False).get_concrete_function(*specs)
+        outs = bridge.dispatch(
+            executable, [x, gamma_in], dtypes, switch=(switches, 0), fallback=function, static_shapes=[[None, 64], [64]]
+        )
+        assert outs[0].shape.as_list() == [None, 64]
+        before = (bridge.count(executable), bridge.count(executable, "missed"))
+        with tf.compat.v1.Session(graph=g) as session:
+            got = session.run(outs, {x: small, gamma_in: gamma, switches: [True]})
+            assert (bridge.count(executable), bridge.count(executable, "missed")) == (before[0], before[1] + 1)
+            inputs = random_inputs(graph, 7)
+            want, _ = executable.run([inputs[n] for n in executable.input_names])
+            matched = session.run(outs[0], {x: inputs["x"], gamma_in: inputs["gamma"], switches: [True]})
+    np.testing.assert_array_equal(got[0], small * 2.0)  # TF's ops, at the shape fed
+    np.testing.assert_array_equal(matched, want[0])  # the signature's own shape still runs the C
+    assert bridge.count(executable) == before[0] + 1
+
+
+def test_a_kernel_bound_while_the_job_runs_serves_its_own_shapes(bridge: bridge_op.BridgeOp, tmp_path: Path) -> None:
+    """A cluster built for a guessed batch (16) is bound to a kernel built for the batch the job feeds (5): the
+    op, built once with the first kernel's attributes, then runs the bound kernel on batches of 5 and TF's ops
+    on batches of 16, whose kernel it no longer uses."""
+    guessed = compile_cluster(layernorm_and_passthrough(), tmp_path / "guess")
+    fed = compile_cluster(_layernorm(5), tmp_path / "fed")
+    dtypes = [tf.as_dtype(p.dtype.numpy) for p in guessed.source.params if p.output]
+    with tf.Graph().as_default() as g:
+        x, gamma = tf.compat.v1.placeholder(tf.float32, [None, 64]), tf.compat.v1.placeholder(tf.float32, [64])
+        switches = tf.compat.v1.placeholder(tf.bool, [None])
+        specs = [tf.TensorSpec([None, 64], tf.float32), tf.TensorSpec([64], tf.float32)]
+        function = tf.function(lambda a, b: [a * 2.0, b], autograph=False).get_concrete_function(*specs)
+        outs = bridge.dispatch(
+            guessed, [x, gamma], dtypes, switch=(switches, 0), fallback=function, static_shapes=[[None, 64], [64]]
+        )
+        symbol = guessed.source.entry
+        with tf.compat.v1.Session(graph=g) as session:
+            inputs = random_inputs(fed.graph, 8)
+            want, _ = fed.run([inputs[n] for n in fed.input_names])
+            feed = {x: inputs["x"], gamma: inputs["gamma"], switches: [True]}
+            np.testing.assert_array_equal(session.run(outs[0], feed), inputs["x"] * 2.0)  # unbound: a miss
+            bridge.bind(symbol, fed)
+            calls = bridge.count(guessed)
+            np.testing.assert_array_equal(session.run(outs[0], feed), want[0])  # the bound kernel
+            assert bridge.count(guessed) == calls + 1  # counted under the op's own symbol
+            big = np.ones((16, 64), np.float32)
+            np.testing.assert_array_equal(session.run(outs[0], {**feed, x: big}), big * 2.0)  # now a miss
+    missing = copy.copy(fed)
+    missing.library_path = tmp_path / "missing.so"
+    with pytest.raises(bridge_op.BridgeUnavailableError, match="cannot load"):
+        bridge.bind(symbol, missing)
+
+
+def _layernorm(rows: int) -> Graph:
+    b = GraphBuilder()
+    x, gamma = b.parameter("x", (rows, 64)), b.parameter("gamma", (64,))
+    mean = b.reduce_mean(x, (1,), keepdims=True)
+    centred = b.sub(x, b.broadcast_to(mean, (rows, 64)))
+    var = b.reduce_mean(b.square(centred), (1,), keepdims=True)
+    y = b.mul(
+        b.mul(centred, b.broadcast_to(b.rsqrt(b.add(var, 1e-5)), (rows, 64))), b.broadcast(gamma, (rows, 64), (1,))
+    )
+    b.output("y", y)
+    b.output("gamma_out", gamma)
+    return b.build()

@@ -42,7 +42,7 @@ def _traced(steps: int, hook: StitchHook | None) -> list[tuple[str, set[str]]]:
             for step in range(steps):
                 controller = hook.controller if hook is not None else None
                 mode = controller.mode(step) if controller is not None else "plain"
-                if hook is not None and step in hook.warmup.builds:
+                if controller is not None and step in controller.warmup.builds:
                     mode = "build"
                 metadata = tf.compat.v1.RunMetadata()
                 session.run([loss, train_op], feeds, options=options, run_metadata=metadata)
@@ -171,7 +171,8 @@ def test_a_step_that_fails_on_the_twin_runs_again_as_written_and_reverts_stitchi
     hook = _BrokenTwin(make_settings(tmp_path, "broken-twin", STITCHFLEET_WARMUP_STEPS="4"), backend="cpu", db_url=url)
     run = train(12, hook)
     assert len(run.losses) == 12 and np.isfinite(run.losses).all()  # the job ran to its end
-    failed = min(hook.warmup.builds)  # the first step on the twin
+    assert hook.controller is not None
+    failed = min(hook.controller.warmup.builds)  # the first step on the twin
     np.testing.assert_allclose(run.losses[: failed + 1], plain.losses[: failed + 1], rtol=2e-5)
     # The failed run had applied some updates before its error and the step ran again whole: training goes on
     # from slightly different variables (a failure of the twin costs one perturbed step, never the job).

@@ -94,3 +94,32 @@ def test_a_rank_whose_setup_failed_still_joins_and_every_rank_leaves_the_job_to_
     assert [states[r]["active"] for r in ("0", "1")] == [False, False]
     assert states["0"]["stitched"] == [] and states["1"]["stitched"] == []
     assert states["0"]["runs"] == states["1"]["runs"] == 24
+
+
+def test_a_slower_verdict_only_one_rank_read_leaves_the_cluster_off_on_every_rank(tmp_path: Path) -> None:
+    """Ranks read the fleet's memory apart (a verdict can land between two reads): the agreement keeps
+    them on the same clusters, so they name the same collectives and run the same probe schedule."""
+    import datetime as dt
+
+    from stitchfleet.telemetry import database, store
+    from stitchfleet.telemetry import rows as r
+    from tests.plugin.hook_harness import hooked, train
+
+    first, _ = hooked(tmp_path / "first", "first")  # the clusters' keys, as a job on this machine sees them
+    train(3, first)
+    assert first.controller is not None
+    cluster = next(c for c in first.controller.clusters if c.index == 5)
+    memory = f"sqlite:///{tmp_path / 'memory.sqlite'}"
+    database.upgrade(memory)
+    now, key = dt.datetime.now(dt.UTC), (cluster.fingerprint, cluster.profile, cluster.shapes)
+    findings = [r.ProbeVerdict(r.JobKey("c", "n", "j", uid), *key, "slower", recorded_at=now) for uid in "ab"]
+    engine = database.connect(memory)
+    with engine.begin() as connection:
+        store.write_rows(connection, findings)
+    engine.dispose()
+    states = _states(_two_ranks(tmp_path, "slower"))
+    zero, one = states["0"], states["1"]
+    assert zero["stitched"] == one["stitched"] and 5 not in zero["stitched"] and len(zero["stitched"]) >= 2
+    assert str(one["off5"]).startswith("fleet: slower on cpu:") and "per 2 jobs" in str(one["off5"])
+    assert "not installed on every rank" in str(zero["off5"])
+    assert zero["steps"] == one["steps"] == 24 - 1 and zero["reverted"] == one["reverted"]

@@ -27,8 +27,21 @@ def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_op_is_prebuilt_under_a_name_of_its_tf(shim: Path) -> None:
-    built = list((shim / "ops").glob("tfop-*.so"))
-    assert [path.name for path in built] == [bridge_op.prebuilt_name()]
+    built = sorted(path.name for path in (shim / "ops").glob("tfop-*.so"))
+    # the CPU wheel's build and the GPU wheel's (-DGOOGLE_CUDA=1) of this TF version
+    assert built == sorted([bridge_op.prebuilt_name(gpu=False), bridge_op.prebuilt_name(gpu=True)])
+    assert bridge_op.prebuilt_name() in built
+
+
+def test_the_name_is_the_abi_not_where_tf_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod's TF lives in another site-packages than the image builder's: the same op must match."""
+    here = bridge_op.prebuilt_name()
+    flags = bridge_op.tf.sysconfig.get_compile_flags()
+    moved = ["-I/elsewhere/site-packages/tensorflow/include" if f.startswith("-I") else f for f in flags]
+    monkeypatch.setattr(bridge_op.tf.sysconfig, "get_compile_flags", lambda: moved)
+    assert bridge_op.prebuilt_name() == here
+    monkeypatch.setattr(bridge_op.tf.sysconfig, "get_compile_flags", lambda: [*moved, "-D_GLIBCXX_USE_CXX11_ABI=0"])
+    assert bridge_op.prebuilt_name() != here  # a define is the ABI: another name
 
 
 def test_a_prebuilt_op_is_loaded_without_compiling(shim: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

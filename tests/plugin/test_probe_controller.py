@@ -26,6 +26,7 @@ from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.kernels import ClusterKernel
 from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.schedule import PROBE, REVERTED, STITCHED, Timing
+from stitchfleet.plugin.verdict_keys import shape_signature
 from stitchfleet.telemetry import models as tables
 from stitchfleet.telemetry.savings import weekly_summary
 from stitchfleet.telemetry.weeks import week_of
@@ -442,3 +443,18 @@ def test_the_budget_delays_checks_but_never_beyond_the_max_gap(tmp_path: Path, k
     gaps = [b - a for (a, _), (b, _) in itertools.pairwise(periodic)]
     assert gaps and max(gaps) <= 300 + 10
     assert [j for _, j in periodic[:3]] == [[0], [1], [2]]
+
+
+def test_a_probe_that_measured_a_cluster_is_this_jobs_finding_for_the_fleet(tmp_path: Path, kernels: Any) -> None:
+    controller = _controller(tmp_path, kernels)
+    for c in controller.clusters:
+        c.profile, c.shapes = "cpu:test x2", shape_signature(c.kernel.graph)
+    _drive([controller], [_step_time(3.0, [-0.5, 0.41, -0.01], jitter=0.001)])
+    fast, slow, _even = controller.clusters
+    assert fast.shapes.startswith("f32[") and slow.shapes != fast.shapes
+    found = {(p.fingerprint, p.profile, p.shapes, p.outcome) for p in _rows(tmp_path, tables.ProbeVerdict)}
+    # "not faster beyond noise and margin" is no evidence that it is slower: only measured verdicts count
+    assert found == {
+        (fast.fingerprint, "cpu:test x2", fast.shapes, "faster"),
+        (slow.fingerprint, "cpu:test x2", slow.shapes, "slower"),
+    }

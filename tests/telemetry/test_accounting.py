@@ -11,22 +11,18 @@ import datetime as dt
 
 import pytest
 
-from stitchfleet.telemetry import database, savings, store
+from stitchfleet.telemetry import database, savings
 from stitchfleet.telemetry import rows as r
 from stitchfleet.telemetry.report_text import render_markdown, rollups_csv
 from tests.telemetry.tiny_fleet import at, key, write_fleet
+from tests.telemetry.workload import write
 
 H = 3600.0
 
 
 def _write(url: str, rows: list[r.Row]) -> None:
     database.upgrade(url)
-    engine = database.connect(url)
-    try:
-        with engine.begin() as connection:
-            store.write_rows(connection, rows)
-    finally:
-        engine.dispose()
+    write(url, rows)
 
 
 def window(

@@ -7,7 +7,7 @@ import uuid
 
 from sqlalchemy import func, select
 
-from stitchfleet.telemetry import database, models
+from stitchfleet.telemetry import database, models, store
 from stitchfleet.telemetry import rows as r
 
 T0 = dt.datetime(2026, 11, 16, 8, 0, tzinfo=dt.UTC)
@@ -71,6 +71,8 @@ def workload(uid: str = "run-1", windows: int = 40, ranks: int = 2) -> list[r.Ro
             )
             rows.append(r.ClusterVerdict("fp-ln-bwd", "reverted", "numeric_mismatch", op_count=14, updated_at=T0))
     rows.append(r.ClusterVerdict("fp-gelu", "enabled", op_count=6, updated_at=T0))
+    for _rank in range(ranks):  # every rank's controller records the same finding: one row per job and key
+        rows.append(r.ProbeVerdict(key, "fp-gelu", "cpu:test x4", "f32[8,768]", "faster", recorded_at=T0))
     for rank in range(ranks):
         rows.append(r.JobFinished(key, "finished", rank=rank, ended_at=T0 + dt.timedelta(hours=1)))
     return rows
@@ -105,6 +107,11 @@ def figures(url: str) -> dict[str, object]:
             verdicts = c.execute(
                 select(models.Cluster.fingerprint, models.Cluster.verdict).order_by(models.Cluster.fingerprint)
             ).all()
+            probes = c.execute(
+                select(models.Job.job_uid, models.ProbeVerdict.fingerprint, models.ProbeVerdict.outcome)
+                .join(models.ProbeVerdict)
+                .order_by(models.Job.job_uid, models.ProbeVerdict.fingerprint)
+            ).all()
     finally:
         engine.dispose()
     return {
@@ -112,4 +119,15 @@ def figures(url: str) -> dict[str, object]:
         "jobs": [tuple(j) for j in jobs],
         "events": events,
         "verdicts": [tuple(v) for v in verdicts],
+        "probes": [tuple(p) for p in probes],
     }
+
+
+def write(url: str, rows: list[r.Row]) -> None:
+    """Writes `rows` into the database at `url` (its schema already there), as the store does."""
+    engine = database.connect(url)
+    try:
+        with engine.begin() as connection:
+            store.write_rows(connection, rows)
+    finally:
+        engine.dispose()

@@ -70,6 +70,7 @@ class ArtifactCache:
 # kind -> (folder under the cache directory, file suffix); a new target adds its artifacts here
 ARTIFACTS = {
     "cpu": ("cpu", "so"),
+    "cpu-source": ("cpu-source", "json"),  # generated C by graph, plan and compiler code (cpu/source_cache.py)
     "cuda-cpu": ("cuda-cpu", "so"),
     "launch": ("launch", "so"),
     "cubin": ("cubin", "cubin"),

@@ -1,6 +1,7 @@
 """tf.Graph / GraphDef -> IR: walks the TF graph once and decides the fate of every op.
 
-Input: a `tf.Graph` (or a `GraphDef`, imported into a fresh graph first). Output: a
+Input: a `tf.Graph` (or a `GraphDef`, imported into a fresh graph first), optionally with shapes that stand in
+for partial TF shapes (a job's shape signature, `signatures`). Output: a
 `Conversion`. Per op, in topological order, the first rule that applies wins:
 constants and shape arithmetic are folded; control flow, stateful ops (variables,
 random, optimizer updates) and feedable placeholders are cut into PARAMETERs, and
@@ -15,7 +16,7 @@ no graph output needs is pruned.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -26,6 +27,7 @@ from stitchfleet.plugin.frontend.context import Arg, Lowering, LoweringError, Ru
 from stitchfleet.plugin.frontend.folding import fold
 from stitchfleet.plugin.frontend.inlining import inline_functions
 from stitchfleet.plugin.frontend.result import Conversion, Disposition, Fate, FrontendError, TensorRef
+from stitchfleet.plugin.frontend.tensor_shapes import known_shapes, tensor_shape
 
 RULES: dict[str, Rule] = {**elementwise.RULES, **activations.RULES, **batchnorm.RULES, **structure.RULES}
 COMPUTE_INTENSIVE = frozenset(
@@ -64,35 +66,12 @@ def ir_dtype(tf_dtype: Any) -> DType | None:
     return _IR_DTYPES.get(tf_dtype.base_dtype.name)
 
 
-def _shape(tensor: Any) -> tuple[int, ...] | None:
-    shape = tensor.shape
-    if not shape.is_fully_defined():
-        # functional control flow (If, While, calls) declares its output shapes, from its bodies,
-        # in an attribute that TF's shape inference does not always carry over to the tensors
-        declared = _declared_shape(tensor)
-        shape = shape.merge_with(declared) if shape.is_compatible_with(declared) else shape
-    dims = shape.as_list() if shape.rank is not None else None
-    return None if dims is None else tuple(-1 if d is None else int(d) for d in dims)
-
-
-def _declared_shape(tensor: Any) -> Any:
-    """The shape an op's `output_shapes` / `_output_shapes` attribute declares for the tensor (unknown if none)."""
-    for name in ("output_shapes", "_output_shapes"):
-        try:
-            shapes = tensor.op.get_attr(name)
-        except ValueError:
-            continue
-        if len(shapes) == len(tensor.op.outputs):
-            return tf.TensorShape(shapes[tensor.value_index])
-    return tf.TensorShape(None)
-
-
 def _ref(tensor: Any) -> TensorRef:
     return TensorRef(tensor.op.name, tensor.value_index)
 
 
 def _out_type(tensor: Any) -> TensorType | None:
-    dtype, shape = ir_dtype(tensor.dtype), _shape(tensor)
+    dtype, shape = ir_dtype(tensor.dtype), tensor_shape(tensor)
     return None if dtype is None or shape is None else TensorType(shape, dtype)
 
 
@@ -114,7 +93,7 @@ class _Walk:
         ref = _ref(tensor)
         known = self.low.known.get(ref.name)
         value = self.low.values.get(ref.name)
-        shape = known.shape if known is not None else value.shape if value is not None else _shape(tensor)
+        shape = known.shape if known is not None else value.shape if value is not None else tensor_shape(tensor)
         return Arg(ref, ir_dtype(tensor.dtype), shape, known)
 
     def record(self, op: Any, fate: Fate, reason: str = "") -> None:
@@ -367,12 +346,14 @@ def _assemble(walk: _Walk, name: str) -> Conversion:
     return Conversion(graph, origins, tensors, dict(walk.ops), dict(low.known))
 
 
-def convert(graph: Any, name: str = "graph") -> Conversion:
-    """Converts a `tf.Graph`; see the module docstring."""
-    walk = _Walk()
-    for op in ordered(graph.get_operations()):
-        walk.visit(op)
-    return _assemble(walk, name)
+def convert(graph: Any, name: str = "graph", shapes: Mapping[str, tuple[int, ...]] | None = None) -> Conversion:
+    """Converts a `tf.Graph`; see the module docstring. `shapes` (tensor name -> shape) stands in for TF's
+    shape of a tensor where that is partial, e.g. under a job's shape signature."""
+    with known_shapes(shapes):
+        walk = _Walk()
+        for op in ordered(graph.get_operations()):
+            walk.visit(op)
+        return _assemble(walk, name)
 
 
 def convert_graph_def(graph_def: Any, name: str = "graph") -> Conversion:

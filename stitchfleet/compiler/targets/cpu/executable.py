@@ -48,6 +48,7 @@ from stitchfleet.compiler.targets.cache import artifact_cache, cache_key
 from stitchfleet.compiler.targets.cpu.finite import NONFINITE
 from stitchfleet.compiler.targets.cpu.generator import CSource, Param
 from stitchfleet.compiler.targets.cpu.source import cluster_source
+from stitchfleet.compiler.targets.cpu.source_cache import cached_source
 from stitchfleet.compiler.targets.native_build import BuildError, build_shared_object
 
 Array = npt.NDArray[Any]
@@ -74,6 +75,7 @@ class CpuOptions:
     portable: bool = False
     compiler: str = "cc"
     plan: PlanOptions = field(default_factory=PlanOptions)
+    reuse_source: bool = True  # the generated C from the cache (source_cache.py) when an earlier process made it
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -293,7 +295,11 @@ class CpuBackend:
 
     def compile_graph(self, graph: Graph, plan: StitchPlan | None = None) -> CpuExecutable:
         chosen = plan if plan is not None else plan_cluster(graph, 0, self.options.plan)
-        source = cluster_source(graph, chosen, f"stitch_{fingerprint(graph)[:16]}")
+        function = f"stitch_{fingerprint(graph)[:16]}"
+        if self.options.reuse_source:
+            source = cached_source(graph, chosen, function, self.options.cache_dir)
+        else:
+            source = cluster_source(graph, chosen, function)
         library, cached = load_library(source, self.options)
         return CpuExecutable(graph, chosen, source, library, cached)
 

@@ -6,8 +6,8 @@ optionally an NVRTC (default: the wheel's or a toolkit's). Output: `GpuExecutabl
 `StitchfleetDispatch` op's GPU kernel takes (`attrs`). No GPU is needed to build one (CI does); only
 loading and launching it need a driver. `GpuCompileError` says why a cluster cannot be compiled.
 
-Shape-specialised kernels (a shape signature -> kernel map, planned elsewhere) fit the same way: one
-`GpuExecutable` per signature, the op choosing by its inputs' shapes.
+Under a job's shape signature the op checks each call's input shapes against the graph's parameter
+shapes (`bridge_op.dispatch` passes them as `input_shapes`) and runs TF's ops on a miss.
 """
 
 from __future__ import annotations

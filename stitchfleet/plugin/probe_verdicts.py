@@ -1,0 +1,120 @@
+"""How a probe pair's figures become a decision: the group proven or not, each cluster kept or left to TF.
+
+Input: the summed probe figures of a decision step (ready ranks, the switched-on half's median, the
+compared half's median, noise; each a sum over ranks), the clusters, the timing, this rank's probe
+samples and the `Ledger`. Output: the group's decision (`group_proven`, `group_probe`), each probed
+cluster's (`Cluster.kept`, `reason`, `probe`; events `probe` / `cluster_enabled`, fleet verdicts and the
+probe findings), and `stitching_off` when the last probe kept nothing. The rules are in the
+controller's module docstring; this is the part of `Controller` that applies them (a base class, so
+the controller stays one object with one state).
+
+The figures compared are the ranks' means of their own medians, the same on every rank.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from stitchfleet.plugin.ledger import Ledger
+from stitchfleet.plugin.schedule import GROUP, PROBE, Probes, Timing, compared
+
+if TYPE_CHECKING:
+    from stitchfleet.plugin.controller import Cluster
+
+log = logging.getLogger("stitchfleet.plugin")
+NOISE_FACTOR = 2.0  # a kept cluster beats its baseline by this many standard errors (and by the margin)
+
+
+class ProbeVerdicts:
+    """The probe decisions of `Controller`, which sets these attributes up."""
+
+    clusters: list[Cluster]
+    ledger: Ledger
+    size: int
+    timing: Timing
+    probes: Probes
+    group_proven: bool | None
+    group_probe: str
+    stitching_off: str | None
+
+    def _group_decision(self, step: int, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+        """Proves the group (every cluster on) or not, from the summed group figures."""
+        ready, on, base, noise = (float(x) for x in figures)
+        if ready < self.size:
+            self.group_proven = False
+            self.group_probe = f"no group figures: {ready:.0f} of {self.size} ranks had timed both windows"
+        else:
+            on, base, noise = on / self.size, base / self.size, noise / self.size
+            self.group_probe = self._describe(GROUP, on, base, noise)
+            self.group_proven = base - on > self._needed(base, noise)
+        label = "group proven" if self.group_proven else "group not faster"
+        log.info("stitchfleet: %s at step %d: %s", label, step, self.group_probe)
+        self.ledger.event("probe", step, None, label, detail=f"{label}: {self.group_probe}")
+
+    def _probe_decision(self, step: int, c: Cluster, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+        """Keeps `c` or leaves it to TF from the summed probe figures (ready ranks, the enabled clusters' step
+        with `c` on, the same without it, noise)."""
+        if not c.enabled:
+            return  # reverted already (its own revert event says why)
+        ready, with_it, without, noise = (float(x) for x in figures)
+        if ready < self.size:
+            self._leave(step, c, "no probe figures", f"{ready:.0f} of {self.size} ranks had timed both windows")
+            return
+        with_it, without, noise = with_it / self.size, without / self.size, noise / self.size
+        c.probe = self._describe(self.clusters.index(c), with_it, without, noise)
+        needed = self._needed(without, noise)
+        if self.group_proven:
+            # the group's gain is real, and a cluster's small share of it is below one probe's noise: the
+            # burden of proof flips, and only a cluster shown slower beyond the same bar is dropped
+            if with_it - without > needed:
+                self._leave(step, c, "slower than TF", c.probe, slower=True)
+            else:
+                self._keep(step, c, "kept with the group")
+        elif without - with_it > needed:
+            self._keep(step, c, "faster than TF")
+        elif with_it >= without:
+            self._leave(step, c, "slower than TF", c.probe, slower=True)
+        else:
+            self._leave(step, c, "not faster beyond noise and margin", c.probe)
+
+    def _needed(self, base: float, noise: float) -> float:
+        """The difference a probe must show: the margin (worth the risk) and the noise (not a lucky draw:
+        keeping the clusters whose noise happened to be most negative made the kept set slower together
+        than apart)."""
+        return max(base * self.timing.probe_margin, NOISE_FACTOR * noise)
+
+    def _describe(self, subject: int, on: float, base: float, noise: float) -> str:
+        """A probe's figures, e.g. "-0.41 ms/step (2.49 vs 2.90 ms, 9+10 steps, noise 0.05 ms)": this rank's
+        timed steps switched on + baseline (check steps are not timed)."""
+        counts = [len(self.probes.seconds.get((subject, mode), [])) for mode in (PROBE, compared(subject))]
+        steps = f"{counts[0]}+{counts[1]} steps"
+        return (
+            f"{(on - base) * 1e3:+.2f} ms/step ({on * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps},"
+            f" noise {noise * 1e3:.2f} ms)"
+        )
+
+    def _keep(self, step: int, c: Cluster, label: str) -> None:
+        c.kept, c.reason = True, f"{label}: {c.probe}"
+        log.info("stitchfleet: cluster %d kept at step %d: %s", c.index, step, c.reason)
+        self.ledger.event("cluster_enabled", step, c.fingerprint, label, detail=c.reason)
+        self.ledger.verdict(c.fingerprint, "enabled", c.reason, c.op_count)
+        self.ledger.probed(c.fingerprint, c.profile, c.shapes, "faster", c.reason)
+
+    def _leave(self, step: int, c: Cluster, label: str, detail: str, *, slower: bool = False) -> None:
+        c.kept, c.enabled, c.reason = False, False, f"{label}: {detail}"
+        log.info("stitchfleet: cluster %d left to TF at step %d: %s", c.index, step, c.reason)
+        self.ledger.event("probe", step, c.fingerprint, label, detail=c.reason)
+        self.ledger.verdict(c.fingerprint, "disabled", c.reason, c.op_count)
+        if slower:
+            self.ledger.probed(c.fingerprint, c.profile, c.shapes, "slower", c.reason)
+
+    def _settle(self, step: int) -> None:
+        """After the last probe: with no cluster kept, stitching is off for the job (not an error)."""
+        if any(c.enabled and c.kept for c in self.clusters):
+            return
+        self.stitching_off = "no cluster kept: none passed its probe; the job runs TF's own ops"
+        log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
+        self.ledger.event("probe", step, None, "no cluster kept", detail=self.stitching_off)

@@ -1,0 +1,63 @@
+"""Shapes a cluster's TF ops recompute per call under a shape signature, instead of folded constants.
+
+Input: a mapped `Site` whose `varying` names the folded tensors whose values depend on the job's shape
+signature (`signatures.Specialisation.mark`) and whose `oracle` tells which tensors share a shape
+whatever the signature. Output: `recomputed` (the ops computing those tensors from constants and
+shapes, and the renames of shape reads to tensors the cluster holds) and `same_shape`; the fallback
+function (`fallback`) and the Python bridge's cond branch (`rewrite`) include them.
+
+Why: a gradient's `Reshape` to `Shape(x)` folds to the signature's shape; baked into TF's path of the
+dispatch op, a call of another shape (a last partial batch) would reshape to the wrong size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from stitchfleet.plugin.sites import FOLDS_SHAPES, Site
+
+FEEDABLE_OPS = frozenset({"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"})
+
+
+def recomputed(site: Site, known: Collection[str]) -> tuple[list[Any], dict[str, str]]:
+    """The ops computing the site's varying folded tensors (shapes under a shape signature: a gradient's
+    `Reshape` to `Shape(x)`) from constants and shapes, so the clone computes them for whatever shapes a
+    call has instead of reading the signature's constants, and the renames of the tensors whose shapes
+    they read that the clone does not hold (to a held tensor of the same shape whatever the signature);
+    ValueError when there is none."""
+    have = site.internal_names
+    found: dict[str, Any] = {}
+    renamed: dict[str, str] = {}
+    todo = [graph_of(site).get_tensor_by_name(name).op for name in sorted(site.varying)]
+    while todo:
+        op = todo.pop()
+        if op.name in found or op.name in have:
+            continue
+        if op.op_def.is_stateful or op.type in FEEDABLE_OPS:
+            raise ValueError(f"{op.name!r} ({op.type}) computes a shape that depends on the job's shape signature")
+        found[op.name] = op
+        for tensor in op.inputs:
+            if tensor.name in known or tensor.op.name in have or tensor.name in renamed:
+                continue
+            if op.type in FOLDS_SHAPES and tensor.op.type not in ("Const", *FOLDS_SHAPES):
+                renamed[tensor.name] = same_shape(site, tensor, [*site.inputs, *held(site)]).name
+                continue
+            todo.append(tensor.op)
+    return list(found.values()), renamed
+
+
+def held(site: Site) -> list[Any]:
+    return [t for op in site.internal for t in op.outputs]
+
+
+def same_shape(site: Site, tensor: Any, candidates: Sequence[Any]) -> Any:
+    """A tensor of `candidates` with `tensor`'s shape under every signature (the site's oracle), else ValueError."""
+    for candidate in candidates if site.oracle is not None else ():
+        if site.oracle.same(tensor, candidate):
+            return candidate
+    raise ValueError(f"the shape of {tensor.name!r} depends on the job's shape signature and no tensor at hand has it")
+
+
+def graph_of(site: Site) -> Any:
+    return (site.internal or site.outputs)[0].graph

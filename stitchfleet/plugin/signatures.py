@@ -1,0 +1,309 @@
+"""Shape signatures: the sizes a job really feeds where its graph says `None`.
+
+Input: the user's `tf.Graph` at `begin`, the kernel cache directory, and on the job's first training
+step the values fed to its placeholders. Output: `unknown_placeholders` (the feedable placeholders a
+training step reads whose shapes have unknown dimensions), `Signature` (placeholder -> concrete
+shape, with a stable `key`), `concrete_shapes` (every tensor's shape under a signature, from TF's own
+shape inference on a copy of the graph: the frontend reads these where TF's shapes are partial), and
+`SignatureBook`, the signatures a job recorded in the kernel cache, keyed by its graph.
+
+Why: TF1 graphs are finalized after `begin`, before the first feed shows the batch size, so `begin`
+builds the clusters for a signature it must assume: the one the job's earlier processes recorded in
+the book (a restarted pod, the next pod or run of the same script with the same cache), else a guess
+(`GUESS` for every unknown dimension). The first training step's feeds give the real one: recorded
+for the next processes, and when it differs the hook rebinds the clusters' ops to kernels built for
+it (`rebinding`). The dispatch op checks every call's input shapes against its kernel's and runs
+TF's own ops on a miss (a last partial batch, another feed size), so a signature that does not match
+costs speed, never correctness.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from stitchfleet.plugin.frontend.converter import convert
+from stitchfleet.plugin.sites import StepOps
+from stitchfleet.plugin.training_steps import training_path
+from stitchfleet.plugin.twin import PREFIX as TWIN_PREFIX
+from stitchfleet.telemetry.kinds import EventKind
+
+log = logging.getLogger("stitchfleet.plugin")
+FEEDABLE = frozenset({"Placeholder", "PlaceholderV2"})
+BOOK_DIR = "signatures"
+SEED_ATTRS = ("seed", "seed2")
+GUESS = 32  # a batch size for clusters built before the first feed; rebound to the real one after it
+MAX_SIGNATURES = 8  # per graph: the book is a hint for the next process, not an archive
+SHAPE_EVENT = EventKind.SHAPE_SIGNATURE.value
+
+
+@dataclass(frozen=True)
+class Signature:
+    """Concrete shapes of a job's partially shaped placeholders (op name -> shape), in name order."""
+
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]
+
+    @classmethod
+    def of(cls, shapes: Mapping[str, tuple[int, ...]]) -> Signature:
+        return cls(tuple(sorted((name, tuple(int(d) for d in shape)) for name, shape in shapes.items())))
+
+    @property
+    def key(self) -> str:
+        """E.g. "x=32x64,y=32": what logs and reasons show."""
+        return ",".join(f"{name}={'x'.join(map(str, shape)) or 'scalar'}" for name, shape in self.shapes)
+
+    def as_dict(self) -> dict[str, tuple[int, ...]]:
+        return dict(self.shapes)
+
+
+def unknown_placeholders(graph: Any, reached: frozenset[str] | None = None) -> list[Any]:
+    """The placeholders (of known rank) whose shape has an unknown dimension, that a training step reads
+    when `reached` (op names the step runs) is given."""
+    found = []
+    for op in graph.get_operations():
+        if op.type not in FEEDABLE or (reached is not None and op.name not in reached):
+            continue
+        shape = op.outputs[0].shape
+        if shape.rank is not None and not shape.is_fully_defined():
+            found.append(op)
+    return found
+
+
+def observed(placeholders: list[Any], feed_dict: Any) -> Signature | None:
+    """The signature a run's feeds give the placeholders, None when one of them is not fed (or fed a
+    value whose rank or known dimensions disagree with the placeholder's)."""
+    fed: dict[str, Any] = {}
+    for key, value in (feed_dict or {}).items():
+        name = getattr(key, "name", key)
+        if isinstance(name, str):
+            fed[name if ":" in name else f"{name}:0"] = value
+    shapes: dict[str, tuple[int, ...]] = {}
+    for op in placeholders:
+        value = fed.get(op.outputs[0].name)
+        if value is None:
+            return None
+        shape = tuple(getattr(value, "shape", None) or ())
+        if not op.outputs[0].shape.is_compatible_with(shape):
+            return None
+        shapes[op.name] = tuple(int(d) for d in shape)
+    return Signature.of(shapes)
+
+
+def shaped_copy(graph_def: Any, signature: Signature) -> Any:
+    """A fresh graph of `graph_def` (left as it is) whose placeholders have the signature's shapes; TF's
+    shape inference gives every other tensor its shape under them."""
+    graph_def = type(graph_def).FromString(graph_def.SerializeToString())
+    wanted = signature.as_dict()
+    for node in graph_def.node:
+        if node.name in wanted:
+            node.attr["shape"].shape.CopyFrom(tf.TensorShape(wanted[node.name]).as_proto())
+    copy = tf.Graph()
+    with copy.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    return copy
+
+
+def concrete_shapes(graph: Any, signature: Signature, graph_def: Any = None) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> fully defined shape, for every tensor whose shape TF leaves partial in `graph` but
+    knows once the placeholders have the signature's shapes (TF's shape inference on a copy).
+    `graph_def`: `graph`'s, when the caller has it already."""
+    copy = shaped_copy(graph.as_graph_def() if graph_def is None else graph_def, signature)
+    found: dict[str, tuple[int, ...]] = {}
+    for op in graph.get_operations():
+        for tensor in op.outputs:
+            if tensor.shape.is_fully_defined():
+                continue
+            shape = copy.get_tensor_by_name(tensor.name).shape
+            if shape.is_fully_defined() and tensor.shape.is_compatible_with(shape):
+                found[tensor.name] = tuple(int(d) for d in shape.as_list())
+    return found
+
+
+def graph_key(graph: Any, graph_def: Any = None) -> str:
+    """The graph's identity for the book: its GraphDef without random seeds, serialized deterministically.
+    Seeds are left out because Keras initializers draw theirs per process: the same script would
+    otherwise never find its own signature. `graph_def`: `graph`'s, when the caller has it already."""
+    graph_def = type(graph_def).FromString(graph_def.SerializeToString()) if graph_def else graph.as_graph_def()
+    for node in graph_def.node:
+        for attr in SEED_ATTRS:
+            if attr in node.attr:
+                del node.attr[attr]
+    return hashlib.sha256(graph_def.SerializeToString(deterministic=True)).hexdigest()[:32]
+
+
+class SignatureBook:
+    """The signatures a job's graph ran with, most recent first, in `cache_dir/signatures/<graph key>.json`.
+    Nothing here raises: without the book a job only stitches less."""
+
+    def __init__(self, cache_dir: Path, key: str) -> None:
+        self.path = Path(cache_dir) / BOOK_DIR / f"{key}.json"
+
+    def recall(self) -> Signature | None:
+        """The signature recorded last, None when there is none (or the file is unreadable)."""
+        try:
+            entries = json.loads(self.path.read_text())["signatures"]
+            return Signature.of({name: tuple(shape) for name, shape in entries[0].items()})
+        except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+            return None
+
+    def record(self, signature: Signature) -> bool:
+        """Puts `signature` first (atomic rename: concurrent pods never read half a file); False on failure."""
+        try:
+            entries = json.loads(self.path.read_text())["signatures"] if self.path.is_file() else []
+        except (OSError, ValueError, KeyError, TypeError):
+            entries = []
+        mine = {name: list(shape) for name, shape in signature.shapes}
+        entries = [mine, *[e for e in entries if e != mine]][:MAX_SIGNATURES]
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_suffix(f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps({"signatures": entries}))
+            temporary.replace(self.path)
+        except OSError as err:
+            log.info("stitchfleet: shape signature not recorded: %s", err)
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class ShapeOracle:
+    """Tensor shapes under the job's signature and under a second one (every unknown dimension one larger),
+    by original tensor name: two tensors whose shapes agree under both have the same shape for the job's
+    feeds (its dimensions are the same functions of the batch), so a shape read of one may read the other.
+    Names of the stitched twin (`twin.PREFIX`) read as their originals."""
+
+    first: Mapping[str, tuple[int, ...]]
+    second: Mapping[str, tuple[int, ...]]
+    prefix: str = TWIN_PREFIX
+
+    def shape(self, tensor: Any) -> tuple[int, ...] | None:
+        """The tensor's shape under the job's signature (None when not known)."""
+        pair = self._pair(tensor)
+        return None if pair is None else pair[0]
+
+    def same(self, a: Any, b: Any) -> bool:
+        mine = self._pair(a)
+        return mine is not None and mine == self._pair(b)
+
+    def _pair(self, tensor: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        if tensor.shape.is_fully_defined():
+            shape = tuple(int(d) for d in tensor.shape.as_list())
+            return shape, shape
+        name = tensor.name.removeprefix(f"{self.prefix}/")
+        first, second = self.first.get(name), self.second.get(name)
+        return None if first is None or second is None else (first, second)
+
+
+class Specialisation:
+    """One job's shape signature: what `begin` specialises its clusters to (`signature`, and `known`: tensor
+    name -> shape; empty when the graph is fully shaped), and what its first training step feeds (`learn`),
+    which the book keeps for the job's next processes and the hook rebinds the clusters to
+    (`rebinding`). Without a recorded signature `begin` guesses one (`GUESS` for every unknown
+    dimension). Nothing here raises into the job."""
+
+    def __init__(self, graph: Any, steps: Any, cache_dir: Path, ledger: Any = None) -> None:
+        # Only a graph with such placeholders pays for the training path and the GraphDef (both once).
+        self.placeholders = unknown_placeholders(graph)
+        if self.placeholders:
+            self.placeholders = unknown_placeholders(graph, training_path(graph))
+        # the graph as begin converted it (`steps`: its ops a training step may run, in order), for rebuilding
+        # the clusters under the shapes the job feeds
+        self.graph_def = graph.as_graph_def() if self.placeholders else None
+        self.op_names = [op.name for op in steps.get_operations()] if self.placeholders else []
+        self.book = SignatureBook(cache_dir, graph_key(graph, self.graph_def)) if self.placeholders else None
+        recalled = self.book.recall() if self.book is not None else None
+        names = {op.name for op in self.placeholders}
+        if recalled is not None and set(recalled.as_dict()) != names:
+            recalled = None  # recorded for other placeholders: a key collision or a stale file
+        self.guessed = recalled is None and bool(self.placeholders)
+        self.signature = _guess(self.placeholders) if self.guessed else recalled
+        self.known = concrete_shapes(graph, self.signature, self.graph_def) if self.signature is not None else {}
+        self.learning = bool(self.placeholders)
+        if self.signature is not None:
+            how = "a guess until the first training step" if self.guessed else "recorded by the job's earlier runs"
+            log.info("stitchfleet: clusters built for the shapes %s (%s)", self.signature.key, how)
+        if ledger is not None:
+            self.recorded(ledger)
+
+    def recorded(self, ledger: Any) -> None:
+        """An event saying what the job's clusters were built for (nothing when the graph is fully shaped)."""
+        if self.signature is None:
+            return
+        how = "guessed" if self.guessed else "specialised"
+        ledger.event(SHAPE_EVENT, None, None, how, detail=f"clusters built for {self.signature.key}")
+
+    def finished(self, ledger: Any, step: int, kernels: Sequence[Any]) -> None:
+        """An event with the calls that had other shapes than the clusters' kernels (TF's ops ran them), if any."""
+        missed = [int(k.missed()) for k in kernels if getattr(k, "missed", None) is not None]
+        if self.signature is None or not any(missed):
+            return
+        detail = f"{sum(missed)} cluster call(s) of other shapes than {self.signature.key} ran TF's ops"
+        ledger.event(SHAPE_EVENT, step, None, "other shapes", detail=detail)
+
+    def mark(self, graph: Any, conversion: Any, sites: Sequence[Any]) -> None:
+        """Sets each site's `varying`: the folded tensors it reads whose values depend on the signature. They
+        are found by converting again under a second signature (every unknown dimension one larger): a
+        value that differs, or that cannot be folded there, varies. The rewrite has the cluster's TF ops
+        compute those for each call instead of reading the signature's constants."""
+        if self.signature is None or not sites:
+            return
+        wider = {
+            op.name: tuple(
+                d + 1 if known is None else d
+                for d, known in zip(self.signature.as_dict()[op.name], op.outputs[0].shape.as_list(), strict=True)
+            )
+            for op in self.placeholders
+        }
+        second = concrete_shapes(graph, Signature.of(wider), self.graph_def)
+        other = convert(StepOps(graph), shapes=second).folded
+        oracle = ShapeOracle(self.known, second)
+        varying = {
+            name
+            for name, value in conversion.folded.items()
+            if name not in other or np.shape(other[name]) != np.shape(value) or not np.array_equal(other[name], value)
+        }
+        for site in sites:
+            site.varying, site.oracle = frozenset(site.folded) & varying, oracle
+
+    def learn(self, args: Any, is_training: Callable[[Any], bool]) -> Signature | None:
+        """On the job's first training step (`is_training(fetches)`): records its feeds' signature in the book
+        and returns it when the clusters were built for another one (the hook then rebinds them)."""
+        if not self.learning or self.book is None:
+            return None
+        try:
+            if not is_training(args.fetches):
+                return None
+            self.learning = False
+            seen = observed(self.placeholders, args.feed_dict)
+        except Exception as err:  # a hint for the next process is never worth a failure
+            self.learning = False
+            log.info("stitchfleet: shape signature not learned: %s", err)
+            return None
+        if seen is None:
+            return None
+        if seen == self.signature:
+            if self.guessed:  # a right guess: the next processes need not guess
+                self.book.record(seen)
+                self.guessed = False
+            return None
+        if not self.guessed and self.signature is not None:
+            log.info("stitchfleet: the job feeds %s, not %s as recorded", seen.key, self.signature.key)
+        self.book.record(seen)
+        self.signature, self.guessed = seen, False
+        return seen
+
+
+def _guess(placeholders: Sequence[Any]) -> Signature:
+    """Every unknown dimension of the placeholders set to GUESS."""
+    return Signature.of(
+        {op.name: tuple(GUESS if d is None else int(d) for d in op.outputs[0].shape.as_list()) for op in placeholders}
+    )

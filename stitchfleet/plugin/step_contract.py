@@ -1,0 +1,54 @@
+"""The per-step contract between the hook and the controller: what a step runs, and what it gave.
+
+Input: nothing of its own; the controller fills a `StepPlan` (`Controller.step_plan`, before the step)
+and the hook a `StepFigures` (after it). Output: the two records the hook and the controller exchange,
+twice per training step and nothing else: the hook maps a plan onto the step's feeds and fetches (the
+switch vector, the twin, the check tensors, the consensus vector), runs and times the step, reads what
+it fetched and hands the figures back (`Controller.step_done`). The hook writes no controller state:
+what it learnt outside a step (a fault) rides on the next plan's request. Why: the controller's
+decisions stay testable without TF, and every rank builds the same plans from the same summed
+figures, so Horovod ranks take the same path (and name the same collectives) at every step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stitchfleet.plugin.guard import Finding
+
+
+def frozen(values: Any, dtype: Any) -> np.ndarray[Any, Any]:
+    """A read-only copy of `values`: a plan cannot be changed after the controller made it."""
+    array = np.array(values, dtype=dtype)
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What one training step runs. A `quiet` step runs as written (stitching is over for the job): no
+    feed, fetch or collective is added, it is only timed. Otherwise the step always joins the consensus."""
+
+    step: int
+    quiet: bool = False
+    switches: np.ndarray[Any, Any] = field(default_factory=lambda: frozen([], bool))  # per controller cluster
+    on_twin: bool = False  # every switch off (and no executor to build): the user's own graph runs
+    judged: tuple[int, ...] = ()  # the clusters (controller positions) whose check results are judged
+    checks: bool = False  # fetch every cluster's check tensors (judged, or the warmup's check-executor build)
+    local: np.ndarray[Any, Any] = field(default_factory=lambda: frozen([], np.float64))  # to sum over ranks
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """What a planned step gave: its duration, its loss (None when not fetched), the guard's findings for
+    the plan's judged clusters (none when the check tensors did not come back), the consensus vector
+    summed over ranks (the controller's layout; None on a quiet step) and a plugin fault seen in it."""
+
+    seconds: float
+    loss: float | None = None
+    findings: tuple[tuple[int, Finding], ...] = ()
+    summed: np.ndarray[Any, Any] | None = None
+    fault: str | None = None

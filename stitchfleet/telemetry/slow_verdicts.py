@@ -1,0 +1,127 @@
+"""The fleet's `slower` verdicts: derived from several jobs' probe findings, never from one job's.
+
+Input: probe findings (`Finding`: one job's outcome, slower or faster, for a cluster fingerprint on a
+device profile at given input shapes, and when), the time now, the jobs needed (STITCHFLEET_SLOWER_JOBS)
+and the verdict's lifetime (STITCHFLEET_SLOWER_TTL_DAYS). Output: `SlowerVerdict`s: (fingerprint,
+profile, shapes) found slower than TF's own ops, by how many jobs, until when; and their JSON form,
+which the operator answers a pod with and the pod caches.
+
+The rule, per (fingerprint, profile, shapes): a faster finding clears every slower finding before it;
+of the slower findings after the last faster one, those within TTL of the latest count, one per job;
+with at least `min_jobs` jobs the key is slower until TTL after its latest finding. So one noisy run
+never turns a cluster off for others, two noisy runs a month apart do not either, and once a verdict
+expires jobs probe the cluster again: their findings renew it (with another job's within TTL) or
+clear it. Standard library only: a pod without SQLAlchemy reads these.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stitchfleet.telemetry.kinds import ProbeOutcome
+
+Key = tuple[str, str, str]  # fingerprint, device profile, shape signature
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One job's probe outcome for a key; `job` is any value naming the job (its database id)."""
+
+    fingerprint: str
+    profile: str
+    shapes: str
+    job: Hashable
+    outcome: str
+    at: dt.datetime
+
+    @property
+    def key(self) -> Key:
+        return (self.fingerprint, self.profile, self.shapes)
+
+
+@dataclass(frozen=True)
+class SlowerVerdict:
+    """A key the fleet found slower than TF: `jobs` jobs' evidence, until `expires` (UTC)."""
+
+    fingerprint: str
+    profile: str
+    shapes: str
+    jobs: int
+    expires: dt.datetime
+
+    @property
+    def key(self) -> Key:
+        return (self.fingerprint, self.profile, self.shapes)
+
+    @property
+    def reason(self) -> str:
+        """Why a job starts the cluster off, e.g. "fleet: slower on cpu:Xeon x8 for these shapes per 3 jobs,
+        until 2026-11-30 02:00 UTC"."""
+        until = self.expires.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        return f"fleet: slower on {self.profile} for these shapes per {self.jobs} jobs, until {until}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fingerprint": self.fingerprint,
+            "profile": self.profile,
+            "shapes": self.shapes,
+            "jobs": self.jobs,
+            "expires": self.expires.isoformat(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SlowerVerdict:
+        """The verdict back from `to_json`; ValueError naming the problem."""
+        try:
+            texts = [data["fingerprint"], data["profile"], data["shapes"]]
+            jobs, expires = data["jobs"], dt.datetime.fromisoformat(str(data["expires"]))
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"slower verdict without {err}") from None
+        if not all(isinstance(text, str) for text in texts) or not isinstance(jobs, int):
+            raise ValueError(f"malformed slower verdict: {str(dict(data))[:200]}")
+        if expires.tzinfo is None:
+            raise ValueError(f"slower verdict expires without a timezone: {data['expires']!r}")
+        return cls(texts[0], texts[1], texts[2], jobs, expires)
+
+
+def window_start(now: dt.datetime, ttl: dt.timedelta) -> dt.datetime:
+    """The oldest finding that can still matter: a live verdict's latest finding is within TTL of now, and
+    the findings counted with it (and a faster one clearing them) within TTL before that."""
+    return now - 2 * ttl
+
+
+def derive(findings: Iterable[Finding], now: dt.datetime, min_jobs: int, ttl: dt.timedelta) -> list[SlowerVerdict]:
+    """The live slower verdicts (see the module docstring), ordered by fingerprint, profile, shapes."""
+    by_key: dict[Key, list[Finding]] = {}
+    for finding in findings:
+        by_key.setdefault(finding.key, []).append(finding)
+    verdicts = []
+    for key in sorted(by_key):
+        verdict = _verdict(key, by_key[key], now, max(min_jobs, 1), ttl)
+        if verdict is not None:
+            verdicts.append(verdict)
+    return verdicts
+
+
+def _verdict(
+    key: Key, findings: list[Finding], now: dt.datetime, min_jobs: int, ttl: dt.timedelta
+) -> SlowerVerdict | None:
+    faster = [f.at for f in findings if f.outcome == ProbeOutcome.FASTER]
+    cleared = max(faster) if faster else None
+    slower = [f for f in findings if f.outcome == ProbeOutcome.SLOWER and (cleared is None or f.at > cleared)]
+    if not slower:
+        return None
+    latest = max(f.at for f in slower)
+    expires = latest + ttl
+    jobs = {f.job for f in slower if f.at >= latest - ttl}
+    if len(jobs) < min_jobs or now >= expires:
+        return None
+    return SlowerVerdict(*key, jobs=len(jobs), expires=expires)
+
+
+def live(verdicts: Iterable[SlowerVerdict], now: dt.datetime) -> tuple[SlowerVerdict, ...]:
+    """The verdicts not yet expired at `now` (a pod's cached copy ages)."""
+    return tuple(verdict for verdict in verdicts if verdict.expires > now)
