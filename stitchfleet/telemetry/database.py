@@ -10,6 +10,8 @@ needed: the Alembic configuration is built here.
 from __future__ import annotations
 
 import fcntl
+import functools
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -115,8 +117,14 @@ def _run(url: str | None, action: str, revision: str | None = None) -> None:
         engine.dispose()
 
 
+# Alembic's `context` and `op` are module-level proxies, one per process: two threads migrating at once
+# (two recorders in one process, e.g. two ranks' ledgers in a test) ran each other's DDL on the other's
+# SQLite connection and crashed the process (a segfault in sqlite3). The file lock serialises processes.
+_ALEMBIC = threading.Lock()
+
+
 def _migrate(engine: Engine, action: str, revision: str | None) -> None:
-    with _migration_lock(engine):
+    with _ALEMBIC, _migration_lock(engine):
         config = alembic_config(engine)
         if action == "upgrade":
             command.upgrade(config, revision or "head")
@@ -147,6 +155,26 @@ def current_revision(engine: Engine) -> str | None:
 
     with engine.connect() as connection:
         return MigrationContext.configure(connection).get_current_revision()
+
+
+@functools.cache
+def head_revision() -> str:
+    """The newest revision of the packaged migrations (read once per process)."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    if head is None:
+        raise DatabaseError(f"no migrations found under {MIGRATIONS}")
+    return head
+
+
+def is_current(engine: Engine) -> bool:
+    """Whether the database's schema is at the head revision: every table this version writes exists.
+
+    A revision short of the head is not enough: another process may be half-way through the
+    migrations (SQLite's DDL has no transaction), or the file may come from an older version.
+    """
+    return current_revision(engine) == head_revision()
 
 
 def dialect_insert(connection: Connection, table: Table) -> Any:

@@ -193,18 +193,20 @@ class Recorder:
     def _connect(self) -> Engine:
         if self._engine is None:
             engine = database.connect(self.url)
-            if database.current_revision(engine) is None:
+            if not database.is_current(engine):
                 self._create_schema(engine)
             self._engine = engine
         return self._engine
 
     def _create_schema(self, engine: Engine) -> None:
-        # Ranks of one job sharing a fresh SQLite file race to create the schema: the loser's
-        # CREATE TABLE fails although the schema now exists, which is not an outage.
+        # Ranks of one job sharing a fresh database race to create the schema. `upgrade` waits for the
+        # migration lock, so a rank that lost the race finds the head revision and does nothing; a
+        # rank that read a revision short of the head (another process half-way through) waits too.
+        # Writing before the head is reached is what lost rows to "no such table" (test_schema_race).
         try:
             database.upgrade(self.url)
         except Exception:
-            if database.current_revision(engine) is None:
+            if not database.is_current(engine):
                 engine.dispose()
                 raise
 
