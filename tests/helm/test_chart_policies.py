@@ -250,9 +250,16 @@ def test_chosen_values_reach_the_settings(full_render: Rendered, default_render:
     assert settings["STITCHFLEET_KERNEL_CACHE_CLAIM"] == "team-kernels"
     assert default_render.one("ConfigMap")["data"]["STITCHFLEET_KERNEL_CACHE_CLAIM"] == ""  # per-pod emptyDir
     assert settings["STITCHFLEET_BACKEND"] == "cpu"
-    # Without a shim image of its own, injected pods copy the shim from the operator's image.
-    operator_image = _operator(default_render)["image"]
-    assert default_render.one("ConfigMap")["data"]["STITCHFLEET_SHIM_IMAGE"] == operator_image
+    # By default injected pods copy the shim from the shim image, the one that carries the prebuilt op
+    # (the operator image has none, so a default pod built it from source: ~5-10 s of setup per pod).
+    default_shim = default_render.one("ConfigMap")["data"]["STITCHFLEET_SHIM_IMAGE"]
+    assert default_shim.startswith("ghcr.io/stitchfleet/stitchfleet-shim:")
+    assert default_shim != _operator(default_render)["image"]
+
+
+def test_an_empty_shim_repository_uses_the_operator_image() -> None:
+    rendered = render_chart({"shimImage": {"repository": ""}}, "sf", "ops")
+    assert rendered.one("ConfigMap")["data"]["STITCHFLEET_SHIM_IMAGE"] == _operator(rendered)["image"]
 
 
 def test_pod_restarts_when_settings_change(default_render: Rendered) -> None:
