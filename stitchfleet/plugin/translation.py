@@ -9,7 +9,8 @@ training on wrong numbers. Here TF itself is the reference: the cluster's own TF
 into a small graph of their own (`isolated`: inputs as placeholders, no control edges), random
 inputs are fed to it in a throwaway session, and the IR is evaluated in float64 on the same
 values. First in float64 on both sides: the TF ops are promoted (every float32 type and constant
-becomes float64) so that TF's own float32 rounding, and its float32 approximations of exp, erf or
+becomes float64; a fused batch norm, which has no float64 kernel, becomes its formulas in float64
+ops: `wide_batchnorm`) so that TF's own float32 rounding, and its float32 approximations of exp, erf or
 tanh, do not blur the comparison; a faithful translation then agrees to ~1e-15 and the allowance
 is `F64_ALLOWED` (scaled error), or a millionth of the output's float32 rounding where that is
 larger (an output that is all cancellation), while a wrong op (tanh for erf) is off by ~1e-4. A cluster whose
@@ -35,6 +36,7 @@ import numpy as np
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.ir import DType, fingerprint
 from stitchfleet.compiler.tolerance import error_floor, scaled_error
+from stitchfleet.plugin import wide_batchnorm
 from stitchfleet.plugin.guard import FLOOR_RATIO, reduction_paths, summation_allowance
 from stitchfleet.plugin.interior import UNREAD_KEY
 from stitchfleet.plugin.sites import Site
@@ -49,7 +51,9 @@ F64_ALLOWED = 1e-9  # scaled error between TF's float64 ops and the IR's float64
 # of the IR's and TF's float32 values, a 500x margin); a wrong op is off by its own error, which also
 # enters TF's float32 value, so its allowance grows by a millionth of that error only.
 F64_PER_F32 = 1e-6
-RULE = 2  # in the cache key: a pass remembered under an earlier rule is checked again
+# In the cache key: a pass remembered under an earlier rule is checked again (3: batch norm clusters, once
+# judged by the float32 rule, now take the float64 one).
+RULE = 3
 CONTEXT = "stitchfleet_context"  # the isolated graph's copies of the producers of unread inputs
 OTHER_FLOATS = frozenset({DType.F16, DType.BF16, DType.F64})  # a cluster holding these is compared in float32
 
@@ -207,8 +211,10 @@ def _constant(out: Any, graph: Any, site: Site, tensor: str, made: dict[str, str
     return made[tensor]
 
 
-def _run(graph_def: Any, site: Site, values: dict[str, Any]) -> list[Any]:
-    """TF's values of the site's outputs from `graph_def` (an isolated cluster) on `values`."""
+def _run(graph_def: Any, site: Site, values: dict[str, Any], *, optimized: bool = True) -> list[Any]:
+    """TF's values of the site's outputs from `graph_def` (an isolated cluster) on `values`. `optimized`
+    False runs it without grappler: for the float64 reference, whose rewrites could change only its
+    rounding, and whose optimisation in a new session each time cost ~25 ms a cluster."""
     import tensorflow as tf
 
     names = [str(p.attrs["name"]) for p in site.graph.parameters]
@@ -217,12 +223,21 @@ def _run(graph_def: Any, site: Site, values: dict[str, Any]) -> list[Any]:
         tf.compat.v1.import_graph_def(graph_def, name="")
         feeds = {f"stitchfleet_in_{k}:0": values[name] for k, name in enumerate(names) if k not in derived}
         feeds.update(_context_values(graph_def, SEED + site.index))
-        with tf.compat.v1.Session(graph=alone) as session:
+        with tf.compat.v1.Session(graph=alone, config=None if optimized else _plain_config()) as session:
             return list(session.run([tensor.name for tensor in site.outputs], feed_dict=feeds))
 
 
+def _plain_config() -> Any:
+    import tensorflow as tf
+
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
+
+
 def promoted(graph_def: Any) -> Any:
-    """A copy of `graph_def` computing in float64 where it computed in float32 (type attrs, constants)."""
+    """A copy of `graph_def` computing in float64 where it computed in float32 (type attrs, constants);
+    fused batch norms, which have no float64 kernel, become their float64 formulas (`wide_batchnorm`)."""
     import tensorflow as tf
 
     float32, float64 = tf.float32.as_datatype_enum, tf.float64.as_datatype_enum
@@ -239,7 +254,7 @@ def promoted(graph_def: Any) -> Any:
             elif value.HasField("tensor") and value.tensor.dtype == float32:
                 array = tf.make_ndarray(value.tensor).astype(np.float64)
                 value.tensor.CopyFrom(tf.make_tensor_proto(array))
-    return out
+    return wide_batchnorm.widened(out)
 
 
 def _in_float64(site: Site, values: dict[str, Any], isolated_def: Any) -> str | bool | None:
@@ -252,7 +267,7 @@ def _in_float64(site: Site, values: dict[str, Any], isolated_def: Any) -> str | 
         return False
     wide = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in values.items()}
     try:
-        got = _run(promoted(isolated_def), site, wide)
+        got = _run(promoted(isolated_def), site, wide, optimized=False)
         tf_single = _run(isolated_def, site, values)
     except (tf.errors.OpError, ValueError, TypeError, KeyError):
         return False
