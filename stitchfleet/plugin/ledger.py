@@ -36,6 +36,7 @@ from stitchfleet.plugin import rank_devices
 from stitchfleet.plugin.fleet_memory import FleetMemory, Recollection
 from stitchfleet.plugin.ingest_client import Endpoint, IngestClient
 from stitchfleet.plugin.local_memory import local_memory
+from stitchfleet.plugin.rank_record import RankRecord
 from stitchfleet.plugin.shipper import Shipper
 from stitchfleet.telemetry.kinds import EventKind
 from stitchfleet.telemetry.rows import (
@@ -86,6 +87,9 @@ class Ledger:
         self.settings, self.rank, self.world_size = current, rank, world_size
         self.url = url or current.database_url
         self.key = JobKey.from_settings(current, new_job_uid())
+        # Several sessions of one job's rank (tf.estimator's train and evaluate, a restarted container) share
+        # window numbers and add up their setup seconds through the rank's record in the state directory.
+        self.rank_record = RankRecord(current.state_dir, self.key.job_uid, rank)
         self._sink: Any = None
         self.memory: FleetMemory | None = None
         self._pending: list[Row] | None = None  # rows recorded before the database client is open
@@ -187,6 +191,11 @@ class Ledger:
         )
 
     def compiled(self, seconds: float) -> None:
+        """This session's setup seconds so far; the row holds the rank's total over its sessions."""
+        try:
+            seconds = self.rank_record.setup_total(seconds)
+        except Exception as err:  # the record is bookkeeping: the session's own figure still goes out
+            log.warning("stitchfleet: rank record failed (%s); recording this session's setup alone", err)
         self.safely(JobCompiled, self.key, self.rank, seconds)
         self.open_later()  # setup is booked: the client's imports overlap TF's session creation, not begin
 
@@ -223,12 +232,21 @@ class Ledger:
         self.safely(ProbeVerdict, self.key, fingerprint, profile, shapes, outcome, detail[:200])
 
     def window(self, **fields: Any) -> None:
+        """A closed window; its index (the session's own) becomes the rank's, unique across its sessions."""
+        try:
+            fields["window_index"] = self.rank_record.window(int(fields["window_index"]))
+        except Exception as err:
+            log.warning("stitchfleet: rank record failed (%s); the window keeps its session index", err)
         self.safely(StepWindow, self.key, self.rank, **fields)
 
     def finished(self, status: str, reason: str = "") -> None:
         self.safely(JobFinished, self.key, status, reason[:200], self.rank)
 
     def close(self) -> None:
+        try:
+            self.rank_record.close()
+        except Exception as err:
+            log.warning("stitchfleet: rank record failed at close: %s", err)
         recorder = self.recorder
         if recorder is not None:
             try:
