@@ -86,6 +86,7 @@ class RankRecord:
 
     def _read(self) -> dict[str, Any]:
         memory = _MEMORY.get(str(self.path))
+        held: dict[str, Any]
         try:
             held = json.loads(self.path.read_text())
             if not isinstance(held, dict) or not isinstance(held.get("setup_seconds"), dict):
@@ -94,7 +95,7 @@ class RankRecord:
             held["closed_setup_seconds"] = float(held.get("closed_setup_seconds", 0.0))
         except FileNotFoundError:
             held = _empty()
-        except ValueError:  # a torn or foreign file: numbering restarts past what this process knows
+        except ValueError:  # a foreign file (writes are atomic renames, so never a torn one): start anew
             log.warning("stitchfleet: unreadable rank record %s; starting a new one", self.path)
             held = _empty()
         if memory is not None:  # sessions of this process that numbered in memory while the file failed
