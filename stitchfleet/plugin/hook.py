@@ -147,7 +147,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             args = run_context.original_args
             if self.training is None or not self.training.is_training(args.fetches):
                 return False
-            return self.diverter is not None and self.diverter.diverts(run_context.session, args.feed_dict)
+            fetched = self.training.fetched
+            return self.diverter is not None and self.diverter.diverts(run_context.session, args.feed_dict, fetched)
         except Exception:
             log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
             return False

@@ -101,6 +101,7 @@ class TrainingSteps:
         self.clusters: list[frozenset[str]] = []
         self._known: dict[frozenset[str], frozenset[str]] = {}
         self.reached: frozenset[str] = frozenset()  # the ops the last training step runs
+        self.fetched: list[Any] = []  # the ops the last run asked for (whose walk `reached` is)
 
     def require(self, stitched: Sequence[Sequence[Any]]) -> None:
         """From now on a training step must also run every cluster of `stitched` (per cluster, the ops
@@ -114,6 +115,7 @@ class TrainingSteps:
             ops = fetched_ops(self.graph, fetches)
         except (KeyError, ValueError, TypeError):
             return False
+        self.fetched = ops
         key = frozenset(op.name for op in ops)
         if key not in self._known:
             self._known[key] = frozenset(ancestors(ops))

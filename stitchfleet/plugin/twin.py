@@ -53,6 +53,10 @@ class TwinError(ValueError):
     """The copy cannot be built; the message is the reason recorded for the job."""
 
 
+class NotRunnableError(TwinError):
+    """A run the copy cannot take with its feeds, found before anything ran (nothing ran twice)."""
+
+
 def _name(text: str) -> str:
     """The op name an input string of a NodeDef refers to ('^op', 'op', 'op:1')."""
     return text.lstrip("^").split(":", 1)[0]
@@ -154,6 +158,7 @@ class Twin:
     def __init__(self, graph: Any, members: frozenset[str]) -> None:
         self.graph = graph
         self.members = members
+        self._runnable: dict[tuple[tuple[str, ...], frozenset[str]], bool] = {}
 
     def op_name(self, name: str) -> str:
         return f"{PREFIX}/{name}" if name in self.members else name
@@ -190,16 +195,44 @@ class Twin:
     def _tensor_name(self, name: str) -> str:
         return f"{PREFIX}/{name}" if _name(name) in self.members else name
 
-    def diverts(self, feed_dict: Any) -> bool:
-        """False when the run feeds a tensor the copy computes: a fed intermediate value that a stitched
-        cluster would not see, so such a run stays on the original graph."""
+    def diverts(self, feed_dict: Any, fetched: Sequence[Any] | None = None) -> bool:
+        """False when the run feeds a tensor the copy computes (a fed intermediate value that a stitched
+        cluster would not see), or when the copy would need a placeholder the run does not feed: a
+        cluster joins independent regions (remote stitching), so the copy of a GAN's generator step also
+        computes the discriminator's real-data branch and reads its placeholder, which that step never
+        feeds. Such a run stays on the original graph (before: it failed on the copy, ran again as
+        written, and reverted the whole job). `fetched`: the run's fetched graph elements, when known."""
+        fed = self._fed(feed_dict)
+        return fed is not None and (fetched is None or self.runnable(fetched, fed))
+
+    def _fed(self, feed_dict: Any) -> list[Any] | None:
+        """The fed tensors, or None when one of them is computed by the copy."""
+        fed: list[Any] = []
         for key in feed_dict or ():
             tensor = key if isinstance(key, tf.Tensor) else None
             if isinstance(key, str):
                 tensor = self.graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
             if tensor is not None and tensor.op.name in self.members:
-                return False
-        return True
+                return None
+            if tensor is not None:
+                fed.append(tensor)
+        return fed
+
+    def runnable(self, elements: Sequence[Any], fed: Sequence[Any]) -> bool:
+        """Whether the copy's stand-ins for `elements` need no placeholder beyond the `fed` ones and those the
+        original run needs itself; answered once per (elements, fed tensors): a lookup a step after that."""
+        key = (tuple(e.name for e in elements), frozenset(t.name for t in fed))
+        if key not in self._runnable:
+            fed_ops = {t.op.name for t in fed}
+            copied = _unfed_placeholders([self.element(e) for e in elements], fed_ops)
+            own = _unfed_placeholders(elements, fed_ops) if copied else set()
+            self._runnable[key] = not copied - own
+            if copied - own:
+                names = ", ".join(sorted(copied - own))
+                log.warning(
+                    "stitchfleet: a training run stays unstitched: its stitched copy would read %s, unfed", names
+                )
+        return self._runnable[key]
 
     def run(self, run: Callable[..., Any], fetches: Any, feed_dict: Any, options: Any, run_metadata: Any) -> Any:
         """`run(fetches, feed_dict, ...)` on the copy, its results in `fetches`' own structure (TF's fetch
@@ -208,7 +241,11 @@ class Twin:
 
         with self.graph.as_default():
             mapper = tf_session._FetchMapper.for_fetch(fetches)
-        flat = [self.element(x) for x in mapper.unique_fetches()]
+        elements = mapper.unique_fetches()
+        fed = self._fed(feed_dict)
+        if fed is None or not self.runnable(elements, fed):  # the hook's own fetches included: decline, never fail
+            raise NotRunnableError("the stitched copy cannot take this run with its feeds; it runs as written")
+        flat = [self.element(x) for x in elements]
         values = run(flat, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
         return mapper.build_results(values)
 
@@ -260,6 +297,10 @@ class Diverter:
                 return twin.run(own, fetches, feed_dict, options, run_metadata)
             except PROPAGATED:
                 raise
+            except NotRunnableError as err:  # declined before anything ran: no traceback, the step runs once
+                self.failure = err
+                log.warning("stitchfleet: %s", err)
+                return own(self._plain(fetches), feed_dict=feed_dict, options=options, run_metadata=run_metadata)
             except Exception as err:
                 self.failure = err
                 log.exception("stitchfleet: a step failed on the stitched twin; it runs again as written")
@@ -279,10 +320,28 @@ class Diverter:
             plain[self.owner] = kept
         return plain
 
-    def diverts(self, session: Any, feed_dict: Any) -> bool:
-        """Whether a run of `session` with these feeds can go to the copy: the attached session, no feed
-        into the copy."""
-        return session is not None and session is self.session and self.twin.diverts(feed_dict)
+    def diverts(self, session: Any, feed_dict: Any, fetched: Sequence[Any] | None = None) -> bool:
+        """Whether a run of `session` with these feeds and fetches can go to the copy: the attached session,
+        no feed into the copy, no placeholder the copy would read unfed (`fetched`: the run's fetched elements)."""
+        return session is not None and session is self.session and self.twin.diverts(feed_dict, fetched)
+
+
+def _unfed_placeholders(roots: Iterable[Any], fed_ops: set[str]) -> set[str]:
+    """The placeholders without a default that running `roots` (tensors or ops) would execute unfed: a walk
+    over data and control inputs that stops at fed ops, as TF's own pruning of a run does."""
+    stack = [root if isinstance(root, tf.Operation) else root.op for root in roots]
+    seen: set[str] = set()
+    found: set[str] = set()
+    while stack:
+        op = stack.pop()
+        if op.name in seen or op.name in fed_ops:
+            continue
+        seen.add(op.name)
+        if op.type == "Placeholder":
+            found.add(op.name)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return found
 
 
 def build(graph: Any, sites: Sequence[Site]) -> Twin:
