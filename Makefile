@@ -10,18 +10,23 @@ DEPS := $(VENV)/.stamp-deps
 HOROVOD := $(VENV)/.stamp-horovod
 SYSTEM := $(VENV)/.stamp-system
 PYTEST_ARGS ?=
+# The default tier leaves out the exhaustive sweeps (their fast slices stay in): `make test-sweeps` runs them.
+TEST_MARKERS ?= not sweep
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo test lint install clean-venv images
+.PHONY: demo test test-sweeps lint install clean-venv images
 
 demo: $(DEPS) $(SYSTEM)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m stitchfleet.cli demo
 
 test: $(DEPS) $(HOROVOD) $(SYSTEM)
 	lint-imports
-	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure, not a pass" >&2; exit 1; fi; \
 	exit $$rc
+
+test-sweeps:
+	$(MAKE) test TEST_MARKERS=sweep
 
 lint: $(DEPS)
 	ruff check stitchfleet tests scripts benchmarks

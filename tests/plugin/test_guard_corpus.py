@@ -78,6 +78,7 @@ def test_the_corpus_is_caught_on_bert_clusters(cache: Path, index: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # ~9 min on 2 cores; the BERT slices above run by default
 @pytest.mark.parametrize("model", ["bert_encoder"])  # all four workloads: scripts/guard_corpus.py (10 min)
 def test_the_corpus_is_caught_on_every_cluster_and_correct_runs_pass(cache: Path, model: str) -> None:
     record, ratios = Record(), []

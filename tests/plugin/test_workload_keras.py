@@ -64,8 +64,17 @@ _KNOWN = {
 }
 
 
+# ResNet50 runs by default (~1 min); the other three are the sweep (~5 min on 2 cores).
+DEFAULT_TIER = "ResNet50"
+
+
+def _marks(name: str) -> list[pytest.MarkDecorator]:
+    known = [_KNOWN[name]] if name in _KNOWN else []
+    return known if name == DEFAULT_TIER else [*known, pytest.mark.sweep]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_KNOWN.get(n, ())) for n in sorted(APPLICATIONS)])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_marks(n)) for n in sorted(APPLICATIONS)])
 def test_application_coverage_and_clusters(name: str, tmp_path: Path) -> None:
     art = _compiled(name)
     coverage = coverage_of(art)

@@ -52,6 +52,7 @@ def test_workload_slice_on_cuda_cpu(backend: CudaCpuBackend) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.sweep  # ~2 min; test_workload_slice_on_cuda_cpu runs by default
 def test_every_workload_cluster_on_cuda_cpu(backend: CudaCpuBackend) -> None:
     outcomes = run_cases(backend, workload_cases())
     assert len(outcomes) >= 145
