@@ -10,14 +10,12 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from stitchfleet.compiler.decision import Decision  # noqa: E402
 from stitchfleet.compiler.ir import Op  # noqa: E402
-from stitchfleet.compiler.pipeline import compile_graph  # noqa: E402
 from stitchfleet.plugin import wide_batchnorm  # noqa: E402
 from stitchfleet.plugin.frontend import elementwise  # noqa: E402
-from stitchfleet.plugin.frontend.converter import convert  # noqa: E402
-from stitchfleet.plugin.sites import Site, StepOps, map_cluster  # noqa: E402
+from stitchfleet.plugin.sites import Site  # noqa: E402
 from stitchfleet.plugin.translation import check_sites, promoted  # noqa: E402
+from tests.plugin.site_harness import map_all  # noqa: E402
 
 pytestmark = pytest.mark.tf
 SHAPES = {"NHWC": (2, 3, 4, 5), "NCHW": (2, 5, 3, 4)}  # five channels either way
@@ -138,14 +136,7 @@ def _layer_norm_sites(batch: int) -> tuple[Any, list[Site]]:
         logits = tf.keras.layers.Dense(10)(h)
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
         tf.compat.v1.train.AdamOptimizer(1e-3).minimize(loss)
-        conversion = convert(StepOps(graph))
-        art = compile_graph(conversion.graph)
-        sites = [
-            map_cluster(graph, conversion, i, cg, plan)
-            for i, (cg, plan) in enumerate(zip(art.cluster_graphs, art.stitch, strict=True))
-            if not isinstance(plan, Decision)
-        ]
-    return graph, [s for s in sites if isinstance(s, Site)]
+        return graph, map_all(graph).sites
 
 
 def _holds_batch_norm(site: Site) -> bool:
