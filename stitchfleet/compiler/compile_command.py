@@ -112,10 +112,10 @@ def run_graph(
 def coverage_of(art: Artifacts) -> Coverage:
     """The coverage figure of a compiled graph: its clusters with their plan or decision."""
     report = art.report
-    assert report is not None and art.clusters is not None
+    assert report is not None
     clusters = [
         (c.nodes, p.reason if isinstance(p, Decision) else None)
-        for c, p in zip(art.clusters.clusters, art.stitch, strict=True)
+        for c, p in zip(art.need_clusters().clusters, art.stitch, strict=True)
     ]
     return measure(art.graph, clusters, _exclusions(report))
 

@@ -1,12 +1,18 @@
-"""The compiler's stages, listed once, in data-flow order: graph -> clusters -> plans -> report.
+"""The compiler's stages, listed once, in data-flow order: graph -> clusters -> op clusters -> plans -> report.
 
 Input: a `Graph` and `Options` (remote stitch budget, dump directory: the caller
-reads them from settings). Output: `Artifacts`, every stage's product; `.report` is
+reads them from settings; the frontend's op origins, from a frontend that lowers one op
+into several nodes). Output: `Artifacts`, every stage's product; `.report` is
 the `CompileReport`. Each stage is a function named by the artifact it produces and
 reads only earlier artifacts; `STAGES` is the one list that orders them. With a dump
 directory, every artifact is written there as JSON (`NN_<artifact>.json`, clusters
-also as standalone IR graphs). The `stitch` stage plans every cluster graph for the
-options' device (a cluster the planner refuses keeps its original ops, with the reason).
+also as standalone IR graphs). `op_clusters` redraws the scope pass's clusters along whole
+frontend ops (`granularity.redraw`; the same clusters without origins), so every later
+stage, and the plugin, sees clusters the frontend's framework can compute. The `stitch`
+stage plans every cluster graph once, for the options' device (a cluster the planner or
+`op_clusters` refuses keeps its original ops, with the reason). `compile_cluster` is the
+one re-entry for a cluster graph changed after the pipeline ran (the plugin's TF reasons):
+callers outside the compiler plan through it, never through the planner.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stitchfleet.compiler import ir
+from stitchfleet.compiler import granularity, ir
 from stitchfleet.compiler.baselines import PLANNERS, Plan
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
@@ -36,6 +42,9 @@ class Options:
     # The baseline planners whose kernel counts the report holds; a job's hook asks only per_op (the
     # count a refused cluster keeps): xla_style is for `stitchfleet compile` and cost ~0.4 s of setup.
     baselines: tuple[str, ...] = ("per_op", "xla_style")
+    # IR nodes holding a whole frontend op's output (the TF frontend's `origins`); None: every node is
+    # one op of its own (a graph from JSON), so `op_clusters` keeps the scope pass's clusters.
+    origins: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,7 @@ class Artifacts:
 
     graph: ir.Graph
     clusters: Scope | None = None
+    op_clusters: Scope | None = None
     cluster_graphs: tuple[ir.Graph, ...] = ()
     baseline_plans: tuple[Plan, ...] = ()
     stitch: tuple[StitchPlan | Decision, ...] = ()
@@ -51,18 +61,31 @@ class Artifacts:
     timings: tuple[StageTiming, ...] = ()
 
     def need_clusters(self) -> Scope:
-        if self.clusters is None:
-            raise RuntimeError("the clusters stage has not run")
-        return self.clusters
+        """The clusters every later stage compiles: the op-granularity ones."""
+        if self.op_clusters is None:
+            raise RuntimeError("the op_clusters stage has not run")
+        return self.op_clusters
 
 
 def clusters(art: Artifacts, options: Options) -> Scope:
     return find_clusters(art.graph, options.remote_budget)
 
 
+def op_clusters(art: Artifacts, options: Options) -> Scope:
+    if art.clusters is None:
+        raise RuntimeError("the clusters stage has not run")
+    if options.origins is None:
+        return art.clusters
+    return granularity.redraw(art.graph, options.origins, art.clusters)
+
+
 def cluster_graphs(art: Artifacts, options: Options) -> tuple[ir.Graph, ...]:
-    graph = art.graph
-    return tuple(extract(graph, c.nodes).with_metadata(cluster=c.id) for c in art.need_clusters().clusters)
+    """Each cluster as a standalone graph; one the op_clusters stage redrew is marked `regrouped`."""
+    graph, drawn = art.graph, art.clusters.clusters if art.clusters is not None else ()
+    return tuple(
+        extract(graph, c.nodes).with_metadata(cluster=c.id, **({"regrouped": True} if c.nodes != d.nodes else {}))
+        for c, d in zip(art.need_clusters().clusters, drawn, strict=True)
+    )
 
 
 def baseline_plans(art: Artifacts, options: Options) -> tuple[Plan, ...]:
@@ -70,16 +93,29 @@ def baseline_plans(art: Artifacts, options: Options) -> tuple[Plan, ...]:
     return tuple(plan(art.graph, c) for c in art.need_clusters().clusters for plan in chosen)
 
 
+def compile_cluster(graph: ir.Graph, cluster: int, options: PlanOptions) -> StitchPlan:
+    """The plan of one cluster graph (ValueError with the planner's reason when it refuses it): the
+    `stitch` stage's step, and the one re-entry for a cluster graph changed after the pipeline ran
+    (the plugin's interior outputs and inputs, cycles through outside TF ops, whose reasons the plugin
+    keeps as decisions; a test fault's corrupted graph). Nothing outside the compiler plans otherwise."""
+    return plan_cluster(graph, cluster, options)
+
+
 def _plan_or_refusal(graph: ir.Graph, cluster: int, options: PlanOptions) -> StitchPlan | Decision:
     try:
-        return plan_cluster(graph, cluster, options)
+        return compile_cluster(graph, cluster, options)
     except ValueError as err:
         return Decision("stitch", "refuse", f"cluster {cluster}", f"not stitched, keeps its original ops: {err}")
 
 
 def stitch(art: Artifacts, options: Options) -> tuple[StitchPlan | Decision, ...]:
-    """A StitchPlan per cluster graph, or the Decision saying why the planner refused it."""
-    return tuple(_plan_or_refusal(g, int(str(g.metadata["cluster"])), options.plan) for g in art.cluster_graphs)
+    """A StitchPlan per cluster graph, or the Decision saying why it was refused (planned once)."""
+    return tuple(
+        Decision("stitch", "refuse", f"cluster {c.id}", c.refused)
+        if c.refused
+        else _plan_or_refusal(g, c.id, options.plan)
+        for c, g in zip(art.need_clusters().clusters, art.cluster_graphs, strict=True)
+    )
 
 
 def _stitch_counts(art: Artifacts) -> tuple[KernelCount, ...]:
@@ -140,6 +176,7 @@ class Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage("clusters", clusters, _dump_scope),  # type: ignore[arg-type]
+    Stage("op_clusters", op_clusters, _dump_scope),  # type: ignore[arg-type]
     Stage("cluster_graphs", cluster_graphs, lambda gs: [ir.to_json(g) for g in gs]),  # type: ignore[attr-defined]
     Stage("baseline_plans", baseline_plans, _dump_plans),  # type: ignore[arg-type]
     Stage("stitch", stitch, lambda ps: [p.to_json() for p in ps]),  # type: ignore[attr-defined]

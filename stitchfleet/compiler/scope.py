@@ -40,6 +40,8 @@ class Cluster:
     parts: tuple[tuple[int, ...], ...]
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+    # why a later stage keeps the cluster's original ops (it keeps its id: ids are the plugin's indices)
+    refused: str = ""
 
     @property
     def size(self) -> int:

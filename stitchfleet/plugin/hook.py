@@ -197,7 +197,12 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.shapes = Specialisation(graph, steps, current.cache_dir, self.ledger)
         conversion = convert(steps, name=current.job_name or "graph", shapes=self.shapes.known)
         dump = Path(current.dump_dir) if current.dump_dir else None
-        options = Options(remote_budget=current.remote_stitch_budget, dump_dir=dump, baselines=("per_op",))
+        options = Options(
+            remote_budget=current.remote_stitch_budget,
+            dump_dir=dump,
+            baselines=("per_op",),
+            origins=frozenset(conversion.origins),  # the compiler draws clusters TF can compute: planned once
+        )
         art = compile_graph(conversion.graph, options)
         assert art.report is not None
         backend = resolve_backend(self.backend)

@@ -18,7 +18,7 @@ LAYERNORM = SUITE / "layernorm_fwd_128x768_f32.json"
 
 def test_stages_are_listed_once_in_data_flow_order() -> None:
     names = [s.artifact for s in pipeline.STAGES]
-    assert names == ["clusters", "cluster_graphs", "baseline_plans", "stitch", "report"]
+    assert names == ["clusters", "op_clusters", "cluster_graphs", "baseline_plans", "stitch", "report"]
     assert all(s.produce.__name__ == s.artifact for s in pipeline.STAGES)
 
 
@@ -27,7 +27,7 @@ def test_report_contents_and_json_round_trip() -> None:
     report = art.report
     assert report is not None
     assert report.totals() == {"per_op": 9, "xla_style": 3, "stitch": 1}
-    assert [t.stage for t in report.timings] == ["clusters", "cluster_graphs", "baseline_plans", "stitch"]
+    assert [t.stage for t in report.timings] == [s.artifact for s in pipeline.STAGES][:-1]
     assert report.clusters[0].fingerprint == pipeline.ir.fingerprint(art.cluster_graphs[0])
     again = CompileReport.loads(report.dumps())
     assert again == report
@@ -44,12 +44,13 @@ def test_artifacts_are_dumped(tmp_path: Path) -> None:
     assert names == [
         "00_graph.json",
         "01_clusters.json",
-        "02_cluster_graphs.json",
-        "03_baseline_plans.json",
-        "04_stitch.json",
-        "05_report.json",
+        "02_op_clusters.json",
+        "03_cluster_graphs.json",
+        "04_baseline_plans.json",
+        "05_stitch.json",
+        "06_report.json",
     ]
-    assert json.loads((tmp_path / "05_report.json").read_text())["format"] == "stitchfleet-compile-report"
+    assert json.loads((tmp_path / "06_report.json").read_text())["format"] == "stitchfleet-compile-report"
 
 
 def test_cli_compile_table_and_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,7 +80,7 @@ def test_cli_compile_dumps_where_the_setting_says(
         assert cli.main(["compile", str(LAYERNORM)]) == 0
     finally:
         settings.reset()
-    assert (tmp_path / "dump" / "05_report.json").exists()
+    assert (tmp_path / "dump" / "06_report.json").exists()
 
 
 @pytest.mark.parametrize(

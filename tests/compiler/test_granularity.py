@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from stitchfleet.compiler.granularity import RegroupError, atoms, cyclic, hull, regroup
 from stitchfleet.compiler.ir import Graph, GraphBuilder, Op, TensorType
-from stitchfleet.plugin.granularity import RegroupError, atoms, cyclic, hull, regroup
 
 
 def _unpack_like() -> tuple[Graph, set[int]]:
