@@ -26,7 +26,7 @@ from stitchfleet.compiler import ir, targets
 from stitchfleet.compiler.coverage import Coverage, measure
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.evaluate import EvaluationError, evaluate, random_inputs
-from stitchfleet.compiler.pipeline import Artifacts, Options, compile_graph
+from stitchfleet.compiler.pipeline import SOURCE_TARGETS, Artifacts, Options, compile_graph
 from stitchfleet.compiler.plan import StitchPlan
 from stitchfleet.compiler.report import CompileReport, format_table
 from stitchfleet.compiler.tolerance import check, check_outputs
@@ -93,7 +93,10 @@ def run_graph(
     bad_device = check_device(device)
     if bad_device is not None:
         return bad_device
-    options = Options(remote_budget=remote_budget, dump_dir=Path(dump_dir) if dump_dir else None)
+    dump = Path(dump_dir) if dump_dir else None
+    # a dump holds every stage's product: the kernel IR and every target's sources too
+    dumping = dump is not None
+    options = Options(remote_budget, dump, kernels=dumping, sources=SOURCE_TARGETS if dumping else ())
     art = compile_graph(graph, options)
     report = art.report
     assert report is not None  # the last stage always produces it

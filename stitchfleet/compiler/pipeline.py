@@ -1,4 +1,5 @@
-"""The compiler's stages, listed once, in data-flow order: graph -> clusters -> op clusters -> plans -> report.
+"""The compiler's stages, listed once, in data-flow order: graph -> clusters -> op clusters -> plans -> kernel
+IR -> rendered sources -> report.
 
 Input: a `Graph` and `Options` (remote stitch budget, dump directory: the caller
 reads them from settings; the frontend's op origins, from a frontend that lowers one op
@@ -12,7 +13,11 @@ stage, and the plugin, sees clusters the frontend's framework can compute. The `
 stage plans every cluster graph once, for the options' device (a cluster the planner or
 `op_clusters` refuses keeps its original ops, with the reason). `compile_cluster` is the
 one re-entry for a cluster graph changed after the pipeline ran (the plugin's TF reasons):
-callers outside the compiler plan through it, never through the planner.
+callers outside the compiler plan through it, never through the planner. The back stages run
+when asked (`Options.kernels`, `Options.sources`; `stitchfleet compile` and the hook ask when they
+dump): `kernels` lowers every plan to kernel IR once (what sim, cuda and cuda-cpu run), `sources`
+renders the named targets' source text (`cuda` from that kernel IR, `cpu` C from the plan); a
+cluster either refuses keeps a Decision with the reason in its place.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from typing import Any
 from stitchfleet.compiler import granularity, ir
 from stitchfleet.compiler.baselines import PLANNERS, Plan
 from stitchfleet.compiler.decision import Decision
+from stitchfleet.compiler.kernel.printer import print_kernel
+from stitchfleet.compiler.lower import Lowered, lower
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.report import ClusterSummary, CompileReport, KernelCount, StageTiming
 from stitchfleet.compiler.scope import Scope, find_clusters
@@ -45,6 +52,32 @@ class Options:
     # IR nodes holding a whole frontend op's output (the TF frontend's `origins`); None: every node is
     # one op of its own (a graph from JSON), so `op_clusters` keeps the scope pass's clusters.
     origins: frozenset[int] | None = None
+    # The back stages run only when asked: a job's hook builds each cluster for its backend itself and
+    # would pay them in its setup. `sources` names targets (SOURCE_TARGETS); cuda renders the kernel IR.
+    kernels: bool = False
+    sources: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.sources) - set(SOURCE_TARGETS))
+        if unknown:
+            raise ValueError(f"no source renderer for {unknown} (renderers: {', '.join(SOURCE_TARGETS)})")
+        if "cuda" in self.sources and not self.kernels:
+            raise ValueError("cuda sources are rendered from the kernel IR: ask for kernels too")
+
+
+SOURCE_TARGETS = ("cpu", "cuda")  # what the `sources` stage can render; callers that dump ask for all
+
+
+@dataclass(frozen=True)
+class RenderedSource:
+    """One cluster's source text for one target."""
+
+    cluster: int
+    target: str
+    text: str
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -57,6 +90,8 @@ class Artifacts:
     cluster_graphs: tuple[ir.Graph, ...] = ()
     baseline_plans: tuple[Plan, ...] = ()
     stitch: tuple[StitchPlan | Decision, ...] = ()
+    kernels: tuple[Lowered | Decision, ...] = ()
+    sources: tuple[RenderedSource | Decision, ...] = ()
     report: CompileReport | None = None
     timings: tuple[StageTiming, ...] = ()
 
@@ -118,6 +153,61 @@ def stitch(art: Artifacts, options: Options) -> tuple[StitchPlan | Decision, ...
     )
 
 
+# What a lowering or a renderer raises for a cluster it cannot express (RenderError and the kernel
+# verifier's errors are ValueErrors): the cluster keeps a Decision, the other clusters go on.
+_CANNOT = (NotImplementedError, ValueError, RuntimeError)
+
+
+def _lowered(graph: ir.Graph, plan: StitchPlan | Decision) -> Lowered | Decision:
+    if isinstance(plan, Decision):
+        return plan
+    try:
+        return lower(graph, plan)
+    except _CANNOT as err:
+        return Decision("kernels", "refuse", f"cluster {plan.cluster}", f"not lowered: {err}")
+
+
+def kernels(art: Artifacts, options: Options) -> tuple[Lowered | Decision, ...]:
+    """Kernel IR per cluster (empty unless `options.kernels`), or the Decision saying why there is none."""
+    if not options.kernels:
+        return ()
+    return tuple(_lowered(g, p) for g, p in zip(art.cluster_graphs, art.stitch, strict=True))
+
+
+def _render(target: str, cluster: int, graph: ir.Graph, plan: StitchPlan, lowered: Lowered | None) -> str:
+    # imported here: the renderers are the heaviest modules of the compiler, and most compiles render nothing
+    if target == "cpu":
+        from stitchfleet.compiler.targets.cpu.source import cluster_source
+
+        return cluster_source(graph, plan, f"stitch_cluster{cluster}").text
+    from stitchfleet.compiler.targets.cuda.render import render_module
+
+    assert lowered is not None  # Options demands kernels for cuda sources
+    return render_module(lowered.kernels)
+
+
+def _rendered(target: str, graph: ir.Graph, plan: StitchPlan | Decision, lowered: object) -> RenderedSource | Decision:
+    if isinstance(plan, Decision):
+        return plan
+    if isinstance(lowered, Decision):
+        return lowered
+    try:
+        text = _render(target, plan.cluster, graph, plan, lowered if isinstance(lowered, Lowered) else None)
+    except _CANNOT as err:
+        return Decision("sources", "refuse", f"cluster {plan.cluster} {target}", f"not rendered: {err}")
+    return RenderedSource(plan.cluster, target, text)
+
+
+def sources(art: Artifacts, options: Options) -> tuple[RenderedSource | Decision, ...]:
+    """Per cluster, per target of `options.sources` (in that order), its source text or why there is none."""
+    lowered: tuple[object, ...] = art.kernels or (None,) * len(art.stitch)
+    return tuple(
+        _rendered(target, g, p, low)
+        for g, p, low in zip(art.cluster_graphs, art.stitch, lowered, strict=True)
+        for target in options.sources
+    )
+
+
 def _stitch_counts(art: Artifacts) -> tuple[KernelCount, ...]:
     per_op = {p.cluster: p.kernel_count for p in art.baseline_plans if p.planner == "per_op"}
     return tuple(
@@ -136,6 +226,11 @@ def _stitch_decisions(art: Artifacts) -> tuple[Decision, ...]:
     return tuple(out)
 
 
+def _back_decisions(art: Artifacts) -> tuple[Decision, ...]:
+    """The back stages' own refusals (a cluster the planner refused passes its stitch Decision on)."""
+    return tuple(d for d in (*art.kernels, *art.sources) if isinstance(d, Decision) and d.stage != "stitch")
+
+
 def report(art: Artifacts, options: Options) -> CompileReport:
     scope = art.need_clusters()
     summaries = tuple(
@@ -148,7 +243,7 @@ def report(art: Artifacts, options: Options) -> CompileReport:
         node_count=len(art.graph.nodes),
         clusters=summaries,
         excluded=scope.excluded,
-        decisions=scope.decisions + _stitch_decisions(art),
+        decisions=scope.decisions + _stitch_decisions(art) + _back_decisions(art),
         kernel_counts=tuple(KernelCount(p.planner, p.cluster, p.kernel_count) for p in art.baseline_plans)
         + _stitch_counts(art),
         timings=art.timings,
@@ -161,6 +256,15 @@ def _dump_scope(scope: Scope) -> object:
         "excluded": [e.to_json() for e in scope.excluded],
         "decisions": [d.to_json() for d in scope.decisions],
     }
+
+
+def _dump_kernels(programs: tuple[Lowered | Decision, ...]) -> object:
+    return [
+        p.to_json()
+        if isinstance(p, Decision)
+        else {"inputs": p.inputs, "outputs": p.outputs, "kernels": [print_kernel(k) for k in p.kernels]}
+        for p in programs
+    ]
 
 
 def _dump_plans(plans: tuple[Plan, ...]) -> object:
@@ -180,6 +284,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("cluster_graphs", cluster_graphs, lambda gs: [ir.to_json(g) for g in gs]),  # type: ignore[attr-defined]
     Stage("baseline_plans", baseline_plans, _dump_plans),  # type: ignore[arg-type]
     Stage("stitch", stitch, lambda ps: [p.to_json() for p in ps]),  # type: ignore[attr-defined]
+    Stage("kernels", kernels, _dump_kernels),  # type: ignore[arg-type]
+    Stage("sources", sources, lambda ss: [s.to_json() for s in ss]),  # type: ignore[attr-defined]
     Stage("report", report, lambda r: r.to_json()),  # type: ignore[attr-defined]
 )
 

@@ -10,6 +10,8 @@ import pytest
 from stitchfleet import cli, settings
 from stitchfleet.compiler import pipeline
 from stitchfleet.compiler.ir import load
+from stitchfleet.compiler.lower import Lowered
+from stitchfleet.compiler.plan import StitchPlan
 from stitchfleet.compiler.report import CompileReport, ReportFormatError, format_table
 
 SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite"
@@ -18,7 +20,16 @@ LAYERNORM = SUITE / "layernorm_fwd_128x768_f32.json"
 
 def test_stages_are_listed_once_in_data_flow_order() -> None:
     names = [s.artifact for s in pipeline.STAGES]
-    assert names == ["clusters", "op_clusters", "cluster_graphs", "baseline_plans", "stitch", "report"]
+    assert names == [
+        "clusters",
+        "op_clusters",
+        "cluster_graphs",
+        "baseline_plans",
+        "stitch",
+        "kernels",
+        "sources",
+        "report",
+    ]
     assert all(s.produce.__name__ == s.artifact for s in pipeline.STAGES)
 
 
@@ -48,9 +59,30 @@ def test_artifacts_are_dumped(tmp_path: Path) -> None:
         "03_cluster_graphs.json",
         "04_baseline_plans.json",
         "05_stitch.json",
-        "06_report.json",
+        "06_kernels.json",
+        "07_sources.json",
+        "08_report.json",
     ]
-    assert json.loads((tmp_path / "06_report.json").read_text())["format"] == "stitchfleet-compile-report"
+    assert json.loads((tmp_path / "08_report.json").read_text())["format"] == "stitchfleet-compile-report"
+
+
+def test_kernel_ir_and_sources_are_stages_when_asked(tmp_path: Path) -> None:
+    asked = pipeline.Options(dump_dir=tmp_path, kernels=True, sources=pipeline.SOURCE_TARGETS)
+    art = pipeline.compile_graph(load(LAYERNORM), asked)
+    (plan,), (lowered,) = art.stitch, art.kernels
+    assert isinstance(plan, StitchPlan) and isinstance(lowered, Lowered)
+    assert len(lowered.kernels) == plan.kernel_count
+    cpu, cuda = art.sources
+    assert isinstance(cpu, pipeline.RenderedSource) and isinstance(cuda, pipeline.RenderedSource)
+    assert (cpu.target, cuda.target) == ("cpu", "cuda")
+    assert "int stitch_cluster0(" in cpu.text and all(k.name in cuda.text for k in lowered.kernels)
+    dumped = json.loads((tmp_path / "06_kernels.json").read_text())
+    assert dumped[0]["kernels"][0].startswith(f"kernel {lowered.kernels[0].name}(")
+    assert json.loads((tmp_path / "07_sources.json").read_text())[1]["text"] == cuda.text
+    plain = pipeline.compile_graph(load(LAYERNORM))  # not asked: a job's setup does not pay for them
+    assert plain.kernels == () and plain.sources == ()
+    with pytest.raises(ValueError, match="kernel IR"):
+        pipeline.Options(sources=("cuda",))
 
 
 def test_cli_compile_table_and_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,7 +112,7 @@ def test_cli_compile_dumps_where_the_setting_says(
         assert cli.main(["compile", str(LAYERNORM)]) == 0
     finally:
         settings.reset()
-    assert (tmp_path / "dump" / "06_report.json").exists()
+    assert (tmp_path / "dump" / "08_report.json").exists()
 
 
 @pytest.mark.parametrize(
