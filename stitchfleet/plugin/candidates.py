@@ -8,8 +8,9 @@ site (built or not: the twin copies what depends on them, which must be the same
 whatever each compiled), the clusters left to TF as (index, fingerprint, reason), and those the
 fleet found slower (same triple): decisions as data, which the hook records.
 
-A cluster is left to TF when the planner refused it, when Horovod ranks could not agree on it
-(past the agreement vector's slots), when it cannot be mapped onto TF tensors, when an op of it
+A cluster is left to TF when the compiler refused it (the planner, or no cluster of whole TF ops
+left), when Horovod ranks could not agree on it (past the agreement vector's slots), when it
+cannot be mapped onto TF tensors, when an op of it
 is placed where no backend can run it (a GPU while the GPU op cannot run here, or several devices:
 `placement.route`), when no variable update depends on it (evals
 and metrics run as written), when the fleet found it slower on this device profile at these
@@ -143,7 +144,9 @@ def _mapped(
 ) -> tuple[Site, str] | str:
     """The cluster's site (from its compiled graph and plan) and its backend, or why it is left to TF."""
     try:
-        site = map_cluster(graph, conversion, index, *compiled)  # may redraw it at TF op granularity
+        site = map_cluster(graph, conversion, index, *compiled)  # a change for TF: site.changes say why
+        for change in site.changes:
+            log.debug("stitchfleet: cluster %d %s: %s", index, change.action, change.reason)
         where = routes(site.internal)
         left = _left_to_tf(site, path, where)
     except UnmappableError as err:
