@@ -146,7 +146,7 @@ def _plan_or_refusal(graph: ir.Graph, cluster: int, options: PlanOptions) -> Sti
 def stitch(art: Artifacts, options: Options) -> tuple[StitchPlan | Decision, ...]:
     """A StitchPlan per cluster graph, or the Decision saying why it was refused (planned once)."""
     return tuple(
-        Decision("stitch", "refuse", f"cluster {c.id}", c.refused)
+        Decision(granularity.STAGE, "refuse", f"cluster {c.id}", c.refused)  # the op_clusters stage's own
         if c.refused
         else _plan_or_refusal(g, c.id, options.plan)
         for c, g in zip(art.need_clusters().clusters, art.cluster_graphs, strict=True)
@@ -189,7 +189,7 @@ def _render(target: str, cluster: int, graph: ir.Graph, plan: StitchPlan, lowere
 def _rendered(target: str, graph: ir.Graph, plan: StitchPlan | Decision, lowered: object) -> RenderedSource | Decision:
     if isinstance(plan, Decision):
         return plan
-    if isinstance(lowered, Decision):
+    if target == "cuda" and isinstance(lowered, Decision):  # cpu C is rendered from the plan, not the kernel IR
         return lowered
     try:
         text = _render(target, plan.cluster, graph, plan, lowered if isinstance(lowered, Lowered) else None)
@@ -220,15 +220,16 @@ def _stitch_decisions(art: Artifacts) -> tuple[Decision, ...]:
     out: list[Decision] = []
     for p in art.stitch:
         if isinstance(p, Decision):
-            out.append(p)
+            out += [p] if p.stage == "stitch" else []  # an op_clusters refusal is in the scope's decisions
             continue
         out += [Decision("stitch", c.action, f"cluster {p.cluster} {c.subject}", c.reason) for c in p.choices]
     return tuple(out)
 
 
 def _back_decisions(art: Artifacts) -> tuple[Decision, ...]:
-    """The back stages' own refusals (a cluster the planner refused passes its stitch Decision on)."""
-    return tuple(d for d in (*art.kernels, *art.sources) if isinstance(d, Decision) and d.stage != "stitch")
+    """The back stages' own refusals, once each (a refused cluster passes an earlier stage's Decision on)."""
+    back = (d for d in (*art.kernels, *art.sources) if isinstance(d, Decision) and d.stage in ("kernels", "sources"))
+    return tuple(dict.fromkeys(back))
 
 
 def report(art: Artifacts, options: Options) -> CompileReport:

@@ -150,7 +150,7 @@ def test_redraw_keeps_a_cluster_with_nothing_left_in_its_slot() -> None:
     art = dataclasses.replace(art, op_clusters=pipeline.op_clusters(art, options))
     art = dataclasses.replace(art, cluster_graphs=pipeline.cluster_graphs(art, options))
     (refusal,) = pipeline.stitch(art, pipeline.Options())
-    assert isinstance(refusal, Decision) and refusal.reason == kept.refused
+    assert isinstance(refusal, Decision) and (refusal.stage, refusal.reason) == ("op_clusters", kept.refused)
 
 
 def test_the_pipeline_fed_origins_plans_the_redrawn_cluster_once() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from stitchfleet import cli, settings
 from stitchfleet.compiler import pipeline
+from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.ir import load
 from stitchfleet.compiler.lower import Lowered
 from stitchfleet.compiler.plan import StitchPlan
@@ -83,6 +85,18 @@ def test_kernel_ir_and_sources_are_stages_when_asked(tmp_path: Path) -> None:
     assert plain.kernels == () and plain.sources == ()
     with pytest.raises(ValueError, match="kernel IR"):
         pipeline.Options(sources=("cuda",))
+
+
+def test_a_cluster_not_lowered_keeps_its_reason_and_its_cpu_source() -> None:
+    """The cpu C comes from the plan: a cluster whose kernel IR failed still gets it; cuda passes the reason on."""
+    asked = pipeline.Options(kernels=True, sources=pipeline.SOURCE_TARGETS)
+    art = pipeline.compile_graph(load(LAYERNORM), asked)
+    failed = Decision("kernels", "refuse", "cluster 0", "not lowered: for this test")
+    art = dataclasses.replace(art, kernels=(failed,))
+    cpu, cuda = pipeline.sources(art, asked)
+    assert isinstance(cpu, pipeline.RenderedSource) and cuda == failed
+    art = dataclasses.replace(art, sources=(cpu, cuda))
+    assert pipeline.report(art, asked).decisions.count(failed) == 1
 
 
 def test_cli_compile_table_and_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
