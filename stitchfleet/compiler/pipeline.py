@@ -37,7 +37,7 @@ from stitchfleet.compiler.kernel.printer import print_kernel
 from stitchfleet.compiler.lower import Lowered, lower
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
 from stitchfleet.compiler.report import ClusterSummary, CompileReport, KernelCount, StageTiming
-from stitchfleet.compiler.scope import Scope, find_clusters
+from stitchfleet.compiler.scope import Cluster, Scope, find_clusters
 from stitchfleet.compiler.subgraph import extract
 
 
@@ -232,11 +232,20 @@ def _back_decisions(art: Artifacts) -> tuple[Decision, ...]:
     return tuple(dict.fromkeys(back))
 
 
+def _fingerprint(art: Artifacts, graph: ir.Graph, drawn: Cluster) -> str:
+    """A cluster's key in the fleet's memory (reverted clusters, slower verdicts): the fingerprint of the
+    cluster as the scope pass drew it. The redrawing is a function of that cluster and the origins, and
+    the plugin redrew after the pipeline before it moved here: keys recorded then still name the cluster."""
+    if not graph.metadata.get("regrouped"):
+        return ir.fingerprint(graph)
+    return ir.fingerprint(extract(art.graph, drawn.nodes))
+
+
 def report(art: Artifacts, options: Options) -> CompileReport:
-    scope = art.need_clusters()
+    scope, drawn = art.need_clusters(), art.clusters.clusters if art.clusters is not None else ()
     summaries = tuple(
-        ClusterSummary(c.id, c.size, len(c.parts), c.nodes, c.inputs, c.outputs, ir.fingerprint(g))
-        for c, g in zip(scope.clusters, art.cluster_graphs, strict=True)
+        ClusterSummary(c.id, c.size, len(c.parts), c.nodes, c.inputs, c.outputs, _fingerprint(art, g, d))
+        for c, g, d in zip(scope.clusters, art.cluster_graphs, drawn, strict=True)
     )
     return CompileReport(
         graph_name=str(art.graph.metadata.get("case", art.graph.metadata.get("name", ""))),

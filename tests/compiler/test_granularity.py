@@ -164,6 +164,9 @@ def test_the_pipeline_fed_origins_plans_the_redrawn_cluster_once() -> None:
     assert art.report is not None and any(d.action == "redraw" for d in art.report.decisions)
     plain = pipeline.compile_graph(graph)  # no origins: every node is an op of its own
     assert plain.op_clusters is plain.clusters and not plain.cluster_graphs[0].metadata.get("regrouped")
+    assert plain.report is not None and plain.report.clusters[0].nodes != art.report.clusters[0].nodes
+    # the fleet's memory keys the cluster as the scope pass drew it: redrawing keeps the key
+    assert art.report.clusters[0].fingerprint == plain.report.clusters[0].fingerprint
 
 
 def test_constants_the_members_read_join_them() -> None:
