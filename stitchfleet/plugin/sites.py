@@ -272,8 +272,8 @@ def site_of(
     site.graph = with_unread(site.graph, unread)
     site.inputs += unread
     if unread:
-        names = ", ".join(t.name for t in unread)
-        site.changes.append(_change(graph, "extra inputs", f"outside tensors its TF ops read, its IR not: {names}"))
+        why = f"outside tensors its TF ops read but its IR does not: {', '.join(t.name for t in unread)}"
+        site.changes.append(_change(graph, "extra inputs", why))
     _check_types(site.graph)  # regrouping may have added nodes
     _readers(site, folded)
     return site
