@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 
 from stitchfleet.compiler.decision import Decision, Exclusion
 from stitchfleet.compiler.ir import Graph, Op
-from stitchfleet.compiler.scope import Cluster, Scope, boundary_reason, embedded_constant
+from stitchfleet.compiler.scope import UNREAD_CONSTANT, Cluster, Scope, boundary_reason, embedded_constant
 from stitchfleet.compiler.subgraph import boundary
 
 MAX_ROUNDS = 64
@@ -182,7 +182,7 @@ def regroup(graph: Graph, origins: Collection[int], members: Collection[int]) ->
 
 def _parts(graph: Graph, members: frozenset[int]) -> tuple[tuple[int, ...], ...]:
     """The connected pieces of a redrawn cluster's ops (constants not counted), by first node: its regions
-    (remote-stitched regions share no edge, and regrouping keeps every region's ops joined)."""
+    (remote-stitched regions share no edge; a region whose ops left may fall apart into several)."""
     ops = {m for m in members if graph.node(m).op is not Op.CONSTANT}
     parts: list[tuple[int, ...]] = []
     seen: set[int] = set()
@@ -209,6 +209,11 @@ def _redrawn(graph: Graph, cluster: Cluster, members: frozenset[int]) -> tuple[C
     return redrawn, Decision(STAGE, "redraw", f"cluster {cluster.id}", why)
 
 
+def _why_out(graph: Graph, node: int) -> str:
+    # a constant belongs to the clusters of its readers (the scope pass's rule 5): its readers left
+    return UNREAD_CONSTANT if graph.node(node).op is Op.CONSTANT else LEFT
+
+
 def redraw(graph: Graph, origins: Collection[int], scope: Scope) -> Scope:
     """`scope` with every cluster at the frontend's op granularity (see the module docstring): same ids and
     order; the exclusions follow the nodes that left every cluster or joined one."""
@@ -231,5 +236,5 @@ def redraw(graph: Graph, origins: Collection[int], scope: Scope) -> Scope:
     inside = {n for c in clusters for n in c.nodes}
     before = {n for c in scope.clusters for n in c.nodes}
     excluded = [e for e in scope.excluded if e.node not in inside]
-    excluded += [Exclusion.of(graph.node(n), LEFT) for n in sorted(before - inside)]
+    excluded += [Exclusion.of(graph.node(n), _why_out(graph, n)) for n in sorted(before - inside)]
     return Scope(tuple(clusters), tuple(sorted(excluded, key=lambda e: e.node)), tuple(decisions))
