@@ -1,7 +1,7 @@
 """What `stitchfleet compile FILE` does: load, run the pipeline, print, optionally evaluate.
 
 Input: the file path (or, from the CLI's GraphDef path through the TF frontend, a
-`Graph`), report format, device and the settings the CLI read (remote stitch budget,
+`Graph` and its op origins), report format, device and the settings the CLI read (remote stitch budget,
 dump directory, and the kernel cache directory for `cpu`). Output: text on stdout/stderr
 and an exit status (0 ok, 1 a check failed, 2 bad input). `reference` evaluates the graph on random inputs natively
 and in float64 and checks the outputs with the tolerance rule. Every target whose profile
@@ -88,15 +88,18 @@ def run_graph(
     dump_dir: str | None,
     *,
     cache_dir: Path | None = None,
+    origins: frozenset[int] | None = None,
 ) -> int:
-    """Compiles a graph already in memory (from IR JSON or from the TF frontend) and prints the report."""
+    """Compiles a graph already in memory (from IR JSON or from the TF frontend, with its op origins) and
+    prints the report."""
     bad_device = check_device(device)
     if bad_device is not None:
         return bad_device
     dump = Path(dump_dir) if dump_dir else None
     # a dump holds every stage's product: the kernel IR and every target's sources too
     dumping = dump is not None
-    options = Options(remote_budget, dump, kernels=dumping, sources=SOURCE_TARGETS if dumping else ())
+    back = SOURCE_TARGETS if dumping else ()
+    options = Options(remote_budget, dump, origins=origins, kernels=dumping, sources=back)
     art = compile_graph(graph, options)
     report = art.report
     assert report is not None  # the last stage always produces it
