@@ -101,7 +101,8 @@ def measure(name: str, translation: bool) -> Figures:
     figures = Figures()
     with graph.as_default():
         conversion = convert(StepOps(graph), name=name)
-        art = compile_graph(conversion.graph, Options(baselines=("per_op",)))
+        options = Options(baselines=("per_op",), origins=frozenset(conversion.origins))  # as the hook compiles
+        art = compile_graph(conversion.graph, options)
         path = training_path(graph)
         sites = []
         for index, (cluster, plan) in enumerate(zip(art.cluster_graphs, art.stitch, strict=True)):

@@ -76,15 +76,17 @@ def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     parser.set_defaults(handler=_compile)
 
 
-def _graph_from_graphdef(path: str) -> ir.Graph | int:
-    """IR from a TensorFlow GraphDef file through the plugin's frontend, or an exit status."""
+def _graph_from_graphdef(path: str) -> tuple[ir.Graph, frozenset[int]] | int:
+    """IR from a TensorFlow GraphDef file through the plugin's frontend and its op origins (the compiler draws
+    clusters at TF op granularity from them, as in a job), or an exit status."""
     try:
         from stitchfleet.plugin.frontend import FrontendError, graphdef_file
     except ImportError as err:
         print(f"stitchfleet compile: {path}: GraphDef input needs TensorFlow ({err})", file=sys.stderr)
         return EXIT_USAGE
     try:
-        return graphdef_file.convert_file(path).graph
+        conversion = graphdef_file.convert_file(path)
+        return conversion.graph, frozenset(conversion.origins)
     except FrontendError as err:
         print(f"stitchfleet compile: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -100,10 +102,13 @@ def _compile(args: argparse.Namespace) -> int:
     bad_device = compile_command.check_device(args.device)
     if bad_device is not None:
         return bad_device
-    graph = _graph_from_graphdef(args.path)
-    if isinstance(graph, int):
-        return graph
-    return compile_command.run_graph(graph, args.report, args.device, budget, dump_dir, cache_dir=current.cache_dir)
+    converted = _graph_from_graphdef(args.path)
+    if isinstance(converted, int):
+        return converted
+    graph, origins = converted
+    return compile_command.run_graph(
+        graph, args.report, args.device, budget, dump_dir, cache_dir=current.cache_dir, origins=origins
+    )
 
 
 def _migrate_db(args: argparse.Namespace) -> int:

@@ -149,7 +149,7 @@ class Settings:
         4, "The group probe runs this many times PROBE_ROUNDS rounds (its decision gates all).", minimum=1
     )
     remote_stitch_budget: int = _knob(8, "Most independent clusters merged into one stitch op.", minimum=1)
-    dump_dir: str = _knob("", "Write every compiler artifact here (empty: off).")
+    dump_dir: str = _knob("", "Write every compiler artifact here, and why the plugin changed a cluster (empty: off).")
     # Home-relative defaults are resolved once, at import: a process's home does not move.
     cache_dir: Path = _knob(Path.home() / ".cache" / "stitchfleet", "Compiled kernel cache.")  # noqa: RUF009
     # telemetry

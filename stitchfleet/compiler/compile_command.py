@@ -1,7 +1,7 @@
 """What `stitchfleet compile FILE` does: load, run the pipeline, print, optionally evaluate.
 
 Input: the file path (or, from the CLI's GraphDef path through the TF frontend, a
-`Graph`), report format, device and the settings the CLI read (remote stitch budget,
+`Graph` and its op origins), report format, device and the settings the CLI read (remote stitch budget,
 dump directory, and the kernel cache directory for `cpu`). Output: text on stdout/stderr
 and an exit status (0 ok, 1 a check failed, 2 bad input). `reference` evaluates the graph on random inputs natively
 and in float64 and checks the outputs with the tolerance rule. Every target whose profile
@@ -26,7 +26,7 @@ from stitchfleet.compiler import ir, targets
 from stitchfleet.compiler.coverage import Coverage, measure
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.evaluate import EvaluationError, evaluate, random_inputs
-from stitchfleet.compiler.pipeline import Artifacts, Options, compile_graph
+from stitchfleet.compiler.pipeline import SOURCE_TARGETS, Artifacts, Options, compile_graph
 from stitchfleet.compiler.plan import StitchPlan
 from stitchfleet.compiler.report import CompileReport, format_table
 from stitchfleet.compiler.tolerance import check, check_outputs
@@ -88,12 +88,18 @@ def run_graph(
     dump_dir: str | None,
     *,
     cache_dir: Path | None = None,
+    origins: frozenset[int] | None = None,
 ) -> int:
-    """Compiles a graph already in memory (from IR JSON or from the TF frontend) and prints the report."""
+    """Compiles a graph already in memory (from IR JSON or from the TF frontend, with its op origins) and
+    prints the report."""
     bad_device = check_device(device)
     if bad_device is not None:
         return bad_device
-    options = Options(remote_budget=remote_budget, dump_dir=Path(dump_dir) if dump_dir else None)
+    dump = Path(dump_dir) if dump_dir else None
+    # a dump holds every stage's product: the kernel IR and every target's sources too
+    dumping = dump is not None
+    back = SOURCE_TARGETS if dumping else ()
+    options = Options(remote_budget, dump, origins=origins, kernels=dumping, sources=back)
     art = compile_graph(graph, options)
     report = art.report
     assert report is not None  # the last stage always produces it
@@ -112,10 +118,10 @@ def run_graph(
 def coverage_of(art: Artifacts) -> Coverage:
     """The coverage figure of a compiled graph: its clusters with their plan or decision."""
     report = art.report
-    assert report is not None and art.clusters is not None
+    assert report is not None
     clusters = [
         (c.nodes, p.reason if isinstance(p, Decision) else None)
-        for c, p in zip(art.clusters.clusters, art.stitch, strict=True)
+        for c, p in zip(art.need_clusters().clusters, art.stitch, strict=True)
     ]
     return measure(art.graph, clusters, _exclusions(report))
 

@@ -40,6 +40,8 @@ class Cluster:
     parts: tuple[tuple[int, ...], ...]
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+    # why a later stage keeps the cluster's original ops (it keeps its id: ids are the plugin's indices)
+    refused: str = ""
 
     @property
     def size(self) -> int:
@@ -243,6 +245,7 @@ def _independent_group(
     return None
 
 
+UNREAD_CONSTANT = "constant feeds no cluster"
 TENSOR_CONSTANT = "tensor constant: read as a cluster input (kernels embed scalars and splats only)"
 
 
@@ -260,7 +263,7 @@ def _attach_constants(graph: Graph, constants: list[int], groups: list[set[int]]
         for home in homes:
             home.add(const)
         if not homes:
-            excluded.append(Exclusion.of(graph.node(const), "constant feeds no cluster"))
+            excluded.append(Exclusion.of(graph.node(const), UNREAD_CONSTANT))
 
 
 def _cluster(graph: Graph, index: int, parts: list[set[int]], members: set[int]) -> Cluster:

@@ -6,10 +6,13 @@ rank and whether Horovod ranks must agree on the installed set. Output: `Candida
 and built clusters to install (each with its device profile and shape signature), every mapped
 site (built or not: the twin copies what depends on them, which must be the same on every rank
 whatever each compiled), the clusters left to TF as (index, fingerprint, reason), and those the
-fleet found slower (same triple): decisions as data, which the hook records.
+fleet found slower (same triple): decisions as data, which the hook records. With a dump
+directory (STITCHFLEET_DUMP_DIR), `sites.json` beside the compiler's stage dumps says why each
+mapped cluster differs from the compiler's (`Site.changes`: the plugin's own decisions).
 
-A cluster is left to TF when the planner refused it, when Horovod ranks could not agree on it
-(past the agreement vector's slots), when it cannot be mapped onto TF tensors, when an op of it
+A cluster is left to TF when the compiler refused it (the planner, or no cluster of whole TF ops
+left), when Horovod ranks could not agree on it (past the agreement vector's slots), when it
+cannot be mapped onto TF tensors, when an op of it
 is placed where no backend can run it (a GPU while the GPU op cannot run here, or several devices:
 `placement.route`), when no variable update depends on it (evals
 and metrics run as written), when the fleet found it slower on this device profile at these
@@ -27,6 +30,7 @@ next pod on a shared cache volume). `Candidates.compiles` says what the builds c
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -34,6 +38,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from stitchfleet import settings as settings_module
@@ -143,7 +148,9 @@ def _mapped(
 ) -> tuple[Site, str] | str:
     """The cluster's site (from its compiled graph and plan) and its backend, or why it is left to TF."""
     try:
-        site = map_cluster(graph, conversion, index, *compiled)  # may redraw it at TF op granularity
+        site = map_cluster(graph, conversion, index, *compiled)  # a change for TF: site.changes say why
+        for change in site.changes:
+            log.debug("stitchfleet: cluster %d %s: %s", index, change.action, change.reason)
         where = routes(site.internal)
         left = _left_to_tf(site, path, where)
     except UnmappableError as err:
@@ -273,7 +280,19 @@ def choose(
     found.left.sort(key=lambda left: left[0])
     if signature is not None:
         signature.mark(graph, conversion, found.mapped)
+    if current.dump_dir:
+        dump_changes(Path(current.dump_dir), found.mapped)
     return found
+
+
+SITE_CHANGES = "sites.json"
+
+
+def dump_changes(directory: Path, sites: Iterable[Site]) -> None:
+    """Each mapped cluster's changes (`Site.changes`, empty when it kept the compiler's graph and plan)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = [{"cluster": site.index, "changes": [d.to_json() for d in site.changes]} for site in sites]
+    (directory / SITE_CHANGES).write_text(json.dumps(payload, indent=1))
 
 
 def _build_all(

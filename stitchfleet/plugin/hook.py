@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from stitchfleet import settings as settings_module
-from stitchfleet.compiler.pipeline import Options, compile_graph
+from stitchfleet.compiler.pipeline import SOURCE_TARGETS, Options, compile_graph
 from stitchfleet.plugin import candidates, collector
 from stitchfleet.plugin.agreement import SLOTS, Agreement
 from stitchfleet.plugin.bridge_op import choose as choose_bridge
@@ -198,7 +198,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.shapes = Specialisation(graph, steps, current.cache_dir, self.ledger)
         conversion = convert(steps, name=current.job_name or "graph", shapes=self.shapes.known)
         dump = Path(current.dump_dir) if current.dump_dir else None
-        options = Options(remote_budget=current.remote_stitch_budget, dump_dir=dump, baselines=("per_op",))
+        options = Options(
+            remote_budget=current.remote_stitch_budget,
+            dump_dir=dump,
+            baselines=("per_op",),
+            origins=frozenset(conversion.origins),  # the compiler draws clusters TF can compute: planned once
+            kernels=dump is not None,  # a dump holds the kernel IR and sources too; otherwise setup skips them
+            sources=SOURCE_TARGETS if dump is not None else (),
+        )
         art = compile_graph(conversion.graph, options)
         assert art.report is not None
         backend = resolve_backend(self.backend)

@@ -27,7 +27,8 @@ import numpy.typing as npt
 from stitchfleet.compiler import targets
 from stitchfleet.compiler.evaluate import evaluate
 from stitchfleet.compiler.ir import Graph
-from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
+from stitchfleet.compiler.pipeline import compile_cluster
+from stitchfleet.compiler.plan import PlanOptions, StitchPlan
 from stitchfleet.compiler.targets.cache import artifact_cache
 from stitchfleet.compiler.targets.cpu.executable import CpuExecutable
 from stitchfleet.compiler.targets.cuda.gpu_executable import GpuExecutable, Holds, compile_gpu, occupancy_holds
@@ -182,8 +183,8 @@ class ClusterKernel:
         compiled_graph, compiled_plan = graph, plan
         if fault is not None:
             compiled_graph = fault.corrupt_graph(graph)
-            if compiled_graph is not graph:
-                compiled_plan = plan_cluster(compiled_graph, plan.cluster, PlanOptions())
+            if compiled_graph is not graph:  # a corrupted graph is a changed cluster: the compiler's re-entry plans it
+                compiled_plan = compile_cluster(compiled_graph, plan.cluster, PlanOptions())
         self._run, compiled = compile_run(compiled_graph, compiled_plan, backend, cache_dir)
         # the compiled C for the native bridge op (unless a test fault corrupts outputs in Python)
         self.executable = compiled if fault is None or fault.in_graph else None

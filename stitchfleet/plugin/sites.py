@@ -6,11 +6,15 @@ that can compile a changed cluster, its stitch plan. Output: a `Site` (input ten
 tensors, the TF ops computing the outputs from the inputs in topological order, the
 constant-folded tensors they read, the outside ops whose data or control edges must be
 rerouted, and the cluster graph and plan to compile, which differ from the compiler's when
-the cluster had to change), or the reason why the cluster cannot be mapped cleanly onto TF
-tensors (it then stays off).
+the cluster had to change, with a Decision per change saying why), or the reason why the
+cluster cannot be mapped cleanly onto TF tensors (it then stays off).
 
-A cluster the scope pass drew through the middle of a TF op is first redrawn at TF
-granularity (`granularity.regroup`). An interior tensor that an outside op reads where the
+Plans come from the compiler: a cluster that needs no change keeps the compiler's plan (the
+pipeline drew it at TF op granularity from the frontend's origins and planned it once); a
+changed cluster graph is planned through the compiler's one re-entry, `pipeline.compile_cluster`,
+never by the planner here. A cluster still drawn through the middle of a TF op (a pipeline run
+without origins, a hand-drawn cluster) is redrawn at TF granularity first (the compiler's
+`granularity.regroup`). An interior tensor that an outside op reads where the
 IR does not show it (ZerosLike reads only a shape, yet TF runs it after its input) becomes
 an extra cluster output. An outside tensor that the cluster's TF ops read where the IR does not
 (batch norm's moving statistics and reserve spaces) becomes an extra cluster input
@@ -32,18 +36,21 @@ from typing import Any
 
 import numpy.typing as npt
 
+from stitchfleet.compiler.decision import Decision
+from stitchfleet.compiler.granularity import RegroupError, cyclic, downstream, hull, regroup
 from stitchfleet.compiler.ir import DType, Graph, IRError, Op
-from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
+from stitchfleet.compiler.pipeline import compile_cluster
+from stitchfleet.compiler.plan import PlanOptions, StitchPlan
 from stitchfleet.compiler.scope import boundary_reason
 from stitchfleet.compiler.subgraph import extract
-from stitchfleet.plugin import interior, placement
+from stitchfleet.plugin import interior, ordering, placement
 from stitchfleet.plugin.frontend import Conversion
-from stitchfleet.plugin.granularity import RegroupError, cyclic, downstream, hull, regroup
 from stitchfleet.plugin.interior import computed_by, walk, with_unread
 
 UnmappableError = interior.UnmappableError  # what `map_cluster` raises (defined beside the walk that raises it too)
 MAX_ABSORPTIONS = 16  # rounds of inputs closing a cycle pulled into the cluster
 FOLDS_SHAPES = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs"})
+STAGE = "sites"  # the stage named in the decisions that say why a site's cluster differs from the compiler's
 
 
 @dataclass
@@ -60,6 +67,7 @@ class Site:
     plan: StitchPlan | None = None  # the plan of `graph`, when the caller passed one to map_cluster
     varying: frozenset[str] = frozenset()  # folded tensors whose values depend on the job's shape signature
     oracle: Any = None  # signatures.ShapeOracle: which tensors share a shape whatever the signature
+    changes: list[Decision] = field(default_factory=list)  # why `graph` differs from the compiler's, in order
 
     @property
     def internal_names(self) -> set[str]:
@@ -118,51 +126,10 @@ def _readers(site: Site, folded: dict[str, Any]) -> None:
     site.folded.update({t.name: folded[t.name] for op in site.shape_readers for t in op.outputs})
     graph_ops = site.outputs[0].graph.get_operations() if site.outputs else []
     waiting = [op for op in graph_ops if op.name not in names and any(c.name in names for c in op.control_inputs)]
-    after = _data_descendants(site.internal)
-    ordering = [op for op in waiting if not _stateful(op) and _only_orders(op, after, site.inputs)]
-    site.ordering_readers = ordering
-    site.control_readers = [op for op in waiting if op not in ordering]
-
-
-def _forward(roots: list[Any], control: bool) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    stack = list(roots)
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen[op.name] = op
-        stack += [r for t in op.outputs for r in t.consumers()]
-        stack += list(op._control_outputs) if control else []
-    return seen
-
-
-def _data_descendants(ops: list[Any]) -> set[str]:
-    """The ops that read, through data edges, what `ops` compute: they run after them whatever the edges."""
-    return set(_forward([r for op in ops for t in op.outputs for r in t.consumers()], control=False))
-
-
-def _only_orders(op: Any, after: set[str], inputs: list[Any]) -> bool:
-    """Whether dropping stateless `op`'s control edges to the cluster changes no value (see `_stateful`)."""
-    late = [found for name, found in _forward([op], control=True).items() if _stateful(found) and name not in after]
-    return not interior.writes_read_state(late, inputs)
-
-
-def _stateful(op: Any) -> bool:
-    """Whether an op's effect depends on when it runs.
-
-    A stateless op's control edge only orders it (TF's gradient functions put the incoming gradient
-    before Square_grad's and Erf_grad's ops to bound memory; `tuple` gates an op's gradients), and the
-    stateful ops after it, which TF orders through it (`control_dependencies` skips ops whose inputs
-    already wait). So the edge is dropped (values stay as they were; moving it onto the stitched op
-    closed a cycle and kept the demo's clusters 6 and 7 off) unless a stateful op after that op, not
-    reading the cluster's results through data anyway, writes a variable read upstream of the
-    cluster's inputs (`interior.writes_read_state`): that write must stay after the read. (Before,
-    every such stateful op had to read the cluster's results: ResNet50's gated BiasAdd gradients
-    then ordered the next convolution's weight update after the cluster and 48 of its 118 clusters
-    were refused as cycles.)
-    """
-    return bool(op.op_def.is_stateful) if op.op_def is not None else True
+    after = ordering.data_descendants(site.internal)
+    only = [op for op in waiting if not ordering.stateful(op) and ordering.only_orders(op, after, site.inputs)]
+    site.ordering_readers = only
+    site.control_readers = [op for op in waiting if op not in only]
 
 
 @dataclass(frozen=True)
@@ -246,11 +213,20 @@ def _check_types(graph: Graph) -> None:
         raise UnmappableError("bf16 values cannot cross tf.numpy_function")
 
 
-def _members(conversion: Conversion, graph: Graph) -> frozenset[int]:
+def _members(conversion: Conversion, graph: Graph, changes: list[Decision]) -> frozenset[int]:
+    drawn = frozenset(graph.metadata.get_ints("source_nodes"))
     try:
-        return regroup(conversion.graph, conversion.origins.keys(), graph.metadata.get_ints("source_nodes"))
+        members = regroup(conversion.graph, conversion.origins.keys(), drawn)
     except RegroupError as err:
         raise UnmappableError(str(err)) from None
+    if members != drawn:
+        changed = len(members ^ drawn)
+        changes.append(_change(graph, "redraw", f"drawn through a TF op: {changed} node(s) joined or left it"))
+    return members
+
+
+def _change(graph: Graph, action: str, reason: str) -> Decision:
+    return Decision(STAGE, action, f"cluster {graph.metadata.get('cluster', 0)}", reason)
 
 
 def _site(tf_graph: Any, conversion: Conversion, index: int, graph: Graph) -> tuple[Site, list[Any]]:
@@ -266,13 +242,14 @@ def _site(tf_graph: Any, conversion: Conversion, index: int, graph: Graph) -> tu
 
 
 def _plan(site: Site, original: Graph, plan: StitchPlan | None) -> StitchPlan | None:
-    """The plan of the site's graph: the compiler's when the cluster is unchanged, else a new one."""
+    """The plan of the site's graph: the compiler's when the cluster is unchanged, else the compiler's
+    re-entry's (`pipeline.compile_cluster`) for the changed graph (`site.changes` say why)."""
     if site.graph is original:
         return plan
     if plan is None:
         raise UnmappableError("the cluster must change at TF op granularity and the caller cannot re-plan it")
     try:
-        return plan_cluster(site.graph, plan.cluster, PlanOptions(device=plan.device))
+        return compile_cluster(site.graph, plan.cluster, PlanOptions(device=plan.device))
     except ValueError as err:
         raise UnmappableError(f"the cluster at TF op granularity cannot be planned: {err}") from None
 
@@ -290,8 +267,13 @@ def site_of(
     if extra:
         site.graph = _cluster_graph(conversion, members, graph, [conversion.tensors[t.name] for t in extra])
         site.outputs += extra
+        names = ", ".join(t.name for t in extra)
+        site.changes.append(_change(graph, "extra outputs", f"interior tensors outside TF ops read: {names}"))
     site.graph = with_unread(site.graph, unread)
     site.inputs += unread
+    if unread:
+        why = f"outside tensors its TF ops read but its IR does not: {', '.join(t.name for t in unread)}"
+        site.changes.append(_change(graph, "extra inputs", why))
     _check_types(site.graph)  # regrouping may have added nodes
     _readers(site, folded)
     return site
@@ -346,10 +328,12 @@ def map_cluster(
 
     Without `plan`, only a cluster that needs no change is mapped (the caller compiles `graph`);
     with it, `site.graph` and `site.plan` are what to compile. An input closing a cycle joins the
-    cluster when it can (`_absorb`), else what reads it leaves it (`_shed`).
+    cluster when it can (`_absorb`), else what reads it leaves it (`_shed`). `site.changes` says why
+    the cluster differs from the compiler's, one Decision per change.
     """
     _check_types(graph)
-    members = _members(conversion, graph)
+    changes: list[Decision] = []
+    members = _members(conversion, graph, changes)
     site = site_of(tf_graph, conversion, index, graph, members)
     for _ in range(MAX_ABSORPTIONS):
         found = closures(site)
@@ -357,11 +341,14 @@ def map_cluster(
             break
         try:
             members = _absorb(conversion, members, found)
+            changes.append(_change(graph, "absorb", f"its input closed {found[0].reason}"))
         except UnmappableError:
             members = _shed(conversion, members, found)
+            changes.append(_change(graph, "shed", f"its members read an input closing {found[0].reason}"))
         site = site_of(tf_graph, conversion, index, graph, members)
     check_acyclic(site)
     interior.check_device_specific(site.outputs, placement.gpu_visible)
+    site.changes[:0] = changes
     site.plan = _plan(site, graph, plan)
     return site
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,7 +10,10 @@ import pytest
 
 from stitchfleet import cli, settings
 from stitchfleet.compiler import pipeline
+from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.ir import load
+from stitchfleet.compiler.lower import Lowered
+from stitchfleet.compiler.plan import StitchPlan
 from stitchfleet.compiler.report import CompileReport, ReportFormatError, format_table
 
 SUITE = Path(__file__).resolve().parents[2] / "benchmarks" / "suite"
@@ -18,7 +22,16 @@ LAYERNORM = SUITE / "layernorm_fwd_128x768_f32.json"
 
 def test_stages_are_listed_once_in_data_flow_order() -> None:
     names = [s.artifact for s in pipeline.STAGES]
-    assert names == ["clusters", "cluster_graphs", "baseline_plans", "stitch", "report"]
+    assert names == [
+        "clusters",
+        "op_clusters",
+        "cluster_graphs",
+        "baseline_plans",
+        "stitch",
+        "kernels",
+        "sources",
+        "report",
+    ]
     assert all(s.produce.__name__ == s.artifact for s in pipeline.STAGES)
 
 
@@ -27,7 +40,7 @@ def test_report_contents_and_json_round_trip() -> None:
     report = art.report
     assert report is not None
     assert report.totals() == {"per_op": 9, "xla_style": 3, "stitch": 1}
-    assert [t.stage for t in report.timings] == ["clusters", "cluster_graphs", "baseline_plans", "stitch"]
+    assert [t.stage for t in report.timings] == [s.artifact for s in pipeline.STAGES][:-1]
     assert report.clusters[0].fingerprint == pipeline.ir.fingerprint(art.cluster_graphs[0])
     again = CompileReport.loads(report.dumps())
     assert again == report
@@ -44,12 +57,46 @@ def test_artifacts_are_dumped(tmp_path: Path) -> None:
     assert names == [
         "00_graph.json",
         "01_clusters.json",
-        "02_cluster_graphs.json",
-        "03_baseline_plans.json",
-        "04_stitch.json",
-        "05_report.json",
+        "02_op_clusters.json",
+        "03_cluster_graphs.json",
+        "04_baseline_plans.json",
+        "05_stitch.json",
+        "06_kernels.json",
+        "07_sources.json",
+        "08_report.json",
     ]
-    assert json.loads((tmp_path / "05_report.json").read_text())["format"] == "stitchfleet-compile-report"
+    assert json.loads((tmp_path / "08_report.json").read_text())["format"] == "stitchfleet-compile-report"
+
+
+def test_kernel_ir_and_sources_are_stages_when_asked(tmp_path: Path) -> None:
+    asked = pipeline.Options(dump_dir=tmp_path, kernels=True, sources=pipeline.SOURCE_TARGETS)
+    art = pipeline.compile_graph(load(LAYERNORM), asked)
+    (plan,), (lowered,) = art.stitch, art.kernels
+    assert isinstance(plan, StitchPlan) and isinstance(lowered, Lowered)
+    assert len(lowered.kernels) == plan.kernel_count
+    cpu, cuda = art.sources
+    assert isinstance(cpu, pipeline.RenderedSource) and isinstance(cuda, pipeline.RenderedSource)
+    assert (cpu.target, cuda.target) == ("cpu", "cuda")
+    assert "int stitch_cluster0(" in cpu.text and all(k.name in cuda.text for k in lowered.kernels)
+    dumped = json.loads((tmp_path / "06_kernels.json").read_text())
+    assert dumped[0]["kernels"][0].startswith(f"kernel {lowered.kernels[0].name}(")
+    assert json.loads((tmp_path / "07_sources.json").read_text())[1]["text"] == cuda.text
+    plain = pipeline.compile_graph(load(LAYERNORM))  # not asked: a job's setup does not pay for them
+    assert plain.kernels == () and plain.sources == ()
+    with pytest.raises(ValueError, match="kernel IR"):
+        pipeline.Options(sources=("cuda",))
+
+
+def test_a_cluster_not_lowered_keeps_its_reason_and_its_cpu_source() -> None:
+    """The cpu C comes from the plan: a cluster whose kernel IR failed still gets it; cuda passes the reason on."""
+    asked = pipeline.Options(kernels=True, sources=pipeline.SOURCE_TARGETS)
+    art = pipeline.compile_graph(load(LAYERNORM), asked)
+    failed = Decision("kernels", "refuse", "cluster 0", "not lowered: for this test")
+    art = dataclasses.replace(art, kernels=(failed,))
+    cpu, cuda = pipeline.sources(art, asked)
+    assert isinstance(cpu, pipeline.RenderedSource) and cuda == failed
+    art = dataclasses.replace(art, sources=(cpu, cuda))
+    assert pipeline.report(art, asked).decisions.count(failed) == 1
 
 
 def test_cli_compile_table_and_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -79,7 +126,7 @@ def test_cli_compile_dumps_where_the_setting_says(
         assert cli.main(["compile", str(LAYERNORM)]) == 0
     finally:
         settings.reset()
-    assert (tmp_path / "dump" / "05_report.json").exists()
+    assert (tmp_path / "dump" / "08_report.json").exists()
 
 
 @pytest.mark.parametrize(

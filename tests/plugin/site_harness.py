@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from stitchfleet.compiler.decision import Decision
-from stitchfleet.compiler.pipeline import compile_graph
+from stitchfleet.compiler.pipeline import Options, compile_graph
 from stitchfleet.plugin import training_graphs as models
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.frontend.converter import convert
@@ -45,7 +45,7 @@ class Stitched:
 def map_all(graph: Any) -> Stitched:
     """Converts and compiles `graph` and maps every planned cluster (what the hook's begin does)."""
     conversion = convert(StepOps(graph))
-    art = compile_graph(conversion.graph)
+    art = compile_graph(conversion.graph, Options(origins=frozenset(conversion.origins)))
     stitched = Stitched(graph, conversion)
     for i, (cluster_graph, plan) in enumerate(zip(art.cluster_graphs, art.stitch, strict=True)):
         if isinstance(plan, Decision):

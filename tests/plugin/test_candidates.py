@@ -3,11 +3,13 @@
 Regression: on oneDNN builds of TF (the default on x86 CPUs) grappler fuses a FusedBatchNorm whose
 output 0 feeds only a Relu, inside the dispatch op's fallback function, into one op that fails
 every call ("Missing 0-th output from FusedBatchNormV3"): every Keras CNN job failed its first step
-on the twin and reverted stitching for the whole job.
+on the twin and reverted stitching for the whole job. And what a dumping job writes: every compiler
+stage, and why the plugin changed a cluster.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from stitchfleet.plugin.candidates import _onednn, fallback_hazard
-from tests.plugin.hook_harness import hooked
+from stitchfleet.plugin.candidates import SITE_CHANGES, _onednn, fallback_hazard
+from tests.plugin.hook_harness import hooked, train
 
 pytestmark = pytest.mark.tf
 v1 = tf.compat.v1
@@ -80,3 +82,27 @@ def test_a_keras_conv_batch_norm_relu_job_keeps_stitching(tmp_path: Path) -> Non
     hazards = [why for why in hook.off.values() if "oneDNN remapper" in why]
     assert bool(hazards) == _onednn()
     assert stitched == pytest.approx(plain, rel=1e-5)
+
+
+def test_a_dumping_job_dumps_every_stage_and_why_the_plugin_changed_a_cluster(tmp_path: Path) -> None:
+    """One-way compile in a job: the compiler's stages, kernel IR and sources included, and the plugin's
+    own changes (`sites.json`); a cluster the plugin left as the compiler drew it lists none."""
+    dump = tmp_path / "dump"
+    hook, _ = hooked(tmp_path, "dumping", STITCHFLEET_DUMP_DIR=str(dump))
+    train(3, hook)
+    names = sorted(p.name for p in dump.iterdir())
+    assert names[:9] == [
+        "00_graph.json",
+        "01_clusters.json",
+        "02_op_clusters.json",
+        "03_cluster_graphs.json",
+        "04_baseline_plans.json",
+        "05_stitch.json",
+        "06_kernels.json",
+        "07_sources.json",
+        "08_report.json",
+    ]
+    assert {d["stage"] for d in json.loads((dump / "08_report.json").read_text())["decisions"]} >= {"op_clusters"}
+    sites = json.loads((dump / SITE_CHANGES).read_text())
+    assert sites and all(c["stage"] == "sites" and c["reason"] for s in sites for c in s["changes"])
+    assert any(not s["changes"] for s in sites)  # planned once: the compiler's graph and plan kept

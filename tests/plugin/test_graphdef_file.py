@@ -10,8 +10,10 @@ from google.protobuf import text_format
 
 from stitchfleet import cli
 from stitchfleet.compiler.ir import Op
+from stitchfleet.compiler.report import CompileReport
 from stitchfleet.plugin.frontend import FrontendError
 from stitchfleet.plugin.frontend.graphdef_file import convert_file, read_graph_def
+from stitchfleet.plugin.training_graphs import build, training_step
 
 pytestmark = pytest.mark.tf
 
@@ -55,6 +57,18 @@ def test_cli_compiles_a_graphdef(pb_file: Path, capsys: pytest.CaptureFixture[st
     assert "graph model" in out
     assert "clusters: " in out and "clusters: 0" not in out
     assert "reference evaluation on random inputs" in out
+
+
+def test_cli_compiles_a_graphdef_at_tf_op_granularity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI hands the frontend's origins to the compiler, as a job's hook does: every cluster it reports
+    begins and ends on TF tensors (without them, 10 boundary nodes of this model were TF op pieces)."""
+    path = tmp_path / "transformer_block.pb"
+    path.write_bytes(training_step(build("transformer_block", "small")).SerializeToString())
+    assert cli.main(["compile", str(path), "--report", "json"]) == 0
+    report = CompileReport.loads(capsys.readouterr().out)
+    origins = convert_file(path).origins
+    assert report.clusters and any(d.stage == "op_clusters" and d.action == "redraw" for d in report.decisions)
+    assert all(n in origins for c in report.clusters for n in (*c.inputs, *c.outputs))
 
 
 def test_truncated_pb_is_named(pb_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from stitchfleet.compiler.evaluate import evaluate
 from stitchfleet.compiler.ir import Graph, Op
+from stitchfleet.compiler.pipeline import Options, compile_graph
 from stitchfleet.compiler.plan import StitchPlan, plan_cluster
 from stitchfleet.compiler.subgraph import extract
 from stitchfleet.plugin.frontend import Conversion
@@ -171,6 +172,39 @@ def test_cluster_that_needs_no_change_keeps_the_compilers_graph_and_plan() -> No
     assert site.graph is cluster and site.plan is plan
     assert map_cluster(graph, conversion, 0, cluster).plan is None
     _assert_computes_tf(graph, site)
+
+
+def test_pipeline_fed_origins_hands_over_clusters_planned_once() -> None:
+    """One-way compile: fed the frontend's origins, the pipeline draws the Unpack cluster at TF op granularity
+    (every input and output a TF tensor), and the site keeps the compiler's graph and plan: no re-plan."""
+    graph, conversion = _convert(_unpack_into_cluster)
+    art = compile_graph(conversion.graph, Options(origins=frozenset(conversion.origins)))
+    assert art.cluster_graphs
+    for i, (cluster, plan) in enumerate(zip(art.cluster_graphs, art.stitch, strict=True)):
+        assert isinstance(plan, StitchPlan) and not _unmapped(conversion, cluster)
+        site = map_cluster(graph, conversion, i, cluster, plan)
+        assert site.graph is cluster and site.plan is plan and not site.changes
+        _assert_computes_tf(graph, site)
+
+
+def test_a_cluster_changed_for_tf_says_why() -> None:
+    """A change the plugin still makes (a hand-drawn cluster through a TF op; an interior tensor read
+    outside) is planned by the compiler's re-entry, and the site keeps a decision per change."""
+    graph, conversion = _convert(_unpack_into_cluster)
+    members = _ancestors(conversion, ["y:0"], [f"unstack:{i}" for i in range(3)])
+    site = map_cluster(graph, conversion, 0, *_cluster(conversion, members))
+    assert [(d.stage, d.action, d.subject) for d in site.changes] == [("sites", "redraw", "cluster 0")]
+
+    def build() -> None:
+        x = P(tf.float32, [4, 8], name="x")
+        t = tf.tanh(x, name="t")
+        tf.exp(t * 2.0, name="y")
+        tf.raw_ops.ZerosLike(x=t, name="z")
+
+    graph, conversion = _convert(build)
+    site = map_cluster(graph, conversion, 0, *_cluster(conversion, _ancestors(conversion, ["y:0"])))
+    (change,) = site.changes
+    assert change.action == "extra outputs" and "t:0" in change.reason
 
 
 # --- still refused, and why -------------------------------------------------------------------

@@ -1,15 +1,17 @@
-"""A compiled cluster redrawn at TF granularity: its boundary runs along TF tensors, never through a TF op.
+"""Clusters redrawn at the frontend's op granularity: a boundary runs along whole frontend ops, never through one.
 
-Input: the frontend's IR graph, its `origins` (IR node -> the TF tensor it holds) and the
-member node ids of one cluster the compiler's scope pass drew. Output: the member set of a
-cluster whose every input and output holds a TF tensor (the same set when it already was
-one), or `RegroupError` saying why none is left.
+Input: an IR graph, its `origins` (the ids of the IR nodes that hold a whole frontend op's output:
+a TF tensor, as the TF frontend records them; the pipeline gets them as `Options.origins`) and a
+`Scope` (or one cluster's member ids). Output: the `Scope` whose every cluster's inputs and outputs
+are such nodes (`redraw`: the pipeline's `op_clusters` stage, with a decision per cluster it changed
+or refused), or one member set (`regroup`), or `RegroupError` saying why none is left.
 
 Why: the frontend lowers some TF ops into several IR nodes (Unpack and Split into a slice and
 a reshape per output, SoftmaxCrossEntropyWithLogits into a max, a shift, an exp, a sum...).
 Only the nodes that hold a whole TF tensor have an origin; an intermediate has none, and only
 nodes of the same TF op read it. The scope pass draws clusters without knowing TF ops, so a
-cluster may end or begin on an intermediate, which TF cannot feed or fetch.
+cluster may end or begin on an intermediate, which TF cannot feed or fetch. Redrawing here,
+before the clusters are planned, plans each cluster once, as TF can compute it.
 
 Rule: nodes joined by edges out of an origin-less node form an *atom* (the piece of one TF op
 that computes some of its outputs); a cluster TF can compute is a union of whole atoms plus
@@ -18,18 +20,25 @@ when they are all cluster candidates and the cluster stays free of cycles (no pa
 and comes back, or the stitched op would need its own result); otherwise its nodes leave the
 cluster, and when that alone opens a cycle, so do the members downstream of them. Each step
 keeps the cluster acyclic; rounds repeat until no atom is split. Node semantics never change:
-only membership does. `hull` gives the nodes a set must take in to stay acyclic when a node
-joins it from outside (the plugin pulls in inputs whose TF ops wait for the cluster).
+only membership does. A cluster with no cluster of whole ops left keeps its slot and id (ids are
+the plugin's cluster indices) with `Cluster.refused` saying why. `hull` gives the nodes a set must
+take in to stay acyclic when a node joins it from outside (the plugin pulls in inputs whose TF
+ops wait for the cluster).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping
 
+from stitchfleet.compiler.decision import Decision, Exclusion
 from stitchfleet.compiler.ir import Graph, Op
-from stitchfleet.compiler.scope import boundary_reason, embedded_constant
+from stitchfleet.compiler.scope import UNREAD_CONSTANT, Cluster, Scope, boundary_reason, embedded_constant
+from stitchfleet.compiler.subgraph import boundary
 
 MAX_ROUNDS = 64
+STAGE = "op_clusters"
+LEFT = "left its cluster at op granularity (its frontend op could not join whole, or it reads one that left)"
 
 
 class RegroupError(ValueError):
@@ -169,3 +178,63 @@ def regroup(graph: Graph, origins: Collection[int], members: Collection[int]) ->
     if len(chosen) < 2:
         raise RegroupError("at TF op granularity at most one op is left, nothing to stitch")
     return _with_constants(graph, chosen)
+
+
+def _parts(graph: Graph, members: frozenset[int]) -> tuple[tuple[int, ...], ...]:
+    """The connected pieces of a redrawn cluster's ops (constants not counted), by first node: its regions
+    (remote-stitched regions share no edge; a region whose ops left may fall apart into several)."""
+    ops = {m for m in members if graph.node(m).op is not Op.CONSTANT}
+    parts: list[tuple[int, ...]] = []
+    seen: set[int] = set()
+    for start in sorted(ops):
+        if start in seen:
+            continue
+        piece, stack = {start}, [start]
+        while stack:
+            node = stack.pop()
+            for near in (*graph.node(node).inputs, *graph.consumers[node]):
+                if near in ops and near not in piece:
+                    piece.add(near)
+                    stack.append(near)
+        seen |= piece
+        parts.append(tuple(sorted(piece)))
+    return tuple(parts)
+
+
+def _redrawn(graph: Graph, cluster: Cluster, members: frozenset[int]) -> tuple[Cluster, Decision]:
+    inputs, outputs = boundary(graph, members)
+    joined, left = sorted(members - set(cluster.nodes)), sorted(set(cluster.nodes) - members)
+    why = f"its boundary ran through a frontend op: {len(joined)} node(s) joined {joined}, {len(left)} left {left}"
+    redrawn = Cluster(cluster.id, tuple(sorted(members)), _parts(graph, members), tuple(inputs), tuple(outputs))
+    return redrawn, Decision(STAGE, "redraw", f"cluster {cluster.id}", why)
+
+
+def _why_out(graph: Graph, node: int) -> str:
+    # a constant belongs to the clusters of its readers (the scope pass's rule 5): its readers left
+    return UNREAD_CONSTANT if graph.node(node).op is Op.CONSTANT else LEFT
+
+
+def redraw(graph: Graph, origins: Collection[int], scope: Scope) -> Scope:
+    """`scope` with every cluster at the frontend's op granularity (see the module docstring): same ids and
+    order; the exclusions follow the nodes that left every cluster or joined one."""
+    clusters: list[Cluster] = []
+    decisions = list(scope.decisions)
+    for cluster in scope.clusters:
+        try:
+            members = regroup(graph, origins, cluster.nodes)
+        except RegroupError as err:
+            why = f"not stitched, keeps its original ops: {err}"
+            clusters.append(dataclasses.replace(cluster, refused=why))
+            decisions.append(Decision(STAGE, "refuse", f"cluster {cluster.id}", why))
+            continue
+        if members == frozenset(cluster.nodes):
+            clusters.append(cluster)
+            continue
+        redrawn, decision = _redrawn(graph, cluster, members)
+        clusters.append(redrawn)
+        decisions.append(decision)
+    inside = {n for c in clusters for n in c.nodes}
+    before = {n for c in scope.clusters for n in c.nodes}
+    excluded = [e for e in scope.excluded if e.node not in inside]
+    excluded += [Exclusion.of(graph.node(n), _why_out(graph, n)) for n in sorted(before - inside)]
+    return Scope(tuple(clusters), tuple(sorted(excluded, key=lambda e: e.node)), tuple(decisions))

@@ -1,15 +1,23 @@
 """`granularity`: clusters redrawn as unions of whole atoms, on hand-built IR graphs (no TensorFlow).
 
 Each graph marks which nodes hold a TF tensor (`origins`); the others are intermediates of
-one TF op's lowering, as the frontend leaves them.
+one TF op's lowering, as the frontend leaves them. `redraw` (the pipeline's `op_clusters` stage)
+and the pipeline fed origins are checked on a graph the scope pass cuts through one TF op.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from stitchfleet.compiler import pipeline
+from stitchfleet.compiler.decision import Decision
+from stitchfleet.compiler.granularity import LEFT, RegroupError, atoms, cyclic, hull, redraw, regroup
 from stitchfleet.compiler.ir import Graph, GraphBuilder, Op, TensorType
-from stitchfleet.plugin.granularity import RegroupError, atoms, cyclic, hull, regroup
+from stitchfleet.compiler.plan import StitchPlan
+from stitchfleet.compiler.scope import Cluster, Scope, find_clusters
+from stitchfleet.compiler.subgraph import boundary
 
 
 def _unpack_like() -> tuple[Graph, set[int]]:
@@ -82,9 +90,8 @@ def test_an_atom_that_cannot_join_without_a_cycle_leaves_the_cluster() -> None:
     assert regroup(graph, origins, members) == frozenset(members - {ids["spread"]})
 
 
-def test_members_downstream_of_an_atom_that_leaves_leave_too() -> None:
-    """When growth would close a cycle and removing the atom alone would open one, the members it
-    feeds leave with it."""
+def _shared_intermediate() -> tuple[Graph, set[int], dict[str, int]]:
+    """u = exp(w) has no origin: two outputs of one TF op (v and v2) read it; v2 also reads opaque(w)."""
     b = GraphBuilder()
     x = b.parameter("x", [4, 8])
     w = b.tanh(x)
@@ -99,11 +106,67 @@ def test_members_downstream_of_an_atom_that_leaves_leave_too() -> None:
     b.output("s", s)
     graph = b.build()
     origins = {n.id for n in graph.nodes} - {u.id}
-    members = {w.id, u.id, v.id, z.id, s.id}
+    return graph, origins, {"w": w.id, "u": u.id, "v": v.id, "v2": v2.id, "z": z.id, "s": s.id}
+
+
+def test_members_downstream_of_an_atom_that_leaves_leave_too() -> None:
+    """When growth would close a cycle and removing the atom alone would open one, the members it
+    feeds leave with it."""
+    graph, origins, ids = _shared_intermediate()
+    w, u, v, v2, z, s = (ids[k] for k in ("w", "u", "v", "v2", "z", "s"))
+    members = {w, u, v, z, s}
     assert not cyclic(graph, members)
-    assert cyclic(graph, members | {v2.id})  # w -> q -> v2
-    assert cyclic(graph, members - {u.id, v.id})  # w -> u -> v -> z
-    assert regroup(graph, origins, members) == frozenset({w.id, s.id})
+    assert cyclic(graph, members | {v2})  # w -> q -> v2
+    assert cyclic(graph, members - {u, v})  # w -> u -> v -> z
+    assert regroup(graph, origins, members) == frozenset({w, s})
+
+
+def test_redraw_keeps_ids_and_says_why() -> None:
+    graph, origins, ids = _shared_intermediate()
+    scope = find_clusters(graph)
+    (drawn,) = scope.clusters
+    assert set(drawn.nodes) == {ids[k] for k in ("w", "u", "v", "z", "s")}  # the scope pass cut u's TF op
+    (cluster,) = redraw(graph, origins, scope).clusters
+    again = redraw(graph, origins, scope)
+    assert cluster.id == drawn.id and cluster.nodes == (ids["w"], ids["s"]) and not cluster.refused
+    assert (list(cluster.inputs), list(cluster.outputs)) == boundary(graph, cluster.nodes)
+    assert cluster.parts == ((ids["w"], ids["s"]),)
+    assert again.decisions[: len(scope.decisions)] == scope.decisions
+    (said,) = again.decisions[len(scope.decisions) :]
+    assert (said.stage, said.action, said.subject) == ("op_clusters", "redraw", "cluster 0")
+    left = {e.node for e in again.excluded if e.reason == LEFT}
+    assert left == {ids["u"], ids["v"], ids["z"]}
+
+
+def test_redraw_keeps_a_cluster_with_nothing_left_in_its_slot() -> None:
+    graph, origins, ids = _broadcast_then_cycle()
+    members = (ids["h"], ids["spread"])
+    inputs, outputs = boundary(graph, members)
+    scope = Scope((Cluster(0, members, (members,), tuple(inputs), tuple(outputs)),), ())
+    (kept,) = redraw(graph, origins, scope).clusters
+    assert kept.nodes == members and "at most one op is left" in kept.refused
+    art = pipeline.Artifacts(graph, clusters=scope)
+    options = pipeline.Options(origins=frozenset(origins))
+    art = dataclasses.replace(art, op_clusters=pipeline.op_clusters(art, options))
+    art = dataclasses.replace(art, cluster_graphs=pipeline.cluster_graphs(art, options))
+    (refusal,) = pipeline.stitch(art, pipeline.Options())
+    assert isinstance(refusal, Decision) and (refusal.stage, refusal.reason) == ("op_clusters", kept.refused)
+
+
+def test_the_pipeline_fed_origins_plans_the_redrawn_cluster_once() -> None:
+    graph, origins, ids = _shared_intermediate()
+    art = pipeline.compile_graph(graph, pipeline.Options(origins=frozenset(origins)))
+    (cluster_graph,) = art.cluster_graphs
+    assert cluster_graph.metadata.get("regrouped")
+    assert sorted(cluster_graph.metadata.get_ints("source_nodes")) == [ids["w"], ids["s"]]
+    (plan,) = art.stitch
+    assert isinstance(plan, StitchPlan)
+    assert art.report is not None and any(d.action == "redraw" for d in art.report.decisions)
+    plain = pipeline.compile_graph(graph)  # no origins: every node is an op of its own
+    assert plain.op_clusters is plain.clusters and not plain.cluster_graphs[0].metadata.get("regrouped")
+    assert plain.report is not None and plain.report.clusters[0].nodes != art.report.clusters[0].nodes
+    # the fleet's memory keys the cluster as the scope pass drew it: redrawing keeps the key
+    assert art.report.clusters[0].fingerprint == plain.report.clusters[0].fingerprint
 
 
 def test_constants_the_members_read_join_them() -> None:
