@@ -138,7 +138,7 @@ def _rebind_one(
                 return f"translation check: {refused[new_site.index]}"
         if not isinstance(kernel.executable, CpuExecutable):
             return "no native kernel"
-        bridge.bind(old.source.entry, kernel.executable)
+        bridge.bind(old.source.entry, kernel.executable, signature.key)
     except Exception as err:
         return f"{type(err).__name__}: {err}"
     install.site = replace(install.site, graph=new_site.graph)  # what the guard judges from now on
