@@ -35,10 +35,10 @@ from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.guard import Finding, judge
 from stitchfleet.plugin.kernels import poll_faults, resolve_backend
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.rebinding import rebind
 from stitchfleet.plugin.rewrite import Installed, Rewired, rewire
 from stitchfleet.plugin.schedule import Timing
-from stitchfleet.plugin.signatures import Signature, Specialisation
+from stitchfleet.plugin.signature_kernels import Job, SignatureKernels
+from stitchfleet.plugin.signatures import Signature, Specialisation, observed
 from stitchfleet.plugin.sites import Site, StepOps
 from stitchfleet.plugin.step_contract import StepFigures, StepPlan
 from stitchfleet.plugin.training_steps import TrainingSteps, find_loss
@@ -87,6 +87,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._originals: dict[int, Site] = {}  # each installed cluster's site in the user's graph
         self.loss_tensor, self.twin_loss = None, None  # the loss in the user's graph, and its value on the twin
         self.shapes: Specialisation | None = None  # the shape signature begin specialised to, if any
+        self.signatures: SignatureKernels | None = None  # kernels per signature fed (a graph with None dims)
+        self.signature: Signature | None = None  # the signature the current training step fed
 
     # --- SessionRunHook -------------------------------------------------------------------
 
@@ -112,16 +114,15 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def before_run(self, run_context: Any) -> Any:
         self._in_step = self._in_agreement = False
-        if self.shapes is not None and self.training is not None:
-            fed = self.shapes.learn(run_context.original_args, self.training.updates_variables)
-            if fed is not None and self.installed and self._bridge is not None:  # built for other shapes
-                self._rebind(fed)
+        if self.shapes is not None and self.training is not None:  # the book, for the job's next processes
+            self.shapes.learn(run_context.original_args, self.training.updates_variables)
         if self._agreeing is not None:
             return self._agreement_step(run_context.original_args.fetches)
         if not self.active or not self._is_step(run_context):
             return None
         self._in_step, self._plan = True, None
         try:
+            self._observe(run_context.original_args.feed_dict)
             return self._before_run()
         except Exception as err:
             log.exception("stitchfleet: plugin error preparing step %d; stitching reverts", self.step)
@@ -129,16 +130,16 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
                 self.diverter.armed = False
             return self._consensus_only(err)
 
-    def _rebind(self, fed: Signature) -> None:
-        """The clusters rebuilt for the shapes the job feeds (`rebinding`); the seconds count as setup."""
-        assert self.shapes is not None and self.ledger is not None
-        done = rebind(self.shapes, fed, self.installed, self._originals, bridge=self._bridge, current=self.settings)
-        self.ledger.rebuilt(done.left)
-        self._setup_seconds += done.seconds  # a controller started before (no Horovod) books it itself
-        if self.controller is not None:
-            self.controller.setup_spent(done.seconds)
-        else:
-            self.ledger.compiled(self._setup_seconds)
+    def _observe(self, feed_dict: Any) -> None:
+        """The step's shape signature: kernels are compiled for it when due (`signature_kernels`), in the
+        background; their seconds count as setup."""
+        if self.signatures is None or self.shapes is None:
+            return
+        self.signature = observed(self.shapes.placeholders, feed_dict)
+        booked = self.signatures.observe(self.signature, self.step)
+        if booked and self.controller is not None:
+            self._setup_seconds += booked
+            self.controller.setup_spent(booked)
 
     def _is_step(self, run_context: Any) -> bool:
         """Only training steps are touched (training_steps: its rule); any other run is left as written, and
@@ -170,7 +171,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             if self.controller is not None:
                 self.controller.finish()
             if self.shapes is not None and self.ledger is not None:
-                self.shapes.finished(self.ledger, self.step, [c.kernel for c, _ in self.installed])
+                self.shapes.finished(self.ledger, self.step, [c.kernel for c, _ in self.installed], self.signatures)
         except Exception:
             log.exception("stitchfleet: could not close the job's telemetry")
         if self.ledger is not None:
@@ -254,6 +255,10 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.training.require([self._originals[done.site.index].internal for _, done in self.installed])
         self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
         self.active = bool(self.installed)
+        fault = (self.fault, self.consensus.rank) if self.fault is not None else None
+        if self.active and self._bridge is not None and self.shapes is not None and self.shapes.signature is not None:
+            job = Job(self._bridge, self.settings, self.ledger, fault)
+            self.signatures = SignatureKernels(self.shapes, self.installed, self._originals, job)
 
     def _agreement_step(self, fetches: Any) -> Any:
         """Horovod's first training run: every rank, its setup failed or not, says what it installed."""
@@ -359,6 +364,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             fault = f"{type(failure).__name__}: {failure}"  # stitching reverts for the job
         loss, checks = results.get("loss"), results.get("checks", ())
         findings = tuple((k, self._judge(k, *checks[k])) for k in plan.judged) if checks else ()
+        if self.signatures is not None:  # a bound signature's faulty kernel is unbound alone when it is safe
+            clusters = [c.index for c, _ in self.installed]
+            findings = self.signatures.screen(findings, clusters, self.signature, self.step)
         summed = self.consensus.result(plan.local, results)
         figures = StepFigures(seconds, None if loss is None else float(loss), findings, summed, fault)
         self.controller.step_done(plan, figures)
@@ -366,7 +374,10 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._faults_seen = poll_faults(self._bridge, self._faults_seen, [c.kernel for c, _ in self.installed])
 
     def _judge(self, k: int, inputs: Any, original: Any, stitched: Any) -> Finding:
-        return judge(self.installed[k][1].site.graph, inputs, original, stitched, self.settings.tolerance_factor)
+        """The guard's finding on the kernel that ran for this step's signature (`signature_kernels.graph`)."""
+        cluster, done = self.installed[k]
+        graph = self.signatures.graph(cluster.index, self.signature) if self.signatures is not None else None
+        return judge(graph or done.site.graph, inputs, original, stitched, self.settings.tolerance_factor)
 
     def _fault(self, err: Exception) -> None:
         """A plugin error outside a step's figures: the controller hears of it with the next plan."""

@@ -241,12 +241,16 @@ class Specialisation:
         how = "guessed" if self.guessed else "specialised"
         ledger.event(SHAPE_EVENT, None, None, how, detail=f"clusters built for {self.signature.key}")
 
-    def finished(self, ledger: Any, step: int, kernels: Sequence[Any]) -> None:
-        """An event with the calls that had other shapes than the clusters' kernels (TF's ops ran them), if any."""
+    def finished(self, ledger: Any, step: int, kernels: Sequence[Any], served: Any = None) -> None:
+        """An event with the calls whose shapes no kernel had (TF's ops ran them), if any; `served`: the job's
+        `signature_kernels.SignatureKernels`, naming the signatures that had kernels and the steps past the bound."""
         missed = [int(k.missed()) for k in kernels if getattr(k, "missed", None) is not None]
         if self.signature is None or not any(missed):
             return
-        detail = f"{sum(missed)} cluster call(s) of other shapes than {self.signature.key} ran TF's ops"
+        bound = served.bound() if served is not None else [self.signature.key]
+        detail = f"{sum(missed)} cluster call(s) of other shapes than {' and '.join(bound) or 'none'} ran TF's ops"
+        if served is not None and served.over:
+            detail += f"; {served.over} training step(s) fed signatures past STITCHFLEET_SIGNATURES_MAX"
         ledger.event(SHAPE_EVENT, step, None, "other shapes", detail=detail)
 
     def mark(self, graph: Any, conversion: Any, sites: Sequence[Any]) -> None:
