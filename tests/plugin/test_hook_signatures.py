@@ -30,11 +30,21 @@ def partial_every_fifth(step: int) -> int:
     return PARTIAL if step % 5 == 4 else FULL
 
 
+def settle_after_six(step: int, hook: StitchHook) -> None:
+    """After step 6 the hook's background compiles are waited for: the later steps show what they bound."""
+    if step == 6 and hook.signatures is not None:
+        assert hook.signatures.wait(SETTLE_S)
+
+
 def train(
-    batch: int | None, hook: StitchHook | None, sizes: Callable[[int], int] = partial_every_fifth, steps: int = STEPS
+    batch: int | None,
+    hook: StitchHook | None,
+    sizes: Callable[[int], int] = partial_every_fifth,
+    steps: int = STEPS,
+    after: Callable[[int, StitchHook], None] = settle_after_six,
 ) -> list[float]:
     """`steps` Adam steps, step k feeding `sizes(k)` rows when the batch dimension is unknown (else `batch`);
-    after step 6 the hook's background compiles are waited for, so that the later steps show what they bound."""
+    `after(k, hook)` follows step k (with a hook)."""
     graph = mlp(batch)
     rng = np.random.default_rng(1)
     rows = 32
@@ -47,8 +57,8 @@ def train(
                 n = sizes(step) if batch is None else batch
                 value, _ = session.run([loss, train_op], {"x:0": xs[:n], "y:0": ys[:n]})
                 losses.append(float(value))
-                if step == 6 and hook is not None and hook.signatures is not None:
-                    assert hook.signatures.wait(SETTLE_S)
+                if hook is not None:
+                    after(step, hook)
     return losses
 
 
