@@ -3,7 +3,8 @@
 Input: none (constants). Output: `BINDING` (inside the op library's anonymous namespace: `Binding`, one
 kernel compiled for one shape signature; `Slot`, an op symbol's table of them; `slot_for`; and
 `parse_shapes` for the shapes' text) and `BIND_EXPORT` (the C entry points the plugin calls through
-ctypes: `stitchfleet_bridge_bind`, `stitchfleet_bridge_unbind`, `stitchfleet_bridge_signature_count`),
+ctypes: `stitchfleet_bridge_bind`, `stitchfleet_bridge_unbind`, `stitchfleet_bridge_reset`,
+`stitchfleet_bridge_signature_count`),
 spliced into `bridge_source.SOURCE`.
 
 Why: a TF1 graph is finalized before the first feed shows a `None` batch size, so the ops of a cluster
@@ -18,7 +19,9 @@ slot's current table with one atomic load per call. A table is never changed in 
 unbinding (rare: a few times per job) build a new one under `bindings_lock` and publish it; the old
 tables and their kernels are kept until the process ends (a call may still be reading one), which
 costs a few hundred bytes per binding. The plugin bounds the kernels per op (STITCHFLEET_SIGNATURES_MAX);
-`kMaxBound` is only a backstop against a caller that does not.
+`kMaxBound` is only a backstop against a caller that does not. The table lives as long as the process,
+keyed by symbol (a cluster's code), so a hook resets its ops' tables when it starts (`stitchfleet_bridge_reset`):
+kernels an earlier session bound would otherwise run unseen by this job's guard and bound.
 """
 
 from __future__ import annotations
@@ -176,6 +179,15 @@ extern "C" int stitchfleet_bridge_unbind(const char *symbol, const char *key) {
   }
   publish(slot, table);
   return 0;
+}
+
+// Forgets every kernel bound to `symbol`'s ops and their per-key counts, and binds the ops' own kernel again: a
+// job's hook starts from what its graph's ops were built with, not from an earlier session's bindings.
+extern "C" void stitchfleet_bridge_reset(const char *symbol) {
+  Slot *slot = slot_for(symbol);
+  std::lock_guard<std::mutex> hold(bindings_lock);
+  slot->table.store(nullptr, std::memory_order_release);  // the old tables stay: a call may still read one
+  for (auto &counter : slot->calls) counter.second->store(0);
 }
 
 // Calls of `symbol`'s ops that ran the kernel bound for `key` ("": the kernel of the ops' own attributes).

@@ -130,6 +130,11 @@ class BridgeOp:
         attributes, built at begin): those calls run TF's ops. False when nothing was bound for it."""
         return int(self.counters.stitchfleet_bridge_unbind(symbol.encode(), key.encode())) == 0
 
+    def reset(self, symbol: str) -> None:
+        """The ops whose symbol is `symbol` hold their own kernel only again, per-signature counts at 0 (a job's
+        hook starts from what its ops were built with, not from an earlier session's bindings)."""
+        self.counters.stitchfleet_bridge_reset(symbol.encode())
+
     def signature_calls(self, symbol: str, key: str = "") -> int:
         """Calls of `symbol`'s ops that ran the kernel bound for `key` ("": their own attributes' kernel)."""
         return int(self.counters.stitchfleet_bridge_signature_count(symbol.encode(), key.encode()))
@@ -319,6 +324,8 @@ def _load(path: Path) -> BridgeOp:
     counters.stitchfleet_bridge_bind.argtypes = [ctypes.c_char_p] * 5
     counters.stitchfleet_bridge_unbind.restype = ctypes.c_int
     counters.stitchfleet_bridge_unbind.argtypes = [ctypes.c_char_p] * 2
+    counters.stitchfleet_bridge_reset.restype = None
+    counters.stitchfleet_bridge_reset.argtypes = [ctypes.c_char_p]
     counters.stitchfleet_bridge_signature_count.restype = ctypes.c_long
     counters.stitchfleet_bridge_signature_count.argtypes = [ctypes.c_char_p] * 2
     return BridgeOp(path, module, counters)

@@ -27,6 +27,9 @@ The rules:
   in step). The cluster reverts as before (the controller, every signature, on every rank) when the
   failing kernel is `begin`'s (which the controller's verdicts are about) or when the cluster already
   lost a signature to the guard: a second faulty kernel says the cluster's code is wrong, not a shape.
+- The native op's tables live as long as the process, keyed by a cluster's code: a hook resets its
+  clusters' ops when it starts, so a second session in the process runs no kernel its guard does not
+  know (a session still running beside it loses its bindings: its calls run TF's ops, never wrong ones).
 - Probes time the cluster over whatever signatures the steps fed: a kernel's probe verdict is not
   split per signature.
 """
@@ -97,6 +100,8 @@ class SignatureKernels:
         self.shapes, self.bridge, self.current, self.ledger, self.fault = shapes, *job.parts
         self.clusters = [(cluster, originals[cluster.index]) for cluster, _ in installed]
         self.symbols = {c.index: _symbol(c) for c, _ in installed}
+        for symbol in filter(None, self.symbols.values()):  # not an earlier session's kernels, unguarded here
+            self.bridge.reset(symbol)
         self.entries: dict[str, Entry] = {}
         self.base = shapes.signature
         if self.base is not None:  # begin's kernels: the IR each was installed with

@@ -10,11 +10,11 @@ shape inference on a copy of the graph: the frontend reads these where TF's shap
 Why: TF1 graphs are finalized after `begin`, before the first feed shows the batch size, so `begin`
 builds the clusters for a signature it must assume: the one the job's earlier processes recorded in
 the book (a restarted pod, the next pod or run of the same script with the same cache), else a guess
-(`GUESS` for every unknown dimension). The first training step's feeds give the real one: recorded
-for the next processes, and when it differs the hook rebinds the clusters' ops to kernels built for
-it (`rebinding`). The dispatch op checks every call's input shapes against its kernel's and runs
-TF's own ops on a miss (a last partial batch, another feed size), so a signature that does not match
-costs speed, never correctness.
+(`GUESS` for every unknown dimension). The first training step's feeds give the real one, recorded
+for the next processes; kernels for the signatures the job's training steps feed are compiled and
+bound while it runs (`signature_kernels`). The dispatch op checks every call's input shapes against
+its kernels' and runs TF's own ops when none has them (a last partial batch, a signature not compiled
+yet), so a signature without a kernel costs speed, never correctness.
 """
 
 from __future__ import annotations
@@ -206,9 +206,8 @@ class ShapeOracle:
 class Specialisation:
     """One job's shape signature: what `begin` specialises its clusters to (`signature`, and `known`: tensor
     name -> shape; empty when the graph is fully shaped), and what its first training step feeds (`learn`),
-    which the book keeps for the job's next processes and the hook rebinds the clusters to
-    (`rebinding`). Without a recorded signature `begin` guesses one (`GUESS` for every unknown
-    dimension). Nothing here raises into the job."""
+    which the book keeps for the job's next processes. Without a recorded signature `begin` guesses one
+    (`GUESS` for every unknown dimension). Nothing here raises into the job."""
 
     def __init__(self, graph: Any, steps: Any, cache_dir: Path, ledger: Any = None) -> None:
         # Only a graph with such placeholders pays for the training path and the GraphDef (both once).
@@ -279,8 +278,10 @@ class Specialisation:
             site.varying, site.oracle = frozenset(site.folded) & varying, oracle
 
     def learn(self, args: Any, is_training: Callable[[Any], bool]) -> Signature | None:
-        """On the job's first training step (`is_training(fetches)`): records its feeds' signature in the book
-        and returns it when the clusters were built for another one (the hook then rebinds them)."""
+        """On the job's first training step (`is_training(fetches)`): records its feeds' signature in the book, for
+        the job's next processes, and returns it. What `begin` built for (`signature`, `guessed`) stays as it
+        is: kernels for the signatures the job feeds are `signature_kernels`' part (with Horovod it starts
+        after this step, and must still know what `begin` built)."""
         if not self.learning or self.book is None:
             return None
         try:
@@ -294,15 +295,10 @@ class Specialisation:
             return None
         if seen is None:
             return None
-        if seen == self.signature:
-            if self.guessed:  # a right guess: the next processes need not guess
-                self.book.record(seen)
-                self.guessed = False
-            return None
-        if not self.guessed and self.signature is not None:
+        if seen != self.signature and not self.guessed and self.signature is not None:
             log.info("stitchfleet: the job feeds %s, not %s as recorded", seen.key, self.signature.key)
-        self.book.record(seen)
-        self.signature, self.guessed = seen, False
+        if seen != self.signature or self.guessed:
+            self.book.record(seen)
         return seen
 
 

@@ -254,6 +254,10 @@ def test_kernels_bound_for_several_signatures_each_serve_their_own_shapes(
             bridge.bind(symbol, five, "x=5x64")  # bound again, beside the other
             np.testing.assert_array_equal(*call(five, 5))
             assert bridge.signature_calls(symbol, "x=5x64") == after["x=5x64"] + 1
+            bridge.reset(symbol)  # what a new job's hook starts from: the op's own kernel, counts at 0
+            np.testing.assert_array_equal(*call(None, 5))
+            np.testing.assert_array_equal(*call(guessed, 16))
+            assert [bridge.signature_calls(symbol, key) for key in ("", "x=5x64", "x=7x64")] == [1, 0, 0]
     missing = copy.copy(five)
     missing.library_path = tmp_path / "missing.so"
     with pytest.raises(bridge_op.BridgeUnavailableError, match="cannot load"):

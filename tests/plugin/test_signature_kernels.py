@@ -38,7 +38,12 @@ def _hook(tmp: Path, name: str, fault: Fault | None = None, **extra: str) -> tup
 
 def test_past_the_bound_a_new_signature_runs_tfs_ops_and_is_counted(tmp_path: Path) -> None:
     """STITCHFLEET_SIGNATURES_MAX=1: batch 16, due first, gets kernels (begin's guess, never fed, takes no
-    place); batch 20, due next, is not compiled: its steps run TF's ops, are counted and said once."""
+    place); batch 20, due next, is not compiled: its steps run TF's ops, are counted and said once. An earlier
+    session of the process bound both sizes to the same ops (kernels are keyed by their code): the job starts
+    from its ops' own kernels all the same (before, it ran the earlier kernels, unseen by its guard and bound)."""
+    earlier, _ = _hook(tmp_path, "earlier")
+    train(None, earlier, alternating, steps=8)
+    assert earlier.signatures is not None and earlier.signatures.bound() == [SIXTEEN, TWENTY]
     hook, url = _hook(tmp_path, "bound", STITCHFLEET_SIGNATURES_MAX="1")
     plain = train(None, None, alternating, steps=12)
     losses = train(None, hook, alternating, steps=12)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -91,3 +92,19 @@ def test_a_none_batch_graph_under_its_signature_gets_the_clusters_of_its_static_
     under = _clusters(convert(StepOps(graph), shapes=signatures.concrete_shapes(graph, signature)))
     assert under == static
     assert sum(map(len, bare)) < sum(map(len, static)) // 2  # what a `None` batch costs without a signature
+
+
+def test_learning_the_fed_signature_records_it_and_keeps_what_begin_built_for(tmp_path: Path) -> None:
+    """The first training step's signature goes into the book; `signature` stays begin's guess, which the kernels
+    per signature read as what the ops' own kernels were built for. Before, `learn` replaced it: under Horovod,
+    whose kernels per signature start after that step, begin's kernels were taken for the fed batch's."""
+    graph = mlp(None)
+    shapes = signatures.Specialisation(graph, StepOps(graph), tmp_path)
+    guess = Signature.of({"x": (signatures.GUESS, 16), "y": (signatures.GUESS,)})
+    assert shapes.guessed and shapes.signature == guess
+    fed = {"x:0": np.zeros((8, 16), np.float32), "y:0": np.zeros(8, np.int64)}
+    step = SimpleNamespace(fetches=["train"], feed_dict=fed)  # what a session run's `original_args` holds
+    assert shapes.learn(step, lambda fetches: True) == Signature.of({"x": (8, 16), "y": (8,)})
+    assert shapes.signature == guess and shapes.guessed
+    assert shapes.book is not None and shapes.book.recall() == Signature.of({"x": (8, 16), "y": (8,)})
+    assert shapes.learn(step, lambda fetches: True) is None  # once per process
