@@ -132,8 +132,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def _observe(self, feed_dict: Any) -> None:
         """The step's shape signature: kernels are compiled for it when due (`signature_kernels`), in the
-        background; their seconds count as setup."""
-        if self.signatures is None or self.shapes is None:
+        background; their seconds count as setup. None once no cluster can run stitched again in this job."""
+        over = self.controller is not None and self.controller.done
+        if self.signatures is None or self.shapes is None or over:
             return
         self.signature = observed(self.shapes.placeholders, feed_dict)
         booked = self.signatures.observe(self.signature, self.step)

@@ -129,3 +129,24 @@ def test_the_guard_unbinds_a_faulty_kernel_of_one_signature_and_keeps_the_others
     sixteen = Signature.of({"x": (16, 16), "y": (16,)})
     second = Finding(False, "out", 1.0, 10.0, "a second faulty kernel")
     assert not signatures.mismatch(2, sixteen, second, 16)  # the cluster's code is wrong: the controller reverts
+
+
+def test_a_job_whose_stitching_is_over_compiles_no_more_signatures(tmp_path: Path) -> None:
+    """Once the job reverted (here by the controller's own job revert, as a plugin error does) no cluster runs
+    stitched again: batch 20, fed on every later step, is never compiled (it would only cost a core)."""
+    hook, _ = _hook(tmp_path, "over")
+
+    def revert_after_three(step: int, hook: StitchHook) -> None:
+        assert hook.signatures is not None and hook.controller is not None
+        if step == 3:
+            assert hook.signatures.wait(300)
+            hook.controller._revert_job(step, "plugin error", "reverted by the test")
+
+    def sizes(step: int) -> int:
+        return 16 if step < 4 else 20
+
+    plain = train(None, None, sizes, steps=10)
+    losses = train(None, hook, sizes, steps=10, after=revert_after_three)
+    assert hook.signatures is not None and hook.controller is not None and hook.controller.done
+    assert {k: v for k, v in hook.signatures.states().items() if k != "x=32x16,y=32"} == {SIXTEEN: BOUND}
+    np.testing.assert_allclose(losses, plain, rtol=1e-4)
