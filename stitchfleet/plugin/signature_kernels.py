@@ -162,8 +162,10 @@ class SignatureKernels:
         booked = 0.0
         if self.running is not None:
             entry, thread, started = self.running
-            built = None
-            if self.lock.acquire(blocking=False):  # the step never waits on the compile thread
+            # read before the results: a thread that has ended wrote its result before (no race with its end)
+            alive, built = thread.is_alive(), None
+            looked = self.lock.acquire(blocking=False)  # the step never waits on the compile thread
+            if looked:
                 try:
                     built = self.results.pop(entry.signature.key, None)
                 finally:
@@ -175,7 +177,7 @@ class SignatureKernels:
             elif time.monotonic() - started > self.current.signature_compile_seconds:
                 self.running = None  # the thread is left to finish alone; its result is dropped
                 self._left(entry, f"its compile took longer than {self.current.signature_compile_seconds:.0f} s")
-            elif not thread.is_alive():  # ended without a result: `build` never raises, but say so
+            elif looked and not alive:  # ended without a result: `build` never raises, but say so
                 self.running = None
                 self._left(entry, "its compile ended without a result")
         self._start_next()
