@@ -38,7 +38,7 @@ from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.rewrite import Installed, Rewired, rewire
 from stitchfleet.plugin.schedule import Timing
 from stitchfleet.plugin.signature_kernels import Job, SignatureKernels
-from stitchfleet.plugin.signatures import Signature, Specialisation, observed
+from stitchfleet.plugin.signatures import Specialisation
 from stitchfleet.plugin.sites import Site, StepOps
 from stitchfleet.plugin.step_contract import StepFigures, StepPlan
 from stitchfleet.plugin.training_steps import TrainingSteps, find_loss
@@ -88,7 +88,6 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.loss_tensor, self.twin_loss = None, None  # the loss in the user's graph, and its value on the twin
         self.shapes: Specialisation | None = None  # the shape signature begin specialised to, if any
         self.signatures: SignatureKernels | None = None  # kernels per signature fed (a graph with None dims)
-        self.signature: Signature | None = None  # the signature the current training step fed
 
     # --- SessionRunHook -------------------------------------------------------------------
 
@@ -133,11 +132,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def _observe(self, feed_dict: Any) -> None:
         """The step's shape signature: kernels are compiled for it when due (`signature_kernels`), in the
         background; their seconds count as setup. None once no cluster can run stitched again in this job."""
-        over = self.controller is not None and self.controller.done
-        if self.signatures is None or self.shapes is None or over:
+        if self.signatures is None or (self.controller is not None and self.controller.done):
             return
-        self.signature = observed(self.shapes.placeholders, feed_dict)
-        booked = self.signatures.observe(self.signature, self.step)
+        booked = self.signatures.before(feed_dict, self.step)
         if booked and self.controller is not None:
             self._setup_seconds += booked
             self.controller.setup_spent(booked)
@@ -330,6 +327,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         reached = self.training.reached if self.training is not None else frozenset()
         if loss is not None and self.loss_tensor.op.name in reached:
             fetches["loss"] = loss  # only a loss the step computes anyway (no feed it lacks)
+        if self.signatures is not None and self.signatures.reading:
+            fetches["shapes"] = self.signatures.shapes.fetches  # the shapes the step's iterator reads have
         if plan.checks:
             # Every cluster's tensors, although only those switched on are judged: one fetch signature
             # for all check steps. A signature per probed cluster cost a new TF executor each (graph
@@ -363,11 +362,13 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             failure, self.diverter.failure = self.diverter.failure, None
             log.error("stitchfleet: step %d failed on the twin and ran as written: %s", self.step, failure)
             fault = f"{type(failure).__name__}: {failure}"  # stitching reverts for the job
+        if self.signatures is not None:  # with an iterator among the sources, the step's signature is known now
+            self.signatures.after(results.get("shapes"), self.step)
         loss, checks = results.get("loss"), results.get("checks", ())
         findings = tuple((k, self._judge(k, *checks[k])) for k in plan.judged) if checks else ()
         if self.signatures is not None:  # a bound signature's faulty kernel is unbound alone when it is safe
             clusters = [c.index for c, _ in self.installed]
-            findings = self.signatures.screen(findings, clusters, self.signature, self.step)
+            findings = self.signatures.screen(findings, clusters, self.step)
         summed = self.consensus.result(plan.local, results)
         figures = StepFigures(seconds, None if loss is None else float(loss), findings, summed, fault)
         self.controller.step_done(plan, figures)
@@ -377,7 +378,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def _judge(self, k: int, inputs: Any, original: Any, stitched: Any) -> Finding:
         """The guard's finding on the kernel that ran for this step's signature (`signature_kernels.graph`)."""
         cluster, done = self.installed[k]
-        graph = self.signatures.graph(cluster.index, self.signature) if self.signatures is not None else None
+        graph = self.signatures.graph(cluster.index) if self.signatures is not None else None
         return judge(graph or done.site.graph, inputs, original, stitched, self.settings.tolerance_factor)
 
     def _fault(self, err: Exception) -> None:

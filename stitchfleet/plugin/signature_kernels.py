@@ -2,8 +2,9 @@
 
 Input: the job's `signatures.Specialisation` (the signature `begin` built for, the graph it kept), the
 installed clusters (the controller's `Cluster` and its `Site` in the user's graph), the native bridge op,
-the settings, the `Ledger` and the test-only fault; per training step the signature its feeds give
-(`observe`), and per guard finding the signature of the step it judged (`graph`, `mismatch`). Output:
+the settings, the `Ledger` and the test-only fault; per training step its feeds (`before`) and, with a
+`tf.data` iterator among the sources, the shapes its reads had (`after`: they are known only once the
+step ran), and per guard finding the step's signature (`graph`, `mismatch`). Output:
 kernels bound to the clusters' dispatch ops per signature (`bridge_op.BridgeOp.bind`), `shape_signature`
 events (compiled, left, over the bound, unbound by the guard), the IR each kernel was built from (what
 the guard judges a step's stitched values against) and per-signature call counts (`calls`).
@@ -49,7 +50,7 @@ from stitchfleet.compiler.ir import Graph
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.rebinding import Built, build
-from stitchfleet.plugin.signatures import SHAPE_EVENT, Signature, Specialisation
+from stitchfleet.plugin.signatures import SHAPE_EVENT, Signature, Specialisation, observed
 from stitchfleet.plugin.sites import Site
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -121,19 +122,48 @@ class SignatureKernels:
         self.results: dict[str, Built] = {}  # written by the compile thread, read under the lock
         self.lock = threading.Lock()
         self.setup_seconds = 0.0  # compile seconds of the signatures bound or left, for the job's setup
+        self.signature: Signature | None = None  # the signature of the training step under way (the guard's)
+        self.feeds: Any = None  # that step's feeds ({} when none), until its iterator's reads are known (`after`)
 
     # --- per training step (the hook, before the step runs) -------------------------------------------
 
-    def observe(self, signature: Signature | None, step: int) -> float:
-        """Books a training step that fed `signature` (None: not fed, or not all placeholders) and starts its
-        compile when it is due; binds what finished compiling. Returns the compile seconds booked now."""
+    def before(self, feed_dict: Any, step: int) -> float:
+        """A training step about to run: binds what finished compiling; its signature when its feeds give it all
+        (no iterator among the sources), booked (`observe`). Returns the compile seconds booked now."""
         booked = self.poll()
+        self.signature, self.feeds = None, feed_dict or {}
+        if not self.shapes.read:
+            self.signature = observed(self.shapes.sources, feed_dict)
+            self.observe(self.signature, step)
+        return booked
+
+    @property
+    def reading(self) -> bool:
+        """Whether the step under way must fetch its iterator's read shapes (`Specialisation.fetches`)."""
+        return bool(self.shapes.read) and self.feeds is not None
+
+    def after(self, read: Sequence[Any] | None, step: int) -> None:
+        """The step ran: with an iterator among the sources, its signature from the shapes its reads had (`read`:
+        the fetched `Specialisation.fetches`, None when not fetched), learnt and booked (`observe`)."""
+        if not self.reading:
+            return
+        names = [t.name for t in self.shapes.read]
+        shapes = dict(zip(names, (tuple(v) for v in read), strict=True)) if read is not None else None
+        self.signature = observed(self.shapes.sources, self.feeds, shapes) if shapes is not None else None
+        self.feeds = None
+        if self.signature is not None:
+            self.shapes.learned(self.signature)
+        self.observe(self.signature, step)
+
+    def observe(self, signature: Signature | None, step: int) -> None:
+        """Books a training step that gave `signature` (None: not all sources known) and queues its compile
+        when it is due."""
         if signature is None:
-            return booked
+            return
         entry = self.entries.get(signature.key) or self._entry(signature)
         if entry is None:
             self.over += 1
-            return booked
+            return
         entry.steps.append(step)
         entry.fed += 1
         if entry is self.entries.get(self.base.key if self.base else "") and self.guessed:
@@ -150,7 +180,6 @@ class SignatureKernels:
                 self._start_next()
         if entry.state == OVER:
             self.over += 1
-        return booked
 
     def kernels(self) -> int:
         """Signatures with kernels or compiling them (begin's guess only once the job fed it)."""
@@ -195,9 +224,10 @@ class SignatureKernels:
 
     # --- the guard ------------------------------------------------------------------------------------
 
-    def graph(self, index: int, signature: Signature | None) -> Graph | None:
-        """The IR of the kernel that ran cluster `index` at a step that fed `signature` (begin's when none is
+    def graph(self, index: int) -> Graph | None:
+        """The IR of the kernel that ran cluster `index` at the step under way (`signature`; begin's when none is
         bound for it: the guard then sees inputs of another shape and that TF's ops ran)."""
+        signature = self.signature
         entry = self.entries.get(signature.key) if signature is not None else None
         if entry is not None and index in entry.graphs:
             return entry.graphs[index]
@@ -225,11 +255,12 @@ class SignatureKernels:
         return True
 
     def screen(
-        self, findings: Sequence[tuple[int, Finding]], clusters: Sequence[int], signature: Signature | None, step: int
+        self, findings: Sequence[tuple[int, Finding]], clusters: Sequence[int], step: int
     ) -> tuple[tuple[int, Finding], ...]:
-        """The findings (controller position, finding) left for the controller: a mismatch that `mismatch` dealt
-        with by unbinding one signature's kernel is not a reason to revert the cluster. `clusters`: each
-        controller position's cluster index."""
+        """The findings (controller position, finding) of the step under way left for the controller: a mismatch
+        that `mismatch` dealt with by unbinding one signature's kernel is not a reason to revert the cluster.
+        `clusters`: each controller position's cluster index."""
+        signature = self.signature
         return tuple((k, f) for k, f in findings if f.ok or not self.mismatch(clusters[k], signature, f, step))
 
     # --- figures --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -143,3 +144,57 @@ def test_a_job_alternating_two_batch_sizes_stitches_both(tmp_path: Path) -> None
 
 def _sizes(hook: StitchHook) -> list[tuple[int, int, int]]:
     return sorted((len(d.site.graph.nodes), len(d.site.inputs), len(d.site.outputs)) for _, d in hook.installed)
+
+
+def data_graph() -> Any:
+    """The MLP reading batches of 8 from a `tf.data` iterator over 20 rows (8, 8, 4, 8, 8, 4...: the last batch
+    of each pass is partial)."""
+    rng = np.random.default_rng(1)
+    return mlp(None, data=(rng.standard_normal((20, 16)).astype(np.float32), rng.integers(0, 4, 20), FULL))
+
+
+def train_data(hook: StitchHook | None, steps: int = STEPS) -> list[float]:
+    """`steps` Adam steps of `data_graph`, nothing fed; after step 6 the hook's compiles are waited for."""
+    graph = data_graph()
+    with graph.as_default():
+        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train")
+        losses = []
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook] if hook else []) as session:
+            for step in range(steps):
+                value, _ = session.run([loss, train_op])
+                losses.append(float(value))
+                if hook is not None:
+                    settle_after_six(step, hook)
+    return losses
+
+
+def test_a_tf_data_job_gets_kernels_for_the_batches_its_iterator_reads(tmp_path: Path) -> None:
+    """The batch dimension comes from a `tf.data` iterator, not a placeholder: nothing is fed, so each training
+    step fetches the shapes its iterator read (`signatures.Specialisation.fetches`). The first process
+    guesses, compiles for the batch of 8 its steps read (3 of 6 steps) and binds it; the partial batch of 4
+    (one step in 3) is never compiled. The book keeps the batch for the next process, which builds for it
+    at once. Both install what the placeholder script with a static batch installs; the losses are plain
+    TF's. Before, such a graph got the few small clusters a `None` batch leaves."""
+    window = {"STITCHFLEET_SIGNATURE_STEPS": "3", "STITCHFLEET_SIGNATURE_WINDOW": "6"}
+    first = _hook(tmp_path, "data-first", **window)
+    plain = train_data(None)
+    book = signatures.SignatureBook(first.settings.cache_dir, signatures.graph_key(data_graph()))
+    book.path.unlink(missing_ok=True)
+    static = _hook(tmp_path, "data-static")
+    train(FULL, static)
+    first_losses = train_data(first)
+    full = signatures.Signature.of({"IteratorGetNext:0": (FULL, 16), "IteratorGetNext:1": (FULL,)})
+    assert book.recall() == full
+    second = _hook(tmp_path, "data-second", **window)
+    second_losses = train_data(second)
+
+    partial = "IteratorGetNext:0=4x16,IteratorGetNext:1=4"
+    guess = f"IteratorGetNext:0={signatures.GUESS}x16,IteratorGetNext:1={signatures.GUESS}"
+    assert first.signatures is not None and second.signatures is not None
+    assert first.signatures.states() == {guess: BOUND, full.key: BOUND, partial: "seen"}
+    assert second.signatures.states() == {full.key: BOUND, partial: "seen"}
+    for hook, losses in ((first, first_losses), (second, second_losses)):
+        assert _sizes(hook) == _sizes(static) and not hook.off, hook.off
+        assert hook.signatures is not None and all(n > 0 for n in hook.signatures.calls(full.key).values())
+        assert all(c.kernel.missed() > 0 and c.enabled for c, _ in hook.installed)  # the partial batches
+        np.testing.assert_allclose(losses, plain, rtol=1e-4)
