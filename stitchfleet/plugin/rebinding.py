@@ -11,11 +11,11 @@ seconds it took. `signature_kernels` runs `build` in a background thread and bin
 Why: a TF1 graph is finalized after `begin`, before the first feed shows a `None` batch size, so
 `begin` builds the clusters for a guessed or recorded signature; the ops, already in the graph, take
 kernels for the shapes really fed at run time. Each cluster is mapped again by its TF ops' names in a
-copy of the graph whose placeholders have the fed shapes, planned, compiled and checked against its TF
-ops (`translation`), so a cluster that cannot be rebuilt exactly as installed leaves that signature's
-calls to TF's ops. `build` only reads what it is given and writes nothing the job shares (it runs beside
-the training steps); it never raises. Only native CPU kernels are rebuilt; the Python bridge and GPU
-kernels keep the one built at `begin`.
+copy of the graph whose sources (placeholders, iterator reads) have those shapes, planned, compiled and
+checked against its TF ops (`translation`), so a cluster that cannot be rebuilt exactly as installed
+leaves that signature's calls to TF's ops. `build` only reads what it is given and writes nothing
+the job shares (it runs beside the training steps); it never raises. Only native CPU kernels are
+rebuilt; the Python bridge and GPU kernels keep the one built at `begin`.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ events (compiled, left, over the bound, unbound by the guard), the IR each kerne
 the guard judges a step's stitched values against) and per-signature call counts (`calls`).
 
 The rules:
+- A signature is the shapes of the graph's sources with unknown dimensions (`signatures`): placeholders,
+  known before the step from its feeds, and a `tf.data` iterator's reads, known once it ran (the step
+  fetches their shapes); the guard judges a step after it ran, so it always knows the step's.
 - A signature gets kernels once it was fed on `signature_steps` training steps within
   `signature_window` steps: a job's usual batch sizes do within a few steps; an epoch's last partial
   batch, seen once per epoch, never does (with epochs longer than the window). A signature seen on
