@@ -308,7 +308,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def _before_run(self) -> Any:
         """Maps the controller's plan of the step onto its feeds and fetches (and the twin's diverter)."""
         assert self.controller is not None and self.consensus is not None and self.diverter is not None
-        plan = self._plan = self.controller.step_plan(self.step, self._failure)
+        fresh = self.signatures.fresh() if self.signatures is not None else []  # kernels the guard has not judged
+        plan = self._plan = self.controller.step_plan(self.step, self._failure, fresh=fresh)
         self._failure = None
         if plan.quiet:
             # Stitching is over for this job: the step runs as written (no fetch, feed or collective added:
@@ -367,8 +368,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         loss, checks = results.get("loss"), results.get("checks", ())
         findings = tuple((k, self._judge(k, *checks[k])) for k in plan.judged) if checks else ()
         if self.signatures is not None:  # a bound signature's faulty kernel is unbound alone when it is safe
-            clusters = [c.index for c, _ in self.installed]
-            findings = self.signatures.screen(findings, clusters, self.step)
+            findings = self.signatures.screen(findings, self.step)
         summed = self.consensus.result(plan.local, results)
         figures = StepFigures(seconds, None if loss is None else float(loss), findings, summed, fault)
         self.controller.step_done(plan, figures)

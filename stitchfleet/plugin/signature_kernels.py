@@ -103,6 +103,8 @@ class SignatureKernels:
     ) -> None:
         self.shapes, self.bridge, self.current, self.ledger, self.fault = shapes, *job.parts
         self.clusters = [(cluster, originals[cluster.index]) for cluster, _ in installed]
+        self.order = [cluster.index for cluster, _ in installed]  # controller position -> cluster index
+        self.unjudged: set[tuple[int, str]] = set()  # (cluster index, key) of kernels bound here, not judged yet
         self.symbols = {c.index: _symbol(c) for c, _ in installed}
         for symbol in filter(None, self.symbols.values()):  # not an earlier session's kernels, unguarded here
             self.bridge.reset(symbol)
@@ -257,14 +259,26 @@ class SignatureKernels:
         self.ledger.event(SHAPE_EVENT, step, None, "unbound by the guard", detail=detail)
         return True
 
-    def screen(
-        self, findings: Sequence[tuple[int, Finding]], clusters: Sequence[int], step: int
-    ) -> tuple[tuple[int, Finding], ...]:
+    def screen(self, findings: Sequence[tuple[int, Finding]], step: int) -> tuple[tuple[int, Finding], ...]:
         """The findings (controller position, finding) of the step under way left for the controller: a mismatch
         that `mismatch` dealt with by unbinding one signature's kernel is not a reason to revert the cluster.
-        `clusters`: each controller position's cluster index."""
+        A kernel bound here that the step judged is judged (`fresh` no longer asks for it)."""
+        entry = self.entries.get(self.signature.key) if self.signature is not None else None
+        for k, _ in findings:
+            if entry is not None and self.order[k] in entry.owners:
+                self.unjudged.discard((self.order[k], entry.owners[self.order[k]]))
         signature = self.signature
-        return tuple((k, f) for k, f in findings if f.ok or not self.mismatch(clusters[k], signature, f, step))
+        return tuple((k, f) for k, f in findings if f.ok or not self.mismatch(self.order[k], signature, f, step))
+
+    def fresh(self) -> list[int]:
+        """The controller positions of the clusters whose kernel for the step under way's signature (known before
+        the step: placeholders only) the guard has not judged yet: the step judges them whatever the periodic
+        checks' turn (`Controller.step_plan`), so a kernel of a signature that periodic check steps never meet
+        (a job alternating two batch sizes on even and odd steps, checks on even ones) is judged all the same."""
+        entry = self.entries.get(self.signature.key) if self.signature is not None and self.unjudged else None
+        if entry is None:
+            return []
+        return [k for k, index in enumerate(self.order) if (index, entry.owners.get(index, "")) in self.unjudged]
 
     # --- figures --------------------------------------------------------------------------------------
 
@@ -321,6 +335,7 @@ class SignatureKernels:
                     built.left[index] = f"not bound for {entry.signature.key}: {type(err).__name__}: {err}"
                     continue
                 owner = self.served.setdefault(index, {})[_inputs(executable)] = entry.signature.key
+                self.unjudged.add((index, owner))
             entry.graphs[index], entry.owners[index] = graph, owner
         if built.left:
             self.ledger.rebuilt(built.left)

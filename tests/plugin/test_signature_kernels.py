@@ -150,3 +150,19 @@ def test_a_job_whose_stitching_is_over_compiles_no_more_signatures(tmp_path: Pat
     assert hook.signatures is not None and hook.controller is not None and hook.controller.done
     assert {k: v for k, v in hook.signatures.states().items() if k != "x=32x16,y=32"} == {SIXTEEN: BOUND}
     np.testing.assert_allclose(losses, plain, rtol=1e-4)
+
+
+def test_a_new_signatures_kernel_is_judged_even_when_no_periodic_check_step_feeds_it(tmp_path: Path) -> None:
+    """Periodic checks every 2 steps meet only batch 16 (even steps) and the stitched phase's first checks are
+    off: batch 20's kernels would never be judged. A kernel bound while the job runs is judged on the first
+    step that runs it (`SignatureKernels.fresh`): cluster 2's faulty kernel for 20 is caught and unbound.
+    Before, it ran unjudged for the rest of the job."""
+    checks = {"STITCHFLEET_CHECK_EVERY": "2", "STITCHFLEET_CHECK_FIRST": "0", "STITCHFLEET_CHECK_CLUSTERS": "0"}
+    fault = Fault("constant", cluster=2, signature=TWENTY)
+    hook, url = _hook(tmp_path, "fresh", fault, STITCHFLEET_CHECK_BUDGET="1", **checks)
+    train(None, hook, alternating, steps=16)
+    assert hook.signatures is not None and hook.signatures.lost == {2}
+    unbound = [e.detail for e in events(url, "shape_signature") if e.reason == "unbound by the guard"]
+    assert len(unbound) == 1 and unbound[0].startswith(f"cluster 2, {TWENTY}:"), unbound
+    assert not hook.signatures.unjudged  # every kernel bound here was judged at least once
+    assert all(c.enabled for c, _ in hook.installed)
