@@ -25,12 +25,15 @@ The rules:
   checked against its TF ops first (`rebinding`). A compile that fails, or takes longer than
   `signature_compile_seconds`, leaves the signature to TF's ops (an event says why; a late result is
   dropped, the thread is a daemon: nothing waits for it). Nothing here raises into the job.
-- The guard judges a check step against the kernel that ran for that step's signature (`graph`). A
-  mismatch of a kernel bound here unbinds that signature's kernel of that cluster only, and the cluster
-  stays on for its other signatures (the binding changes no graph, feed or collective, so ranks stay
-  in step). The cluster reverts as before (the controller, every signature, on every rank) when the
-  failing kernel is `begin`'s (which the controller's verdicts are about) or when the cluster already
-  lost a signature to the guard: a second faulty kernel says the cluster's code is wrong, not a shape.
+- The guard judges a check step against the kernel that ran for that step's signature (`graph`), and
+  a kernel bound here on the first step that runs it (`fresh`: placeholder signatures, known before the
+  step), whatever the periodic checks' turn: those may never meet a signature (batch sizes alternating
+  on even and odd steps). A mismatch of a kernel bound here unbinds that signature's kernel of that
+  cluster only, and the cluster stays on for its other signatures (the binding changes no graph, feed
+  or collective, so ranks stay in step). The cluster reverts as before (the controller, every
+  signature, on every rank) when the failing kernel is `begin`'s (which the controller's verdicts are
+  about) or when the cluster already lost a signature to the guard: a second faulty kernel says the
+  cluster's code is wrong, not a shape.
 - The native op's tables live as long as the process, keyed by a cluster's code: a hook resets its
   clusters' ops when it starts, so a second session in the process runs no kernel its guard does not
   know (a session still running beside it loses its bindings: its calls run TF's ops, never wrong ones).
