@@ -37,8 +37,10 @@ The rules:
 - The native op's tables live as long as the process, keyed by a cluster's code: a hook resets its
   clusters' ops when it starts, so a second session in the process runs no kernel its guard does not
   know (a session still running beside it loses its bindings: its calls run TF's ops, never wrong ones).
-- Probes time the cluster over whatever signatures the steps fed: a kernel's probe verdict is not
-  split per signature.
+- Probes time the cluster over whatever signatures the steps fed: a probe verdict is not split per
+  signature, and a probe window that runs while a signature is still compiling times TF's ops for its
+  calls (on steps of a few ms the compile can outlast the warmup and baseline steps). The verdict's
+  fleet key stays `begin`'s shapes (a guess in a job's first process). Not done yet.
 """
 
 from __future__ import annotations
