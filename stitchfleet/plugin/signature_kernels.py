@@ -77,7 +77,6 @@ class Entry:
     # cluster index -> the key its kernel is bound under ("": begin's): a cluster whose inputs have the same
     # shapes under two signatures (e.g. an optimizer's update of the weights) runs one kernel for both
     owners: dict[int, str] = field(default_factory=dict)
-    fed: int = 0  # training steps that fed it
     reason: str = ""
 
 
@@ -131,7 +130,6 @@ class SignatureKernels:
         self.running: tuple[Entry, threading.Thread, float] | None = None
         self.results: dict[str, Built] = {}  # written by the compile thread, read under the lock
         self.lock = threading.Lock()
-        self.setup_seconds = 0.0  # compile seconds of the signatures bound or left, for the job's setup
         self.signature: Signature | None = None  # the signature of the training step under way (the guard's)
         self.feeds: Any = None  # that step's feeds ({} when none), until its iterator's reads are known (`after`)
 
@@ -175,7 +173,6 @@ class SignatureKernels:
             self.over += 1
             return
         entry.steps.append(step)
-        entry.fed += 1
         if entry is self.entries.get(self.base.key if self.base else "") and self.guessed:
             self.guessed = False  # the guess was right: begin's kernels now count under the bound
         due = len(entry.steps) == self.current.signature_steps
@@ -220,7 +217,6 @@ class SignatureKernels:
                 self.running = None
                 self._left(entry, "its compile ended without a result")
         self._start_next()
-        self.setup_seconds += booked
         return booked
 
     def wait(self, timeout: float) -> bool:
