@@ -142,7 +142,7 @@ class Settings:
     )
     signature_steps: int = _knob(
         3,
-        "A new shape signature is compiled once seen on this many of SIGNATURE_WINDOW training steps in a row (an"
+        "A new shape signature is compiled once seen on this many training steps within SIGNATURE_WINDOW steps (an"
         " epoch's last partial batch never is).",
         minimum=1,
     )
