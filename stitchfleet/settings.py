@@ -134,6 +134,24 @@ class Settings:
     translation_check: bool = _knob(
         True, "Before install, check each cluster's IR against TF's own ops on random inputs (refuse on mismatch)."
     )
+    signatures_max: int = _knob(
+        4,
+        "Shape signatures (e.g. batch sizes where the graph says None) a job compiles its clusters for; past it, new"
+        " signatures run TF's ops, counted.",
+        minimum=1,
+    )
+    signature_steps: int = _knob(
+        3,
+        "A new shape signature is compiled once seen on this many training steps within SIGNATURE_WINDOW steps (an"
+        " epoch's last partial batch never is).",
+        minimum=1,
+    )
+    signature_window: int = _knob(100, "Training steps within which SIGNATURE_STEPS sightings must fall.", minimum=1)
+    signature_compile_seconds: float = _knob(
+        600.0,
+        "Longest the background compile of one signature may take; past it, that signature is left to TF's ops.",
+        minimum=1.0,
+    )
     slowdown_margin: float = _knob(
         0.05, "Revert when stitched steps are slower than baseline by this share.", minimum=0.0
     )

@@ -1,38 +1,83 @@
-"""The C++ text of kernels bound while a job runs: `stitchfleet_bridge_bind` and the table the op reads.
+"""The C++ text of kernels bound while a job runs: a small table of kernels per op, keyed by shape signature.
 
-Input: none (constants). Output: `BINDING` (inside the op library's anonymous namespace: the
-`Binding` table keyed by an op's `symbol`, `bound`, and `parse_shapes` for the shapes' text) and
-`BIND_EXPORT` (the C entry point `rebinding` calls through ctypes), spliced into `bridge_source.SOURCE`.
+Input: none (constants). Output: `BINDING` (inside the op library's anonymous namespace: `Binding`, one
+kernel compiled for one shape signature; `Slot`, an op symbol's table of them; `slot_for`; and
+`parse_shapes` for the shapes' text) and `BIND_EXPORT` (the C entry points the plugin calls through
+ctypes: `stitchfleet_bridge_bind`, `stitchfleet_bridge_unbind`, `stitchfleet_bridge_reset`,
+`stitchfleet_bridge_signature_count`),
+spliced into `bridge_source.SOURCE`.
 
-Why: a TF1 graph is finalized before the first feed shows a `None` batch size, so the ops of a
-cluster built for a guessed batch cannot get new attributes; they take a kernel compiled for the fed
-shapes from this table instead (entry, input signature, output shapes; the op's passthrough and
-fallback stay). No lock is taken on the step's path until the first binding.
+Why: a TF1 graph is finalized before the first feed shows a `None` batch size, so the ops of a cluster
+built at `begin` cannot get new attributes; they take kernels compiled for the shapes the job really
+feeds from this table instead (entry, input signature, output shapes; the op's passthrough and fallback
+stay). A job that alternates between batch sizes gets one kernel per size: the op runs the first kernel
+whose input signature the call's inputs match, the kernel of its own attributes (`begin`'s) after the
+bound ones, TF's ops when none matches.
+
+The step's path takes no lock: each op finds its symbol's `Slot` once, at construction, and reads the
+slot's current table with one atomic load per call. A table is never changed in place: binding and
+unbinding (rare: a few times per job) build a new one under `bindings_lock` and publish it; the old
+tables and their kernels are kept until the process ends (a call may still be reading one), which
+costs a few hundred bytes per binding. The plugin bounds the kernels per op (STITCHFLEET_SIGNATURES_MAX);
+`kMaxBound` is only a backstop against a caller that does not. The table lives as long as the process,
+keyed by symbol (a cluster's code), so a hook resets its ops' tables when it starts (`stitchfleet_bridge_reset`):
+kernels an earlier session bound would otherwise run unseen by this job's guard and bound.
 """
 
 from __future__ import annotations
 
 BINDING = r"""
-// A kernel compiled while the job runs, for the shapes it really feeds (`stitchfleet_bridge_bind`): it
-// replaces the attributes' entry, signature and output shapes of every op whose `symbol` it names.
+// A kernel compiled while the job runs, for one shape signature the job feeds (`stitchfleet_bridge_bind`).
 struct Binding {
+  std::string key;  // the job's shape signature, as the plugin names it (calls are counted per key)
   Entry entry = nullptr;
   std::vector<PartialTensorShape> signature;
   std::vector<TensorShape> shapes;
+  std::atomic<long> *calls = nullptr;  // the slot's counter for `key`
 };
 
-std::atomic<int> bindings_made{0};  // no lock on the step's path until the first binding
+// An op symbol's kernels: immutable once published (see the module docstring).
+struct Table {
+  std::vector<const Binding *> kernels;  // tried in order; at most kMaxBound
+  bool base_off = false;  // the kernel of the op's own attributes is unbound too: its calls run TF's ops
+};
+
+constexpr size_t kMaxBound = 64;
+
+struct Slot {
+  std::atomic<const Table *> table{nullptr};  // nullptr: nothing bound, the op's own kernel serves
+  std::map<std::string, std::unique_ptr<std::atomic<long>>> calls;  // per key ("": the op's own kernel)
+  std::vector<std::unique_ptr<const Table>> tables;  // every table published, kept (a call may read an old one)
+  std::vector<std::unique_ptr<const Binding>> kept;  // every binding made, kept alike
+};
+
 std::mutex bindings_lock;
-std::map<std::string, std::shared_ptr<const Binding>> &bindings() {
-  static std::map<std::string, std::shared_ptr<const Binding>> table;
+std::map<std::string, std::unique_ptr<Slot>> &bindings() {
+  static std::map<std::string, std::unique_ptr<Slot>> table;
   return table;
 }
 
-std::shared_ptr<const Binding> bound(const std::string &symbol) {
-  if (bindings_made.load(std::memory_order_acquire) == 0) return nullptr;
+// The symbol's slot (made on first use; never freed): ops look it up once, at construction.
+Slot *slot_for(const std::string &symbol) {
   std::lock_guard<std::mutex> hold(bindings_lock);
-  auto found = bindings().find(symbol);
-  return found == bindings().end() ? nullptr : found->second;
+  std::unique_ptr<Slot> &slot = bindings()[symbol];
+  if (!slot) {
+    slot.reset(new Slot());
+    slot->calls[""].reset(new std::atomic<long>(0));
+  }
+  return slot.get();
+}
+
+std::atomic<long> *key_counter(Slot *slot, const std::string &key) {  // under bindings_lock
+  std::unique_ptr<std::atomic<long>> &counter = slot->calls[key];
+  if (!counter) counter.reset(new std::atomic<long>(0));
+  return counter.get();
+}
+
+// Publishes `table` as the slot's current one (under bindings_lock).
+void publish(Slot *slot, Table *table) {
+  slot->tables.emplace_back(table);
+  slot->table.store(table, std::memory_order_release);
 }
 
 // "[8,16][16][-1]" -> shapes (-1: a dimension not checked); false on malformed text.
@@ -65,13 +110,17 @@ bool parse_shapes(const std::string &text, std::vector<PartialTensorShape> *out)
 """
 
 BIND_EXPORT = r"""
-// Binds `entry` of `library` (a cluster compiled for the shapes the job feeds) to every op whose symbol is
-// `symbol`: shapes "[in][in]...|[out]..." as parse_shapes reads them; the outputs must be as many as the op's.
-// 0 bound, 1 library not loadable, 2 no such entry, 3 malformed shapes.
-extern "C" int stitchfleet_bridge_bind(const char *symbol, const char *library, const char *entry, const char *shapes) {
-  const std::string text(shapes);
+// Binds `entry` of `library` (a cluster compiled for the shape signature `key`) to every op whose symbol is
+// `symbol`, beside the kernels bound for other keys (a kernel bound for the same key is replaced); shapes
+// "[in][in]...|[out]..." as parse_shapes reads them; the outputs must be as many as the op's.
+// 0 bound, 1 library not loadable, 2 no such entry, 3 malformed shapes, 4 table full (kMaxBound), 5 empty key.
+extern "C" int stitchfleet_bridge_bind(const char *symbol, const char *library, const char *entry, const char *shapes,
+                                       const char *key) {
+  const std::string text(shapes), name(key);
+  if (name.empty()) return 5;  // "" names the op's own kernel
   const size_t bar = text.find('|');
-  auto binding = std::make_shared<Binding>();
+  auto binding = std::unique_ptr<Binding>(new Binding());
+  binding->key = name;
   std::vector<PartialTensorShape> outs;
   if (bar == std::string::npos || !parse_shapes(text.substr(0, bar), &binding->signature) ||
       !parse_shapes(text.substr(bar + 1), &outs))
@@ -85,10 +134,68 @@ extern "C" int stitchfleet_bridge_bind(const char *symbol, const char *library, 
   if (handle == nullptr) return 1;
   binding->entry = reinterpret_cast<Entry>(dlsym(handle, entry));
   if (binding->entry == nullptr) return 2;
+  Slot *slot = slot_for(symbol);
   std::lock_guard<std::mutex> hold(bindings_lock);
-  bindings()[symbol] = binding;
-  bindings_made.fetch_add(1, std::memory_order_release);
+  const Table *current = slot->table.load(std::memory_order_acquire);
+  auto *table = new Table();
+  if (current != nullptr) {
+    table->base_off = current->base_off;
+    for (const Binding *kernel : current->kernels)
+      if (kernel->key != name) table->kernels.push_back(kernel);
+  }
+  if (table->kernels.size() >= kMaxBound) {
+    delete table;
+    return 4;
+  }
+  binding->calls = key_counter(slot, name);
+  table->kernels.push_back(binding.get());
+  slot->kept.push_back(std::move(binding));
+  publish(slot, table);
   return 0;
+}
+
+// Unbinds the kernel of `key` from the ops whose symbol is `symbol` ("": the kernel of the ops' own
+// attributes): calls of that signature run TF's ops from now on. 0 unbound, 1 nothing bound for `key`.
+extern "C" int stitchfleet_bridge_unbind(const char *symbol, const char *key) {
+  const std::string name(key);
+  Slot *slot = slot_for(symbol);
+  std::lock_guard<std::mutex> hold(bindings_lock);
+  const Table *current = slot->table.load(std::memory_order_acquire);
+  auto *table = new Table();
+  bool found = name.empty() && (current == nullptr || !current->base_off);
+  table->base_off = name.empty() || (current != nullptr && current->base_off);
+  if (current != nullptr) {
+    for (const Binding *kernel : current->kernels) {
+      if (kernel->key == name) {
+        found = true;
+      } else {
+        table->kernels.push_back(kernel);
+      }
+    }
+  }
+  if (!found) {
+    delete table;
+    return 1;
+  }
+  publish(slot, table);
+  return 0;
+}
+
+// Forgets every kernel bound to `symbol`'s ops and their per-key counts, and binds the ops' own kernel again: a
+// job's hook starts from what its graph's ops were built with, not from an earlier session's bindings.
+extern "C" void stitchfleet_bridge_reset(const char *symbol) {
+  Slot *slot = slot_for(symbol);
+  std::lock_guard<std::mutex> hold(bindings_lock);
+  slot->table.store(nullptr, std::memory_order_release);  // the old tables stay: a call may still read one
+  for (auto &counter : slot->calls) counter.second->store(0);
+}
+
+// Calls of `symbol`'s ops that ran the kernel bound for `key` ("": the kernel of the ops' own attributes).
+extern "C" long stitchfleet_bridge_signature_count(const char *symbol, const char *key) {
+  Slot *slot = slot_for(symbol);
+  std::lock_guard<std::mutex> hold(bindings_lock);
+  auto found = slot->calls.find(key);
+  return found == slot->calls.end() ? 0 : found->second->load();
 }
 
 """

@@ -1,7 +1,8 @@
 """The C++ text that tells a stitched kernel's NaN/Inf from TF's own (the CPU op's fault count).
 
-Input: none (a constant). Output: `FAULTS` (`blames_kernel`, `kernel_at_fault`), spliced into
-`bridge_source.SOURCE` inside the op library's anonymous namespace.
+Input: none (constants). Output: `FAULTS` (`blames_kernel`, `kernel_at_fault`), spliced into
+`bridge_source.SOURCE` inside the op library's anonymous namespace, and `COUNT_EXPORTS`, the C entry
+points the plugin reads the counters with (`stitchfleet_bridge_faults`, `stitchfleet_bridge_count`).
 
 Why: a non-finite stitched output is the kernel's fault only where TF's own ops, run as the
 fallback on the same inputs, computed a finite value; one that TF produces too is the model's (the
@@ -46,4 +47,25 @@ bool kernel_at_fault(const std::vector<Tensor> &ours, const std::vector<Tensor> 
   return false;
 }
 
+"""
+
+COUNT_EXPORTS = r"""
+// CPU faults, plus GPU kernels whose non-finite flag is set: one cheap read per step for the plugin.
+extern "C" long stitchfleet_bridge_faults(void) {
+  long set = 0;
+  std::lock_guard<std::mutex> hold(counters_lock);
+  for (auto &entry : counters())
+    for (volatile int *flag : entry.second->flags) set += *flag != 0;
+  return faults_total.load() + set;
+}
+
+// what: 0 calls of the entry (or launches), 1 calls with a non-zero status (failed launches), 2 NaN/Inf where
+// TF's ops were finite (CPU), 3 GPU kernels whose non-finite flag is set (read without a sync), 4 calls switched
+// on whose input shapes missed the kernel's signature (TF's ops ran)
+extern "C" long stitchfleet_bridge_count(const char *symbol, int what) {
+  if (what < 0 || what > 4) return -1;
+  Counters *counters = counters_for(symbol);
+  if (what == 4) return counters->value[kMissed].load();
+  return what == 3 ? flags_set(counters) : counters->value[what].load();
+}
 """

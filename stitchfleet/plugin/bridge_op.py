@@ -108,18 +108,36 @@ class BridgeOp:
         code = COUNTS["nonfinite"] if gpu and what == "faulted" else COUNTS[what]
         return int(self.counters.stitchfleet_bridge_count(symbol.encode(), code))
 
-    def bind(self, symbol: str, executable: CpuExecutable) -> None:
+    def bind(self, symbol: str, executable: CpuExecutable, key: str) -> None:
         """From now on the ops whose `symbol` is `symbol` run `executable` (compiled for other input shapes, the
-        same inputs and outputs) on the calls whose inputs have its shapes; BridgeUnavailableError if it
-        cannot be loaded. CPU only: a GPU op keeps the kernel it was built with."""
+        same inputs and outputs) on the calls whose inputs have its shapes, beside the kernels they hold for
+        other signatures; `key` names the job's shape signature it was built for (a kernel bound for the same
+        key is replaced; calls are counted per key). BridgeUnavailableError if it cannot be bound. CPU only:
+        a GPU op keeps the kernel it was built with."""
         params = executable.source.params
         text = "".join(_shape_text(p.shape) for p in params if not p.output)
         text += "|" + "".join(_shape_text(p.shape) for p in params if p.output)
         library, entry = str(executable.library_path).encode(), executable.source.entry.encode()
-        code = self.counters.stitchfleet_bridge_bind(symbol.encode(), library, entry, text.encode())
+        code = self.counters.stitchfleet_bridge_bind(symbol.encode(), library, entry, text.encode(), key.encode())
         if code != 0:
-            why = {1: "cannot load the library", 2: "no such entry", 3: "malformed shapes"}.get(code, str(code))
-            raise BridgeUnavailableError(f"binding {executable.source.entry} to {symbol} failed: {why}")
+            why = {1: "cannot load the library", 2: "no such entry", 3: "malformed shapes", 4: "table full"}
+            raise BridgeUnavailableError(
+                f"binding {executable.source.entry} to {symbol} failed: {why.get(code, 'empty key')}"
+            )
+
+    def unbind(self, symbol: str, key: str = "") -> bool:
+        """The ops whose symbol is `symbol` no longer run the kernel bound for `key` ("": the kernel of their own
+        attributes, built at begin): those calls run TF's ops. False when nothing was bound for it."""
+        return int(self.counters.stitchfleet_bridge_unbind(symbol.encode(), key.encode())) == 0
+
+    def reset(self, symbol: str) -> None:
+        """The ops whose symbol is `symbol` hold their own kernel only again, per-signature counts at 0 (a job's
+        hook starts from what its ops were built with, not from an earlier session's bindings)."""
+        self.counters.stitchfleet_bridge_reset(symbol.encode())
+
+    def signature_calls(self, symbol: str, key: str = "") -> int:
+        """Calls of `symbol`'s ops that ran the kernel bound for `key` ("": their own attributes' kernel)."""
+        return int(self.counters.stitchfleet_bridge_signature_count(symbol.encode(), key.encode()))
 
     def faults(self) -> int:
         """Faults of every cluster in this process (CPU: NaN/Inf where TF's ops were finite; GPU: kernels whose
@@ -303,7 +321,13 @@ def _load(path: Path) -> BridgeOp:
     counters.stitchfleet_bridge_faults.restype = ctypes.c_long
     counters.stitchfleet_bridge_faults.argtypes = []
     counters.stitchfleet_bridge_bind.restype = ctypes.c_int
-    counters.stitchfleet_bridge_bind.argtypes = [ctypes.c_char_p] * 4
+    counters.stitchfleet_bridge_bind.argtypes = [ctypes.c_char_p] * 5
+    counters.stitchfleet_bridge_unbind.restype = ctypes.c_int
+    counters.stitchfleet_bridge_unbind.argtypes = [ctypes.c_char_p] * 2
+    counters.stitchfleet_bridge_reset.restype = None
+    counters.stitchfleet_bridge_reset.argtypes = [ctypes.c_char_p]
+    counters.stitchfleet_bridge_signature_count.restype = ctypes.c_long
+    counters.stitchfleet_bridge_signature_count.argtypes = [ctypes.c_char_p] * 2
     return BridgeOp(path, module, counters)
 
 

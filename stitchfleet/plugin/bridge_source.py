@@ -25,13 +25,10 @@ its own attributes, the other's keep their empty defaults:
   TF's allocator, the fallback on the same GPU; NaN/Inf sets a device flag read at decision steps
   (no sync per step). See `bridge_gpu_source`.
 
-Shape signatures: a cluster of a graph with `None` dimensions is compiled for the sizes the job feeds
-(`signatures`), so `input_shapes` holds the shapes its kernel reads and `static_shapes` the graph's
-partial ones (TF's shape inference downstream stays as the user's graph has it). Calls of another
-shape run `fallback`, counted per symbol (`missed`). `stitchfleet_bridge_bind` replaces an op's kernel,
-signature and output shapes while the job runs (`rebinding`: clusters built for a guessed batch get
-the batch the job feeds). One kernel per op at a time: a job that alternates between two large
-signatures stitches only the first one its training steps fed.
+Shape signatures: `input_shapes` holds the shapes the attributes' kernel reads, `static_shapes` the
+graph's partial ones (TF's shape inference downstream stays the user's graph's). Kernels compiled for
+other signatures while the job runs are bound beside it (`bridge_binding_source`); a call whose shapes
+no kernel has runs `fallback`, counted per symbol (`missed`).
 
 Why one op instead of `tf.cond(switch, stitched, TF ops)`: a TF1 cond adds a Switch per input
 and branch, a Merge and an Identity per output and propagates dead tensors through the branch not
@@ -44,7 +41,7 @@ Calls, non-zero statuses, faults and GPU non-finite flags are counted per symbol
 from __future__ import annotations
 
 from stitchfleet.plugin.bridge_binding_source import BIND_EXPORT, BINDING
-from stitchfleet.plugin.bridge_fault_source import FAULTS
+from stitchfleet.plugin.bridge_fault_source import COUNT_EXPORTS, FAULTS
 from stitchfleet.plugin.bridge_gpu_source import INCLUDES, KERNEL, REGISTRATION
 
 SOURCE = (
@@ -152,21 +149,27 @@ class DispatchBase : public AsyncOpKernel {
   }
 
  protected:
-  bool SwitchedOn(OpKernelContext *ctx, Status *status) const { return SwitchedOn(ctx, status, signature_); }
+  // Switched on, and the inputs have the shapes of the op's own kernel (the GPU kernel: it binds no other).
+  bool SwitchedOn(OpKernelContext *ctx, Status *status) const {
+    const bool on = Switch(ctx, status);
+    if (on && !Matches(ctx, signature_)) {
+      Missed();
+      return false;  // another shape than the kernel was built for: TF's ops compute this call
+    }
+    return on;
+  }
 
-  bool SwitchedOn(OpKernelContext *ctx, Status *status, const std::vector<PartialTensorShape> &signature) const {
+  // Whether `switches[index]` is on (any shapes).
+  bool Switch(OpKernelContext *ctx, Status *status) const {
     const Tensor &switches = ctx->input(0);
     if (switches.dims() != 1) {
       *status = InvalidArgument("switches must be a vector");
       return false;
     }
-    const bool on = index_ < switches.NumElements() && switches.flat<bool>()(index_);
-    if (on && !Matches(ctx, signature)) {
-      counters_->value[kMissed].fetch_add(1, std::memory_order_relaxed);
-      return false;  // another shape than the kernel was built for: TF's ops compute this call
-    }
-    return on;
+    return index_ < switches.NumElements() && switches.flat<bool>()(index_);
   }
+
+  void Missed() const { counters_->value[kMissed].fetch_add(1, std::memory_order_relaxed); }
 
   // Whether the inputs have the shapes the kernel was built for (`input_shapes`; empty: not checked).
   static bool Matches(OpKernelContext *ctx, const std::vector<PartialTensorShape> &signature) {
@@ -262,19 +265,40 @@ class StitchfleetDispatchOp : public DispatchBase {
     OP_REQUIRES(ctx, handle != nullptr, NotFound("cannot load ", library, ": ", dlerror()));
     entry_ = reinterpret_cast<Entry>(dlsym(handle, symbol.c_str()));
     OP_REQUIRES(ctx, entry_ != nullptr, NotFound("no symbol ", symbol, " in ", library));
+    slot_ = slot_for(symbol);  // once: the step's path then reads its table without a lock
+    std::lock_guard<std::mutex> hold(bindings_lock);
+    base_calls_ = key_counter(slot_, "");
   }
 
   void ComputeAsync(OpKernelContext *ctx, DoneCallback done) override {
     Status status;
-    std::shared_ptr<const Binding> binding = bound(symbol_);  // one read: a rebinding mid-call is not seen
-    if (binding && binding->shapes.size() != shapes_.size()) binding = nullptr;  // not this op's outputs
-    const bool on = SwitchedOn(ctx, &status, binding ? binding->signature : signature_);
+    const bool on = Switch(ctx, &status);
     OP_REQUIRES_OK_ASYNC(ctx, status, done);
     std::vector<Tensor> ours;
-    if (on) {
+    const Table *table = on ? slot_->table.load(std::memory_order_acquire) : nullptr;  // one read per call
+    Entry entry = nullptr;
+    const std::vector<TensorShape> *shapes = nullptr;
+    std::atomic<long> *calls = nullptr;
+    if (table != nullptr) {
+      for (const Binding *kernel : table->kernels) {  // the kernels bound for the signatures the job feeds
+        if (kernel->shapes.size() == shapes_.size() && Matches(ctx, kernel->signature)) {
+          entry = kernel->entry;
+          shapes = &kernel->shapes;
+          calls = kernel->calls;
+          break;
+        }
+      }
+    }
+    if (on && entry == nullptr && (table == nullptr || !table->base_off) && Matches(ctx, signature_)) {
+      entry = entry_;  // the kernel of the op's own attributes, built at begin
+      shapes = &shapes_;
+      calls = base_calls_;
+    }
+    if (on && entry == nullptr) Missed();  // no kernel for these shapes: TF's ops compute this call
+    if (entry != nullptr) {
       int code = 0;
-      const Entry entry = binding ? binding->entry : entry_;
-      OP_REQUIRES_OK_ASYNC(ctx, RunNative(ctx, &ours, &code, entry, binding ? binding->shapes : shapes_), done);
+      OP_REQUIRES_OK_ASYNC(ctx, RunNative(ctx, &ours, &code, entry, *shapes), done);
+      calls->fetch_add(1, std::memory_order_relaxed);
       if (code == 0) {
         for (size_t j = 0; j < ours.size(); ++j) ctx->set_output(static_cast<int>(j), ours[j]);
         done();
@@ -312,6 +336,8 @@ class StitchfleetDispatchOp : public DispatchBase {
   }
 
   Entry entry_ = nullptr;
+  Slot *slot_ = nullptr;
+  std::atomic<long> *base_calls_ = nullptr;
 };
 
 """
@@ -360,23 +386,6 @@ REGISTER_KERNEL_BUILDER(Name("StitchfleetDispatch").Device(tensorflow::DEVICE_CP
 """
     + BIND_EXPORT
     + r"""
-// CPU faults, plus GPU kernels whose non-finite flag is set: one cheap read per step for the plugin.
-extern "C" long stitchfleet_bridge_faults(void) {
-  long set = 0;
-  std::lock_guard<std::mutex> hold(counters_lock);
-  for (auto &entry : counters())
-    for (volatile int *flag : entry.second->flags) set += *flag != 0;
-  return faults_total.load() + set;
-}
-
-// what: 0 calls of the entry (or launches), 1 calls with a non-zero status (failed launches), 2 NaN/Inf where
-// TF's ops were finite (CPU), 3 GPU kernels whose non-finite flag is set (read without a sync), 4 calls switched
-// on whose input shapes missed the kernel's signature (TF's ops ran)
-extern "C" long stitchfleet_bridge_count(const char *symbol, int what) {
-  if (what < 0 || what > 4) return -1;
-  Counters *counters = counters_for(symbol);
-  if (what == 4) return counters->value[kMissed].load();
-  return what == 3 ? flags_set(counters) : counters->value[what].load();
-}
 """
+    + COUNT_EXPORTS
 )

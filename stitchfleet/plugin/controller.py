@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -104,10 +105,14 @@ class Controller(ProbeVerdicts):
 
     # --- the hook's two calls per step (step_contract) ----------------------------------------
 
-    def step_plan(self, step: int, fault: str | None = None, *, prepared: bool = True) -> StepPlan:
+    def step_plan(
+        self, step: int, fault: str | None = None, *, prepared: bool = True, fresh: Sequence[int] = ()
+    ) -> StepPlan:
         """What `step` runs; books the checks it makes. `fault`: a plugin error the hook met since its last
         call, in this step's figures. `prepared=False`: the hook could not prepare the step, which then only
-        joins the consensus, saying so (no rank may wait for it)."""
+        joins the consensus, saying so (no rank may wait for it). `fresh`: clusters (positions) whose kernel
+        for this step's shapes the guard has not judged yet (`signature_kernels`): judged too when switched
+        on, outside the checks' budget and rotation (a rank-local extra: it adds fetches, no collective)."""
         if self.done:  # nothing is left to decide: the step runs as written
             return StepPlan(step, quiet=True)
         self.fault = self.fault or fault
@@ -118,6 +123,7 @@ class Controller(ProbeVerdicts):
         local, switches = self.local(step), self.switches(step)
         judged = self.judged(step)  # only clusters switched on are judged, so a check step is a twin step
         self.count_checks(judged, step)
+        judged += [k for k in fresh if switches[k] and k not in judged]
         # The twin runs with a switch on, and in the warmup steps that build its executors; both follow
         # from the summed decisions and the step number only, so Horovod ranks take the same path.
         on_twin = bool(switches.any()) or step in self.warmup.builds

@@ -47,13 +47,17 @@ class Fault:
     cluster: int
     rank: int | None = None
     after: int = 0  # output faults start after this many runs of the kernel (a fault that starts late)
+    # only the kernel compiled for this shape signature (its key) while the job runs (signature_kernels):
+    # begin's kernels are right
+    signature: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise FaultError(f"fault kind {self.kind!r}: expected one of {', '.join(KINDS)}")
 
-    def applies(self, cluster: int, rank: int) -> bool:
-        return cluster == self.cluster and self.rank in (None, rank)
+    def applies(self, cluster: int, rank: int, signature: str = "") -> bool:
+        """Whether the kernel of `cluster` built on `rank` for `signature` ("": at begin) is corrupted."""
+        return cluster == self.cluster and self.rank in (None, rank) and signature == self.signature
 
     def fails_setup(self, rank: int) -> bool:
         """Whether the hook's whole setup fails on `rank` (kind `setup`: a rank whose begin raised)."""

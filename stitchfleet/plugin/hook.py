@@ -35,10 +35,10 @@ from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.guard import Finding, judge
 from stitchfleet.plugin.kernels import poll_faults, resolve_backend
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.rebinding import rebind
 from stitchfleet.plugin.rewrite import Installed, Rewired, rewire
 from stitchfleet.plugin.schedule import Timing
-from stitchfleet.plugin.signatures import Signature, Specialisation
+from stitchfleet.plugin.signature_kernels import Job, SignatureKernels
+from stitchfleet.plugin.signatures import Specialisation
 from stitchfleet.plugin.sites import Site, StepOps
 from stitchfleet.plugin.step_contract import StepFigures, StepPlan
 from stitchfleet.plugin.training_steps import TrainingSteps, find_loss
@@ -87,6 +87,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._originals: dict[int, Site] = {}  # each installed cluster's site in the user's graph
         self.loss_tensor, self.twin_loss = None, None  # the loss in the user's graph, and its value on the twin
         self.shapes: Specialisation | None = None  # the shape signature begin specialised to, if any
+        self.signatures: SignatureKernels | None = None  # kernels per signature fed (a graph with None dims)
 
     # --- SessionRunHook -------------------------------------------------------------------
 
@@ -112,16 +113,15 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def before_run(self, run_context: Any) -> Any:
         self._in_step = self._in_agreement = False
-        if self.shapes is not None and self.training is not None:
-            fed = self.shapes.learn(run_context.original_args, self.training.updates_variables)
-            if fed is not None and self.installed and self._bridge is not None:  # built for other shapes
-                self._rebind(fed)
+        if self.shapes is not None and self.training is not None:  # the book, for the job's next processes
+            self.shapes.learn(run_context.original_args, self.training.updates_variables)
         if self._agreeing is not None:
             return self._agreement_step(run_context.original_args.fetches)
         if not self.active or not self._is_step(run_context):
             return None
         self._in_step, self._plan = True, None
         try:
+            self._observe(run_context.original_args.feed_dict)
             return self._before_run()
         except Exception as err:
             log.exception("stitchfleet: plugin error preparing step %d; stitching reverts", self.step)
@@ -129,16 +129,15 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
                 self.diverter.armed = False
             return self._consensus_only(err)
 
-    def _rebind(self, fed: Signature) -> None:
-        """The clusters rebuilt for the shapes the job feeds (`rebinding`); the seconds count as setup."""
-        assert self.shapes is not None and self.ledger is not None
-        done = rebind(self.shapes, fed, self.installed, self._originals, bridge=self._bridge, current=self.settings)
-        self.ledger.rebuilt(done.left)
-        self._setup_seconds += done.seconds  # a controller started before (no Horovod) books it itself
-        if self.controller is not None:
-            self.controller.setup_spent(done.seconds)
-        else:
-            self.ledger.compiled(self._setup_seconds)
+    def _observe(self, feed_dict: Any) -> None:
+        """The step's shape signature: kernels are compiled for it when due (`signature_kernels`), in the
+        background; their seconds count as setup. None once no cluster can run stitched again in this job."""
+        if self.signatures is None or (self.controller is not None and self.controller.done):
+            return
+        booked = self.signatures.before(feed_dict, self.step)
+        if booked and self.controller is not None:
+            self._setup_seconds += booked
+            self.controller.setup_spent(booked)
 
     def _is_step(self, run_context: Any) -> bool:
         """Only training steps are touched (training_steps: its rule); any other run is left as written, and
@@ -171,7 +170,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             if self.controller is not None:
                 self.controller.finish()
             if self.shapes is not None and self.ledger is not None:
-                self.shapes.finished(self.ledger, self.step, [c.kernel for c, _ in self.installed])
+                self.shapes.finished(self.ledger, self.step, [c.kernel for c, _ in self.installed], self.signatures)
         except Exception:
             log.exception("stitchfleet: could not close the job's telemetry")
         if self.ledger is not None:
@@ -262,6 +261,10 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.training.require([self._originals[done.site.index].internal for _, done in self.installed])
         self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
         self.active = bool(self.installed)
+        fault = (self.fault, self.consensus.rank) if self.fault is not None else None
+        if self.active and self._bridge is not None and self.shapes is not None and self.shapes.signature is not None:
+            job = Job(self._bridge, self.settings, self.ledger, fault)
+            self.signatures = SignatureKernels(self.shapes, self.installed, self._originals, job)
 
     def _agreement_step(self, fetches: Any) -> Any:
         """Horovod's first training run: every rank, its setup failed or not, says what it installed."""
@@ -313,7 +316,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def _before_run(self) -> Any:
         """Maps the controller's plan of the step onto its feeds and fetches (and the twin's diverter)."""
         assert self.controller is not None and self.consensus is not None and self.diverter is not None
-        plan = self._plan = self.controller.step_plan(self.step, self._failure)
+        fresh = self.signatures.fresh() if self.signatures is not None else []  # kernels the guard has not judged
+        plan = self._plan = self.controller.step_plan(self.step, self._failure, fresh=fresh)
         self._failure = None
         if plan.quiet:
             # Stitching is over for this job: the step runs as written (no fetch, feed or collective added:
@@ -332,6 +336,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         reached = self.training.reached if self.training is not None else frozenset()
         if loss is not None and self.loss_tensor.op.name in reached:
             fetches["loss"] = loss  # only a loss the step computes anyway (no feed it lacks)
+        if self.signatures is not None and self.signatures.reading:
+            fetches["shapes"] = self.signatures.shapes.fetches  # the shapes the step's iterator reads have
         if plan.checks:
             # Every cluster's tensors, although only those switched on are judged: one fetch signature
             # for all check steps. A signature per probed cluster cost a new TF executor each (graph
@@ -365,8 +371,12 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             failure, self.diverter.failure = self.diverter.failure, None
             log.error("stitchfleet: step %d failed on the twin and ran as written: %s", self.step, failure)
             fault = f"{type(failure).__name__}: {failure}"  # stitching reverts for the job
+        if self.signatures is not None:  # with an iterator among the sources, the step's signature is known now
+            self.signatures.after(results.get("shapes"), self.step)
         loss, checks = results.get("loss"), results.get("checks", ())
         findings = tuple((k, self._judge(k, *checks[k])) for k in plan.judged) if checks else ()
+        if self.signatures is not None:  # a bound signature's faulty kernel is unbound alone when it is safe
+            findings = self.signatures.screen(findings, self.step)
         summed = self.consensus.result(plan.local, results)
         figures = StepFigures(seconds, None if loss is None else float(loss), findings, summed, fault)
         self.controller.step_done(plan, figures)
@@ -374,7 +384,10 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._faults_seen = poll_faults(self._bridge, self._faults_seen, [c.kernel for c, _ in self.installed])
 
     def _judge(self, k: int, inputs: Any, original: Any, stitched: Any) -> Finding:
-        return judge(self.installed[k][1].site.graph, inputs, original, stitched, self.settings.tolerance_factor)
+        """The guard's finding on the kernel that ran for this step's signature (`signature_kernels.graph`)."""
+        cluster, done = self.installed[k]
+        graph = self.signatures.graph(cluster.index) if self.signatures is not None else None
+        return judge(graph or done.site.graph, inputs, original, stitched, self.settings.tolerance_factor)
 
     def _fault(self, err: Exception) -> None:
         """A plugin error outside a step's figures: the controller hears of it with the next plan."""

@@ -1,48 +1,47 @@
-"""Rebinding: a job's clusters compiled again for the shapes its first training step feeds, bound to their ops.
+"""Rebinding: a job's clusters compiled again for a shape signature it feeds, for its dispatch ops to bind.
 
-Input: the user's graph as `begin` saw it (a GraphDef, before the rewrite), the signature a training
-step fed (`signatures.Signature`), the installed clusters (the controller's `Cluster`, the rewrite's
-`Installed` in the twin, the `Site` in the user's graph), the native bridge op and the settings.
-Output: `Rebound`, per cluster whether its dispatch op now runs a kernel built for those shapes
-(`bridge_op.BridgeOp.bind`) or why it keeps the one built at `begin` (whose calls of other shapes
-run TF's own ops), and the seconds it took.
+Input: the user's graph as `begin` saw it (`signatures.Specialisation`: a GraphDef, before the rewrite,
+and the ops a training step may run), a signature the job's training steps fed (`signatures.Signature`),
+the installed clusters (the controller's `Cluster`, whose kernel names the dispatch op's symbol, and
+its `Site` in the user's graph) and the settings. Output: `Built`, per cluster the native kernel and
+the IR it was built from (what the guard judges its calls against), or why it has none, and the
+seconds it took. `signature_kernels` runs `build` in a background thread and binds the kernels
+(`bridge_op.BridgeOp.bind`) beside the ones the ops hold for other signatures.
 
 Why: a TF1 graph is finalized after `begin`, before the first feed shows a `None` batch size, so
 `begin` builds the clusters for a guessed or recorded signature; the ops, already in the graph, take
-a kernel for the real shapes at run time. Each cluster is mapped again by its TF ops' names in a
-copy of the graph whose placeholders have the fed shapes, planned, compiled, checked against its TF
-ops (`translation`) and only then bound, so a cluster that cannot be rebuilt exactly as installed
-keeps running TF's ops for those calls. The guard then judges the bound kernel (`Installed.site`
-carries its graph). Only native CPU kernels rebind; the Python bridge and GPU kernels keep theirs.
+kernels for the shapes really fed at run time. Each cluster is mapped again by its TF ops' names in a
+copy of the graph whose sources (placeholders, iterator reads) have those shapes, planned, compiled and
+checked against its TF ops (`translation`), so a cluster that cannot be rebuilt exactly as installed
+leaves that signature's calls to TF's ops. `build` only reads what it is given and writes nothing
+the job shares (it runs beside the training steps); it never raises. Only native CPU kernels are
+rebuilt; the Python bridge and GPU kernels keep the one built at `begin`.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from stitchfleet import settings as settings_module
+from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster
 from stitchfleet.compiler.targets.cpu.executable import CpuExecutable
-from stitchfleet.plugin.bridge_op import BridgeOp
+from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.kernels import ClusterKernel
-from stitchfleet.plugin.rewrite import Installed
 from stitchfleet.plugin.signatures import Signature, Specialisation, shaped_copy
 from stitchfleet.plugin.sites import Site, UnmappableError, site_of
 from stitchfleet.plugin.translation import check_sites
 
-log = logging.getLogger("stitchfleet.plugin")
-
 
 @dataclass
-class Rebound:
-    bound: list[int] = field(default_factory=list)  # cluster indices now running kernels for the fed shapes
-    left: dict[int, str] = field(default_factory=dict)  # cluster index -> why it keeps its kernel
+class Built:
+    kernels: dict[int, tuple[CpuExecutable, Graph]] = field(default_factory=dict)  # cluster index -> kernel, IR
+    left: dict[int, str] = field(default_factory=dict)  # cluster index -> why it has no kernel for the signature
     seconds: float = 0.0
 
 
@@ -74,72 +73,59 @@ class _Ops:
         return self.ops
 
 
-def rebind(
+def build(
     shapes: Specialisation,
     signature: Signature,
-    installed: Sequence[tuple[Any, Installed]],
-    originals: dict[int, Site],
+    clusters: Sequence[tuple[Any, Site]],
     *,
-    bridge: BridgeOp,
     current: settings_module.Settings,
-) -> Rebound:
-    """Builds and binds each installed cluster for `signature` (see the module docstring); never raises."""
-    started, done = time.perf_counter(), Rebound()
+    fault: tuple[Fault, int] | None = None,
+) -> Built:
+    """Builds each cluster (with its site in the user's graph) for `signature` (see the module docstring).
+    `fault`: the test-only fault and this rank (`Fault.signature` names the signature it corrupts)."""
+    started, done = time.perf_counter(), Built()
     try:
         if shapes.graph_def is None:
             raise ValueError("the graph was not kept at begin")
         copy = shaped_copy(shapes.graph_def, signature)
         conversion = convert(_Ops(copy, shapes.op_names), name="rebind")
-    except Exception as err:  # the job keeps its kernels; calls of these shapes run TF's ops
-        done.left = {c.index: f"not rebuilt for {signature.key}: {type(err).__name__}: {err}" for c, _ in installed}
+    except Exception as err:  # that signature's calls run TF's ops
+        done.left = {c.index: f"not rebuilt for {signature.key}: {type(err).__name__}: {err}" for c, _ in clusters}
         done.seconds = time.perf_counter() - started
         return done
-    for cluster, install in installed:
-        why = _rebind_one(
-            copy, conversion, cluster, install, site=originals[cluster.index], bridge=bridge, current=current
-        )
-        if why is None:
-            done.bound.append(cluster.index)
-        else:
-            done.left[cluster.index] = f"not rebuilt for {signature.key}: {why}"
-            log.info("stitchfleet: cluster %d keeps its kernel (its calls run TF's ops): %s", cluster.index, why)
+    for cluster, site in clusters:
+        try:
+            injected = fault[0] if fault and fault[0].applies(cluster.index, fault[1], signature.key) else None
+            done.kernels[cluster.index] = _build_one(copy, conversion, cluster, site, current=current, fault=injected)
+        except Exception as err:
+            done.left[cluster.index] = f"not rebuilt for {signature.key}: {type(err).__name__}: {err}"
     done.seconds = time.perf_counter() - started
-    log.info(
-        "stitchfleet: %d cluster(s) rebuilt for the fed shapes %s in %.1f s, %d kept as built",
-        len(done.bound),
-        signature.key,
-        done.seconds,
-        len(done.left),
-    )
     return done
 
 
-def _rebind_one(
+class NotRebuiltError(Exception):
+    """A cluster that cannot get a native kernel for the signature; the message says why."""
+
+
+def _build_one(
     copy: Any,
     conversion: Conversion,
     cluster: Any,
-    install: Installed,
-    *,
     site: Site,
-    bridge: BridgeOp,
+    *,
     current: settings_module.Settings,
-) -> str | None:
-    """Why `cluster` could not be rebuilt and bound, None when it was."""
+    fault: Fault | None,
+) -> tuple[CpuExecutable, Graph]:
     old = getattr(cluster.kernel, "executable", None)
     if not isinstance(old, CpuExecutable) or site.plan is None:
-        return "only native CPU kernels are rebuilt"
-    try:
-        new_site = remap(copy, conversion, site)
-        plan = plan_cluster(new_site.graph, site.plan.cluster, PlanOptions(device=site.plan.device))
-        kernel = ClusterKernel(new_site.graph, plan, "cpu", current.cache_dir)
-        if current.translation_check:
-            refused = check_sites(copy, [new_site], current.tolerance_factor, current.cache_dir)
-            if refused:
-                return f"translation check: {refused[new_site.index]}"
-        if not isinstance(kernel.executable, CpuExecutable):
-            return "no native kernel"
-        bridge.bind(old.source.entry, kernel.executable)
-    except Exception as err:
-        return f"{type(err).__name__}: {err}"
-    install.site = replace(install.site, graph=new_site.graph)  # what the guard judges from now on
-    return None
+        raise NotRebuiltError("only native CPU kernels are rebuilt")
+    new_site = remap(copy, conversion, site)
+    plan = plan_cluster(new_site.graph, site.plan.cluster, PlanOptions(device=site.plan.device))
+    kernel = ClusterKernel(new_site.graph, plan, "cpu", current.cache_dir, fault)
+    if current.translation_check:
+        refused = check_sites(copy, [new_site], current.tolerance_factor, current.cache_dir)
+        if refused:
+            raise NotRebuiltError(f"translation check: {refused[new_site.index]}")
+    if not isinstance(kernel.executable, CpuExecutable):
+        raise NotRebuiltError("no native kernel")
+    return kernel.executable, new_site.graph

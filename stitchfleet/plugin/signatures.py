@@ -1,20 +1,23 @@
 """Shape signatures: the sizes a job really feeds where its graph says `None`.
 
-Input: the user's `tf.Graph` at `begin`, the kernel cache directory, and on the job's first training
-step the values fed to its placeholders. Output: `unknown_placeholders` (the feedable placeholders a
-training step reads whose shapes have unknown dimensions), `Signature` (placeholder -> concrete
-shape, with a stable `key`), `concrete_shapes` (every tensor's shape under a signature, from TF's own
-shape inference on a copy of the graph: the frontend reads these where TF's shapes are partial), and
-`SignatureBook`, the signatures a job recorded in the kernel cache, keyed by its graph.
+Input: the user's `tf.Graph` at `begin`, the kernel cache directory, and per training step the values
+fed to its placeholders and the shapes its `tf.data` iterator reads gave (fetched with the step).
+Output: `unknown_sources` (the feedable placeholders and the iterator reads, `IteratorGetNext`, a
+training step reads whose shapes have unknown dimensions), `Signature` (source -> concrete shape,
+with a stable `key`: a placeholder by its op name, an iterator's output by its tensor name),
+`observed` (a run's signature), `concrete_shapes` (every tensor's shape under a signature, from TF's
+own shape inference on a copy of the graph: the frontend reads these where TF's shapes are partial),
+`SignatureBook`, the signatures a job recorded in the kernel cache, keyed by its graph, and
+`Specialisation`, what `begin` built a job's clusters for.
 
 Why: TF1 graphs are finalized after `begin`, before the first feed shows the batch size, so `begin`
 builds the clusters for a signature it must assume: the one the job's earlier processes recorded in
 the book (a restarted pod, the next pod or run of the same script with the same cache), else a guess
-(`GUESS` for every unknown dimension). The first training step's feeds give the real one: recorded
-for the next processes, and when it differs the hook rebinds the clusters' ops to kernels built for
-it (`rebinding`). The dispatch op checks every call's input shapes against its kernel's and runs
-TF's own ops on a miss (a last partial batch, another feed size), so a signature that does not match
-costs speed, never correctness.
+(`GUESS` for every unknown dimension). The first training step's feeds give the real one, recorded
+for the next processes; kernels for the signatures the job's training steps feed are compiled and
+bound while it runs (`signature_kernels`). The dispatch op checks every call's input shapes against
+its kernels' and runs TF's own ops when none has them (a last partial batch, a signature not compiled
+yet), so a signature without a kernel costs speed, never correctness.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from stitchfleet.telemetry.kinds import EventKind
 
 log = logging.getLogger("stitchfleet.plugin")
 FEEDABLE = frozenset({"Placeholder", "PlaceholderV2"})
+ITERATORS = frozenset({"IteratorGetNext", "IteratorGetNextSync"})  # a tf.data iterator's reads
 BOOK_DIR = "signatures"
 SEED_ATTRS = ("seed", "seed2")
 GUESS = 32  # a batch size for clusters built before the first feed; rebound to the real one after it
@@ -48,7 +52,8 @@ SHAPE_EVENT = EventKind.SHAPE_SIGNATURE.value
 
 @dataclass(frozen=True)
 class Signature:
-    """Concrete shapes of a job's partially shaped placeholders (op name -> shape), in name order."""
+    """Concrete shapes of a job's partially shaped sources (a placeholder's op name or an iterator output's
+    tensor name -> shape), in name order."""
 
     shapes: tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -65,36 +70,57 @@ class Signature:
         return dict(self.shapes)
 
 
-def unknown_placeholders(graph: Any, reached: frozenset[str] | None = None) -> list[Any]:
-    """The placeholders (of known rank) whose shape has an unknown dimension, that a training step reads
-    when `reached` (op names the step runs) is given."""
-    found = []
-    for op in graph.get_operations():
-        if op.type not in FEEDABLE or (reached is not None and op.name not in reached):
-            continue
-        shape = op.outputs[0].shape
-        if shape.rank is not None and not shape.is_fully_defined():
-            found.append(op)
+def unknown_sources(graph: Any, reached: frozenset[str] | None = None) -> list[Any]:
+    """The placeholders and iterator reads with an output of known rank and an unknown dimension, that a
+    training step reads when `reached` (op names the step runs) is given."""
+    return [
+        op
+        for op in graph.get_operations()
+        if op.type in FEEDABLE | ITERATORS
+        and (reached is None or op.name in reached)
+        and any(_partial(t) for t in op.outputs[: 1 if op.type in FEEDABLE else None])
+    ]
+
+
+def _partial(tensor: Any) -> bool:
+    return bool(tensor.shape.rank is not None and not tensor.shape.is_fully_defined())
+
+
+def partial_shapes(sources: Sequence[Any]) -> dict[str, tuple[int | None, ...]]:
+    """Each source's key (a placeholder's op name, an iterator output's tensor name) -> its partial shape."""
+    found: dict[str, tuple[int | None, ...]] = {}
+    for op in sources:
+        if op.type in FEEDABLE:
+            found[op.name] = tuple(op.outputs[0].shape.as_list())
+        else:
+            found.update({t.name: tuple(t.shape.as_list()) for t in op.outputs if _partial(t)})
     return found
 
 
-def observed(placeholders: list[Any], feed_dict: Any) -> Signature | None:
-    """The signature a run's feeds give the placeholders, None when one of them is not fed (or fed a
-    value whose rank or known dimensions disagree with the placeholder's)."""
+def read_tensors(sources: Sequence[Any]) -> list[Any]:
+    """The iterator outputs among the sources' keys: their shapes are known only once a step ran."""
+    return [t for op in sources if op.type in ITERATORS for t in op.outputs if _partial(t)]
+
+
+def observed(sources: list[Any], feed_dict: Any, read: Mapping[str, Any] | None = None) -> Signature | None:
+    """The signature a run gives the sources: the placeholders' from its feeds, the iterator outputs' from
+    `read` (tensor name -> the shape it had in the run); None when one of them is missing (or has a rank
+    or known dimensions that disagree with the graph's)."""
     fed: dict[str, Any] = {}
     for key, value in (feed_dict or {}).items():
         name = getattr(key, "name", key)
         if isinstance(name, str):
-            fed[name if ":" in name else f"{name}:0"] = value
+            fed[name if ":" in name else f"{name}:0"] = getattr(value, "shape", None) or ()
+    given = {**fed, **(read or {})}
     shapes: dict[str, tuple[int, ...]] = {}
-    for op in placeholders:
-        value = fed.get(op.outputs[0].name)
-        if value is None:
+    for key, want in partial_shapes(sources).items():
+        shape = given.get(key if ":" in key else f"{key}:0")
+        if shape is None:
             return None
-        shape = tuple(getattr(value, "shape", None) or ())
-        if not op.outputs[0].shape.is_compatible_with(shape):
+        shape = tuple(int(d) for d in shape)
+        if not tf.TensorShape(want).is_compatible_with(shape):
             return None
-        shapes[op.name] = tuple(int(d) for d in shape)
+        shapes[key] = shape
     return Signature.of(shapes)
 
 
@@ -106,6 +132,10 @@ def shaped_copy(graph_def: Any, signature: Signature) -> Any:
     for node in graph_def.node:
         if node.name in wanted:
             node.attr["shape"].shape.CopyFrom(tf.TensorShape(wanted[node.name]).as_proto())
+        elif node.op in ITERATORS:  # TF's shape inference reads an iterator's outputs from this list
+            for k, shape in enumerate(node.attr["output_shapes"].list.shape):
+                if f"{node.name}:{k}" in wanted:
+                    shape.CopyFrom(tf.TensorShape(wanted[f"{node.name}:{k}"]).as_proto())
     copy = tf.Graph()
     with copy.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
@@ -206,28 +236,32 @@ class ShapeOracle:
 class Specialisation:
     """One job's shape signature: what `begin` specialises its clusters to (`signature`, and `known`: tensor
     name -> shape; empty when the graph is fully shaped), and what its first training step feeds (`learn`),
-    which the book keeps for the job's next processes and the hook rebinds the clusters to
-    (`rebinding`). Without a recorded signature `begin` guesses one (`GUESS` for every unknown
-    dimension). Nothing here raises into the job."""
+    which the book keeps for the job's next processes. Without a recorded signature `begin` guesses one
+    (`GUESS` for every unknown dimension). Nothing here raises into the job."""
 
     def __init__(self, graph: Any, steps: Any, cache_dir: Path, ledger: Any = None) -> None:
-        # Only a graph with such placeholders pays for the training path and the GraphDef (both once).
-        self.placeholders = unknown_placeholders(graph)
-        if self.placeholders:
-            self.placeholders = unknown_placeholders(graph, training_path(graph))
+        # Only a graph with such sources pays for the training path and the GraphDef (both once).
+        self.sources = unknown_sources(graph)
+        if self.sources:
+            self.sources = unknown_sources(graph, training_path(graph))
         # the graph as begin converted it (`steps`: its ops a training step may run, in order), for rebuilding
         # the clusters under the shapes the job feeds
-        self.graph_def = graph.as_graph_def() if self.placeholders else None
-        self.op_names = [op.name for op in steps.get_operations()] if self.placeholders else []
-        self.book = SignatureBook(cache_dir, graph_key(graph, self.graph_def)) if self.placeholders else None
+        self.graph_def = graph.as_graph_def() if self.sources else None
+        self.op_names = [op.name for op in steps.get_operations()] if self.sources else []
+        self.book = SignatureBook(cache_dir, graph_key(graph, self.graph_def)) if self.sources else None
         recalled = self.book.recall() if self.book is not None else None
-        names = {op.name for op in self.placeholders}
-        if recalled is not None and set(recalled.as_dict()) != names:
-            recalled = None  # recorded for other placeholders: a key collision or a stale file
-        self.guessed = recalled is None and bool(self.placeholders)
-        self.signature = _guess(self.placeholders) if self.guessed else recalled
+        if recalled is not None and set(recalled.as_dict()) != set(partial_shapes(self.sources)):
+            recalled = None  # recorded for other sources: a key collision or a stale file
+        self.guessed = recalled is None and bool(self.sources)
+        self.signature = _guess(self.sources) if self.guessed else recalled
         self.known = concrete_shapes(graph, self.signature, self.graph_def) if self.signature is not None else {}
-        self.learning = bool(self.placeholders)
+        self.learning = bool(self.sources)
+        # The iterator's reads: each training step fetches their shapes (ops added after the GraphDef and the
+        # steps' ops were taken, so neither the book's key nor the clusters see them).
+        self.read, self.fetches = read_tensors(self.sources), []
+        if self.read:
+            with graph.as_default(), tf.name_scope("stitchfleet_shapes"):
+                self.fetches = [tf.shape(t, out_type=tf.int64) for t in self.read]
         if self.signature is not None:
             how = "a guess until the first training step" if self.guessed else "recorded by the job's earlier runs"
             log.info("stitchfleet: clusters built for the shapes %s (%s)", self.signature.key, how)
@@ -241,12 +275,16 @@ class Specialisation:
         how = "guessed" if self.guessed else "specialised"
         ledger.event(SHAPE_EVENT, None, None, how, detail=f"clusters built for {self.signature.key}")
 
-    def finished(self, ledger: Any, step: int, kernels: Sequence[Any]) -> None:
-        """An event with the calls that had other shapes than the clusters' kernels (TF's ops ran them), if any."""
+    def finished(self, ledger: Any, step: int, kernels: Sequence[Any], served: Any = None) -> None:
+        """An event with the calls whose shapes no kernel had (TF's ops ran them), if any; `served`: the job's
+        `signature_kernels.SignatureKernels`, naming the signatures that had kernels and the steps past the bound."""
         missed = [int(k.missed()) for k in kernels if getattr(k, "missed", None) is not None]
         if self.signature is None or not any(missed):
             return
-        detail = f"{sum(missed)} cluster call(s) of other shapes than {self.signature.key} ran TF's ops"
+        bound = served.bound() if served is not None else [self.signature.key]
+        detail = f"{sum(missed)} cluster call(s) of other shapes than {' and '.join(bound) or 'none'} ran TF's ops"
+        if served is not None and served.over:
+            detail += f"; {served.over} training step(s) fed signatures past STITCHFLEET_SIGNATURES_MAX"
         ledger.event(SHAPE_EVENT, step, None, "other shapes", detail=detail)
 
     def mark(self, graph: Any, conversion: Any, sites: Sequence[Any]) -> None:
@@ -256,12 +294,10 @@ class Specialisation:
         compute those for each call instead of reading the signature's constants."""
         if self.signature is None or not sites:
             return
+        mine = self.signature.as_dict()
         wider = {
-            op.name: tuple(
-                d + 1 if known is None else d
-                for d, known in zip(self.signature.as_dict()[op.name], op.outputs[0].shape.as_list(), strict=True)
-            )
-            for op in self.placeholders
+            key: tuple(d + 1 if known is None else d for d, known in zip(mine[key], shape, strict=True))
+            for key, shape in partial_shapes(self.sources).items()
         }
         second = concrete_shapes(graph, Signature.of(wider), self.graph_def)
         other = convert(StepOps(graph), shapes=second).folded
@@ -275,35 +311,37 @@ class Specialisation:
             site.varying, site.oracle = frozenset(site.folded) & varying, oracle
 
     def learn(self, args: Any, is_training: Callable[[Any], bool]) -> Signature | None:
-        """On the job's first training step (`is_training(fetches)`): records its feeds' signature in the book
-        and returns it when the clusters were built for another one (the hook then rebinds them)."""
-        if not self.learning or self.book is None:
+        """On the job's first training step (`is_training(fetches)`) whose feeds give every source: its signature
+        (`learned`). A graph whose iterator is a source learns from the shapes a step read instead."""
+        if not self.learning or self.book is None or self.read:
             return None
         try:
             if not is_training(args.fetches):
                 return None
-            self.learning = False
-            seen = observed(self.placeholders, args.feed_dict)
+            seen = observed(self.sources, args.feed_dict)
         except Exception as err:  # a hint for the next process is never worth a failure
             self.learning = False
             log.info("stitchfleet: shape signature not learned: %s", err)
             return None
-        if seen is None:
+        return self.learned(seen) if seen is not None else None
+
+    def learned(self, seen: Signature) -> Signature | None:
+        """The first signature a training step gave, recorded in the book for the job's next processes and
+        returned; None after the first. What `begin` built for (`signature`, `guessed`) stays as it is:
+        kernels for the signatures the job feeds are `signature_kernels`' part (with Horovod it starts
+        after this step, and must still know what `begin` built)."""
+        if not self.learning or self.book is None:
             return None
-        if seen == self.signature:
-            if self.guessed:  # a right guess: the next processes need not guess
-                self.book.record(seen)
-                self.guessed = False
-            return None
-        if not self.guessed and self.signature is not None:
+        self.learning = False
+        if seen != self.signature and not self.guessed and self.signature is not None:
             log.info("stitchfleet: the job feeds %s, not %s as recorded", seen.key, self.signature.key)
-        self.book.record(seen)
-        self.signature, self.guessed = seen, False
+        if seen != self.signature or self.guessed:
+            self.book.record(seen)
         return seen
 
 
-def _guess(placeholders: Sequence[Any]) -> Signature:
-    """Every unknown dimension of the placeholders set to GUESS."""
+def _guess(sources: Sequence[Any]) -> Signature:
+    """Every unknown dimension of the sources set to GUESS."""
     return Signature.of(
-        {op.name: tuple(GUESS if d is None else int(d) for d in op.outputs[0].shape.as_list()) for op in placeholders}
+        {key: tuple(GUESS if d is None else int(d) for d in shape) for key, shape in partial_shapes(sources).items()}
     )

@@ -203,13 +203,18 @@ def test_inputs_of_another_shape_run_tfs_ops_and_count_a_miss(bridge: bridge_op.
     assert bridge.count(executable) == before[0] + 1
 
 
-def test_a_kernel_bound_while_the_job_runs_serves_its_own_shapes(bridge: bridge_op.BridgeOp, tmp_path: Path) -> None:
-    """A cluster built for a guessed batch (16) is bound to a kernel built for the batch the job feeds (5): the
-    op, built once with the first kernel's attributes, then runs the bound kernel on batches of 5 and TF's ops
-    on batches of 16, whose kernel it no longer uses."""
+def test_kernels_bound_for_several_signatures_each_serve_their_own_shapes(
+    bridge: bridge_op.BridgeOp, tmp_path: Path
+) -> None:
+    """A cluster built at begin for a batch of 16 gets kernels bound for batches of 5 and 7 (two signatures a job
+    alternates between): the op, built once with the first kernel's attributes, runs each kernel on its own
+    batch, counted per signature; a batch no kernel has (3) runs TF's ops, counted as a miss. Unbinding one
+    signature sends its calls to TF's ops and leaves the others bound; unbinding begin's kernel ("") too.
+    Before, one binding replaced the op's kernel: a job alternating two batch sizes stitched only one."""
     guessed = compile_cluster(layernorm_and_passthrough(), tmp_path / "guess")
-    fed = compile_cluster(_layernorm(5), tmp_path / "fed")
+    five, seven = (compile_cluster(_layernorm(n), tmp_path / f"fed{n}") for n in (5, 7))
     dtypes = [tf.as_dtype(p.dtype.numpy) for p in guessed.source.params if p.output]
+    symbol = guessed.source.entry
     with tf.Graph().as_default() as g:
         x, gamma = tf.compat.v1.placeholder(tf.float32, [None, 64]), tf.compat.v1.placeholder(tf.float32, [64])
         switches = tf.compat.v1.placeholder(tf.bool, [None])
@@ -218,22 +223,47 @@ def test_a_kernel_bound_while_the_job_runs_serves_its_own_shapes(bridge: bridge_
         outs = bridge.dispatch(
             guessed, [x, gamma], dtypes, switch=(switches, 0), fallback=function, static_shapes=[[None, 64], [64]]
         )
-        symbol = guessed.source.entry
         with tf.compat.v1.Session(graph=g) as session:
-            inputs = random_inputs(fed.graph, 8)
-            want, _ = fed.run([inputs[n] for n in fed.input_names])
-            feed = {x: inputs["x"], gamma: inputs["gamma"], switches: [True]}
-            np.testing.assert_array_equal(session.run(outs[0], feed), inputs["x"] * 2.0)  # unbound: a miss
-            bridge.bind(symbol, fed)
-            calls = bridge.count(guessed)
-            np.testing.assert_array_equal(session.run(outs[0], feed), want[0])  # the bound kernel
-            assert bridge.count(guessed) == calls + 1  # counted under the op's own symbol
-            big = np.ones((16, 64), np.float32)
-            np.testing.assert_array_equal(session.run(outs[0], {**feed, x: big}), big * 2.0)  # now a miss
-    missing = copy.copy(fed)
+
+            def call(executable: CpuExecutable | None, rows: int) -> tuple[Any, Any]:
+                """The op's output on `rows` rows, and what `executable` computes on them (TF's ops when None)."""
+                inputs = random_inputs(_layernorm(rows), rows)
+                got = session.run(outs[0], {x: inputs["x"], gamma: inputs["gamma"], switches: [True]})
+                if executable is None:
+                    return got, inputs["x"] * 2.0
+                return got, executable.run([inputs[n] for n in executable.input_names])[0][0]
+
+            np.testing.assert_array_equal(*call(None, 5))  # unbound: a miss
+            bridge.bind(symbol, five, "x=5x64")
+            bridge.bind(symbol, seven, "x=7x64")
+            before = {key: bridge.signature_calls(symbol, key) for key in ("", "x=5x64", "x=7x64")}
+            missed, calls = bridge.count(guessed, "missed"), bridge.count(guessed)
+            for executable, rows in ((five, 5), (seven, 7), (guessed, 16), (five, 5), (None, 3)):
+                np.testing.assert_array_equal(*call(executable, rows))
+            after = {key: bridge.signature_calls(symbol, key) for key in before}
+            assert {key: after[key] - before[key] for key in after} == {"": 1, "x=5x64": 2, "x=7x64": 1}
+            assert bridge.count(guessed) == calls + 4  # every kernel counted under the op's own symbol too
+            assert bridge.count(guessed, "missed") == missed + 1  # the batch of 3
+
+            assert bridge.unbind(symbol, "x=5x64") and not bridge.unbind(symbol, "x=5x64")
+            np.testing.assert_array_equal(*call(None, 5))  # TF's ops again
+            np.testing.assert_array_equal(*call(seven, 7))  # the other signature keeps its kernel
+            assert bridge.unbind(symbol, "")
+            np.testing.assert_array_equal(*call(None, 16))  # begin's kernel unbound too
+            np.testing.assert_array_equal(*call(seven, 7))
+            bridge.bind(symbol, five, "x=5x64")  # bound again, beside the other
+            np.testing.assert_array_equal(*call(five, 5))
+            assert bridge.signature_calls(symbol, "x=5x64") == after["x=5x64"] + 1
+            bridge.reset(symbol)  # what a new job's hook starts from: the op's own kernel, counts at 0
+            np.testing.assert_array_equal(*call(None, 5))
+            np.testing.assert_array_equal(*call(guessed, 16))
+            assert [bridge.signature_calls(symbol, key) for key in ("", "x=5x64", "x=7x64")] == [1, 0, 0]
+    missing = copy.copy(five)
     missing.library_path = tmp_path / "missing.so"
     with pytest.raises(bridge_op.BridgeUnavailableError, match="cannot load"):
-        bridge.bind(symbol, missing)
+        bridge.bind(symbol, missing, "x=5x64")
+    with pytest.raises(bridge_op.BridgeUnavailableError, match="empty key"):
+        bridge.bind(symbol, five, "")
 
 
 def _layernorm(rows: int) -> Graph:

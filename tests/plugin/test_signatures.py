@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -22,14 +23,19 @@ from stitchfleet.plugin.sites import StepOps  # noqa: E402
 pytestmark = pytest.mark.tf
 
 
-def mlp(batch: int | None, seed: int = 0) -> Any:
+def mlp(batch: int | None, seed: int = 0, data: tuple[Any, Any, int] | None = None) -> Any:
     """A matmul, Keras layer norm, GELU, a hand-written normalisation, a mean loss and Adam, as TF1 scripts
-    write it (the train op is "train")."""
+    write it (the train op is "train"); `data` (features, labels, batch size): read from a `tf.data`
+    iterator over them (`batch(...).repeat()`: the last batch of each pass is partial) instead of fed."""
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.set_random_seed(seed)
-        x = tf.compat.v1.placeholder(tf.float32, [batch, 16], name="x")
-        y = tf.compat.v1.placeholder(tf.int64, [batch], name="y")
+        if data is None:
+            x = tf.compat.v1.placeholder(tf.float32, [batch, 16], name="x")
+            y = tf.compat.v1.placeholder(tf.int64, [batch], name="y")
+        else:
+            dataset = tf.data.Dataset.from_tensor_slices(data[:2]).batch(data[2]).repeat()
+            x, y = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
         w = tf.compat.v1.get_variable("w", [16, 32])
         h = tf.nn.gelu(tf.keras.layers.LayerNormalization()(tf.matmul(x, w)))  # Keras reads shapes at run time
         mean, var = tf.nn.moments(h, [1], keepdims=True)
@@ -42,14 +48,14 @@ def mlp(batch: int | None, seed: int = 0) -> Any:
 
 def test_placeholders_of_unknown_shape_and_the_signature_feeds_give_them() -> None:
     graph = mlp(None)
-    found = signatures.unknown_placeholders(graph)
+    found = signatures.unknown_sources(graph)
     assert [op.name for op in found] == ["x", "y"]
     feeds = {"x:0": np.zeros((8, 16), np.float32), graph.get_tensor_by_name("y:0"): np.zeros(8, np.int64)}
     seen = signatures.observed(found, feeds)
     assert seen == Signature.of({"x": (8, 16), "y": (8,)}) and seen.key == "x=8x16,y=8"
     assert signatures.observed(found, {"x:0": np.zeros((8, 16), np.float32)}) is None  # y not fed
     assert signatures.observed(found, {"x:0": np.zeros((8, 15)), "y:0": np.zeros(8)}) is None  # x's 16 known
-    assert signatures.unknown_placeholders(mlp(8)) == []
+    assert signatures.unknown_sources(mlp(8)) == []
 
 
 def test_tf_shapes_under_a_signature() -> None:
@@ -91,3 +97,37 @@ def test_a_none_batch_graph_under_its_signature_gets_the_clusters_of_its_static_
     under = _clusters(convert(StepOps(graph), shapes=signatures.concrete_shapes(graph, signature)))
     assert under == static
     assert sum(map(len, bare)) < sum(map(len, static)) // 2  # what a `None` batch costs without a signature
+
+
+def test_learning_the_fed_signature_records_it_and_keeps_what_begin_built_for(tmp_path: Path) -> None:
+    """The first training step's signature goes into the book; `signature` stays begin's guess, which the kernels
+    per signature read as what the ops' own kernels were built for. Before, `learn` replaced it: under Horovod,
+    whose kernels per signature start after that step, begin's kernels were taken for the fed batch's."""
+    graph = mlp(None)
+    shapes = signatures.Specialisation(graph, StepOps(graph), tmp_path)
+    guess = Signature.of({"x": (signatures.GUESS, 16), "y": (signatures.GUESS,)})
+    assert shapes.guessed and shapes.signature == guess
+    fed = {"x:0": np.zeros((8, 16), np.float32), "y:0": np.zeros(8, np.int64)}
+    step = SimpleNamespace(fetches=["train"], feed_dict=fed)  # what a session run's `original_args` holds
+    assert shapes.learn(step, lambda fetches: True) == Signature.of({"x": (8, 16), "y": (8,)})
+    assert shapes.signature == guess and shapes.guessed
+    assert shapes.book is not None and shapes.book.recall() == Signature.of({"x": (8, 16), "y": (8,)})
+    assert shapes.learn(step, lambda fetches: True) is None  # once per process
+
+
+def test_an_iterators_reads_are_sources_too() -> None:
+    """A `tf.data` iterator's batch (`IteratorGetNext`) has an unknown batch dimension like a placeholder's; its
+    outputs are keyed by tensor name, their shapes come from the step (fetched), and under a signature TF's
+    shape inference gives the graph the shapes of its static twin."""
+    data = (np.zeros((20, 16), np.float32), np.zeros(20, np.int64), 8)
+    graph = mlp(None, data=data)
+    found = signatures.unknown_sources(graph)
+    assert [op.type for op in found] == ["IteratorGetNext"]
+    assert signatures.partial_shapes(found) == {"IteratorGetNext:0": (None, 16), "IteratorGetNext:1": (None,)}
+    read = {"IteratorGetNext:0": (8, 16), "IteratorGetNext:1": (8,)}
+    assert signatures.observed(found, {}, read) == Signature.of(read)
+    assert signatures.observed(found, {}) is None  # not read yet
+    assert signatures.observed(found, {}, {**read, "IteratorGetNext:0": (8, 15)}) is None  # 16 is known
+    shapes = signatures.concrete_shapes(graph, Signature.of(read))
+    assert shapes["MatMul:0"] == (8, 32)
+    assert _clusters(convert(StepOps(graph), shapes=shapes)) == _clusters(convert(StepOps(mlp(8))))
