@@ -17,21 +17,18 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 from stitchfleet import settings as settings_module
-from stitchfleet.compiler.pipeline import SOURCE_TARGETS, Options, compile_graph
-from stitchfleet.plugin import candidates, collector
+from stitchfleet.plugin import candidates, collector, job_graph
 from stitchfleet.plugin.agreement import SLOTS, Agreement
 from stitchfleet.plugin.bridge_op import choose as choose_bridge
 from stitchfleet.plugin.consensus import Consensus
 from stitchfleet.plugin.controller import EXTRA, Cluster, Controller
 from stitchfleet.plugin.faults import Fault
-from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.guard import Finding, judge
 from stitchfleet.plugin.kernels import poll_faults, resolve_backend
 from stitchfleet.plugin.ledger import Ledger
@@ -195,18 +192,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         started = time.perf_counter()
         steps = StepOps(graph)
         self.shapes = Specialisation(graph, steps, current.cache_dir, self.ledger)
-        conversion = convert(steps, name=current.job_name or "graph", shapes=self.shapes.known)
-        dump = Path(current.dump_dir) if current.dump_dir else None
-        options = Options(
-            remote_budget=current.remote_stitch_budget,
-            dump_dir=dump,
-            baselines=("per_op",),
-            origins=frozenset(conversion.origins),  # the compiler draws clusters TF can compute: planned once
-            kernels=dump is not None,  # a dump holds the kernel IR and sources too; otherwise setup skips them
-            sources=SOURCE_TARGETS if dump is not None else (),
-        )
-        art = compile_graph(conversion.graph, options)
-        assert art.report is not None
+        conversion, art = job_graph.compiled(steps, self.shapes, current)
         backend = resolve_backend(self.backend)
         memory = self.ledger.recall()
         found = candidates.choose(

@@ -27,7 +27,8 @@ from typing import Any
 
 from stitchfleet import settings as settings_module
 from stitchfleet.compiler.ir import Graph
-from stitchfleet.compiler.plan import PlanOptions, plan_cluster
+from stitchfleet.compiler.pipeline import compile_cluster
+from stitchfleet.compiler.plan import PlanOptions
 from stitchfleet.compiler.targets.cpu.executable import CpuExecutable
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.frontend import Conversion
@@ -120,7 +121,8 @@ def _build_one(
     if not isinstance(old, CpuExecutable) or site.plan is None:
         raise NotRebuiltError("only native CPU kernels are rebuilt")
     new_site = remap(copy, conversion, site)
-    plan = plan_cluster(new_site.graph, site.plan.cluster, PlanOptions(device=site.plan.device))
+    # A new signature's cluster graph enters the compiler through its one re-entry, like any changed cluster.
+    plan = compile_cluster(new_site.graph, site.plan.cluster, PlanOptions(device=site.plan.device))
     kernel = ClusterKernel(new_site.graph, plan, "cpu", current.cache_dir, fault)
     if current.translation_check:
         refused = check_sites(copy, [new_site], current.tolerance_factor, current.cache_dir)
