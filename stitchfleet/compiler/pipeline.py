@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stitchfleet.compiler import granularity, ir
+from stitchfleet.compiler import granularity, ir, targets
 from stitchfleet.compiler.baselines import PLANNERS, Plan
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.kernel.printer import print_kernel
@@ -61,11 +61,12 @@ class Options:
         unknown = sorted(set(self.sources) - set(SOURCE_TARGETS))
         if unknown:
             raise ValueError(f"no source renderer for {unknown} (renderers: {', '.join(SOURCE_TARGETS)})")
-        if "cuda" in self.sources and not self.kernels:
-            raise ValueError("cuda sources are rendered from the kernel IR: ask for kernels too")
+        from_kernels = [name for name in self.sources if targets.profile(name).source_from == "kernels"]
+        if from_kernels and not self.kernels:
+            raise ValueError(f"{', '.join(from_kernels)} sources are rendered from the kernel IR: ask for kernels too")
 
 
-SOURCE_TARGETS = ("cpu", "cuda")  # what the `sources` stage can render; callers that dump ask for all
+SOURCE_TARGETS = targets.names(with_sources=True)  # what the `sources` stage can render; callers that dump ask for all
 
 
 @dataclass(frozen=True)
@@ -174,25 +175,14 @@ def kernels(art: Artifacts, options: Options) -> tuple[Lowered | Decision, ...]:
     return tuple(_lowered(g, p) for g, p in zip(art.cluster_graphs, art.stitch, strict=True))
 
 
-def _render(target: str, cluster: int, graph: ir.Graph, plan: StitchPlan, lowered: Lowered | None) -> str:
-    # imported here: the renderers are the heaviest modules of the compiler, and most compiles render nothing
-    if target == "cpu":
-        from stitchfleet.compiler.targets.cpu.source import cluster_source
-
-        return cluster_source(graph, plan, f"stitch_cluster{cluster}").text
-    from stitchfleet.compiler.targets.cuda.render import render_module
-
-    assert lowered is not None  # Options demands kernels for cuda sources
-    return render_module(lowered.kernels)
-
-
 def _rendered(target: str, graph: ir.Graph, plan: StitchPlan | Decision, lowered: object) -> RenderedSource | Decision:
     if isinstance(plan, Decision):
         return plan
-    if target == "cuda" and isinstance(lowered, Decision):  # cpu C is rendered from the plan, not the kernel IR
-        return lowered
+    if targets.profile(target).source_from == "kernels" and isinstance(lowered, Decision):
+        return lowered  # no kernel IR, no text from it (cpu C is rendered from the plan and still comes)
     try:
-        text = _render(target, plan.cluster, graph, plan, lowered if isinstance(lowered, Lowered) else None)
+        low = lowered if isinstance(lowered, Lowered) else None
+        text = targets.render_source(target, plan.cluster, graph, plan, low)
     except _CANNOT as err:
         return Decision("sources", "refuse", f"cluster {plan.cluster} {target}", f"not rendered: {err}")
     return RenderedSource(plan.cluster, target, text)

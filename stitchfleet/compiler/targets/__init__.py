@@ -8,7 +8,8 @@ plugin's routes, `stitchfleet compile --device`) reads this registry. Shared by 
 base.py (the protocols and `Profile`), cache.py (the artifact cache), native_build.py (the
 system C/C++ compiler). Adding a backend = a folder `targets/<name>/` with `__init__.py`
 (docstring + `PROFILE`) and `target.py` (`target(cache_dir) -> Target`), plus its artifact
-kind in cache.py when it builds files.
+kind in cache.py when it builds files, and `source_text.py` (`render`) when its profile says what
+its source text is rendered from (`source_from`): the pipeline's `sources` stage finds it here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from typing import TYPE_CHECKING
 from stitchfleet import settings
 
 if TYPE_CHECKING:
+    from stitchfleet.compiler.ir import Graph
+    from stitchfleet.compiler.lower import Lowered
+    from stitchfleet.compiler.plan import StitchPlan
     from stitchfleet.compiler.targets.base import Profile, Target
 
 NAMES: tuple[str, ...] = settings.TARGETS
@@ -48,13 +52,29 @@ def load(name: str, cache_dir: Path) -> Target:
     return built
 
 
+def render_source(name: str, cluster: int, graph: Graph, plan: StitchPlan, lowered: Lowered | None) -> str:
+    """One cluster's source text for the target (`targets/<name>/source_text.py`, imported now: renderers
+    are the compiler's heaviest modules and most compiles render nothing); ValueError for a target without."""
+    if profile(name).source_from is None:
+        raise ValueError(f"target {name!r} has no source text")
+    module = importlib.import_module(f"{_package(name)}.source_text")
+    text: str = module.render(cluster, graph, plan, lowered)
+    return text
+
+
 def names(
-    *, runs_on: str | None = None, in_jobs: bool | None = None, checks_here: bool | None = None
+    *,
+    runs_on: str | None = None,
+    in_jobs: bool | None = None,
+    checks_here: bool | None = None,
+    with_sources: bool | None = None,
 ) -> tuple[str, ...]:
     """The target names whose profile matches every filter given."""
     chosen = []
     for name in NAMES:
         p = profile(name)
+        if with_sources is not None and (p.source_from is not None) != with_sources:
+            continue
         if runs_on is not None and p.runs_on != runs_on:
             continue
         if in_jobs is not None and p.in_jobs != in_jobs:

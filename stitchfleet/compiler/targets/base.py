@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the protocols only name these; a profile import stays light
 Program = Sequence["Kernel"]
 Arrays = dict[str, npt.NDArray[np.generic]]
 KINDS = ("cpu", "gpu")
+SOURCE_FROM = (None, "plan", "kernels")
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,19 @@ class Profile:
     native_op: bool = False  # the TF bridge op runs it natively (else tf.numpy_function calls it)
     in_jobs: bool = True  # a training job may choose it (STITCHFLEET_BACKEND)
     checks_here: bool = True  # `stitchfleet compile --device` runs it on any machine (no GPU needed)
+    # What its source text (the pipeline's `sources` stage, its dumps) is rendered from: "plan" or "kernels"
+    # (the kernel IR), by `targets/<name>/source_text.py`'s `render`; None: it has no source text.
+    source_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.runs_on not in KINDS:
             raise ValueError(f"target {self.name!r}: runs_on must be one of {KINDS}, got {self.runs_on!r}")
         if self.warp <= 0:
             raise ValueError(f"target {self.name!r}: warp must be positive, got {self.warp}")
+        if self.source_from not in SOURCE_FROM:
+            raise ValueError(
+                f"target {self.name!r}: source_from must be one of {SOURCE_FROM}, got {self.source_from!r}"
+            )
 
 
 class Executable(Protocol):

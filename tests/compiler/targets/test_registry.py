@@ -98,3 +98,26 @@ def test_the_cuda_target_without_pycuda_says_what_is_missing(tmp_path: Path) -> 
     target = targets.load("cuda", tmp_path)
     with pytest.raises(CudaUnavailableError, match="pycuda"):
         target.build(cluster, plan_cluster(cluster, 0, PlanOptions(device="tiny")))
+
+
+def test_source_text_is_found_by_name_for_the_targets_that_have_one() -> None:
+    """The pipeline's `sources` stage names no target: each profile says what its text is rendered from, and
+    its folder's source_text.py renders it (a new backend adds that file, not a branch in the pipeline)."""
+    from stitchfleet.compiler import pipeline
+
+    with_text = targets.names(with_sources=True)
+    assert with_text == pipeline.SOURCE_TARGETS == ("cpu", "cuda")
+    for name in FOLDERS:
+        has_module = importlib.util.find_spec(f"stitchfleet.compiler.targets.{name}.source_text") is not None
+        assert has_module == (name.replace("_", "-") in with_text), name
+    graph = _cluster()
+    plan = plan_cluster(graph, 0, PlanOptions())
+    assert "int stitch_cluster0(" in targets.render_source("cpu", 0, graph, plan, None)
+    with pytest.raises(ValueError, match="'sim' has no source text"):
+        targets.render_source("sim", 0, graph, plan, None)
+    with pytest.raises(ValueError, match="from the kernel IR"):
+        targets.render_source("cuda", 0, graph, plan, None)
+    with pytest.raises(ValueError, match="cuda sources are rendered from the kernel IR: ask for kernels too"):
+        pipeline.Options(sources=("cuda",))
+    with pytest.raises(ValueError, match="source_from must be one of"):
+        Profile("x", runs_on="cpu", warp=32, summary="x", source_from="text")

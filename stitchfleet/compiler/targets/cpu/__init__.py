@@ -12,4 +12,6 @@ plan, not the kernel IR's threads: a task stays in one CPU thread with reduction
 from stitchfleet.compiler.devices import WARP
 from stitchfleet.compiler.targets.base import Profile
 
-PROFILE = Profile("cpu", runs_on="cpu", warp=WARP, summary="C + OpenMP code on this CPU", native_op=True)
+PROFILE = Profile(
+    "cpu", runs_on="cpu", warp=WARP, summary="C + OpenMP code on this CPU", native_op=True, source_from="plan"
+)

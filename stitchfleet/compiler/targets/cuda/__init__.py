@@ -14,5 +14,11 @@ from stitchfleet.compiler.devices import WARP
 from stitchfleet.compiler.targets.base import Profile
 
 PROFILE = Profile(
-    "cuda", runs_on="gpu", warp=WARP, summary="CUDA kernels on this GPU", native_op=True, checks_here=False
+    "cuda",
+    runs_on="gpu",
+    warp=WARP,
+    summary="CUDA kernels on this GPU",
+    native_op=True,
+    checks_here=False,
+    source_from="kernels",
 )
