@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -159,6 +159,8 @@ class Twin:
         self.graph = graph
         self.members = members
         self._runnable: dict[tuple[tuple[str, ...], frozenset[str]], bool] = {}
+        # copy op of a mapped cluster -> the ops producing every input of that cluster (see `runnable`)
+        self.cluster_reads: dict[str, list[Any]] = {}
 
     def op_name(self, name: str) -> str:
         return f"{PREFIX}/{name}" if name in self.members else name
@@ -224,7 +226,11 @@ class Twin:
         key = (tuple(e.name for e in elements), frozenset(t.name for t in fed))
         if key not in self._runnable:
             fed_ops = {t.op.name for t in fed}
-            copied = _unfed_placeholders([self.element(e) for e in elements], fed_ops)
+            # Every mapped cluster counts as one op reading all its inputs, its kernel installed on this rank
+            # or not: the answer depends on the graph alone, so Horovod ranks whose compiles differ count
+            # the same runs as training steps (a rank that declined a run the other took would pair the
+            # ranks' collectives on different runs).
+            copied = _unfed_placeholders([self.element(e) for e in elements], fed_ops, self.cluster_reads)
             own = _unfed_placeholders(elements, fed_ops) if copied else set()
             self._runnable[key] = not copied - own
             if copied - own:
@@ -326,9 +332,12 @@ class Diverter:
         return session is not None and session is self.session and self.twin.diverts(feed_dict, fetched)
 
 
-def _unfed_placeholders(roots: Iterable[Any], fed_ops: set[str]) -> set[str]:
+def _unfed_placeholders(
+    roots: Iterable[Any], fed_ops: set[str], also_reads: Mapping[str, Sequence[Any]] | None = None
+) -> set[str]:
     """The placeholders without a default that running `roots` (tensors or ops) would execute unfed: a walk
-    over data and control inputs that stops at fed ops, as TF's own pruning of a run does."""
+    over data and control inputs that stops at fed ops, as TF's own pruning of a run does; `also_reads`
+    adds the ops an op's run needs beyond its inputs (a cluster's stitched op reads all of its inputs)."""
     stack = [root if isinstance(root, tf.Operation) else root.op for root in roots]
     seen: set[str] = set()
     found: set[str] = set()
@@ -341,6 +350,7 @@ def _unfed_placeholders(roots: Iterable[Any], fed_ops: set[str]) -> set[str]:
             found.add(op.name)
         stack.extend(t.op for t in op.inputs)
         stack.extend(op.control_inputs)
+        stack.extend((also_reads or {}).get(op.name, ()))
     return found
 
 
@@ -359,4 +369,10 @@ def build(graph: Any, sites: Sequence[Site]) -> Twin:
         inside = [g for g in copy.colocation_groups() if g != b"loc:@" + copy.name.encode()]
         groups = attr_value_pb2.AttrValue.ListValue(s=inside + outside)
         copy._set_attr(COLOCATION, attr_value_pb2.AttrValue(list=groups))
-    return Twin(graph, frozenset(members))
+    twin = Twin(graph, frozenset(members))
+    for site in sites:  # every mapped cluster, compiled or not: the same on every rank
+        moved = twin.site(site)
+        reads = [t.op for t in moved.inputs]
+        for op in moved.internal:
+            twin.cluster_reads[op.name] = reads
+    return twin

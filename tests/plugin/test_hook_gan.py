@@ -81,3 +81,26 @@ def test_the_walk_finds_the_placeholders_a_run_would_execute_unfed() -> None:
     assert _unfed_placeholders(g_ops, {"z"}) == set()
     assert _unfed_placeholders(d_ops, {"z"}) == {"x"}
     assert _unfed_placeholders(d_ops, {"x", "z"}) == set()
+
+
+def test_ranks_whose_compiles_differ_decline_the_same_runs() -> None:
+    """Whether the copy can take a run depends on the graph alone: a rank that installed no kernel (its
+    compiles failed) must decline the generator's step as a rank with the joined cluster's stitched op
+    does, or the two would count different runs as training steps and pair their collectives wrongly."""
+    from stitchfleet.plugin.twin import build
+    from tests.plugin.site_harness import map_all
+
+    graph, model = _gan()
+    with graph.as_default():
+        sites = map_all(graph).sites
+        twin = build(graph, sites)  # the copy before any kernel is installed: what a rank without kernels runs
+        g_ops = [t if isinstance(t, tf.Operation) else t.op for t in model["g"]]
+        d_ops = [t if isinstance(t, tf.Operation) else t.op for t in model["d"]]
+    assert any({"x", "z"} <= _reads_of(site) for site in sites)  # remote stitching joined both branches
+    assert not twin.runnable(g_ops, [model["z"]])
+    assert twin.runnable(d_ops, [model["x"], model["z"]])
+
+
+def _reads_of(site: Any) -> set[str]:
+    """The placeholders a cluster's inputs depend on."""
+    return _unfed_placeholders([t.op for t in site.inputs], set())
