@@ -37,10 +37,15 @@ The rules:
 - The native op's tables live as long as the process, keyed by a cluster's code: a hook resets its
   clusters' ops when it starts, so a second session in the process runs no kernel its guard does not
   know (a session still running beside it loses its bindings: its calls run TF's ops, never wrong ones).
-- Probes time the cluster over whatever signatures the steps fed: a probe verdict is not split per
-  signature, and a probe window that runs while a signature is still compiling times TF's ops for its
-  calls (on steps of a few ms the compile can outlast the warmup and baseline steps). The verdict's
-  fleet key stays `begin`'s shapes (a guess in a job's first process). Not done yet.
+- Probes time a step only under a signature whose kernels ran it (`measured`): the step's signature when
+  every switched-on cluster has a kernel bound for it, else None, and the step is left out of its probe
+  pair (`schedule.Probes`): a step whose calls ran TF's ops because its signature has no kernel yet
+  (seen on too few steps, compiling, over the bound, left, unbound) would book TF's time as the stitched
+  code's. A probe is decided on the signature a rank timed most in both halves, and its fleet finding
+  is keyed by the shapes of that signature's kernel (`shapes`), not begin's (a guess in a job's first
+  process). Not done: a cluster kept for one signature and off for another (a probe decision holds for
+  every signature), and the probe of a kernel bound for a `tf.data` signature on the first step that
+  runs it (`fresh` knows placeholder signatures only).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +65,7 @@ from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.rebinding import Built, build
 from stitchfleet.plugin.signatures import SHAPE_EVENT, Signature, Specialisation, observed
 from stitchfleet.plugin.sites import Site
+from stitchfleet.plugin.verdict_keys import shape_signature
 
 log = logging.getLogger("stitchfleet.plugin")
 SEEN, COMPILING, BOUND, LEFT, OVER = "seen", "compiling", "bound", "left", "over"
@@ -280,6 +286,24 @@ class SignatureKernels:
         if entry is None:
             return []
         return [k for k, index in enumerate(self.order) if (index, entry.owners.get(index, "")) in self.unjudged]
+
+    # --- probes -------------------------------------------------------------------------------------
+
+    def measured(self, switches: Iterable[Any]) -> str | None:
+        """The key of the step under way's signature when every cluster switched on (controller positions) ran a
+        kernel for it; None when one ran TF's ops instead, or the signature is unknown (module docstring)."""
+        signature = self.signature
+        entry = self.entries.get(signature.key) if signature is not None else None
+        if entry is None or any(on and self.order[k] not in entry.graphs for k, on in enumerate(switches)):
+            return None
+        return entry.signature.key
+
+    def shapes_of(self, index: int, key: str) -> str | None:
+        """The inputs' shapes (`verdict_keys.shape_signature`) of cluster `index`'s kernel for signature `key`;
+        None without one."""
+        entry = self.entries.get(key)
+        graph = entry.graphs.get(index) if entry is not None else None
+        return shape_signature(graph) if graph is not None else None
 
     # --- figures --------------------------------------------------------------------------------------
 

@@ -45,10 +45,14 @@ class StepPlan:
 class StepFigures:
     """What a planned step gave: its duration, its loss (None when not fetched), the guard's findings for
     the plan's judged clusters (none when the check tensors did not come back), the consensus vector
-    summed over ranks (the controller's layout; None on a quiet step) and a plugin fault seen in it."""
+    summed over ranks (the controller's layout; None on a quiet step), a plugin fault seen in it, and the
+    shape signature whose kernels ran its switched-on clusters (`measured`: its key, "" for a graph with
+    static shapes, None when a switched-on cluster ran TF's ops for want of a kernel: such a step times no
+    probe, `schedule.Probes`)."""
 
     seconds: float
     loss: float | None = None
     findings: tuple[tuple[int, Finding], ...] = ()
     summed: np.ndarray[Any, Any] | None = None
     fault: str | None = None
+    measured: str | None = ""
