@@ -37,15 +37,14 @@ The rules:
 - The native op's tables live as long as the process, keyed by a cluster's code: a hook resets its
   clusters' ops when it starts, so a second session in the process runs no kernel its guard does not
   know (a session still running beside it loses its bindings: its calls run TF's ops, never wrong ones).
-- Probes time a step only under a signature whose kernels ran it (`measured`): the step's signature when
-  every switched-on cluster has a kernel bound for it, else None, and the step is left out of its probe
-  pair (`schedule.Probes`): a step whose calls ran TF's ops because its signature has no kernel yet
-  (seen on too few steps, compiling, over the bound, left, unbound) would book TF's time as the stitched
-  code's. A probe is decided on the signature a rank timed most in both halves, and its fleet finding
-  is keyed by the shapes of that signature's kernel (`shapes`), not begin's (a guess in a job's first
-  process). Not done: a cluster kept for one signature and off for another (a probe decision holds for
-  every signature), and the probe of a kernel bound for a `tf.data` signature on the first step that
-  runs it (`fresh` knows placeholder signatures only).
+- Probes time a step only under a signature whose kernels ran all its switched-on clusters (`measured`;
+  None otherwise: no kernel yet, over the bound, seen once, left, unbound), so TF's ops are never booked
+  as the stitched code's (`schedule.Probes`); a probe is decided on the signature a rank timed most in
+  both halves, its fleet finding keyed by that signature's kernel shapes (`shapes_of`), not begin's (a
+  guess in a job's first process). A kernel whose (fingerprint, profile, shapes) the fleet found slower
+  (the verdicts `begin` read) is not bound: TF's ops serve that signature of that cluster (like any
+  binding, rank-local: no graph, feed or collective changes). Not done: a probe decision per signature
+  (it holds for every one), and judging a `tf.data` signature's kernel on its first step (`fresh`).
 """
 
 from __future__ import annotations
@@ -116,6 +115,9 @@ class SignatureKernels:
         self.order = [cluster.index for cluster, _ in installed]  # controller position -> cluster index
         self.unjudged: set[tuple[int, str]] = set()  # (cluster index, key) of kernels bound here, not judged yet
         self.symbols = {c.index: _symbol(c) for c, _ in installed}
+        recalled = getattr(self.ledger, "recollection", None)  # the fleet's slower verdicts begin read
+        self.slower = {v.key: v for v in (recalled.slower if recalled is not None else ())}
+        self.keys = {c.index: (c.fingerprint, c.profile) for c, _ in installed}  # a verdict's key, but the shapes
         for symbol in filter(None, self.symbols.values()):  # not an earlier session's kernels, unguarded here
             self.bridge.reset(symbol)
         self.entries: dict[str, Entry] = {}
@@ -352,6 +354,10 @@ class SignatureKernels:
 
     def _bind(self, entry: Entry, built: Built) -> None:
         for index, (executable, graph) in built.kernels.items():
+            verdict = self.slower.get((*self.keys[index], shape_signature(graph)))
+            if verdict is not None:  # the fleet found it slower at these shapes: TF's ops serve them
+                built.left[index] = f"{entry.signature.key}: {verdict.reason}"
+                continue
             owner = self.served.get(index, {}).get(_inputs(executable))
             if owner is None:  # no kernel for these input shapes yet
                 try:

@@ -22,7 +22,8 @@ from stitchfleet.plugin.hook import StitchHook  # noqa: E402
 from stitchfleet.plugin.signature_kernels import BOUND, OVER  # noqa: E402
 from stitchfleet.plugin.verdict_keys import shape_signature  # noqa: E402
 from stitchfleet.telemetry import models as tables  # noqa: E402
-from tests.plugin.hook_harness import hooked  # noqa: E402
+from tests.plugin.hook_harness import events, hooked  # noqa: E402
+from tests.plugin.test_hook_fleet_slower import _findings  # noqa: E402
 from tests.plugin.test_hook_signatures import SETTLE_S, alternating, fresh_book, train  # noqa: E402
 
 pytestmark = pytest.mark.tf
@@ -76,3 +77,29 @@ def test_probes_time_only_steps_whose_signature_had_kernels_and_key_findings_by_
     # a finding is written only for a cluster found faster or slower (its timings decide which): whichever it is,
     # it is about the 16-row kernel that ran
     assert written <= {(c.fingerprint, hook.controller.measured(c)) for c in decided}
+
+
+def test_a_signature_the_fleet_found_slower_runs_that_clusters_tf_ops_and_the_others_kernels(tmp_path: Path) -> None:
+    """Two jobs found a cluster slower at the 16-row shapes: a later job that feeds 16 rows (its first process,
+    built for the guess) binds the other clusters' 16-row kernels and leaves that one's to TF's ops, and says so.
+    Before, the fleet's verdicts were read for begin's shapes only (the guess's, which the job never feeds)."""
+    first, url = hooked(tmp_path, "first", **PROBING)
+    fresh_book(first)
+    train(None, first, alternating, steps=4, after=settle_at_two)
+    assert first.signatures is not None and first.controller is not None
+    kernels = first.signatures.entries[SIXTEEN].graphs
+    slow = next(c for c in first.controller.clusters if shape_signature(kernels[c.index]) != c.shapes)
+    key = (slow.fingerprint, slow.profile, shape_signature(kernels[slow.index]))
+    _findings(url, [key], "slow-1", "slow-2")
+
+    second, _ = hooked(tmp_path, "second", **PROBING)
+    fresh_book(second)
+    train(None, second, alternating, steps=4, after=settle_at_two)
+    assert second.signatures is not None and second.controller is not None
+    assert slow.fingerprint in {c.fingerprint for c in second.controller.clusters}  # on for begin's shapes
+    bound = second.signatures.entries[SIXTEEN].graphs
+    assert slow.index not in bound and set(bound) == set(kernels) - {slow.index}
+    assert second.signatures.states()[SIXTEEN] == BOUND
+    said = [e.detail for e in events(url, "compile_failure") if "fleet" in e.detail]
+    assert len(said) == 1, said
+    assert said[0].startswith(f"cluster {slow.index}: {SIXTEEN}: fleet: slower on {slow.profile} for these shapes")
