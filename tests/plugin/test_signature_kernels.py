@@ -13,16 +13,18 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from stitchfleet.plugin import signatures  # noqa: E402
 from stitchfleet.plugin.faults import Fault  # noqa: E402
 from stitchfleet.plugin.guard import Finding  # noqa: E402
 from stitchfleet.plugin.hook import StitchHook  # noqa: E402
 from stitchfleet.plugin.signature_kernels import BOUND, LEFT, OVER  # noqa: E402
 from stitchfleet.plugin.signatures import Signature  # noqa: E402
 from tests.plugin.hook_harness import events, hooked  # noqa: E402
-from tests.plugin.test_hook_signatures import alternating, fresh_book, train  # noqa: E402
+from tests.plugin.test_hook_signatures import alternating, data_graph, fresh_book, train, train_data  # noqa: E402
 
 pytestmark = pytest.mark.tf
 SIXTEEN, TWENTY = "x=16x16,y=16", "x=20x16,y=20"
+EIGHT = "IteratorGetNext:0=8x16,IteratorGetNext:1=8"  # the batch `data_graph`'s iterator reads
 EVERY_STEP = {  # every stitched step judges every cluster switched on
     "STITCHFLEET_CHECK_EVERY": "1",
     "STITCHFLEET_CHECK_CLUSTERS": "0",
@@ -166,3 +168,21 @@ def test_a_new_signatures_kernel_is_judged_even_when_no_periodic_check_step_feed
     assert len(unbound) == 1 and unbound[0].startswith(f"cluster 2, {TWENTY}:"), unbound
     assert not hook.signatures.unjudged  # every kernel bound here was judged at least once
     assert all(c.enabled for c, _ in hook.installed)
+
+
+def test_a_tf_data_signatures_kernel_is_judged_on_the_first_step_that_reads_it(tmp_path: Path) -> None:
+    """The batch comes from a `tf.data` iterator (8, 8, 4, 8, 8, 4...), whose shapes a step shows only once it ran;
+    no periodic check is made (every 1000 steps, first checks off). Cluster 2's kernel for batch 8 is faulty: a
+    step after it was bound judges every cluster with a kernel not judged yet, against the kernel its signature
+    ran, so the first batch-8 step catches and unbinds it. Before, such a kernel ran unjudged all job long."""
+    checks = {"STITCHFLEET_CHECK_EVERY": "1000", "STITCHFLEET_CHECK_FIRST": "0", "STITCHFLEET_SIGNATURE_WINDOW": "6"}
+    fault = Fault("constant", cluster=2, signature=EIGHT)
+    hook, url = _hook(tmp_path, "data-fresh", fault, **checks)
+    book = signatures.SignatureBook(hook.settings.cache_dir, signatures.graph_key(data_graph()))
+    book.path.unlink(missing_ok=True)
+    train_data(hook)
+    assert hook.signatures is not None and hook.signatures.lost == {2}
+    unbound = [(e.step, e.detail) for e in events(url, "shape_signature") if e.reason == "unbound by the guard"]
+    assert len(unbound) == 1 and unbound[0][1].startswith(f"cluster 2, {EIGHT}:"), unbound
+    assert unbound[0][0] % 3 != 2  # a batch-8 step judged it (every third step reads the partial batch of 4)
+    assert not hook.signatures.unjudged and all(c.enabled for c, _ in hook.installed)
