@@ -293,6 +293,7 @@ class SignatureKernels:
             self.guesses += 1
             if self.guesses > self.current.signature_window:
                 self.unjudged.clear()
+                self.guesses = 0
             indices = {index for index, _ in self.unjudged}
             return [k for k, index in enumerate(self.order) if index in indices]
         entry = self.entries.get(self.signature.key) if self.signature is not None and self.unjudged else None
@@ -378,6 +379,7 @@ class SignatureKernels:
                     continue
                 owner = self.served.setdefault(index, {})[inputs(executable)] = entry.signature.key
                 self.unjudged.add((index, owner))
+                self.guesses = 0  # a new kernel gets its own tries
             entry.graphs[index], entry.owners[index] = graph, owner
         if built.left:
             self.ledger.rebuilt(built.left)
