@@ -22,7 +22,7 @@ measured a cluster is also this job's finding for the fleet (`Ledger.probed`, ke
 device profile and shapes): kept is `faster`, left as slower than TF is `slower` (not "not faster
 beyond noise", nor "no probe figures"); several jobs' slower findings start it off in later jobs
 (candidates, telemetry.slow_verdicts), one job's never do. With unknown dimensions a probe's figures are
-per shape signature, from steps whose switched-on clusters all ran a kernel for it (`schedule.Probes`:
+per shape signature, never from steps that ran TF's ops in place of the kernels probed (`schedule.Probes`:
 the hook says which, `StepFigures.measured`), and its finding is keyed by that signature's shapes. With
 no cluster kept stitching is off for the job (a `probe` event without a cluster; the job ends
 `finished`); a plugin fault, a non-finite loss or a slowdown beyond the margin and the noise (the
@@ -150,7 +150,7 @@ class Controller(ProbeVerdicts):
     def step_done(self, plan: StepPlan, figures: StepFigures) -> None:
         """Books what `plan`'s step took and found, then applies the summed figures (`decide`)."""
         self.fault = self.fault or figures.fault
-        self.timed(plan.step, figures.seconds, bool(plan.judged), figures.measured)
+        self.timed(plan.step, figures.seconds, bool(plan.judged), figures.measured, figures.plain)
         if plan.quiet:
             return
         if self.warmup.timed(plan.step, figures.seconds):
@@ -238,13 +238,15 @@ class Controller(ProbeVerdicts):
 
     # --- after a step ---------------------------------------------------------------------
 
-    def timed(self, step: int, seconds: float, checked: bool, measured: str | None = "") -> None:
-        """Books the step's time; closed windows become StepWindow rows. `measured`: the signature whose kernels
-        ran the step's switched-on clusters, None when one ran TF's ops for want of a kernel (`Probes`)."""
+    def timed(
+        self, step: int, seconds: float, checked: bool, measured: str | None = "", plain: Sequence[int] = ()
+    ) -> None:
+        """Books the step's time; closed windows become StepWindow rows. `measured`, `plain`: the step's signature
+        and the clusters that ran TF's ops for it (`StepFigures`, `Probes`)."""
         mode = self.mode(step)
         if mode == STITCHED and not self.announced:
             self._announce(step)
-        self.probes.add(step, seconds, not checked, measured)
+        self.probes.add(step, seconds, not checked, measured, plain)
         self.job_seconds += seconds
         if checked:
             usual = self.windows.stitched_median or self.windows.baseline_median or 0.0

@@ -11,9 +11,10 @@ the controller stays one object with one state).
 The figures compared are the ranks' means of their own medians, the same on every rank.
 
 Per shape signature (a graph with unknown dimensions: `signature_kernels`): a rank's medians are those of
-the signature it timed most in both halves (`schedule.Probes.measured`), from steps whose switched-on
-clusters all ran a kernel for it; steps that ran TF's ops for want of one (compiling, over the bound, seen
-once) are left out and said in the figures ("N on TF's ops left out"). The fleet finding (`Ledger.probed`)
+the signature it timed most in both halves (`schedule.Probes.measured`); steps whose kernels were still to
+come (compiling, seen too rarely), and a cluster's probe steps where it ran TF's ops for good (over the
+bound, left, withheld by the fleet, unbound by the guard), are left out and said in the figures ("N on
+TF's ops left out"). The fleet finding (`Ledger.probed`)
 is keyed by the shapes of the signature this rank measured (`measured`), not begin's (a guess, `GUESS`,
 in a job's first process): a later process of the job builds begin's kernels for the signature its book
 recorded, and `candidates` reads the fleet's verdicts for those shapes. The decision itself is

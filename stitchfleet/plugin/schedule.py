@@ -291,21 +291,26 @@ class Probes:
     signature: medians of its probe half and of the half it is compared with (the group's baseline, a
     cluster's reference), and their noise, all of the signature `measured` picks.
 
-    A step counts only under the signature whose kernels ran it (its key; "" for a graph with static shapes).
-    A step whose calls ran TF's ops in a switched-on cluster for want of a kernel for its signature (still
-    compiling, over the bound, seen once: `signature_kernels.SignatureKernels.measured` gives None) times no
-    probe: booked as "stitched", it would charge TF's ops to the stitched code. Halves are compared within one
-    signature, so a batch size fed more often in one half than in the other does not pass for a gain."""
+    A step counts only under its shape signature (its key; "" for a graph with static shapes). A step whose
+    switched-on clusters ran TF's ops because their kernels for it are still to come (seen too rarely yet,
+    compiling: `signature_kernels.SignatureKernels.measured` gives None) times no probe: what ran is not
+    what will run, and a compile ending between a pair's halves would pass for the probed cluster's gain.
+    A step of a cluster's probe half that ran TF's ops for that cluster for good (`plain`: over the bound,
+    left, withheld, unbound) times no probe of it either: booked as "stitched", it would charge TF's ops to
+    the stitched code; other clusters on TF's ops for good run so in both halves alike. Halves are compared
+    within one signature, so a batch size fed more often in one half than in the other is no gain."""
 
     timing: Timing
     seconds: dict[tuple[int, str, str], list[float]] = field(default_factory=dict)
     left_out: dict[int, int] = field(default_factory=dict)  # per subject: timed steps that ran TF's ops
 
-    def add(self, step: int, seconds: float, timed: bool, signature: str | None = "") -> None:
+    def add(
+        self, step: int, seconds: float, timed: bool, signature: str | None = "", plain: Sequence[int] = ()
+    ) -> None:
         k = self.timing.subject(step)
         if k is None or not timed:
             return
-        if signature is None:
+        if signature is None or k in plain:
             self.left_out[k] = self.left_out.get(k, 0) + 1
             return
         self.seconds.setdefault((k, self.timing.phase(step), signature), []).append(seconds)

@@ -37,9 +37,10 @@ The rules:
 - The native op's tables live as long as the process, keyed by a cluster's code: a hook resets its
   clusters' ops when it starts, so a second session in the process runs no kernel its guard does not
   know (a session still running beside it loses its bindings: its calls run TF's ops, never wrong ones).
-- Probes time a step only under a signature whose kernels ran all its switched-on clusters (`measured`;
-  None otherwise: no kernel yet, over the bound, seen once, left, unbound), so TF's ops are never booked
-  as the stitched code's (`schedule.Probes`); a probe is decided on the signature a rank timed most in
+- Probes time a step under its signature only once that signature's kernels are settled (`measured`:
+  not while seen too rarely or compiling with a cluster on), and a cluster's probe never on a step where
+  it ran TF's ops for good (over, left, withheld, unbound): TF's ops are never booked as the stitched
+  code's (`schedule.Probes`); a probe is decided on the signature a rank timed most in
   both halves, its fleet finding keyed by that signature's kernel shapes (`shapes_of`), not begin's (a
   guess in a job's first process). A kernel whose (fingerprint, profile, shapes) the fleet found slower
   (the verdicts `begin` read) is not bound: TF's ops serve that signature of that cluster (like any
@@ -303,14 +304,14 @@ class SignatureKernels:
 
     # --- probes -------------------------------------------------------------------------------------
 
-    def measured(self, switches: Iterable[Any]) -> str | None:
-        """The key of the step under way's signature when every cluster switched on (controller positions) ran a
-        kernel for it; None when one ran TF's ops instead, or the signature is unknown (module docstring)."""
-        signature = self.signature
-        entry = self.entries.get(signature.key) if signature is not None else None
-        if entry is None or any(on and self.order[k] not in entry.graphs for k, on in enumerate(switches)):
-            return None
-        return entry.signature.key
+    def measured(self, switches: Iterable[Any]) -> tuple[str | None, tuple[int, ...]]:
+        """The step's signature key and the switched-on clusters (controller positions) on TF's ops for it for good
+        (a settled signature: left, over, withheld, unbound); None while its kernels are to come (docstring)."""
+        entry = self.entries.get(self.signature.key) if self.signature is not None else None
+        on = [k for k, switch in enumerate(switches) if switch]
+        if entry is None or (entry.state in (SEEN, COMPILING) and on):
+            return None, ()
+        return entry.signature.key, tuple(k for k in on if self.order[k] not in entry.graphs)
 
     def shapes_of(self, index: int, key: str) -> str | None:
         """The inputs' shapes (`verdict_keys.shape_signature`) of cluster `index`'s kernel for signature `key`;

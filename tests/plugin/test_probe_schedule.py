@@ -247,3 +247,11 @@ def test_probes_leave_out_steps_on_tfs_ops_and_compare_halves_within_one_signatu
     probes.add(12, 0.004, True, "b")
     assert probes.measured(0) == "b" and probes.medians(0) == (0.004, 0.004)
     assert probes.measured(1) is None and probes.medians(1) is None and probes.noise(1) == 0.0
+    # cluster 1's pair (reference 13-16, probe 17-20): at "c" cluster 1 has no kernel for good (`plain`: it ran
+    # TF's ops), cluster 0 neither: its probe steps count nowhere, its reference steps (1 off) count
+    probes.add(14, 0.005, True, "c", plain=(0,))
+    probes.add(18, 0.005, True, "c", plain=(0, 1))
+    probes.add(19, 0.002, True, "d", plain=(0,))  # 0 on TF's ops in both halves alike: 1's step counts
+    probes.add(15, 0.003, True, "d", plain=(0,))
+    assert probes.halves(1, "c") == ([], [0.005]) and probes.left_out[1] == 1
+    assert probes.measured(1) == "d" and probes.medians(1) == (0.002, 0.003)
