@@ -297,7 +297,8 @@ class Probes:
     what will run, and a compile ending between a pair's halves would pass for the probed cluster's gain.
     A step of a cluster's probe half that ran TF's ops for that cluster for good (`plain`: over the bound,
     left, withheld, unbound) times no probe of it either: booked as "stitched", it would charge TF's ops to
-    the stitched code; other clusters on TF's ops for good run so in both halves alike. Halves are compared
+    the stitched code (the group's, when every cluster on did: `Controller.timed`); other clusters on TF's
+    ops for good run so in both halves alike. Halves are compared
     within one signature, so a batch size fed more often in one half than in the other is no gain."""
 
     timing: Timing

@@ -58,3 +58,23 @@ def test_steps_on_tfs_ops_are_left_out_of_the_probe_and_its_finding_has_the_meas
         for fingerprint, shapes, _ in found
         if fingerprint == c.fingerprint
     )
+
+
+def test_the_group_probe_leaves_out_steps_where_every_cluster_on_ran_tfs_ops(tmp_path: Path, kernels: Any) -> None:  # noqa: F811
+    """The group pair: baseline 3-6, every cluster on 7-10 (7 checked). Signature "b" is over the bound: no cluster
+    has a kernel for it, so its steps with every cluster on ran TF's ops (`plain`: all of them) and time nothing
+    of the group's; "a" has kernels that save 1 ms. Before, "b" (more steps in both halves) decided the group on
+    TF's ops against TF's ops: not proven."""
+    controller = _controller(tmp_path, kernels, probe_group=True)
+    fed = {3: "a", 4: "b", 5: "b", 6: "a", 7: "a", 8: "b", 9: "b", 10: "a"}
+    for step in range(12):
+        local = controller.local(step)
+        on, checked = controller.switches(step), controller.checks(step)
+        signature = fed.get(step, "a")
+        plain = tuple(k for k, switch in enumerate(on) if switch) if signature == "b" else ()
+        ms = 3.0 - (1.0 if on.any() and not plain else 0.0)
+        controller.timed(step, ms * 1e-3 + (0.05 if checked else 0.0), checked, signature, plain)
+        controller.decide(step, np.asarray(local))
+    controller.ledger.close()
+    assert controller.group_proven, controller.group_probe
+    assert controller.group_probe.startswith("-1.00 ms/step (2.00 vs 3.00 ms, 1+2 steps at a, 2 on TF's ops left out")
