@@ -21,18 +21,21 @@ it again; not a revert, so the weekly report's revert figures stay about faults)
 measured a cluster is also this job's finding for the fleet (`Ledger.probed`, keyed by fingerprint,
 device profile and shapes): kept is `faster`, left as slower than TF is `slower` (not "not faster
 beyond noise", nor "no probe figures"); several jobs' slower findings start it off in later jobs
-(candidates, telemetry.slow_verdicts), one job's never do. With no cluster kept stitching is off
-for the job (a `probe` event without a cluster; the job ends `finished`); a plugin fault, a
-non-finite loss or a slowdown beyond the margin and the noise (the stitched steps right around a
-baseline window against that window: `slowdown.Bracket`) reverts the whole job. Decisions use only
-the summed vector, so ranks that share it take the same decisions at the same step.
+(candidates, telemetry.slow_verdicts), one job's never do. With unknown dimensions a probe's figures are
+per shape signature, never from steps that ran TF's ops in place of the kernels probed (`schedule.Probes`:
+the hook says which, `StepFigures.measured`), and its finding is keyed by that signature's shapes. With
+no cluster kept stitching is off for the job (a `probe` event without a cluster; the job ends
+`finished`); a plugin fault, a non-finite loss or a slowdown beyond the margin and the noise (the
+stitched steps right around a baseline window against that window: `slowdown.Bracket`) reverts the
+whole job. Decisions use only the summed vector, so ranks that share it take the same decisions at the
+same step.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,9 +73,17 @@ class Cluster:
 
 class Controller(ProbeVerdicts):
     def __init__(
-        self, clusters: list[Cluster], timing: Timing, ledger: Ledger, size: int = 1, setup_seconds: float = 0.0
+        self,
+        clusters: list[Cluster],
+        timing: Timing,
+        ledger: Ledger,
+        size: int = 1,
+        setup_seconds: float = 0.0,
+        *,
+        shapes: Callable[[int, str], str | None] | None = None,
     ) -> None:
         self.clusters, self.ledger, self.size = clusters, ledger, size
+        self.shapes_of = shapes  # (cluster index, signature key) -> its inputs' shapes (`ProbeVerdicts.measured`)
         self.timing = replace(timing, clusters=len(clusters))
         self.windows = Windows(timing.window_steps)
         self.probes = Probes(self.timing)
@@ -139,7 +150,7 @@ class Controller(ProbeVerdicts):
     def step_done(self, plan: StepPlan, figures: StepFigures) -> None:
         """Books what `plan`'s step took and found, then applies the summed figures (`decide`)."""
         self.fault = self.fault or figures.fault
-        self.timed(plan.step, figures.seconds, bool(plan.judged))
+        self.timed(plan.step, figures.seconds, bool(plan.judged), figures.measured, figures.plain)
         if plan.quiet:
             return
         if self.warmup.timed(plan.step, figures.seconds):
@@ -227,12 +238,17 @@ class Controller(ProbeVerdicts):
 
     # --- after a step ---------------------------------------------------------------------
 
-    def timed(self, step: int, seconds: float, checked: bool) -> None:
-        """Books the step's time; closed windows become StepWindow rows."""
+    def timed(
+        self, step: int, seconds: float, checked: bool, measured: str | None = "", plain: Sequence[int] = ()
+    ) -> None:
+        """Books the step's time; closed windows become StepWindow rows. `measured`, `plain`: the step's signature
+        and the clusters that ran TF's ops for it (`StepFigures`, `Probes`)."""
         mode = self.mode(step)
         if mode == STITCHED and not self.announced:
             self._announce(step)
-        self.probes.add(step, seconds, timed=not checked)
+        if plain and self.timing.grouped(step) and len(plain) == int(self.switches(step).sum()):
+            measured = None  # every cluster on ran TF's ops: the group's probe half would time TF against TF
+        self.probes.add(step, seconds, not checked, measured, plain)
         self.job_seconds += seconds
         if checked:
             usual = self.windows.stitched_median or self.windows.baseline_median or 0.0

@@ -242,15 +242,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._positions = positions
         self.installed = [self.installed[p] for p in positions]
         clusters, timing = [c for c, _ in self.installed], Timing.from_settings(self.settings)
-        self.controller = Controller(clusters, timing, self.ledger, self.consensus.size, self._setup_seconds)
-        self.consensus.clusters = len(self.installed)
-        self.training.require([self._originals[done.site.index].internal for _, done in self.installed])
-        self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
         self.active = bool(self.installed)
         fault = (self.fault, self.consensus.rank) if self.fault is not None else None
         if self.active and self._bridge is not None and self.shapes is not None and self.shapes.signature is not None:
             job = Job(self._bridge, self.settings, self.ledger, fault)
             self.signatures = SignatureKernels(self.shapes, self.installed, self._originals, job)
+        shapes = self.signatures.shapes_of if self.signatures is not None else None  # a probe's fleet key
+        size, spent = self.consensus.size, self._setup_seconds
+        self.controller = Controller(clusters, timing, self.ledger, size, spent, shapes=shapes)
+        self.consensus.clusters = len(self.installed)
+        self.training.require([self._originals[done.site.index].internal for _, done in self.installed])
+        self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
 
     def _agreement_step(self, fetches: Any) -> Any:
         """Horovod's first training run: every rank, its setup failed or not, says what it installed."""
@@ -364,7 +366,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.signatures is not None:  # a bound signature's faulty kernel is unbound alone when it is safe
             findings = self.signatures.screen(findings, self.step)
         summed = self.consensus.result(plan.local, results)
-        figures = StepFigures(seconds, None if loss is None else float(loss), findings, summed, fault)
+        measured = self.signatures.measured(plan.switches) if self.signatures is not None else ("", ())  # probes'
+        figures = StepFigures(seconds, None if loss is None else float(loss), findings, summed, fault, *measured)
         self.controller.step_done(plan, figures)
         # The native op counts faults while a step runs: read them now, for the next step's figures.
         self._faults_seen = poll_faults(self._bridge, self._faults_seen, [c.kernel for c, _ in self.installed])

@@ -11,7 +11,8 @@ Every method swallows and logs its own errors: telemetry must never stop trainin
 reads the fleet's memory with a bounded wait: the reverted cluster fingerprints and the live slower
 verdicts (STITCHFLEET_SLOWER_JOBS jobs' evidence, STITCHFLEET_SLOWER_TTL_DAYS), from the operator
 (or the pod's cached copy, saying so in an event) in Kubernetes, else from the database ("none
-known" after `timeout` seconds when it is down); `reverted()` is its fingerprints.
+known" after `timeout` seconds when it is down), kept as `recollection` (the kernels bound for a shape
+signature later in the job read its slower verdicts); `reverted()` is its fingerprints.
 
 Outside Kubernetes the database client (SQLAlchemy and alembic: ~0.5 s of imports on a 2-core
 machine, as much as the rest of a warm `begin`) is opened in a background thread once the hook's
@@ -92,6 +93,7 @@ class Ledger:
         self.rank_record = RankRecord(current.state_dir, self.key.job_uid, rank)
         self._sink: Any = None
         self.memory: FleetMemory | None = None
+        self.recollection: Recollection | None = None  # what `recall` last found (kernels bound later read it)
         self._pending: list[Row] | None = None  # rows recorded before the database client is open
         self._opening: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -260,8 +262,11 @@ class Ledger:
 
     def recall(self, timeout: float = 5.0) -> Recollection:
         """The fleet's memory; empty (source "none") when neither operator nor database answers in time."""
-        if self.memory is not None:
-            return self._recalled()
+        self.recollection = self._recalled() if self.memory is not None else self._read(timeout)
+        return self.recollection
+
+    def _read(self, timeout: float) -> Recollection:
+        """The fleet's memory from the database, when there is no operator."""
         found: list[Recollection] = []
         current = self.settings
 

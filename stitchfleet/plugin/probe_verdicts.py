@@ -9,17 +9,29 @@ controller's module docstring; this is the part of `Controller` that applies the
 the controller stays one object with one state).
 
 The figures compared are the ranks' means of their own medians, the same on every rank.
+
+Per shape signature (a graph with unknown dimensions: `signature_kernels`): a rank's medians are those of
+the signature it timed most in both halves (`schedule.Probes.measured`); steps whose kernels were still to
+come (compiling, seen too rarely), and a cluster's probe steps where it ran TF's ops for good (over the
+bound, left, withheld by the fleet, unbound by the guard), are left out and said in the figures ("N on
+TF's ops left out"). The fleet finding (`Ledger.probed`)
+is keyed by the shapes of the signature this rank measured (`measured`), not begin's (a guess, `GUESS`,
+in a job's first process): a later process of the job builds begin's kernels for the signature its book
+recorded, and `candidates` reads the fleet's verdicts for those shapes. The decision itself is
+one per cluster, for every signature, from the summed figures, so Horovod ranks take the same; a cluster
+on for one signature and off for another is not done.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.schedule import GROUP, PROBE, Probes, Timing, compared
+from stitchfleet.plugin.schedule import GROUP, Probes, Timing
 
 if TYPE_CHECKING:
     from stitchfleet.plugin.controller import Cluster
@@ -39,6 +51,7 @@ class ProbeVerdicts:
     group_proven: bool | None
     group_probe: str
     stitching_off: str | None
+    shapes_of: Callable[[int, str], str | None] | None
 
     def _group_decision(self, step: int, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
         """Proves the group (every cluster on) or not, from the summed group figures."""
@@ -89,8 +102,11 @@ class ProbeVerdicts:
     def _describe(self, subject: int, on: float, base: float, noise: float) -> str:
         """A probe's figures, e.g. "-0.41 ms/step (2.49 vs 2.90 ms, 9+10 steps, noise 0.05 ms)": this rank's
         timed steps switched on + baseline (check steps are not timed)."""
-        counts = [len(self.probes.seconds.get((subject, mode), [])) for mode in (PROBE, compared(subject))]
-        steps = f"{counts[0]}+{counts[1]} steps"
+        signature = self.probes.measured(subject)
+        counts = [len(half) for half in self.probes.halves(subject, signature)]
+        steps = f"{counts[0]}+{counts[1]} steps" + (f" at {signature}" if signature else "")
+        if self.probes.left_out.get(subject):
+            steps += f", {self.probes.left_out[subject]} on TF's ops left out"
         return (
             f"{(on - base) * 1e3:+.2f} ms/step ({on * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps},"
             f" noise {noise * 1e3:.2f} ms)"
@@ -101,7 +117,7 @@ class ProbeVerdicts:
         log.info("stitchfleet: cluster %d kept at step %d: %s", c.index, step, c.reason)
         self.ledger.event("cluster_enabled", step, c.fingerprint, label, detail=c.reason)
         self.ledger.verdict(c.fingerprint, "enabled", c.reason, c.op_count)
-        self.ledger.probed(c.fingerprint, c.profile, c.shapes, "faster", c.reason)
+        self.ledger.probed(c.fingerprint, c.profile, self.measured(c), "faster", c.reason)
 
     def _leave(self, step: int, c: Cluster, label: str, detail: str, *, slower: bool = False) -> None:
         c.kept, c.enabled, c.reason = False, False, f"{label}: {detail}"
@@ -109,7 +125,14 @@ class ProbeVerdicts:
         self.ledger.event("probe", step, c.fingerprint, label, detail=c.reason)
         self.ledger.verdict(c.fingerprint, "disabled", c.reason, c.op_count)
         if slower:
-            self.ledger.probed(c.fingerprint, c.profile, c.shapes, "slower", c.reason)
+            self.ledger.probed(c.fingerprint, c.profile, self.measured(c), "slower", c.reason)
+
+    def measured(self, c: Cluster) -> str:
+        """The shapes `c`'s probe timed (`verdict_keys.shape_signature` of its kernel for the signature it was
+        decided on); begin's (`Cluster.shapes`) with static shapes or when its kernel for it is unknown."""
+        signature = self.probes.measured(self.clusters.index(c))
+        found = self.shapes_of(c.index, signature) if signature and self.shapes_of is not None else None
+        return found or c.shapes
 
     def _settle(self, step: int) -> None:
         """After the last probe: with no cluster kept, stitching is off for the job (not an error)."""

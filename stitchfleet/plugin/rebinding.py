@@ -131,3 +131,15 @@ def _build_one(
     if not isinstance(kernel.executable, CpuExecutable):
         raise NotRebuiltError("no native kernel")
     return kernel.executable, new_site.graph
+
+
+def symbol(cluster: Any) -> str:
+    """The dispatch op's symbol of a cluster (its begin kernel's entry); "" when it has no native kernel."""
+    executable = getattr(cluster.kernel, "executable", None)
+    source = getattr(executable, "source", None)
+    return str(getattr(source, "entry", ""))
+
+
+def inputs(executable: Any) -> tuple[tuple[int, ...], ...]:
+    """The input shapes a native kernel reads (what the dispatch op matches a call's inputs against)."""
+    return tuple(tuple(int(d) for d in p.shape) for p in executable.source.params if not p.output)

@@ -287,29 +287,59 @@ class Windows:
 
 @dataclass
 class Probes:
-    """The timed steps of each probe pair (the group's under GROUP, each cluster's under its index):
-    medians of its probe half and of the half it is compared with (the group's baseline, a cluster's
-    reference), and their noise."""
+    """The timed steps of each probe pair (the group's under GROUP, each cluster's under its index), per shape
+    signature: medians of its probe half and of the half it is compared with (the group's baseline, a
+    cluster's reference), and their noise, all of the signature `measured` picks.
+
+    A step counts only under its shape signature (its key; "" for a graph with static shapes). A step whose
+    switched-on clusters ran TF's ops because their kernels for it are still to come (seen too rarely yet,
+    compiling: `signature_kernels.SignatureKernels.measured` gives None) times no probe: what ran is not
+    what will run, and a compile ending between a pair's halves would pass for the probed cluster's gain.
+    A step of a cluster's probe half that ran TF's ops for that cluster for good (`plain`: over the bound,
+    left, withheld, unbound) times no probe of it either: booked as "stitched", it would charge TF's ops to
+    the stitched code (the group's, when every cluster on did: `Controller.timed`); other clusters on TF's
+    ops for good run so in both halves alike. Halves are compared
+    within one signature, so a batch size fed more often in one half than in the other is no gain."""
 
     timing: Timing
-    seconds: dict[tuple[int, str], list[float]] = field(default_factory=dict)
+    seconds: dict[tuple[int, str, str], list[float]] = field(default_factory=dict)
+    left_out: dict[int, int] = field(default_factory=dict)  # per subject: timed steps that ran TF's ops
 
-    def add(self, step: int, seconds: float, timed: bool) -> None:
+    def add(
+        self, step: int, seconds: float, timed: bool, signature: str | None = "", plain: Sequence[int] = ()
+    ) -> None:
         k = self.timing.subject(step)
-        if k is not None and timed:
-            self.seconds.setdefault((k, self.timing.phase(step)), []).append(seconds)
+        if k is None or not timed:
+            return
+        if signature is None or k in plain:
+            self.left_out[k] = self.left_out.get(k, 0) + 1
+            return
+        self.seconds.setdefault((k, self.timing.phase(step), signature), []).append(seconds)
+
+    def measured(self, k: int) -> str | None:
+        """The signature k's (or GROUP's) probe is decided on: the one with the most timed steps in its smaller
+        half (ties: the first in key order); None while no signature has timed steps in both halves."""
+        paired = {sig: min(map(len, self.halves(k, sig))) for (subject, _, sig) in self.seconds if subject == k}
+        best = max(sorted(paired), key=paired.__getitem__, default=None)
+        return best if best is not None and paired[best] > 0 else None
+
+    def halves(self, k: int, signature: str | None) -> tuple[list[float], list[float]]:
+        """(probe half, compared half) timed steps of k or GROUP under `signature` (none for None)."""
+        if signature is None:
+            return [], []
+        return self.seconds.get((k, PROBE, signature), []), self.seconds.get((k, compared(k), signature), [])
 
     def medians(self, k: int) -> tuple[float, float] | None:
-        """(probe median, compared half's median) in seconds of cluster k or GROUP; None while either
-        half has no timed step."""
-        alone, base = self.seconds.get((k, PROBE)), self.seconds.get((k, compared(k)))
+        """(probe median, compared half's median) in seconds of cluster k or GROUP under its measured signature;
+        None while no signature has timed steps in both halves."""
+        alone, base = self.halves(k, self.measured(k))
         if not alone or not base:
             return None
         return statistics.median(alone), statistics.median(base)
 
     def noise(self, k: int) -> float:
         """The standard error of (probe median - compared median) of k or GROUP (`median_noise`)."""
-        return median_noise(self.seconds.get((k, PROBE), []), self.seconds.get((k, compared(k)), []))
+        return median_noise(*self.halves(k, self.measured(k)))
 
 
 def compared(subject: int) -> str:

@@ -25,22 +25,27 @@ The rules:
   checked against its TF ops first (`rebinding`). A compile that fails, or takes longer than
   `signature_compile_seconds`, leaves the signature to TF's ops (an event says why; a late result is
   dropped, the thread is a daemon: nothing waits for it). Nothing here raises into the job.
-- The guard judges a check step against the kernel that ran for that step's signature (`graph`), and
-  a kernel bound here on the first step that runs it (`fresh`: placeholder signatures, known before the
-  step), whatever the periodic checks' turn: those may never meet a signature (batch sizes alternating
-  on even and odd steps). A mismatch of a kernel bound here unbinds that signature's kernel of that
-  cluster only, and the cluster stays on for its other signatures (the binding changes no graph, feed
-  or collective, so ranks stay in step). The cluster reverts as before (the controller, every
-  signature, on every rank) when the failing kernel is `begin`'s (which the controller's verdicts are
-  about) or when the cluster already lost a signature to the guard: a second faulty kernel says the
-  cluster's code is wrong, not a shape.
+- The guard judges a check step against the kernel that ran for that step's signature (`graph`), and a
+  kernel bound here on the first step that runs it (`fresh`; a `tf.data` step, whose signature shows once
+  it ran, judges every unjudged kernel's cluster until one is met), whatever the periodic checks' turn:
+  those may never meet a signature (batch sizes alternating on even and odd steps). A mismatch of a
+  kernel bound here unbinds that signature's kernel of that cluster only, and the cluster stays on for
+  its other signatures (the binding changes no graph, feed or collective, so ranks stay in step). The
+  cluster reverts as before (the controller, every signature, on every rank) when the failing kernel is
+  `begin`'s (which the controller's verdicts are about) or when the cluster already lost a signature to
+  the guard: a second faulty kernel says the cluster's code is wrong, not a shape.
 - The native op's tables live as long as the process, keyed by a cluster's code: a hook resets its
   clusters' ops when it starts, so a second session in the process runs no kernel its guard does not
   know (a session still running beside it loses its bindings: its calls run TF's ops, never wrong ones).
-- Probes time the cluster over whatever signatures the steps fed: a probe verdict is not split per
-  signature, and a probe window that runs while a signature is still compiling times TF's ops for its
-  calls (on steps of a few ms the compile can outlast the warmup and baseline steps). The verdict's
-  fleet key stays `begin`'s shapes (a guess in a job's first process). Not done yet.
+- Probes time a step under its signature only once that signature's kernels are settled (`measured`:
+  not while seen too rarely or compiling with a cluster on), and a cluster's probe never on a step where
+  it ran TF's ops for good (over, left, withheld, unbound): TF's ops are never booked as the stitched
+  code's (`schedule.Probes`); a probe is decided on the signature a rank timed most in
+  both halves, its fleet finding keyed by that signature's kernel shapes (`shapes_of`), not begin's (a
+  guess in a job's first process). A kernel whose (fingerprint, profile, shapes) the fleet found slower
+  (the verdicts `begin` read) is not bound: TF's ops serve that signature of that cluster (like any
+  binding, rank-local: no graph, feed or collective changes). Not done: a probe decision per signature
+  (it holds for every one).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,9 +62,10 @@ from stitchfleet import settings as settings_module
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.guard import Finding
-from stitchfleet.plugin.rebinding import Built, build
+from stitchfleet.plugin.rebinding import Built, build, inputs, symbol
 from stitchfleet.plugin.signatures import SHAPE_EVENT, Signature, Specialisation, observed
 from stitchfleet.plugin.sites import Site
+from stitchfleet.plugin.verdict_keys import shape_signature
 
 log = logging.getLogger("stitchfleet.plugin")
 SEEN, COMPILING, BOUND, LEFT, OVER = "seen", "compiling", "bound", "left", "over"
@@ -109,9 +115,13 @@ class SignatureKernels:
         self.clusters = [(cluster, originals[cluster.index]) for cluster, _ in installed]
         self.order = [cluster.index for cluster, _ in installed]  # controller position -> cluster index
         self.unjudged: set[tuple[int, str]] = set()  # (cluster index, key) of kernels bound here, not judged yet
-        self.symbols = {c.index: _symbol(c) for c, _ in installed}
-        for symbol in filter(None, self.symbols.values()):  # not an earlier session's kernels, unguarded here
-            self.bridge.reset(symbol)
+        self.guesses = 0  # `tf.data` steps in a row that judged fresh clusters and met none of their kernels
+        self.symbols = {c.index: symbol(c) for c, _ in installed}
+        recalled = getattr(self.ledger, "recollection", None)  # the fleet's slower verdicts begin read
+        self.slower = {v.key: v for v in (recalled.slower if recalled is not None else ())}
+        self.keys = {c.index: (c.fingerprint, c.profile) for c, _ in installed}  # a verdict's key, but the shapes
+        for entry in filter(None, self.symbols.values()):  # not an earlier session's kernels, unguarded here
+            self.bridge.reset(entry)
         self.entries: dict[str, Entry] = {}
         self.base = shapes.signature
         if self.base is not None:  # begin's kernels: the IR each was installed with
@@ -121,7 +131,7 @@ class SignatureKernels:
             self.entries[self.base.key] = base
         # per cluster index: input shapes -> the key of the kernel bound for them ("": begin's)
         self.served: dict[int, dict[tuple[tuple[int, ...], ...], str]] = {
-            c.index: {_inputs(c.kernel.executable): ""} for c, _ in installed if _symbol(c)
+            c.index: {inputs(c.kernel.executable): ""} for c, _ in installed if symbol(c)
         }
         self.guessed = shapes.guessed  # begin's signature takes a place under the bound only once fed
         self.over = 0  # training steps whose signature had no kernel and will get none (past the bound)
@@ -266,20 +276,49 @@ class SignatureKernels:
         A kernel bound here that the step judged is judged (`fresh` no longer asks for it)."""
         entry = self.entries.get(self.signature.key) if self.signature is not None else None
         for k, _ in findings:
-            if entry is not None and self.order[k] in entry.owners:
+            if entry is not None and (self.order[k], entry.owners.get(self.order[k])) in self.unjudged:
                 self.unjudged.discard((self.order[k], entry.owners[self.order[k]]))
+                self.guesses = 0
         signature = self.signature
         return tuple((k, f) for k, f in findings if f.ok or not self.mismatch(self.order[k], signature, f, step))
 
     def fresh(self) -> list[int]:
-        """The controller positions of the clusters whose kernel for the step under way's signature (known before
-        the step: placeholders only) the guard has not judged yet: the step judges them whatever the periodic
+        """The controller positions of the clusters whose kernel for the step under way's signature the guard has
+        not judged yet: the step judges them whatever the periodic
         checks' turn (`Controller.step_plan`), so a kernel of a signature that periodic check steps never meet
-        (a job alternating two batch sizes on even and odd steps, checks on even ones) is judged all the same."""
+        (a job alternating two batch sizes on even and odd steps, checks on even ones) is judged all the same.
+        With a `tf.data` iterator the step's signature is known once it ran: the step then judges every cluster
+        with a kernel not judged yet, against the kernel that ran (`graph`), for at most `signature_window`
+        steps in a row that meet none of them (a signature the job stopped reading: periodic checks judge it)."""
+        if self.signature is None and self.reading and self.unjudged:
+            self.guesses += 1
+            if self.guesses > self.current.signature_window:
+                self.unjudged.clear()
+                self.guesses = 0
+            indices = {index for index, _ in self.unjudged}
+            return [k for k, index in enumerate(self.order) if index in indices]
         entry = self.entries.get(self.signature.key) if self.signature is not None and self.unjudged else None
         if entry is None:
             return []
         return [k for k, index in enumerate(self.order) if (index, entry.owners.get(index, "")) in self.unjudged]
+
+    # --- probes -------------------------------------------------------------------------------------
+
+    def measured(self, switches: Iterable[Any]) -> tuple[str | None, tuple[int, ...]]:
+        """The step's signature key and the switched-on clusters (controller positions) on TF's ops for it for good
+        (a settled signature: left, over, withheld, unbound); None while its kernels are to come (docstring)."""
+        entry = self.entries.get(self.signature.key) if self.signature is not None else None
+        on = [k for k, switch in enumerate(switches) if switch]
+        if entry is None or (entry.state in (SEEN, COMPILING) and on):
+            return None, ()
+        return entry.signature.key, tuple(k for k in on if self.order[k] not in entry.graphs)
+
+    def shapes_of(self, index: int, key: str) -> str | None:
+        """The inputs' shapes (`verdict_keys.shape_signature`) of cluster `index`'s kernel for signature `key`;
+        None without one."""
+        entry = self.entries.get(key)
+        graph = entry.graphs.get(index) if entry is not None else None
+        return shape_signature(graph) if graph is not None else None
 
     # --- figures --------------------------------------------------------------------------------------
 
@@ -328,15 +367,20 @@ class SignatureKernels:
 
     def _bind(self, entry: Entry, built: Built) -> None:
         for index, (executable, graph) in built.kernels.items():
-            owner = self.served.get(index, {}).get(_inputs(executable))
+            verdict = self.slower.get((*self.keys[index], shape_signature(graph)))
+            if verdict is not None:  # the fleet found it slower at these shapes: TF's ops serve them
+                built.left[index] = f"{entry.signature.key}: {verdict.reason}"
+                continue
+            owner = self.served.get(index, {}).get(inputs(executable))
             if owner is None:  # no kernel for these input shapes yet
                 try:
                     self.bridge.bind(self.symbols[index], executable, entry.signature.key)
                 except Exception as err:
                     built.left[index] = f"not bound for {entry.signature.key}: {type(err).__name__}: {err}"
                     continue
-                owner = self.served.setdefault(index, {})[_inputs(executable)] = entry.signature.key
+                owner = self.served.setdefault(index, {})[inputs(executable)] = entry.signature.key
                 self.unjudged.add((index, owner))
+                self.guesses = 0  # a new kernel gets its own tries
             entry.graphs[index], entry.owners[index] = graph, owner
         if built.left:
             self.ledger.rebuilt(built.left)
@@ -352,15 +396,3 @@ class SignatureKernels:
         entry.state, entry.reason = LEFT, why
         log.warning("stitchfleet: shape signature %s left to TF's ops: %s", entry.signature.key, why)
         self.ledger.event(SHAPE_EVENT, None, None, "left to TF", detail=f"{entry.signature.key}: {why}")
-
-
-def _symbol(cluster: Any) -> str:
-    """The dispatch op's symbol of a cluster (its begin kernel's entry); "" when it has no native kernel."""
-    executable = getattr(cluster.kernel, "executable", None)
-    source = getattr(executable, "source", None)
-    return str(getattr(source, "entry", ""))
-
-
-def _inputs(executable: Any) -> tuple[tuple[int, ...], ...]:
-    """The input shapes a native kernel reads (what the dispatch op matches a call's inputs against)."""
-    return tuple(tuple(int(d) for d in p.shape) for p in executable.source.params if not p.output)

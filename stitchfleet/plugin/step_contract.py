@@ -45,10 +45,16 @@ class StepPlan:
 class StepFigures:
     """What a planned step gave: its duration, its loss (None when not fetched), the guard's findings for
     the plan's judged clusters (none when the check tensors did not come back), the consensus vector
-    summed over ranks (the controller's layout; None on a quiet step) and a plugin fault seen in it."""
+    summed over ranks (the controller's layout; None on a quiet step), a plugin fault seen in it, and the
+    shape signature whose kernels ran its switched-on clusters (`measured`: its key, "" for a graph with
+    static shapes, None while a switched-on cluster's kernel for it is still to come: such a step times no
+    probe, `schedule.Probes`) with the clusters switched on that run TF's ops at that signature for good
+    (`plain`: a step of theirs times no probe of theirs)."""
 
     seconds: float
     loss: float | None = None
     findings: tuple[tuple[int, Finding], ...] = ()
     summed: np.ndarray[Any, Any] | None = None
     fault: str | None = None
+    measured: str | None = ""
+    plain: tuple[int, ...] = ()  # clusters (controller positions) switched on that ran TF's ops for good

@@ -228,3 +228,30 @@ def test_the_group_factor_multiplies_the_group_rounds_and_keeps_their_alternatio
     assert four.decides_group(four.cluster_start) and not four.decides_group(four.cluster_start - 1)
     with pytest.raises(ValueError, match="group_factor=0"):
         Timing(group_factor=0)
+
+
+def test_probes_leave_out_steps_on_tfs_ops_and_compare_halves_within_one_signature() -> None:
+    """Cluster 0's pair: reference 5-8, probe 9-12 (5 and 9 checked). Steps of signature "b" are 1 ms slower
+    whatever runs; a step whose switched-on clusters ran TF's ops for want of a kernel (None) counts nowhere.
+    Pooled, the probe half's "a" steps against the reference's "b" steps passed for a 1 ms gain."""
+    probes = Probes(PROBING)
+    fed = {6: ("b", 4.0), 7: ("b", 4.0), 8: ("a", 3.0), 10: ("a", 3.0), 11: ("a", 3.0), 12: (None, 9.0)}
+    for step, (signature, ms) in fed.items():
+        probes.add(step, ms * 1e-3, True, signature)
+    assert probes.measured(0) == "a"  # one "a" step in the reference half; "b" has none in the probe half
+    assert probes.medians(0) == (0.003, 0.003)
+    assert probes.halves(0, "a") == ([0.003, 0.003], [0.003]) and probes.left_out == {0: 1}
+    probes.add(9, 0.004, True, "b")
+    probes.add(9 + 100, 0.004, True, "b")  # outside the probe phase: no subject, counted nowhere
+    assert probes.measured(0) == "a"  # "b": 2 reference steps, 1 probe step; "a": 2 and 1: the first key wins
+    probes.add(12, 0.004, True, "b")
+    assert probes.measured(0) == "b" and probes.medians(0) == (0.004, 0.004)
+    assert probes.measured(1) is None and probes.medians(1) is None and probes.noise(1) == 0.0
+    # cluster 1's pair (reference 13-16, probe 17-20): at "c" cluster 1 has no kernel for good (`plain`: it ran
+    # TF's ops), cluster 0 neither: its probe steps count nowhere, its reference steps (1 off) count
+    probes.add(14, 0.005, True, "c", plain=(0,))
+    probes.add(18, 0.005, True, "c", plain=(0, 1))
+    probes.add(19, 0.002, True, "d", plain=(0,))  # 0 on TF's ops in both halves alike: 1's step counts
+    probes.add(15, 0.003, True, "d", plain=(0,))
+    assert probes.halves(1, "c") == ([], [0.005]) and probes.left_out[1] == 1
+    assert probes.measured(1) == "d" and probes.medians(1) == (0.002, 0.003)

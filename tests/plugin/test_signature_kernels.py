@@ -7,22 +7,26 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from stitchfleet.plugin import signatures  # noqa: E402
 from stitchfleet.plugin.faults import Fault  # noqa: E402
 from stitchfleet.plugin.guard import Finding  # noqa: E402
 from stitchfleet.plugin.hook import StitchHook  # noqa: E402
 from stitchfleet.plugin.signature_kernels import BOUND, LEFT, OVER  # noqa: E402
 from stitchfleet.plugin.signatures import Signature  # noqa: E402
 from tests.plugin.hook_harness import events, hooked  # noqa: E402
-from tests.plugin.test_hook_signatures import alternating, fresh_book, train  # noqa: E402
+from tests.plugin.test_hook_signatures import alternating, data_graph, fresh_book, train, train_data  # noqa: E402
 
 pytestmark = pytest.mark.tf
 SIXTEEN, TWENTY = "x=16x16,y=16", "x=20x16,y=20"
+EIGHT = "IteratorGetNext:0=8x16,IteratorGetNext:1=8"  # the batch `data_graph`'s iterator reads
+FOUR = "IteratorGetNext:0=4x16,IteratorGetNext:1=4"
 EVERY_STEP = {  # every stitched step judges every cluster switched on
     "STITCHFLEET_CHECK_EVERY": "1",
     "STITCHFLEET_CHECK_CLUSTERS": "0",
@@ -166,3 +170,66 @@ def test_a_new_signatures_kernel_is_judged_even_when_no_periodic_check_step_feed
     assert len(unbound) == 1 and unbound[0].startswith(f"cluster 2, {TWENTY}:"), unbound
     assert not hook.signatures.unjudged  # every kernel bound here was judged at least once
     assert all(c.enabled for c, _ in hook.installed)
+
+
+def test_a_tf_data_signatures_kernel_is_judged_on_the_first_step_that_reads_it(tmp_path: Path) -> None:
+    """The batch comes from a `tf.data` iterator (8, 8, 4, 8, 8, 4...), whose shapes a step shows only once it ran;
+    no periodic check is made (every 1000 steps, first checks off). Cluster 2's kernel for batch 8 is faulty: a
+    step after it was bound judges every cluster with a kernel not judged yet, against the kernel its signature
+    ran, so the first batch-8 step catches and unbinds it. Before, such a kernel ran unjudged all job long."""
+    checks = {"STITCHFLEET_CHECK_EVERY": "1000", "STITCHFLEET_CHECK_FIRST": "0", "STITCHFLEET_SIGNATURE_WINDOW": "6"}
+    fault = Fault("constant", cluster=2, signature=EIGHT)
+    hook, url = _hook(tmp_path, "data-fresh", fault, **checks)
+    book = signatures.SignatureBook(hook.settings.cache_dir, signatures.graph_key(data_graph()))
+    book.path.unlink(missing_ok=True)
+    train_data(hook)
+    assert hook.signatures is not None and hook.signatures.lost == {2}
+    unbound = [(e.step, e.detail) for e in events(url, "shape_signature") if e.reason == "unbound by the guard"]
+    assert len(unbound) == 1 and unbound[0][1].startswith(f"cluster 2, {EIGHT}:"), unbound
+    assert unbound[0][0] % 3 != 2  # a batch-8 step judged it (every third step reads the partial batch of 4)
+    assert not hook.signatures.unjudged and all(c.enabled for c, _ in hook.installed)
+
+
+def shrinking_data() -> Any:
+    """The MLP of `test_signatures.mlp` reading two batches of 8 rows from a `tf.data` iterator, then 4 rows for
+    good."""
+    rng = np.random.default_rng(1)
+    xs, ys = rng.standard_normal((16, 16)).astype(np.float32), rng.integers(0, 4, 16)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(0)
+        rows = tf.data.Dataset.from_tensor_slices((xs, ys))
+        dataset = rows.batch(8).take(2).concatenate(rows.batch(4).repeat())
+        x, y = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+        h = tf.nn.gelu(tf.keras.layers.LayerNormalization()(tf.matmul(x, tf.compat.v1.get_variable("w", [16, 32]))))
+        logits = tf.matmul(h, tf.compat.v1.get_variable("v", [32, 4]))
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="loss")
+        tf.compat.v1.train.AdamOptimizer(1e-3).minimize(loss, name="train")
+    return graph
+
+
+def test_a_tf_data_signature_the_job_stops_reading_is_left_to_the_periodic_checks(tmp_path: Path) -> None:
+    """Batch 8's kernels are bound once its two steps ran, and the job reads batches of 4 from then on: a tf.data
+    step judges the clusters of kernels not judged yet for at most STITCHFLEET_SIGNATURE_WINDOW steps in a row
+    that meet none of them, then leaves them to the periodic checks. Without the bound every later step would
+    judge them (a check's fp64 reference on every step) all job long."""
+    fault = Fault("constant", cluster=2, signature=FOUR)  # batch 4's kernel, bound after batch 8's were let go
+    settings = {"STITCHFLEET_SIGNATURE_WINDOW": "4", "STITCHFLEET_CHECK_EVERY": "1000", "STITCHFLEET_CHECK_FIRST": "0"}
+    hook, url = _hook(tmp_path, "data-stops", fault, **settings)
+    graph = shrinking_data()
+    signatures.SignatureBook(hook.settings.cache_dir, signatures.graph_key(graph)).path.unlink(missing_ok=True)
+    with graph.as_default():
+        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train")
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for step in range(16):
+                session.run([loss, train_op])
+                if step in {1, 8} and hook.signatures is not None:
+                    # batch 8's kernels: bound from step 2, never read again, let go after step 6; batch 4's: bound
+                    # by step 9 at the latest, and judged on the step that binds them (a new kernel's own tries)
+                    assert hook.signatures.wait(300)
+    assert hook.signatures is not None and hook.controller is not None
+    assert hook.signatures.states()[EIGHT] == BOUND and hook.signatures.states()[FOUR] == BOUND
+    assert not hook.signatures.unjudged and all(c.enabled for c, _ in hook.installed)
+    assert hook.signatures.lost == {2}  # batch 4's faulty kernel was judged, not let go with batch 8's
+    unbound = [e.detail for e in events(url, "shape_signature") if e.reason == "unbound by the guard"]
+    assert len(unbound) == 1 and unbound[0].startswith(f"cluster 2, {FOUR}:"), unbound

@@ -1,0 +1,115 @@
+"""Probes of a job with `None` batch dimensions (issue 18 item 4, "probes per signature"): a probe pair times only
+the steps whose switched-on clusters ran a kernel for the step's shape signature, and its fleet finding is keyed by
+the shapes of the signature it measured, not begin's guess (signatures.GUESS, a batch the job never feeds).
+
+The job alternates batches of 16 and 20 rows with room for one signature's kernels (STITCHFLEET_SIGNATURES_MAX=1):
+16 is compiled before the probes start, 20 is over the bound and runs TF's ops all job long. Before, the probes
+booked the 20-row steps, on TF's ops, as the stitched code's time, and the finding's shapes were the guess's."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+tf = pytest.importorskip("tensorflow")
+
+from stitchfleet.plugin import signatures  # noqa: E402
+from stitchfleet.plugin.hook import StitchHook  # noqa: E402
+from stitchfleet.plugin.signature_kernels import BOUND, OVER  # noqa: E402
+from stitchfleet.plugin.verdict_keys import shape_signature  # noqa: E402
+from stitchfleet.telemetry import models as tables  # noqa: E402
+from tests.plugin.hook_harness import events, hooked  # noqa: E402
+from tests.plugin.test_hook_fleet_slower import _findings  # noqa: E402
+from tests.plugin.test_hook_signatures import SETTLE_S, alternating, fresh_book, train  # noqa: E402
+
+pytestmark = pytest.mark.tf
+SIXTEEN, TWENTY = "x=16x16,y=16", "x=20x16,y=20"
+# warmup 0-1, baseline 2-4, then per cluster 4 reference and 4 probe steps (the first of each checked, untimed)
+PROBING = {
+    "STITCHFLEET_SIGNATURE_STEPS": "2",
+    "STITCHFLEET_SIGNATURES_MAX": "1",
+    "STITCHFLEET_PROBE_STEPS": "4",
+    "STITCHFLEET_PROBE_ROUNDS": "1",
+    "STITCHFLEET_PROBE_GROUP": "0",
+}
+
+
+def verdicts(url: str) -> list[Any]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            return list(connection.execute(sa.select(tables.ProbeVerdict)))
+    finally:
+        engine.dispose()
+
+
+def settle_at_two(step: int, hook: StitchHook) -> None:
+    """16 rows fed on steps 0 and 2: its compile starts at step 2 and is bound from step 3, before the probes."""
+    if step == 2 and hook.signatures is not None:
+        assert hook.signatures.wait(SETTLE_S)
+
+
+def test_probes_time_only_steps_whose_signature_had_kernels_and_key_findings_by_it(tmp_path: Path) -> None:
+    hook, url = hooked(tmp_path, "probes", **PROBING)
+    fresh_book(hook)
+    probes = 5 + 8 * 6  # room for six clusters' pairs and their decisions
+    train(None, hook, alternating, steps=probes + 1, after=settle_at_two)
+    guessed = f"x={signatures.GUESS}x16,y={signatures.GUESS}"
+    assert hook.shapes is not None and hook.shapes.guessed  # begin built for 32 rows: the job never feeds them
+    assert hook.controller is not None and hook.signatures is not None
+    assert hook.signatures.states() == {guessed: BOUND, SIXTEEN: BOUND, TWENTY: OVER}
+    clusters = hook.controller.clusters
+    assert clusters and hook.controller.timing.stitched_start <= probes
+    decided = [c for c in clusters if c.probe]
+    assert decided, [c.reason for c in clusters]
+    for c in decided:
+        # the probe's timed steps at 16 rows; those fed 20 rows are left out (TF's ops ran the clusters switched on)
+        counts = re.search(rf"(\d+)\+(\d+) steps at {re.escape(SIXTEEN)}, (\d+) on TF's ops left out", c.probe)
+        assert counts is not None and all(int(n) > 0 for n in counts.groups()), c.probe
+        # the fleet key: the inputs of the 16-row kernel the probe timed (c.shapes: begin's, built for 32 rows)
+        assert hook.controller.measured(c) == shape_signature(hook.signatures.entries[SIXTEEN].graphs[c.index])
+    assert any(hook.controller.measured(c) != c.shapes for c in decided)  # batch-shaped inputs: not the guess's
+    written = {(p.fingerprint, p.shapes) for p in verdicts(url)}
+    # a finding is written only for a cluster found faster or slower (its timings decide which): whichever it is,
+    # it is about the 16-row kernel that ran
+    assert written <= {(c.fingerprint, hook.controller.measured(c)) for c in decided}
+
+
+def test_a_signature_the_fleet_found_slower_runs_that_clusters_tf_ops_and_the_others_kernels(tmp_path: Path) -> None:
+    """Two jobs found a cluster slower at the 16-row shapes: a later job that feeds 16 rows (its first process,
+    built for the guess) binds the other clusters' 16-row kernels and leaves that one's to TF's ops, and says so.
+    Before, the fleet's verdicts were read for begin's shapes only (the guess's, which the job never feeds)."""
+    first, url = hooked(tmp_path, "first", **PROBING)
+    fresh_book(first)
+    train(None, first, alternating, steps=4, after=settle_at_two)
+    assert first.signatures is not None and first.controller is not None
+    kernels = first.signatures.entries[SIXTEEN].graphs
+    # the last probed of the clusters whose inputs follow the batch: it is on in the other clusters' pairs
+    slow = [c for c in first.controller.clusters if shape_signature(kernels[c.index]) != c.shapes][-1]
+    key = (slow.fingerprint, slow.profile, shape_signature(kernels[slow.index]))
+    _findings(url, [key], "slow-1", "slow-2")
+
+    second, _ = hooked(tmp_path, "second", **PROBING)
+    fresh_book(second)
+    probes = 5 + 8 * 6  # room for six clusters' pairs and their decisions
+    train(None, second, alternating, steps=probes + 1, after=settle_at_two)
+    assert second.signatures is not None and second.controller is not None
+    assert slow.fingerprint in {c.fingerprint for c in second.controller.clusters}  # on for begin's shapes
+    bound = second.signatures.entries[SIXTEEN].graphs
+    assert slow.index not in bound and set(bound) == set(kernels) - {slow.index}
+    assert second.signatures.states()[SIXTEEN] == BOUND
+    said = [e.detail for e in events(url, "compile_failure") if "fleet" in e.detail]
+    assert len(said) == 1, said
+    assert said[0].startswith(f"cluster {slow.index}: {SIXTEEN}: fleet: slower on {slow.profile} for these shapes")
+    # the others' probes time batch 16 (the slow cluster on TF's ops in both halves alike); the slow cluster's
+    # probe half never ran its kernel: no figures, no finding (before, every probe step at 16 was left out)
+    clusters = second.controller.clusters
+    assert second.controller.timing.stitched_start <= probes
+    again = next(c for c in clusters if c.fingerprint == slow.fingerprint)
+    assert again.reason.startswith("no probe figures") and not again.kept, again.reason
+    others = [c for c in clusters if c is not again]
+    assert others and all(f" at {SIXTEEN}, " in c.probe for c in others), [c.reason for c in others]
