@@ -70,14 +70,12 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._plan: StepPlan | None = None  # the controller's plan of the current step
         self._failure: str | None = None  # a plugin error the controller hears of with the next plan
         self._check_fetches: list[Any] = []
-        self._setup_seconds = 0.0
+        self._setup_seconds, self._faults_seen = 0.0, 0
         self._bridge: Any = None
-        self._faults_seen = 0
         self.training: TrainingSteps | None = None
-        self._in_step = False  # the current run is a training step (before_run said so)
+        self._in_step = self._in_agreement = False  # the current run is a training step / the agreement run
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
-        self._in_agreement = False
         self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
         self._positions: list[int] = []  # each controller cluster's place in that vector
         self.diverter: Diverter | None = None  # runs a step on the stitched twin (see twin.py)
@@ -178,8 +176,13 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def _begin(self) -> None:
         current = self.settings
         graph = tf.compat.v1.get_default_graph()
-        self.consensus = Consensus(current)
         self.training = TrainingSteps(graph)
+        if not self.training.trains:
+            # No op writes a trainable variable or the global step (tf.estimator's evaluate, predict): no run is a
+            # training step, so its setup (seconds on a large graph, at every evaluation) would buy nothing.
+            log.info("stitchfleet: no training op in this session's graph; left as written")
+            return
+        self.consensus = Consensus(current)
         if self.consensus.hvd is not None:
             # First, what a rank whose setup fails below still joins: it then says so to the others.
             self.consensus.build(graph, SLOTS, EXTRA)

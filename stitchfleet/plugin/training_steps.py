@@ -49,6 +49,31 @@ def _writes_variable(op: Any, variables: set[str]) -> bool:
     return bool(op.inputs) and op.inputs[0].op.name in variables
 
 
+RESTORES = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
+
+
+def _initializers(graph: Any) -> set[str]:
+    """Names of the variables' initializer ops (their first assignment, which every graph with variables has)."""
+    found: set[str] = set()
+    for variable in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+        initializer = getattr(variable, "initializer", None)
+        if initializer is not None:
+            found.add(initializer.name)
+    return found
+
+
+def _initializes_or_restores(op: Any, initializers: set[str]) -> bool:
+    """Whether a variable write is an initializer, or a checkpoint restore (its value read by a Restore op)."""
+    if op.name in initializers:
+        return True
+    if len(op.inputs) < 2:
+        return False
+    source = op.inputs[1].op
+    while source.type == "Identity" and source.inputs:
+        source = source.inputs[0].op
+    return bool(source.type in RESTORES)
+
+
 def fetched_ops(graph: Any, fetches: Any) -> list[Any]:
     """The ops a `session.run` fetch structure names (nested lists, tuples, dicts; ops, tensors, names)."""
     found: list[Any] = []
@@ -97,7 +122,12 @@ class TrainingSteps:
     def __init__(self, graph: Any) -> None:
         self.graph = graph
         variables = _variable_ops(graph)
-        self.updates = frozenset(op.name for op in graph.get_operations() if _writes_variable(op, variables))
+        writers = [op for op in graph.get_operations() if _writes_variable(op, variables)]
+        self.updates = frozenset(op.name for op in writers)
+        # Whether any run of this graph can train: a write that neither initializes nor restores a variable
+        # (an evaluate or predict graph has only those). Decided from the graph alone: every rank alike.
+        initializers = _initializers(graph)
+        self.trains = any(not _initializes_or_restores(op, initializers) for op in writers)
         self.clusters: list[frozenset[str]] = []
         self._known: dict[frozenset[str], frozenset[str]] = {}
         self.reached: frozenset[str] = frozenset()  # the ops the last training step runs

@@ -67,3 +67,25 @@ def test_fetched_ops_flattens_nested_structures() -> None:
     graph, t = _graph()
     found = fetched_ops(graph, {"a": [t["loss"], ("train_op", None)], "b": t["step"]})
     assert sorted(op.name for op in found) == sorted(["loss", "train_op", t["step"].op.name])
+
+
+@pytest.mark.parametrize(
+    ("update", "trains"), [("none", False), ("saver", False), ("optimizer", True), ("assign_sub", True)]
+)
+def test_a_graph_trains_only_with_a_write_that_neither_initializes_nor_restores(update: str, trains: bool) -> None:
+    """An evaluate or predict graph writes its variables only to initialize or restore them (a Saver's
+    assigns read RestoreV2): the hook then skips its setup; an optimizer's or a hand-written update trains."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 3])
+        w = tf.compat.v1.get_variable("w", [3, 2])
+        loss = tf.reduce_sum(tf.matmul(x, w))
+        tf.compat.v1.train.get_or_create_global_step()
+        if update == "saver":
+            tf.compat.v1.train.Saver()
+        elif update == "optimizer":
+            tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        elif update == "assign_sub":
+            (grad,) = tf.gradients(loss, [w])
+            w.assign_sub(0.1 * grad)
+    assert TrainingSteps(graph).trains is trains
