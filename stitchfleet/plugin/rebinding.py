@@ -89,7 +89,7 @@ def build(
         if shapes.graph_def is None:
             raise ValueError("the graph was not kept at begin")
         copy = shaped_copy(shapes.graph_def, signature)
-        conversion = convert(_Ops(copy, shapes.op_names), name="rebind")
+        conversion = convert(_Ops(copy, shapes.op_names), name="rebind", marks=shapes.marks)
     except Exception as err:  # that signature's calls run TF's ops
         done.left = {c.index: f"not rebuilt for {signature.key}: {type(err).__name__}: {err}" for c, _ in clusters}
         done.seconds = time.perf_counter() - started

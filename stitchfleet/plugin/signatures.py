@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from stitchfleet.plugin.frontend.context import LiveMarks
 from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.sites import StepOps
 from stitchfleet.plugin.training_steps import training_path
@@ -248,6 +249,8 @@ class Specialisation:
         # the clusters under the shapes the job feeds
         self.graph_def = graph.as_graph_def() if self.sources else None
         self.op_names = [op.name for op in steps.get_operations()] if self.sources else []
+        # what a copy of the graph loses and its conversion must still know (frontend.context.LiveMarks)
+        self.marks = LiveMarks.of(graph, steps.get_operations()) if self.sources else LiveMarks()
         self.book = SignatureBook(cache_dir, graph_key(graph, self.graph_def)) if self.sources else None
         recalled = self.book.recall() if self.book is not None else None
         if recalled is not None and set(recalled.as_dict()) != set(partial_shapes(self.sources)):

@@ -125,3 +125,25 @@ class Site:
 
 
 Rule = Callable[[Site], list[Value]]
+
+
+@dataclass(frozen=True)
+class LiveMarks:
+    """What TF keeps only on the Python graph, which a copy made with `import_graph_def` loses: the ops inside
+    a TF1 control-flow context (`cond`/`while_loop` v1) and the ops whose outputs a run may not fetch
+    (`cond_v2`/`while_v2` internals). A conversion of such a copy takes them from the live graph here, so it
+    converts every op as the live graph's conversion does (the same IR, the same node numbers).
+
+    Regression: a tf.estimator job's global-step read (a TF1 cond) was a boundary at `begin` and not in the
+    copy rebinding converts for the fed batch, so every later IR node moved by one and no cluster could
+    be rebuilt for the job's real batch."""
+
+    control_flow: frozenset[str] = frozenset()
+    unfetchable: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, graph: Any, ops: Any) -> LiveMarks:
+        """The marks of `ops` (of the live `graph`)."""
+        ops = list(ops)
+        in_context = frozenset(op.name for op in ops if getattr(op, "_control_flow_context", None) is not None)
+        return cls(in_context, frozenset(op.name for op in ops if not graph.is_fetchable(op)))

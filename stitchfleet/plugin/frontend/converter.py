@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from stitchfleet.compiler.ir import DType, Graph, Node, Op, TensorType, Value
 from stitchfleet.plugin.frontend import activations, batchnorm, elementwise, structure
-from stitchfleet.plugin.frontend.context import Arg, Lowering, LoweringError, Rule, Site
+from stitchfleet.plugin.frontend.context import Arg, LiveMarks, Lowering, LoweringError, Rule, Site
 from stitchfleet.plugin.frontend.folding import fold
 from stitchfleet.plugin.frontend.inlining import inline_functions
 from stitchfleet.plugin.frontend.result import Conversion, Disposition, Fate, FrontendError, TensorRef
@@ -78,9 +78,10 @@ def _out_type(tensor: Any) -> TensorType | None:
 class _Walk:
     """One conversion: the lowering state plus every op's disposition."""
 
-    def __init__(self) -> None:
+    def __init__(self, marks: LiveMarks | None = None) -> None:
         self.low = Lowering()
         self.ops: dict[str, Disposition] = {}
+        self.marks = marks or LiveMarks()  # for a copy of a graph: what the live graph knew (LiveMarks)
 
     def site(self, op: Any) -> tuple[Site, list[TensorType | None]]:
         args = [self._arg(t) for t in op.inputs]
@@ -132,7 +133,8 @@ class _Walk:
 
     def visit(self, op: Any) -> None:
         site, outs = self.site(op)
-        if op.type in CONTROL_FLOW or getattr(op, "_control_flow_context", None) is not None:
+        in_context = op.name in self.marks.control_flow or getattr(op, "_control_flow_context", None) is not None
+        if op.type in CONTROL_FLOW or in_context:
             return self.cut(op, outs, "control flow")
         if op.op_def.is_stateful:
             return self.cut(op, outs, f"stateful op {op.type}")
@@ -184,7 +186,9 @@ class _Walk:
             return "dynamic shape"
         if kind in COMPUTE_INTENSIVE:
             return "compute-intensive"
-        hidden = [t.op.name for t in site.op.inputs if not t.graph.is_fetchable(t.op)]
+        hidden = [
+            t.op.name for t in site.op.inputs if t.op.name in self.marks.unfetchable or not t.graph.is_fetchable(t.op)
+        ]
         if hidden:
             # A stitched cluster's inputs are fetched on check steps: an op reading an output TF does not
             # let a run fetch (a cond_v2 `If`: the global-step read MonitoredTrainingSession adds) stays
@@ -346,11 +350,14 @@ def _assemble(walk: _Walk, name: str) -> Conversion:
     return Conversion(graph, origins, tensors, dict(walk.ops), dict(low.known))
 
 
-def convert(graph: Any, name: str = "graph", shapes: Mapping[str, tuple[int, ...]] | None = None) -> Conversion:
+def convert(
+    graph: Any, name: str = "graph", shapes: Mapping[str, tuple[int, ...]] | None = None, marks: LiveMarks | None = None
+) -> Conversion:
     """Converts a `tf.Graph`; see the module docstring. `shapes` (tensor name -> shape) stands in for TF's
-    shape of a tensor where that is partial, e.g. under a job's shape signature."""
+    shape of a tensor where that is partial, e.g. under a job's shape signature; `marks`, for a copy of a
+    graph, what only the live graph knew (`LiveMarks`)."""
     with known_shapes(shapes):
-        walk = _Walk()
+        walk = _Walk(marks)
         for op in ordered(graph.get_operations()):
             walk.visit(op)
         return _assemble(walk, name)
