@@ -3,6 +3,7 @@ and with them a layer-norm cluster is judged by the float64 translation rule."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -162,3 +163,42 @@ def test_a_mistranslation_beside_a_layer_norm_is_refused_by_the_float64_rule(mon
     with_batch_norm = {s.index for s in sites if _holds_batch_norm(s) and any(op.type == "Erf" for op in s.internal)}
     assert with_batch_norm and with_batch_norm <= set(refused)
     assert all("from TF's float64 ops" in refused[k] for k in with_batch_norm)
+
+
+def _with_a_step_increment() -> Any:
+    """A layer norm + GELU block (None batch) beside the global step's `+ 1`, an int64 scalar read outside:
+    remote stitching joins the two independent regions into one cluster, as in a tf.estimator graph."""
+    graph = tf.Graph()
+    with graph.as_default():
+        step = tf.compat.v1.train.get_or_create_global_step()
+        tf.identity(step + 1, name="next_step")
+        x = tf.compat.v1.placeholder(tf.float32, [None, 32], name="x")
+        y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+        h = tf.nn.gelu(tf.keras.layers.LayerNormalization()(tf.keras.layers.Dense(64)(x)))
+        logits = tf.keras.layers.Dense(4)(h)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="loss")
+        tf.compat.v1.train.AdamOptimizer(1e-3).minimize(loss, global_step=step, name="train")
+    return graph
+
+
+def test_a_cluster_with_an_integer_output_takes_the_float64_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (a tf.estimator job): its layer-norm cluster also held the global step's int64 `+ 1`, and
+    the float64 comparison gave up on any non-float output, so the cluster was judged by the float32 rule
+    (a correct one refused at 1.97e-05 vs 1.93e-05). Integer outputs are now compared exactly and the float
+    ones by the float64 rule: Erf read as Tanh there is refused by it."""
+    from stitchfleet.plugin.signatures import SignatureBook, graph_key
+    from tests.plugin.hook_harness import hooked
+
+    monkeypatch.setitem(elementwise.UNARY, "Erf", Op.TANH)
+    hook, _ = hooked(tmp_path, "int-outputs")
+    SignatureBook(hook.settings.cache_dir, graph_key(_with_a_step_increment())).path.unlink(missing_ok=True)
+    graph = _with_a_step_increment()
+    rng = np.random.default_rng(0)
+    feeds = {"x:0": rng.standard_normal((8, 32)).astype(np.float32), "y:0": rng.integers(0, 4, 8)}
+    with graph.as_default(), tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+        for _ in range(3):
+            session.run(["loss:0", "train"], feeds)
+    refused = [reason for reason in hook.off.values() if reason.startswith("translation differs")]
+    assert refused and all("from TF's float64 ops" in reason for reason in refused), refused
