@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from stitchfleet.plugin.frontend.context import LiveMarks
 from stitchfleet.plugin.frontend.converter import convert
+from stitchfleet.plugin.graph_identity import canonical
 from stitchfleet.plugin.sites import StepOps
 from stitchfleet.plugin.training_steps import training_path
 from stitchfleet.plugin.twin import PREFIX as TWIN_PREFIX
@@ -45,7 +46,6 @@ log = logging.getLogger("stitchfleet.plugin")
 FEEDABLE = frozenset({"Placeholder", "PlaceholderV2"})
 ITERATORS = frozenset({"IteratorGetNext", "IteratorGetNextSync"})  # a tf.data iterator's reads
 BOOK_DIR = "signatures"
-SEED_ATTRS = ("seed", "seed2")
 GUESS = 32  # a batch size for clusters built before the first feed; rebound to the real one after it
 MAX_SIGNATURES = 8  # per graph: the book is a hint for the next process, not an archive
 SHAPE_EVENT = EventKind.SHAPE_SIGNATURE.value
@@ -160,15 +160,12 @@ def concrete_shapes(graph: Any, signature: Signature, graph_def: Any = None) -> 
 
 
 def graph_key(graph: Any, graph_def: Any = None) -> str:
-    """The graph's identity for the book: its GraphDef without random seeds, serialized deterministically.
-    Seeds are left out because Keras initializers draw theirs per process: the same script would
-    otherwise never find its own signature. `graph_def`: `graph`'s, when the caller has it already."""
+    """The graph's identity for the book: its GraphDef without what each construction draws anew (random
+    seeds, counters in function names: `graph_identity`), serialized deterministically; otherwise the same
+    script, or an Estimator's next `train()`, would never find its own signature. `graph_def`: `graph`'s,
+    when the caller has it already."""
     graph_def = type(graph_def).FromString(graph_def.SerializeToString()) if graph_def else graph.as_graph_def()
-    for node in graph_def.node:
-        for attr in SEED_ATTRS:
-            if attr in node.attr:
-                del node.attr[attr]
-    return hashlib.sha256(graph_def.SerializeToString(deterministic=True)).hexdigest()[:32]
+    return hashlib.sha256(canonical(graph_def).SerializeToString(deterministic=True)).hexdigest()[:32]
 
 
 class SignatureBook:
