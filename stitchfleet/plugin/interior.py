@@ -30,6 +30,7 @@ from stitchfleet.compiler.ir.attrs import Attrs
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.frontend.batchnorm import FORWARD, RESERVE_OUTPUTS, UNBOUND_RANKS
 from stitchfleet.plugin.frontend.converter import CONTROL_FLOW, FEEDABLE, ir_dtype
+from stitchfleet.plugin.op_graph import upstream
 from stitchfleet.plugin.placement import device_fields
 
 MAX_OPS = 5000
@@ -175,11 +176,11 @@ def writes_read_state(late: list[Any], inputs: list[Any]) -> bool:
     every = set().union(*written.values()) if written else set()
     if not every:
         return False
-    reads = [op for op in _upward([t.op for t in inputs], control=True) if _handles(op) & every]
+    reads = [op for op in upstream([t.op for t in inputs], control=True).values() if _handles(op) & every]
     late_names = set(written)
     for writer in late:
         before = {r.name for r in reads if r.name not in late_names and _handles(r) & written[writer.name]}
-        if before and not before <= {op.name for op in _upward([writer], control=False)}:
+        if before and not before <= set(upstream([writer], control=False)):
             return True
     return False
 
@@ -187,17 +188,3 @@ def writes_read_state(late: list[Any], inputs: list[Any]) -> bool:
 def _handles(op: Any) -> set[str]:
     """The resource tensors (variable handles) an op takes."""
     return {t.name for t in op.inputs if t.dtype.name == "resource"}
-
-
-def _upward(roots: list[Any], control: bool) -> list[Any]:
-    """`roots` and every op they depend on, through data edges (and control edges with `control`)."""
-    seen: dict[str, Any] = {}
-    stack = list(roots)
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen[op.name] = op
-        stack += [t.op for t in op.inputs]
-        stack += list(op.control_inputs) if control else []
-    return list(seen.values())

@@ -12,29 +12,17 @@ from __future__ import annotations
 from typing import Any
 
 from stitchfleet.plugin import interior
-
-
-def forward(roots: list[Any], control: bool) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    stack = list(roots)
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen[op.name] = op
-        stack += [r for t in op.outputs for r in t.consumers()]
-        stack += list(op._control_outputs) if control else []
-    return seen
+from stitchfleet.plugin.op_graph import downstream
 
 
 def data_descendants(ops: list[Any]) -> set[str]:
     """The ops that read, through data edges, what `ops` compute: they run after them whatever the edges."""
-    return set(forward([r for op in ops for t in op.outputs for r in t.consumers()], control=False))
+    return set(downstream([r for op in ops for t in op.outputs for r in t.consumers()], control=False))
 
 
 def only_orders(op: Any, after: set[str], inputs: list[Any]) -> bool:
     """Whether dropping stateless `op`'s control edges to the cluster changes no value (see `stateful`)."""
-    late = [found for name, found in forward([op], control=True).items() if stateful(found) and name not in after]
+    late = [found for name, found in downstream([op], control=True).items() if stateful(found) and name not in after]
     return not interior.writes_read_state(late, inputs)
 
 

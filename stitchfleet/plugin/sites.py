@@ -30,7 +30,6 @@ batch-norm reserve spaces handed to TF's ops on a GPU are refused with their rea
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +45,7 @@ from stitchfleet.compiler.subgraph import extract
 from stitchfleet.plugin import interior, ordering, placement
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.interior import computed_by, walk, with_unread
+from stitchfleet.plugin.op_graph import ancestors
 
 UnmappableError = interior.UnmappableError  # what `map_cluster` raises (defined beside the walk that raises it too)
 MAX_ABSORPTIONS = 16  # rounds of inputs closing a cycle pulled into the cluster
@@ -351,19 +351,6 @@ def map_cluster(
     site.changes[:0] = changes
     site.plan = _plan(site, graph, plan)
     return site
-
-
-def ancestors(roots: Iterable[Any]) -> set[str]:
-    """Names of the ops `roots` depend on through data and control edges, the roots included."""
-    seen: set[str] = set()
-    stack = list(roots)
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        stack += [t.op for t in op.inputs] + list(op.control_inputs)
-    return seen
 
 
 class StepOps:

@@ -23,7 +23,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from stitchfleet.plugin.sites import ancestors
+from stitchfleet.plugin.op_graph import ancestors
 
 # Op types that write a variable; for each, input 0 is the variable (a ref or a resource handle).
 WRITER_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")

@@ -257,9 +257,12 @@ def promoted(graph_def: Any) -> Any:
     return wide_batchnorm.widened(out)
 
 
-def _in_float64(site: Site, values: dict[str, Any], isolated_def: Any) -> str | bool | None:
+def _in_float64(
+    site: Site, values: dict[str, Any], isolated_def: Any, tf_single: list[Any], ir: tuple[Any, Any]
+) -> str | bool | None:
     """The float64 comparison: a reason, None (faithful), or False when it cannot be made (see the module
-    docstring: other float types or casts, an op without a float64 kernel)."""
+    docstring: other float types or casts, an op without a float64 kernel). `tf_single`: TF's float32 values
+    of the outputs; `ir`: the IR's float32 and float64 values (both rules read them: computed once)."""
     import tensorflow as tf
 
     kinds = {n.dtype for n in site.graph.nodes}
@@ -268,11 +271,9 @@ def _in_float64(site: Site, values: dict[str, Any], isolated_def: Any) -> str | 
     wide = {k: v.astype(np.float64) if v.dtype == np.float32 else v for k, v in values.items()}
     try:
         got = _run(promoted(isolated_def), site, wide, optimized=False)
-        tf_single = _run(isolated_def, site, values)
     except (tf.errors.OpError, ValueError, TypeError, KeyError):
         return False
-    double = evaluate(site.graph, values, "float64")  # the same values: float32 ones widen exactly
-    single = evaluate(site.graph, values)
+    single, double = ir  # the same values: float32 ones widen exactly
     for (name, _), tf_value, tf_32 in zip(site.graph.outputs, got, tf_single, strict=True):
         verdict = _output_in_float64(name, np.asarray(tf_value), tf_32, single[name], double[name])
         if verdict is not None:
@@ -308,15 +309,15 @@ def _check(graph: Any, site: Site, factor: float) -> str | None:
     values = random_inputs(site.graph, SEED + site.index)
     try:
         isolated_def = isolated(graph, site)
-        wide = _in_float64(site, values, isolated_def)
-        if wide is not False:
-            return wide if isinstance(wide, str) else None
-        got = _run(isolated_def, site, values)
+        got = _run(isolated_def, site, values)  # TF's float32 values: the float64 rule reads them too
     except (tf.errors.OpError, ValueError, TypeError, KeyError) as err:
         log.info("stitchfleet: cluster %d: translation check skipped (%s: %s)", site.index, type(err).__name__, err)
         return None
     single = evaluate(site.graph, values)
     double = evaluate(site.graph, values, "float64")
+    wide = _in_float64(site, values, isolated_def, got, (single, double))
+    if wide is not False:
+        return wide if isinstance(wide, str) else None
     paths = reduction_paths(site.graph)
     for (name, _), tf_value in zip(site.graph.outputs, got, strict=True):
         reason = _compare(name, np.asarray(tf_value), (single[name], double[name]), paths[name], factor=factor)

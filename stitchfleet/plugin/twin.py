@@ -39,6 +39,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, graph_pb2
 
+from stitchfleet.plugin.op_graph import downstream, upstream
 from stitchfleet.plugin.sites import Site
 
 PREFIX = "stitchfleet_twin"
@@ -100,13 +101,7 @@ def _downstream(graph: Any, seeds: Iterable[Any]) -> set[str]:
     members: set[str] = set()
     stack = list(seeds)
     while True:
-        while stack:
-            op = stack.pop()
-            if op.name in members or _shared_state(op):
-                continue
-            members.add(op.name)
-            stack.extend(reader for t in op.outputs for reader in t.consumers())
-            stack.extend(op._control_outputs)
+        members |= set(downstream(stack, skip=_shared_state, known=members))
         extra = _loop_ops(graph, members) - members
         if not extra:
             return members
@@ -338,20 +333,8 @@ def _unfed_placeholders(
     """The placeholders without a default that running `roots` (tensors or ops) would execute unfed: a walk
     over data and control inputs that stops at fed ops, as TF's own pruning of a run does; `also_reads`
     adds the ops an op's run needs beyond its inputs (a cluster's stitched op reads all of its inputs)."""
-    stack = [root if isinstance(root, tf.Operation) else root.op for root in roots]
-    seen: set[str] = set()
-    found: set[str] = set()
-    while stack:
-        op = stack.pop()
-        if op.name in seen or op.name in fed_ops:
-            continue
-        seen.add(op.name)
-        if op.type == "Placeholder":
-            found.add(op.name)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-        stack.extend((also_reads or {}).get(op.name, ()))
-    return found
+    ops = [root if isinstance(root, tf.Operation) else root.op for root in roots]
+    return {name for name, op in upstream(ops, stop=fed_ops, also=also_reads).items() if op.type == "Placeholder"}
 
 
 def build(graph: Any, sites: Sequence[Site]) -> Twin:

@@ -51,20 +51,24 @@ def test_report_contents_and_json_round_trip() -> None:
         CompileReport.from_json({"format": "other"})
 
 
+# The dump files of a compile that asks for every stage (kernel IR and sources included), in order.
+DUMPS = (
+    "00_graph.json",
+    "01_clusters.json",
+    "02_op_clusters.json",
+    "03_cluster_graphs.json",
+    "04_baseline_plans.json",
+    "05_stitch.json",
+    "06_kernels.json",
+    "07_sources.json",
+    "08_report.json",
+)
+
+
 def test_artifacts_are_dumped(tmp_path: Path) -> None:
     pipeline.compile_graph(load(LAYERNORM), pipeline.Options(dump_dir=tmp_path))
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == [
-        "00_graph.json",
-        "01_clusters.json",
-        "02_op_clusters.json",
-        "03_cluster_graphs.json",
-        "04_baseline_plans.json",
-        "05_stitch.json",
-        "06_kernels.json",
-        "07_sources.json",
-        "08_report.json",
-    ]
+    assert names == list(DUMPS)
     assert json.loads((tmp_path / "08_report.json").read_text())["format"] == "stitchfleet-compile-report"
 
 
