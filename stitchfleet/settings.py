@@ -166,6 +166,11 @@ class Settings:
     probe_group_factor: int = _knob(
         4, "The group probe runs this many times PROBE_ROUNDS rounds (its decision gates all).", minimum=1
     )
+    probe_reruns: int = _knob(
+        2,
+        "Run a probe pair again when some rank had no figures for it (its kernels compiling), at most this often.",
+        minimum=0,
+    )
     remote_stitch_budget: int = _knob(8, "Most independent clusters merged into one stitch op.", minimum=1)
     dump_dir: str = _knob("", "Write every compiler artifact here, and why the plugin changed a cluster (empty: off).")
     # Home-relative defaults are resolved once, at import: a process's home does not move.

@@ -23,7 +23,9 @@ device profile and shapes): kept is `faster`, left as slower than TF is `slower`
 beyond noise", nor "no probe figures"); several jobs' slower findings start it off in later jobs
 (candidates, telemetry.slow_verdicts), one job's never do. With unknown dimensions a probe's figures are
 per shape signature, never from steps that ran TF's ops in place of the kernels probed (`schedule.Probes`:
-the hook says which, `StepFigures.measured`), and its finding is keyed by that signature's shapes. With
+the hook says which, `StepFigures.measured`), and its finding is keyed by that signature's shapes; a pair
+without figures from every rank, where a rank waited for its kernels, runs again (`schedule.Timing.rerun`,
+bounded) instead of counting as "not faster". With
 no cluster kept stitching is off for the job (a `probe` event without a cluster; the job ends
 `finished`); a plugin fault, a non-finite loss or a slowdown beyond the margin and the noise (the
 stitched steps right around a baseline window against that window: `slowdown.Bracket`) reverts the
@@ -44,16 +46,18 @@ import numpy as np
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.ledger import Ledger
 from stitchfleet.plugin.probe_verdicts import NOISE_FACTOR, ProbeVerdicts
-from stitchfleet.plugin.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing, Window, Windows
+from stitchfleet.plugin.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing
 from stitchfleet.plugin.slowdown import Bracket
 from stitchfleet.plugin.step_contract import StepFigures, StepPlan, frozen
+from stitchfleet.plugin.step_windows import Window, Windows
 from stitchfleet.plugin.warmup import ExecutorWarmup
 
 log = logging.getLogger("stitchfleet.plugin")
 # fault, loss, fresh bracket, its stitched median, baseline median and noise (`slowdown`), probe figures in,
-# probe with, probe without (or the group's baseline), probe noise, then the same four figures of the group
-EXTRA = 14
-GUARD, PROBED, GROUPED = slice(0, 6), slice(6, 10), slice(10, 14)  # the EXTRA figures, after the cluster flags
+# probe with, probe without (or the group's baseline), probe noise, waiting for kernels (no figures: `Probes.waiting`),
+# then the same five figures of the group
+EXTRA = 16
+GUARD, PROBED, GROUPED = slice(0, 6), slice(6, 11), slice(11, 16)  # the EXTRA figures, after the cluster flags
 
 
 @dataclass
@@ -107,6 +111,7 @@ class Controller(ProbeVerdicts):
         self.turn = 0  # periodic checks made so far (their rotation over the clusters)
         self.group_proven: bool | None = None  # the group probe's decision; None until taken (or without one)
         self.group_probe = ""  # what the group probe measured, in a cluster's `probe` format
+        self.rerun_futile = False  # a pair ran out of reruns without figures: no pair runs again (`_rerun`)
         for c in clusters:
             c.kept = None if self.timing.probing else True
 
@@ -229,12 +234,15 @@ class Controller(ProbeVerdicts):
         return np.array(flags + extra + cluster + group, dtype=np.float64)
 
     def _probe_figures(self, k: int | None) -> list[float]:
-        """For the cluster (or GROUP) decided now: [1, switched-on median, paired baseline median, noise];
-        zeros when nothing is decided or this rank has not timed both halves."""
-        found = self.probes.medians(k) if k is not None else None
-        if k is None or found is None:
-            return [0.0, 0.0, 0.0, 0.0]
-        return [1.0, *found, self.probes.noise(k)]
+        """For the cluster (or GROUP) decided now: [1, switched-on median, paired baseline median, noise, 0];
+        [0, 0, 0, 0, waiting] when this rank has not timed both halves (waiting: 1 when only kernels still
+        to come kept it from it, so a rerun would give figures: `Probes.waiting`); zeros when nothing is decided."""
+        if k is None:
+            return [0.0] * 5
+        found = self.probes.medians(k)
+        if found is None:
+            return [0.0, 0.0, 0.0, 0.0, float(self.probes.waiting(k))]
+        return [1.0, *found, self.probes.noise(k), 0.0]
 
     # --- after a step ---------------------------------------------------------------------
 
@@ -247,7 +255,7 @@ class Controller(ProbeVerdicts):
         if mode == STITCHED and not self.announced:
             self._announce(step)
         if plain and self.timing.grouped(step) and len(plain) == int(self.switches(step).sum()):
-            measured = None  # every cluster on ran TF's ops: the group's probe half would time TF against TF
+            plain = (*plain, GROUP)  # every cluster on ran TF's ops for good: the group's half would time TF
         self.probes.add(step, seconds, not checked, measured, plain)
         self.job_seconds += seconds
         if checked:
@@ -292,12 +300,13 @@ class Controller(ProbeVerdicts):
                 self._revert_cluster(step, c, self.pending.get(i) or c.kernel.bad or "reverted on another rank")
         extra = summed[n:]
         self._guard_job(step, extra[GUARD])
-        if self.timing.decides_group(step) and self.job_reverted is None:
+        timing = self.timing  # as scheduled for this step: a decision may insert a rerun after it
+        if timing.decides_group(step) and self.job_reverted is None:
             self._group_decision(step, extra[GROUPED])
-        probed = self.timing.decides(step)
+        probed = timing.decides(step)
         if probed is not None and self.job_reverted is None:
-            self._probe_decision(step, self.clusters[probed], extra[PROBED])
-            if probed == n - 1:
+            decided = self._probe_decision(step, self.clusters[probed], extra[PROBED])
+            if decided and probed == n - 1:
                 self._settle(step)
 
     def _guard_job(self, step: int, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:

@@ -53,9 +53,41 @@ class ProbeVerdicts:
     stitching_off: str | None
     shapes_of: Callable[[int, str], str | None] | None
 
-    def _group_decision(self, step: int, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
-        """Proves the group (every cluster on) or not, from the summed group figures."""
-        ready, on, base, noise = (float(x) for x in figures)
+    rerun_futile: bool
+
+    def _rerun(self, step: int, subject: int, ready: float, waiting: float) -> bool:
+        """Runs `subject`'s pair (GROUP or a cluster) again when some rank had no figures for it only because its
+        kernels for the shapes fed were still to come (compiling, seen too rarely yet: `waiting` ranks); says
+        whether it does. Not for a rank that ran TF's ops for good there (over the bound, withheld, unbound):
+        a rerun would give it no figures either. At most `probe_reruns` times per subject, and no more for any
+        subject once one ran out of them without figures (whatever kept that rank waiting did not pass:
+        rerunning every pair would only lengthen the probes). From the summed figures only, so every rank
+        inserts the same steps at the same step."""
+        if ready >= self.size or waiting < 1 or self.rerun_futile:
+            return False
+        done = self.timing.reruns_of(subject)
+        if done >= self.timing.probe_reruns:
+            self.rerun_futile = done > 0
+            return False
+        self.timing = self.timing.rerun(step, subject)
+        self.probes.timing = self.timing
+        name = "group" if subject == GROUP else f"cluster {self.clusters[subject].index}"
+        detail = (
+            f"{name}: {ready:.0f} of {self.size} ranks had timed both halves, {waiting:.0f} waiting for kernels;"
+            " its pair runs again"
+            f" ({done + 1} of at most {self.timing.probe_reruns})"
+        )
+        log.info("stitchfleet: probe rerun at step %d: %s", step, detail)
+        fingerprint = None if subject == GROUP else self.clusters[subject].fingerprint
+        self.ledger.event("probe", step, fingerprint, "probe rerun", detail=detail)
+        return True
+
+    def _group_decision(self, step: int, figures: np.ndarray[Any, np.dtype[np.float64]]) -> bool:
+        """Proves the group (every cluster on) or not, from the summed group figures; False when its pair
+        runs again instead (`_rerun`)."""
+        ready, on, base, noise, waiting = (float(x) for x in figures)
+        if self._rerun(step, GROUP, ready, waiting):
+            return False
         if ready < self.size:
             self.group_proven = False
             self.group_probe = f"no group figures: {ready:.0f} of {self.size} ranks had timed both windows"
@@ -66,16 +98,19 @@ class ProbeVerdicts:
         label = "group proven" if self.group_proven else "group not faster"
         log.info("stitchfleet: %s at step %d: %s", label, step, self.group_probe)
         self.ledger.event("probe", step, None, label, detail=f"{label}: {self.group_probe}")
+        return True
 
-    def _probe_decision(self, step: int, c: Cluster, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+    def _probe_decision(self, step: int, c: Cluster, figures: np.ndarray[Any, np.dtype[np.float64]]) -> bool:
         """Keeps `c` or leaves it to TF from the summed probe figures (ready ranks, the enabled clusters' step
-        with `c` on, the same without it, noise)."""
+        with `c` on, the same without it, noise); False when its pair runs again instead (`_rerun`)."""
         if not c.enabled:
-            return  # reverted already (its own revert event says why)
-        ready, with_it, without, noise = (float(x) for x in figures)
+            return True  # reverted already (its own revert event says why)
+        ready, with_it, without, noise, waiting = (float(x) for x in figures)
+        if self._rerun(step, self.clusters.index(c), ready, waiting):
+            return False
         if ready < self.size:
             self._leave(step, c, "no probe figures", f"{ready:.0f} of {self.size} ranks had timed both windows")
-            return
+            return True
         with_it, without, noise = with_it / self.size, without / self.size, noise / self.size
         c.probe = self._describe(self.clusters.index(c), with_it, without, noise)
         needed = self._needed(without, noise)
@@ -92,6 +127,7 @@ class ProbeVerdicts:
             self._leave(step, c, "slower than TF", c.probe, slower=True)
         else:
             self._leave(step, c, "not faster beyond noise and margin", c.probe)
+        return True
 
     def _needed(self, base: float, noise: float) -> float:
         """The difference a probe must show: the margin (worth the risk) and the noise (not a lucky draw:

@@ -1,11 +1,10 @@
-"""The A/B timing schedule and the step-window bookkeeping: pure Python, the same on every rank.
+"""The A/B timing schedule: pure Python, the same on every rank.
 
 Input: the guard and timing settings, the number of installed clusters and, per step, its
 number, duration and whether it ran checks. Output: what each step runs (`mode`: warmup,
 baseline with every switch off, probe and reference (the two halves of a probe pair),
 stitched, or reverted), whether it is a check step, which cluster a probe step or a probe
-decision concerns, and closed `Window`s with the figures a StepWindow row needs (saved seconds
-against the current baseline median). After warmup and the first baseline window comes the
+decision concerns. After warmup and the first baseline window comes the
 group probe (with `probe_group` and at least two clusters): `probe_steps` baseline steps and
 `probe_steps` steps with every cluster on, repeated for `group_factor` x `probe_rounds` rounds
 (odd rounds group first; the group decides whether anything is kept, and its ~10% effect on a
@@ -16,8 +15,12 @@ on, k included), in the same rounds; then the stitched phase with periodic basel
 A cluster's pair measures what k adds to the configuration the job would run: both halves run
 the stitched twin (plugin/twin.py), where a cluster that is off runs its TF ops inside the
 dispatch op, so comparing "k alone" with plain TF would charge k with the others' cost.
-Everything is a function of the step number, so ranks that share the step count share the
-schedule.
+A pair decided without figures from every rank (its signature's kernels were still compiling,
+say) is run again (`rerun`): its rounds are inserted right after the decision step, and the
+step that decided is then replayed, so the pair is decided again there, after the rerun; at most
+`probe_reruns` times per subject. Everything is a function of the step number and the reruns,
+which follow from the summed figures only, so ranks that share the step count share the
+schedule. The telemetry windows are `step_windows`.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from __future__ import annotations
 import functools
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stitchfleet import settings as settings_module
 
@@ -65,6 +68,8 @@ class Timing:
     group_factor: int = 1
     check_budget: float = 1.0
     check_max_gap: int = 1000
+    probe_reruns: int = 2
+    reruns: tuple[tuple[int, int], ...] = ()  # (first step, subject) of each rerun pair's rounds, in order
 
     @classmethod
     def from_settings(cls, current: settings_module.Settings, clusters: int = 0) -> Timing:
@@ -85,10 +90,19 @@ class Timing:
             current.probe_group_factor,
             current.check_budget,
             current.check_max_gap,
+            current.probe_reruns,
         )
 
     def __post_init__(self) -> None:
-        for name in ("warmup_steps", "check_first", "probe_steps", "clusters", "check_clusters", "check_budget"):
+        for name in (
+            "warmup_steps",
+            "check_first",
+            "probe_steps",
+            "clusters",
+            "check_clusters",
+            "check_budget",
+            "probe_reruns",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 0")
         for name in (
@@ -136,40 +150,72 @@ class Timing:
         """The first step of the stitched phase (after every round of every cluster's probe pair)."""
         return self.cluster_start + 2 * self.probe_steps * self.clusters * self.probe_rounds
 
-    def _pair(self, step: int) -> tuple[int, int, int]:
-        """(round, subject, half) of a probe-phase step, subject GROUP in the group phase: rounds repeat
-        every pair, and odd rounds run the switched-on half first, so a steady drift of the step time (a
-        machine warming up or getting busier) adds to both halves alike instead of to one."""
+    def _pair(self, step: int) -> tuple[int, int, int, int]:
+        """(round, subject, half, index in the half) of a probe-phase step of the schedule without reruns,
+        subject GROUP in the group phase: rounds repeat every pair, and odd rounds run the switched-on half
+        first, so a steady drift of the step time (a machine warming up or getting busier) adds to both
+        halves alike instead of to one."""
         if step < self.cluster_start:
             pair, offset = divmod(step - self.probe_start, 2 * self.probe_steps)
-            return pair, GROUP, offset // self.probe_steps
+            return pair, GROUP, offset // self.probe_steps, offset % self.probe_steps
         pair, offset = divmod(step - self.cluster_start, 2 * self.probe_steps)
-        return pair // self.clusters, pair % self.clusters, offset // self.probe_steps
+        return pair // self.clusters, pair % self.clusters, offset // self.probe_steps, offset % self.probe_steps
 
     @functools.cached_property
     def probe_checks(self) -> int:
         """Check steps at the start of each only-k window: one, leaving at least one timed step."""
         return min(self.check_first, 1, max(self.probe_steps - 1, 0))
 
+    def rerun_length(self, subject: int) -> int:
+        """The steps of one rerun of `subject`'s pair: all its rounds, back to back."""
+        return 2 * self.probe_steps * (self.group_rounds if subject == GROUP else self.probe_rounds)
+
+    def rerun(self, step: int, subject: int) -> Timing:
+        """This schedule with `subject`'s pair run again from the step after `step` (its decision step), which
+        is replayed after the rerun and decides again."""
+        if self.reruns and step < self.reruns[-1][0]:
+            raise ValueError(f"rerun at step {step}: the schedule already reruns from step {self.reruns[-1][0]}")
+        return replace(self, reruns=(*self.reruns, (step + 1, subject)))
+
+    def reruns_of(self, subject: int) -> int:
+        """How many times `subject`'s pair was run again."""
+        return sum(1 for _, rerun in self.reruns if rerun == subject)
+
+    def _place(self, step: int) -> tuple[int | None, tuple[int, int, int, int] | None]:
+        """(the step of the schedule without reruns that `step` runs, None inside a rerun; `_pair`'s figures of
+        `step` when it is a probe step, of a rerun or not)."""
+        shift = 0
+        for start, subject in self.reruns:
+            if step < start:
+                break
+            length = self.rerun_length(subject)
+            if step < start + length:
+                pair, offset = divmod(step - start, 2 * self.probe_steps)
+                return None, (pair, subject, offset // self.probe_steps, offset % self.probe_steps)
+            shift += length + 1  # the rerun's steps, and the decision step replayed after them
+        base = step - shift
+        return base, self._pair(base) if self.probe_start <= base < self.stitched_start else None
+
     def phase(self, step: int) -> str:
-        """warmup, baseline, probe, reference or stitched, from the step number alone."""
-        if step < self.warmup_steps:
-            return WARMUP
-        if step < self.probe_start:
-            return BASELINE
-        if step < self.stitched_start:
-            round_, subject, half = self._pair(step)
+        """warmup, baseline, probe, reference or stitched, from the step number (and the reruns) alone."""
+        base, pair = self._place(step)
+        if pair is not None:
+            round_, subject, half, _ = pair
             if half != round_ % 2:
                 return PROBE
             return BASELINE if subject == GROUP else REFERENCE
-        offset = step - self.warmup_steps - (self.stitched_start - self.probe_start)
+        assert base is not None  # only a rerun's steps have no base step, and they are all probe steps
+        if base < self.warmup_steps:
+            return WARMUP
+        if base < self.probe_start:
+            return BASELINE
+        offset = base - self.warmup_steps - (self.stitched_start - self.probe_start)
         return BASELINE if offset % self.period < self.baseline_steps else STITCHED
 
     def subject(self, step: int) -> int | None:
         """What the probe pair holding `step` measures: GROUP or a cluster index; None outside probing."""
-        if not self.probe_start <= step < self.stitched_start:
-            return None
-        return self._pair(step)[1]
+        pair = self._place(step)[1]
+        return None if pair is None else pair[1]
 
     def probed(self, step: int) -> int | None:
         """The cluster whose probe pair (reference, then probe) holds `step`; None outside those."""
@@ -182,13 +228,14 @@ class Timing:
 
     def decides_group(self, step: int) -> bool:
         """The group is decided at the first step after its last round's pair (its figures are in)."""
-        return self.grouping and step == self.cluster_start
+        return self.grouping and self._place(step)[0] == self.cluster_start
 
     def decides(self, step: int) -> int | None:
         """The cluster decided at `step`: the first step after its last round's pair (its figures are in)."""
-        if not self.probing or step <= self.cluster_start or step > self.stitched_start:
+        base = self._place(step)[0]
+        if not self.probing or base is None or base <= self.cluster_start or base > self.stitched_start:
             return None
-        done, rest = divmod(step - self.cluster_start, 2 * self.probe_steps)
+        done, rest = divmod(base - self.cluster_start, 2 * self.probe_steps)
         last_round = (done - 1) // self.clusters == self.probe_rounds - 1
         return (done - 1) % self.clusters if rest == 0 and last_round else None
 
@@ -196,14 +243,16 @@ class Timing:
         """A step that compares every cluster switched on with the fp64 reference."""
         phase = self.phase(step)
         if phase == PROBE:
-            return (step - self.probe_start) % self.probe_steps < self.probe_checks
+            pair = self._place(step)[1]
+            return pair is not None and pair[3] < self.probe_checks
         if phase != STITCHED:
             return False
         return self.first_checks(step) or step % self.check_every == 0
 
     def first_checks(self, step: int) -> bool:
         """One of the stitched phase's first `check_first` steps (for clusters not checked enough yet)."""
-        return self.phase(step) == STITCHED and 0 <= step - self.stitched_start < self.check_first
+        base = self._place(step)[0]
+        return base is not None and self.phase(step) == STITCHED and 0 <= base - self.stitched_start < self.check_first
 
     def rotation(self, turn: int, on: int) -> list[int]:
         """Positions among `on` clusters switched on that the `turn`-th periodic check judges: `check_clusters`
@@ -212,77 +261,6 @@ class Timing:
         if self.check_clusters == 0 or self.check_clusters >= on:
             return list(range(on))
         return sorted({(turn * self.check_clusters + j) % on for j in range(self.check_clusters)})
-
-
-@dataclass(frozen=True)
-class Window:
-    index: int
-    mode: str
-    first_step: int
-    last_step: int
-    seconds: tuple[float, ...]
-    baseline: float | None
-
-    @property
-    def iterations(self) -> int:
-        return len(self.seconds)
-
-    @property
-    def row_mode(self) -> str:
-        """The StepWindow mode: both halves of a cluster's probe pair run stitched clusters, and are booked so."""
-        return STITCHED if self.mode in (PROBE, REFERENCE) else self.mode
-
-    @property
-    def saved_seconds(self) -> float:
-        """Baseline median minus step time, summed over the window (negative when slower)."""
-        if self.row_mode != STITCHED or self.baseline is None:
-            return 0.0
-        return self.baseline * self.iterations - sum(self.seconds)
-
-
-@dataclass
-class Windows:
-    """Groups steps into telemetry windows and keeps the latest baseline and stitched medians."""
-
-    size: int
-    index: int = 0
-    mode: str = ""
-    first: int = 0
-    seconds: list[float] = field(default_factory=list)
-    timed: list[float] = field(default_factory=list)
-    baseline_median: float | None = None
-    stitched_median: float | None = None
-    since_baseline: list[float] = field(default_factory=list)  # timed stitched steps since the last baseline
-
-    def add(self, step: int, mode: str, seconds: float, timed: bool) -> list[Window]:
-        """Adds one step; returns the windows it closed (on a mode change, and when full)."""
-        closed = [w for w in [self.close()] if w is not None] if self.seconds and mode != self.mode else []
-        if not self.seconds:
-            self.mode, self.first = mode, step
-        self.seconds.append(seconds)
-        if timed:
-            self.timed.append(seconds)
-        if len(self.seconds) >= self.size:
-            closed += [w for w in [self.close()] if w is not None]
-        return closed
-
-    def close(self) -> Window | None:
-        """Ends the open window (also at the end of the job)."""
-        if not self.seconds:
-            return None
-        if self.timed and self.mode == BASELINE:
-            self.baseline_median = statistics.median(self.timed)
-            self.since_baseline = []
-        if self.timed and self.mode == STITCHED:
-            # every stitched step since the baseline it is compared with: one noisy window is not
-            # enough to revert a job, and a real slowdown only gains evidence as windows close
-            self.since_baseline += self.timed
-            self.stitched_median = statistics.median(self.since_baseline)
-        last = self.first + len(self.seconds) - 1
-        window = Window(self.index, self.mode, self.first, last, tuple(self.seconds), self.baseline_median)
-        self.index += 1
-        self.seconds, self.timed = [], []
-        return window
 
 
 @dataclass
@@ -304,6 +282,7 @@ class Probes:
     timing: Timing
     seconds: dict[tuple[int, str, str], list[float]] = field(default_factory=dict)
     left_out: dict[int, int] = field(default_factory=dict)  # per subject: timed steps that ran TF's ops
+    unsettled: dict[int, int] = field(default_factory=dict)  # of those, per subject: kernels still to come
 
     def add(
         self, step: int, seconds: float, timed: bool, signature: str | None = "", plain: Sequence[int] = ()
@@ -313,8 +292,17 @@ class Probes:
             return
         if signature is None or k in plain:
             self.left_out[k] = self.left_out.get(k, 0) + 1
+            if k not in plain:
+                self.unsettled[k] = self.unsettled.get(k, 0) + 1
             return
         self.seconds.setdefault((k, self.timing.phase(step), signature), []).append(seconds)
+
+    def waiting(self, k: int) -> bool:
+        """Whether k (or GROUP) has no figures while some of its steps were left out because kernels were still
+        to come (compiling, seen too rarely yet): a rerun of the pair may time them once they are bound. Steps
+        that ran TF's ops for good (`plain`: over the bound, withheld...) alone never wait: a rerun would run
+        TF's ops there again."""
+        return self.medians(k) is None and self.unsettled.get(k, 0) > 0
 
     def measured(self, k: int) -> str | None:
         """The signature k's (or GROUP's) probe is decided on: the one with the most timed steps in its smaller

@@ -113,3 +113,30 @@ def test_a_signature_the_fleet_found_slower_runs_that_clusters_tf_ops_and_the_ot
     assert again.reason.startswith("no probe figures") and not again.kept, again.reason
     others = [c for c in clusters if c is not again]
     assert others and all(f" at {SIXTEEN}, " in c.probe for c in others), [c.reason for c in others]
+
+
+def settle_at_twelve(step: int, hook: StitchHook) -> None:
+    """16 rows fed on steps 0, 2, ..., 12: with SIGNATURE_STEPS=7 its compile starts at step 12 and is bound from
+    step 13, after cluster 0's first pair (5-12)."""
+    if step == 12 and hook.signatures is not None:
+        assert hook.signatures.wait(SETTLE_S)
+
+
+def test_a_pair_timed_before_its_kernels_were_bound_runs_again_and_is_decided_on_them(tmp_path: Path) -> None:
+    """Regression (issue 18): the first pair of a job whose fed batch compiles late (a first process, built for
+    the guess) had no figures, counted as "not faster", and the cluster was left to TF's ops for the whole job
+    without being measured. Now its pair runs again (14-21) once the kernels are bound, and it is decided on
+    them at step 22 ("probe rerun" said at 13)."""
+    hook, url = hooked(tmp_path, "rerun", **{**PROBING, "STITCHFLEET_SIGNATURE_STEPS": "7"})
+    fresh_book(hook)
+    train(None, hook, alternating, steps=5 + 9 + 8 * 6 + 1, after=settle_at_twelve)
+    assert hook.controller is not None and hook.signatures is not None
+    assert hook.signatures.states()[SIXTEEN] == BOUND
+    first = hook.controller.clusters[0]
+    assert hook.controller.timing.reruns == ((14, 0),)
+    assert first.probe and not first.reason.startswith("no probe figures"), first.reason
+    counts = re.search(rf"(\d+)\+(\d+) steps at {re.escape(SIXTEEN)}", first.probe)
+    assert counts is not None and all(int(n) > 0 for n in counts.groups()), first.probe
+    said = [(e.reason, e.step) for e in events(url, "probe") if e.reason == "probe rerun"]
+    assert said == [("probe rerun", 13)]
+    assert all(c.kept is not None for c in hook.controller.clusters)  # every pair decided, the shifted ones too

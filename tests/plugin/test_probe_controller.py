@@ -25,7 +25,7 @@ from stitchfleet.plugin.controller import Cluster, Controller
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.kernels import ClusterKernel
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.schedule import PROBE, REVERTED, STITCHED, Timing
+from stitchfleet.plugin.schedule import GROUP, PROBE, REVERTED, STITCHED, Timing
 from stitchfleet.plugin.verdict_keys import shape_signature
 from stitchfleet.telemetry import models as tables
 from stitchfleet.telemetry.savings import weekly_summary
@@ -96,14 +96,22 @@ def _step_time(base_ms: float, change_ms: Sequence[float], jitter: float = 0.0) 
     return seconds
 
 
-def _drive(controllers: Sequence[Controller], times: Sequence[StepTime], steps: int = STEPS) -> list[list[bool]]:
-    """Runs the steps as the hook does on each rank; the consensus is the sum of the ranks' vectors."""
+def _drive(
+    controllers: Sequence[Controller],
+    times: Sequence[StepTime],
+    steps: int = STEPS,
+    settled: Callable[[int, int], bool] = lambda rank, step: True,
+) -> list[list[bool]]:
+    """Runs the steps as the hook does on each rank; the consensus is the sum of the ranks' vectors.
+    `settled(rank, step)`: whether that rank's kernels for the step's shapes were bound (else the step ran
+    TF's ops and times no probe: `StepFigures.measured` None)."""
     switched = []
     for step in range(steps):
         local = [c.local(step) for c in controllers]
-        for controller, seconds in zip(controllers, times, strict=True):
+        for rank, (controller, seconds) in enumerate(zip(controllers, times, strict=True)):
             on, checked = controller.switches(step), controller.checks(step)
-            controller.timed(step, seconds(step, on) + (CHECK_COST if checked else 0.0), checked)
+            measured = "" if settled(rank, step) else None
+            controller.timed(step, seconds(step, on) + (CHECK_COST if checked else 0.0), checked, measured)
         switched.append([bool(x) for x in controllers[0].switches(step)])
         summed = np.sum(local, axis=0)
         for controller in controllers:
@@ -334,12 +342,74 @@ def test_two_ranks_take_the_same_group_and_cluster_decisions(tmp_path: Path, ker
 
 
 def test_a_rank_without_group_figures_leaves_the_group_unproven(tmp_path: Path, kernels: Any) -> None:
+    """A rank that sends no figures and does not wait for kernels either gets no rerun: the group is decided
+    at once, unproven."""
     controller = _controller(tmp_path, kernels, size=2, **GROUPED)  # a second rank that never sends figures
     _drive([controller], [_step_time(3.0, [-1.0, -1.0, -1.0])], steps=GROUP_STEPS)
-    assert controller.group_proven is False
+    assert controller.group_proven is False and controller.timing.reruns == ()
     assert controller.group_probe == "no group figures: 1 of 2 ranks had timed both windows"
     detail = "group not faster: no group figures: 1 of 2 ranks had timed both windows"
     assert _group_events(tmp_path)[0] == (0, "group not faster", detail, 11)
+
+
+def test_reruns_are_bounded_and_stop_for_every_pair_once_one_ran_out_of_them(tmp_path: Path, kernels: Any) -> None:
+    """Rank 1's kernels never come: the group pair (3-10, decided at 11) runs again twice (12-19, decided at 20;
+    21-28, at 29), then is decided unproven; no cluster's pair runs again after that."""
+    ranks = [_controller(tmp_path, kernels, rank, size=2, **GROUPED) for rank in (0, 1)]
+    times = [_step_time(3.0, [-1.0, -1.0, -1.0])] * 2
+    _drive(ranks, times, steps=GROUP_STEPS + 18, settled=lambda rank, step: rank == 0)
+    for controller in ranks:
+        assert controller.group_proven is False and controller.timing.reruns == ((12, GROUP), (21, GROUP))
+        assert {c.reason.split(":")[0] for c in controller.clusters} == {"no probe figures"}
+    events = [e for e in _group_events(tmp_path) if e[0] == 0]
+    assert [(reason, step) for _, reason, _, step in events[:3]] == [
+        ("probe rerun", 11),
+        ("probe rerun", 20),
+        ("group not faster", 29),
+    ]
+    said = "group: 1 of 2 ranks had timed both halves, 1 waiting for kernels; its pair runs again (1 of at most 2)"
+    assert events[0][2] == said
+
+
+def test_a_pair_whose_kernels_were_still_compiling_on_one_rank_runs_again_and_is_decided(
+    tmp_path: Path, kernels: Any
+) -> None:
+    """Regression (issue 18): rank 1's kernels for the fed shapes were bound only at step 14 (a background
+    compile), so it had no figures for cluster 0's pair (3-10); the pair counted as "not faster" and a
+    cluster 0.5 ms faster was left to TF. Now the pair runs again (12-19) on both ranks, at the same steps,
+    and is decided with every rank's figures at 20."""
+    ranks = [_controller(tmp_path, kernels, rank, size=2) for rank in (0, 1)]
+    times = [_step_time(3.0, [-0.5, 0.4, -0.3], 0.001), _step_time(3.2, [-0.5, 0.4, -0.3], 0.001)]
+    switched = _drive(ranks, times, steps=STEPS + 9, settled=lambda rank, step: rank == 0 or step >= 14)
+    assert ranks[0].timing == ranks[1].timing and ranks[0].timing.reruns == ((12, 0),)
+    # the same decisions; each reason says that rank's own timed steps (rank 1: only those since step 14)
+    decisions = [[(c.kept, c.reason.split(":")[0]) for c in controller.clusters] for controller in ranks]
+    assert (
+        decisions[0] == decisions[1] == [(True, "faster than TF"), (False, "slower than TF"), (True, "faster than TF")]
+    )
+    assert ranks[1].clusters[0].reason.startswith("faster than TF: -0.50 ms/step (2.70 vs 3.20 ms, 3+2 steps, 9 on")
+    events = [
+        (e.rank, e.reason, e.step) for e in _rows(tmp_path, tables.Event) if e.kind in ("probe", "cluster_enabled")
+    ]
+    assert sorted(events) == [
+        (0, "faster than TF", 20),
+        (0, "faster than TF", 36),
+        (0, "probe rerun", 11),
+        (0, "slower than TF", 28),
+        (1, "faster than TF", 20),
+        (1, "faster than TF", 36),
+        (1, "probe rerun", 11),
+        (1, "slower than TF", 28),
+    ]
+    assert switched[12:16] == [[False, True, True]] * 4 and switched[16:20] == [[True, True, True]] * 4
+
+
+def test_without_reruns_a_pair_without_every_ranks_figures_is_left_at_once(tmp_path: Path, kernels: Any) -> None:
+    ranks = [_controller(tmp_path, kernels, rank, size=2, probe_reruns=0) for rank in (0, 1)]
+    times = [_step_time(3.0, [-0.5, 0.4, -0.3], 0.001)] * 2
+    _drive(ranks, times, settled=lambda rank, step: rank == 0 or step >= 14)
+    assert ranks[0].timing.reruns == () and ranks[0].clusters[0].reason.startswith("no probe figures")
+    assert ranks[0].clusters[2].kept is True  # its pair came after rank 1's kernels were bound
 
 
 # --- which clusters a check step judges -------------------------------------------------------------

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from stitchfleet import settings
-from stitchfleet.plugin.schedule import BASELINE, GROUP, PROBE, REFERENCE, STITCHED, WARMUP, Probes, Timing, Windows
+from stitchfleet.plugin.schedule import BASELINE, GROUP, PROBE, REFERENCE, STITCHED, WARMUP, Probes, Timing
+from stitchfleet.plugin.step_windows import Windows
 
 # Without the group probe (today's schedule before it, and STITCHFLEET_PROBE_GROUP=0 now):
 # warmup 0-1, baseline 2-4, pair 0: reference 5-8 + probe 9-12, pair 1: reference 13-16 + probe 17-20,
@@ -255,3 +256,69 @@ def test_probes_leave_out_steps_on_tfs_ops_and_compare_halves_within_one_signatu
     probes.add(15, 0.003, True, "d", plain=(0,))
     assert probes.halves(1, "c") == ([], [0.005]) and probes.left_out[1] == 1
     assert probes.measured(1) == "d" and probes.medians(1) == (0.002, 0.003)
+
+
+# --- reruns: a pair decided without figures from every rank runs again --------------------------------
+
+
+def test_a_rerun_inserts_the_pair_after_its_decision_step_and_replays_that_step() -> None:
+    """Cluster 0 is decided at 13 (PROBING); its rerun runs 14-21 (reference 14-17, probe 18-21), step 22 then
+    replays 13 (the first step of cluster 1's pair) and decides cluster 0 again; everything after shifts
+    by the rerun's 8 steps and the replayed one (periodic checks stay on every `check_every`-th step)."""
+    rerun = PROBING.rerun(13, 0)
+    assert rerun.rerun_length(0) == 8 and rerun.reruns_of(0) == 1 and rerun.reruns_of(1) == 0
+    assert [rerun.phase(s) for s in range(14, 22)] == [REFERENCE] * 4 + [PROBE] * 4
+    assert [rerun.probed(s) for s in range(14, 22)] == [0] * 8
+    assert {s: rerun.decides(s) for s in range(60) if rerun.decides(s) is not None} == {13: 0, 22: 0, 30: 1}
+    for step in range(22, 60):  # after the rerun: the schedule without it, 9 steps later
+        assert (rerun.phase(step), rerun.probed(step)) == (PROBING.phase(step - 9), PROBING.probed(step - 9)), step
+    assert [s for s in range(22, 32) if rerun.checks(s)] == [s + 9 for s in range(13, 23) if PROBING.checks(s)]
+    assert [s for s in range(32, 60) if rerun.checks(s)] == [40, 50]
+    assert [s for s in range(14, 22) if rerun.checks(s)] == [18]  # the probe half's first step, as in a pair
+    assert rerun.first_checks(30) and not rerun.first_checks(21)
+    assert [rerun.phase(s) for s in range(0, 14)] == [PROBING.phase(s) for s in range(0, 14)]
+
+
+def test_a_group_rerun_keeps_its_rounds_alternating_and_the_group_decides_again() -> None:
+    grouped = dataclasses.replace(PROBING, probe_group=True, probe_rounds=2)
+    decided = grouped.cluster_start
+    assert grouped.decides_group(decided)
+    rerun = grouped.rerun(decided, GROUP)
+    length = rerun.rerun_length(GROUP)
+    assert length == 2 * 4 * 2
+    phases = [rerun.phase(s) for s in range(decided + 1, decided + 1 + length)]
+    assert phases == [BASELINE] * 4 + [PROBE] * 4 + [PROBE] * 4 + [BASELINE] * 4
+    assert all(rerun.grouped(s) for s in range(decided + 1, decided + 1 + length))
+    assert [s for s in range(100) if rerun.decides_group(s)] == [decided, decided + 1 + length]
+    twice = rerun.rerun(decided + 1 + length, GROUP)
+    assert twice.reruns_of(GROUP) == 2
+    assert [s for s in range(200) if twice.decides_group(s)] == [
+        decided,
+        decided + 1 + length,
+        decided + 2 + 2 * length,
+    ]
+
+
+def test_reruns_come_in_step_order_and_the_knob_is_validated() -> None:
+    rerun = PROBING.rerun(13, 0)
+    with pytest.raises(ValueError, match="already reruns from step 14"):
+        rerun.rerun(5, 1)
+    with pytest.raises(ValueError, match="probe_reruns=-1"):
+        dataclasses.replace(PROBING, probe_reruns=-1)
+    assert Timing.from_settings(settings.load({"STITCHFLEET_PROBE_RERUNS": "0"})).probe_reruns == 0
+
+
+def test_a_subject_waits_for_kernels_only_when_some_of_its_steps_had_them_still_to_come() -> None:
+    """`Probes.waiting`: a rerun helps a pair whose steps were left out because kernels were still to come
+    (signature None; another signature over the bound beside them does not matter), not one whose cluster ran
+    TF's ops for good (`plain`) on every step."""
+    compiling, mixed, withheld, timed = Probes(PROBING), Probes(PROBING), Probes(PROBING), Probes(PROBING)
+    for step in range(5, 13):  # cluster 0's pair
+        compiling.add(step, 1.0, True, None)
+        mixed.add(step, 1.0, True, None if step % 2 else "20", plain=() if step % 2 else (0, 1))
+        withheld.add(step, 1.0, True, "16", plain=(0,))
+        timed.add(step, 1.0, True, "16")
+    assert compiling.waiting(0) and not compiling.waiting(1)
+    assert mixed.waiting(0) and mixed.left_out[0] == 8 and mixed.unsettled[0] == 4
+    assert not withheld.waiting(0) and withheld.left_out[0] == 8
+    assert not timed.waiting(0) and timed.medians(0) == (1.0, 1.0)

@@ -11,7 +11,8 @@ import pytest
 from stitchfleet import settings
 from stitchfleet.plugin.controller import EXTRA, GUARD, Cluster, Controller
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.schedule import BASELINE, STITCHED, WARMUP, Timing, Windows
+from stitchfleet.plugin.schedule import BASELINE, STITCHED, WARMUP, Timing
+from stitchfleet.plugin.step_windows import Windows
 
 
 def test_phases_follow_the_step_number() -> None:
