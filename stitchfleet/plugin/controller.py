@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,7 +45,7 @@ import numpy as np
 
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.probe_verdicts import NOISE_FACTOR, ProbeVerdicts
+from stitchfleet.plugin.probe_verdicts import NOISE_FACTOR, SIGNATURE_SLOTS, SLOT, ProbeVerdicts, SignatureLookup
 from stitchfleet.plugin.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing
 from stitchfleet.plugin.slowdown import Bracket
 from stitchfleet.plugin.step_contract import StepFigures, StepPlan, frozen
@@ -55,9 +55,9 @@ from stitchfleet.plugin.warmup import ExecutorWarmup
 log = logging.getLogger("stitchfleet.plugin")
 # fault, loss, fresh bracket, its stitched median, baseline median and noise (`slowdown`), probe figures in,
 # probe with, probe without (or the group's baseline), probe noise, waiting for kernels (no figures: `Probes.waiting`),
-# then the same five figures of the group
-EXTRA = 16
-GUARD, PROBED, GROUPED = slice(0, 6), slice(6, 11), slice(11, 16)  # the EXTRA figures, after the cluster flags
+# then the same five figures of the group, then the decided cluster's per signature (`ProbeVerdicts.signature_figures`)
+EXTRA = 16 + SIGNATURE_SLOTS * SLOT
+GUARD, PROBED, GROUPED, SIGNED = slice(0, 6), slice(6, 11), slice(11, 16), slice(16, EXTRA)  # after the cluster flags
 
 
 @dataclass
@@ -84,10 +84,10 @@ class Controller(ProbeVerdicts):
         size: int = 1,
         setup_seconds: float = 0.0,
         *,
-        shapes: Callable[[int, str], str | None] | None = None,
+        kernels: SignatureLookup | None = None,
     ) -> None:
         self.clusters, self.ledger, self.size = clusters, ledger, size
-        self.shapes_of = shapes  # (cluster index, signature key) -> its inputs' shapes (`ProbeVerdicts.measured`)
+        self.kernels = kernels  # the kernels per shape signature: a finding's shapes, a signature's withdrawal
         self.timing = replace(timing, clusters=len(clusters))
         self.windows = Windows(timing.window_steps)
         self.probes = Probes(self.timing)
@@ -229,9 +229,10 @@ class Controller(ProbeVerdicts):
         bracket = self.bracket.take()
         slowdown = [1.0, *bracket] if bracket is not None else [0.0, 0.0, 0.0, 0.0]
         extra = [float(self.fault is not None), float(self.loss_bad), *slowdown]
-        cluster = self._probe_figures(self.timing.decides(step))
+        decided = self.timing.decides(step)
+        cluster, signed = self._probe_figures(decided), self.signature_figures(decided)
         group = self._probe_figures(GROUP if self.timing.decides_group(step) else None)
-        return np.array(flags + extra + cluster + group, dtype=np.float64)
+        return np.array(flags + extra + cluster + group + signed, dtype=np.float64)
 
     def _probe_figures(self, k: int | None) -> list[float]:
         """For the cluster (or GROUP) decided now: [1, switched-on median, paired baseline median, noise, 0];
@@ -306,6 +307,8 @@ class Controller(ProbeVerdicts):
         probed = timing.decides(step)
         if probed is not None and self.job_reverted is None:
             decided = self._probe_decision(step, self.clusters[probed], extra[PROBED])
+            if decided:
+                self._signature_decisions(step, self.clusters[probed], extra[SIGNED])
             if decided and probed == n - 1:
                 self._settle(step)
 

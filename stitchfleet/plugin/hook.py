@@ -250,9 +250,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.active and self._bridge is not None and self.shapes is not None and self.shapes.signature is not None:
             job = Job(self._bridge, self.settings, self.ledger, fault)
             self.signatures = SignatureKernels(self.shapes, self.installed, self._originals, job)
-        shapes = self.signatures.shapes_of if self.signatures is not None else None  # a probe's fleet key
         size, spent = self.consensus.size, self._setup_seconds
-        self.controller = Controller(clusters, timing, self.ledger, size, spent, shapes=shapes)
+        self.controller = Controller(clusters, timing, self.ledger, size, spent, kernels=self.signatures)
         self.consensus.clusters = len(self.installed)
         self.training.require([self._originals[done.site.index].internal for _, done in self.installed])
         self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]

@@ -17,27 +17,54 @@ bound, left, withheld by the fleet, unbound by the guard), are left out and said
 TF's ops left out"). The fleet finding (`Ledger.probed`)
 is keyed by the shapes of the signature this rank measured (`measured`), not begin's (a guess, `GUESS`,
 in a job's first process): a later process of the job builds begin's kernels for the signature its book
-recorded, and `candidates` reads the fleet's verdicts for those shapes. The decision itself is
-one per cluster, for every signature, from the summed figures, so Horovod ranks take the same; a cluster
-on for one signature and off for another is not done.
+recorded, and `candidates` reads the fleet's verdicts for those shapes. The cluster's decision is taken
+on those figures, from the summed vector, so Horovod ranks take the same.
+
+Then per signature (`_signature_decisions`): a kept cluster's probe also sends, per signature it timed at
+least `MIN_SIGNATURE_STEPS` steps in both halves, that signature's figures in one of `SIGNATURE_SLOTS`
+slots (the key's hash; with an identity figure, so two ranks' different signatures meeting in one slot are
+seen and not decided on). A signature where the cluster was slower beyond the margin and the noise loses
+its kernel on every rank that has it (`SignatureLookup.withdraw`: TF's ops serve that signature of that
+cluster for the rest of the job; a binding, no graph, feed or collective changes), with a fleet finding
+keyed by that kernel's shapes; the cluster stays on for its other signatures. Not done: the converse (a
+cluster left to TF for the signature it was decided on, kept for another where it was faster).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+import statistics
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.schedule import GROUP, Probes, Timing
+from stitchfleet.plugin.schedule import GROUP, Probes, Timing, median_noise
 
 if TYPE_CHECKING:
     from stitchfleet.plugin.controller import Cluster
 
 log = logging.getLogger("stitchfleet.plugin")
 NOISE_FACTOR = 2.0  # a kept cluster beats its baseline by this many standard errors (and by the margin)
+SIGNATURE_SLOTS = 8  # signatures a cluster's probe decides on apart (STITCHFLEET_SIGNATURES_MAX's default)
+SLOT = 5  # figures per slot: ranks, median with the cluster, median without it, noise, the signature's identity
+MIN_SIGNATURE_STEPS = 3  # timed steps a signature needs in each half of a probe pair to be decided on apart
+
+
+class SignatureLookup(Protocol):
+    """What the controller asks of the kernels per shape signature (`signature_kernels.SignatureKernels`)."""
+
+    def shapes_of(self, index: int, key: str) -> str | None: ...
+
+    def withdraw(self, index: int, key: str, reason: str, step: int) -> bool: ...
+
+
+def slot_of(key: str) -> tuple[int, float]:
+    """(slot, identity) of signature `key` in a probe's per-signature figures: the same on every rank, the
+    identity an integer below 2**20 + 1, so a sum of a few thousand ranks' identities stays exact."""
+    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    return digest % SIGNATURE_SLOTS, float((digest >> 8) % 2**20 + 1)
 
 
 class ProbeVerdicts:
@@ -51,7 +78,7 @@ class ProbeVerdicts:
     group_proven: bool | None
     group_probe: str
     stitching_off: str | None
-    shapes_of: Callable[[int, str], str | None] | None
+    kernels: SignatureLookup | None
 
     rerun_futile: bool
 
@@ -129,6 +156,50 @@ class ProbeVerdicts:
             self._leave(step, c, "not faster beyond noise and margin", c.probe)
         return True
 
+    def signature_figures(self, k: int | None) -> list[float]:
+        """For cluster k decided now: per slot, [1, median with k, median without it, noise, identity] of the
+        signature this rank timed most there (at least MIN_SIGNATURE_STEPS in each half); zeros elsewhere."""
+        figures = np.zeros((SIGNATURE_SLOTS, SLOT))
+        if k is None:
+            return [float(x) for x in figures.ravel()]
+        best: dict[int, int] = {}
+        for key in self.probes.signatures(k):
+            with_it, without = self.probes.halves(k, key)
+            steps = min(len(with_it), len(without))
+            slot, identity = slot_of(key)
+            if key and steps >= MIN_SIGNATURE_STEPS and steps > best.get(slot, 0):
+                best[slot] = steps
+                noise = median_noise(with_it, without)
+                figures[slot] = [1.0, statistics.median(with_it), statistics.median(without), noise, identity]
+        return [float(x) for x in figures.ravel()]
+
+    def _signature_decisions(self, step: int, c: Cluster, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+        """A kept cluster loses its kernel for each signature where it was slower than TF's ops beyond the margin
+        and the noise (module docstring), on the ranks that timed that signature in its probe."""
+        if not (c.enabled and c.kept) or self.kernels is None:
+            return
+        rows = figures.reshape(SIGNATURE_SLOTS, SLOT)
+        k = self.clusters.index(c)
+        for key in self.probes.signatures(k):
+            slot, identity = slot_of(key)
+            ranks, with_it, without, noise, identities = (float(x) for x in rows[slot])
+            if not key or ranks < 1 or identities != ranks * identity:
+                continue  # timed too little on every rank, or other ranks' signatures in the same slot
+            with_it, without, noise = with_it / ranks, without / ranks, noise / ranks
+            if with_it - without <= self._needed(without, noise):
+                continue
+            shapes = self.kernels.shapes_of(c.index, key)
+            detail = (
+                f"cluster {c.index} at {key}: {(with_it - without) * 1e3:+.2f} ms/step ({with_it * 1e3:.2f} vs"
+                f" {without * 1e3:.2f} ms on {ranks:.0f} rank(s), noise {noise * 1e3:.2f} ms); its other signatures"
+                " keep their kernels"
+            )
+            if self.kernels.withdraw(c.index, key, f"slower than TF at these shapes: {detail}", step):
+                log.info("stitchfleet: kernel withdrawn at step %d: %s", step, detail)
+                self.ledger.event("probe", step, c.fingerprint, "slower at a signature", detail=detail)
+                if shapes is not None:
+                    self.ledger.probed(c.fingerprint, c.profile, shapes, "slower", detail)
+
     def _needed(self, base: float, noise: float) -> float:
         """The difference a probe must show: the margin (worth the risk) and the noise (not a lucky draw:
         keeping the clusters whose noise happened to be most negative made the kept set slower together
@@ -167,7 +238,7 @@ class ProbeVerdicts:
         """The shapes `c`'s probe timed (`verdict_keys.shape_signature` of its kernel for the signature it was
         decided on); begin's (`Cluster.shapes`) with static shapes or when its kernel for it is unknown."""
         signature = self.probes.measured(self.clusters.index(c))
-        found = self.shapes_of(c.index, signature) if signature and self.shapes_of is not None else None
+        found = self.kernels.shapes_of(c.index, signature) if signature and self.kernels is not None else None
         return found or c.shapes
 
     def _settle(self, step: int) -> None:

@@ -311,6 +311,10 @@ class Probes:
         best = max(sorted(paired), key=paired.__getitem__, default=None)
         return best if best is not None and paired[best] > 0 else None
 
+    def signatures(self, k: int) -> list[str]:
+        """The signatures k (or GROUP) has timed steps under, in either half, in key order."""
+        return sorted({sig for (subject, _, sig) in self.seconds if subject == k})
+
     def halves(self, k: int, signature: str | None) -> tuple[list[float], list[float]]:
         """(probe half, compared half) timed steps of k or GROUP under `signature` (none for None)."""
         if signature is None:

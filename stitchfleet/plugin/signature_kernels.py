@@ -44,8 +44,9 @@ The rules:
   both halves, its fleet finding keyed by that signature's kernel shapes (`shapes_of`), not begin's (a
   guess in a job's first process). A kernel whose (fingerprint, profile, shapes) the fleet found slower
   (the verdicts `begin` read) is not bound: TF's ops serve that signature of that cluster (like any
-  binding, rank-local: no graph, feed or collective changes). Not done: a probe decision per signature
-  (it holds for every one).
+  binding, rank-local: no graph, feed or collective changes). A kept cluster's probe also decides per
+  signature (`probe_verdicts`): a kernel slower than TF's ops at its signature is withdrawn
+  (`signature_probes.SignatureProbes.withdraw`, in the base class with the other probe-side lookups).
 """
 
 from __future__ import annotations
@@ -54,8 +55,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stitchfleet import settings as settings_module
@@ -63,27 +64,13 @@ from stitchfleet.compiler.ir import Graph
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.rebinding import Built, build, inputs, symbol
+from stitchfleet.plugin.signature_probes import BOUND, COMPILING, LEFT, OVER, SEEN, Entry, SignatureProbes
 from stitchfleet.plugin.signatures import SHAPE_EVENT, Signature, Specialisation, observed
 from stitchfleet.plugin.sites import Site
 from stitchfleet.plugin.verdict_keys import shape_signature
 
 log = logging.getLogger("stitchfleet.plugin")
-SEEN, COMPILING, BOUND, LEFT, OVER = "seen", "compiling", "bound", "left", "over"
 TRACKED = 256  # signatures followed at most: a job feeding ever new shapes is not remembered without end
-
-
-@dataclass
-class Entry:
-    """One signature the job fed: its recent training steps, what it has (`state`), its kernels' IR."""
-
-    signature: Signature
-    steps: deque[int] = field(default_factory=lambda: deque(maxlen=1))
-    state: str = SEEN
-    graphs: dict[int, Graph] = field(default_factory=dict)  # cluster index -> IR of the kernel serving it
-    # cluster index -> the key its kernel is bound under ("": begin's): a cluster whose inputs have the same
-    # shapes under two signatures (e.g. an optimizer's update of the weights) runs one kernel for both
-    owners: dict[int, str] = field(default_factory=dict)
-    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -101,7 +88,7 @@ class Job:
         return self.bridge, self.current, self.ledger, self.fault
 
 
-class SignatureKernels:
+class SignatureKernels(SignatureProbes):
     """See the module docstring."""
 
     def __init__(
@@ -301,24 +288,6 @@ class SignatureKernels:
         if entry is None:
             return []
         return [k for k, index in enumerate(self.order) if (index, entry.owners.get(index, "")) in self.unjudged]
-
-    # --- probes -------------------------------------------------------------------------------------
-
-    def measured(self, switches: Iterable[Any]) -> tuple[str | None, tuple[int, ...]]:
-        """The step's signature key and the switched-on clusters (controller positions) on TF's ops for it for good
-        (a settled signature: left, over, withheld, unbound); None while its kernels are to come (docstring)."""
-        entry = self.entries.get(self.signature.key) if self.signature is not None else None
-        on = [k for k, switch in enumerate(switches) if switch]
-        if entry is None or (entry.state in (SEEN, COMPILING) and on):
-            return None, ()
-        return entry.signature.key, tuple(k for k in on if self.order[k] not in entry.graphs)
-
-    def shapes_of(self, index: int, key: str) -> str | None:
-        """The inputs' shapes (`verdict_keys.shape_signature`) of cluster `index`'s kernel for signature `key`;
-        None without one."""
-        entry = self.entries.get(key)
-        graph = entry.graphs.get(index) if entry is not None else None
-        return shape_signature(graph) if graph is not None else None
 
     # --- figures --------------------------------------------------------------------------------------
 

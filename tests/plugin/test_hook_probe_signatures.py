@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 
@@ -140,3 +141,51 @@ def test_a_pair_timed_before_its_kernels_were_bound_runs_again_and_is_decided_on
     said = [(e.reason, e.step) for e in events(url, "probe") if e.reason == "probe rerun"]
     assert said == [("probe rerun", 13)]
     assert all(c.kept is not None for c in hook.controller.clusters)  # every pair decided, the shifted ones too
+
+
+def test_a_withdrawn_kernel_leaves_its_signature_to_tfs_ops_and_the_others_run_on(tmp_path: Path) -> None:
+    """`SignatureKernels.withdraw` (the per-signature probe decision's effect, `probe_verdicts`): at step 10 one
+    cluster's 20-row kernel is withdrawn; its 20-row calls then run TF's ops (the kernel's call count stops), its
+    16-row kernel and every other cluster's 20-row kernel keep running, the losses stay plain TF's, probes see
+    that cluster on TF's ops for good at 20 rows, and its shapes are not bound again in this job."""
+    hook, url = hooked(tmp_path, "withdraw", STITCHFLEET_SIGNATURE_STEPS="2")
+    fresh_book(hook)
+    plain = train(None, None, alternating)
+    counted: dict[str, dict[int, int]] = {}
+    chosen: list[int] = []
+
+    def withdraw_at_ten(step: int, hook: StitchHook) -> None:
+        if step == 6:
+            assert hook.signatures is not None and hook.signatures.wait(SETTLE_S)
+        if step == 10:
+            assert hook.signatures is not None
+            index = next(i for i, owner in hook.signatures.entries[TWENTY].owners.items() if owner == TWENTY)
+            chosen.append(index)
+            assert hook.signatures.withdraw(index, TWENTY, "slower than TF at these shapes: test", step)
+            assert not hook.signatures.withdraw(index, TWENTY, "again", step)  # nothing left to withdraw
+            counted.update({key: hook.signatures.calls(key) for key in (SIXTEEN, TWENTY)})
+            symbol = hook.signatures.symbols[index]
+            assert symbol is not None
+            counted["withdrawn"] = {index: hook.signatures.bridge.signature_calls(symbol, TWENTY)}
+
+    losses = train(None, hook, alternating, steps=18, after=withdraw_at_ten)
+    assert hook.signatures is not None and chosen
+    index, kernels = chosen[0], hook.signatures
+    symbol = kernels.symbols[index]
+    assert symbol is not None
+    # unbound: its 20-row calls ran TF's ops since (4 of them: steps 11, 13, 15, 17), its count stood still
+    assert kernels.bridge.signature_calls(symbol, TWENTY) == counted["withdrawn"][index] > 0
+    assert index not in kernels.calls(TWENTY) and index not in kernels.entries[TWENTY].graphs
+    after = {key: kernels.calls(key) for key in (SIXTEEN, TWENTY)}
+    assert after[SIXTEEN][index] > counted[SIXTEEN][index]  # its 16-row kernel ran on
+    assert all(after[TWENTY][i] > n for i, n in counted[TWENTY].items() if i != index)
+    np.testing.assert_allclose(losses, plain, rtol=1e-4)
+    position = kernels.order.index(index)
+    kernels.signature = kernels.entries[TWENTY].signature  # what the probes see of a 20-row step now
+    switches = [True] * len(kernels.order)
+    assert kernels.measured(switches) == (TWENTY, (position,))
+    key = (*kernels.keys[index], kernels.shapes_of(index, SIXTEEN) or "")
+    withdrawn = [k for k, v in kernels.slower.items() if getattr(v, "reason", "").endswith(": test")]
+    assert len(withdrawn) == 1 and withdrawn[0][:2] == key[:2]
+    said = [e.detail for e in events(url, "shape_signature") if e.reason == "withdrawn"]
+    assert said == [f"cluster {index}, {TWENTY}: slower than TF at these shapes: test"]

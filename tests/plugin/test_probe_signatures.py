@@ -1,6 +1,7 @@
 """Probe decisions of a job with shape signatures (TF-free): a probe pair's steps that ran TF's ops for want of a
 kernel for their signature are left out of its figures, and its fleet finding is keyed by the shapes of the kernel
-of the signature it measured (`Controller(shapes=...)`, `signature_kernels.SignatureKernels.shapes_of` in the hook).
+of the signature it measured (`Controller(kernels=...)`, `signature_kernels.SignatureKernels` in the hook); a kept
+cluster's kernel for a signature where it was slower than TF's ops is withdrawn, on every rank that timed it.
 
 The controllers get real compiled cluster kernels and a real SQLite ledger (test_probe_controller's); only the step
 times and each step's signature are synthetic (what the hook would have measured and said)."""
@@ -13,11 +14,32 @@ from typing import Any
 import numpy as np
 
 from stitchfleet.plugin.controller import Controller
+from stitchfleet.plugin.probe_verdicts import slot_of
 from stitchfleet.plugin.verdict_keys import shape_signature
 from stitchfleet.telemetry import models as tables
 from tests.plugin.test_probe_controller import _controller, _rows, kernels  # noqa: F401 (the fixture)
 
 FED, COMPILING = "x=16x16,y=16", None  # the signature with kernels, and steps on TF's ops (no kernel yet)
+
+
+class Lookup:
+    """The kernels per signature as the controller sees them (`SignatureLookup`): the shapes of each cluster's
+    kernel per signature, and the withdrawals asked for (the real `withdraw` is tested with TF in
+    test_hook_probe_signatures)."""
+
+    def __init__(self, shapes: dict[tuple[int, str], str]) -> None:
+        self.shapes = shapes
+        self.withdrawn: list[tuple[int, str, str, int]] = []
+
+    def shapes_of(self, index: int, key: str) -> str | None:
+        return self.shapes.get((index, key))
+
+    def withdraw(self, index: int, key: str, reason: str, step: int) -> bool:
+        if (index, key) not in self.shapes:
+            return False
+        del self.shapes[index, key]
+        self.withdrawn.append((index, key, reason, step))
+        return True
 
 
 def _drive(controller: Controller, compiling: set[int], steps: int = 40) -> None:
@@ -41,7 +63,7 @@ def test_steps_on_tfs_ops_are_left_out_of_the_probe_and_its_finding_has_the_meas
     # cluster 0's pair: reference 3-6, probe 7-10 (7 checked); its signature compiles on steps 5-9
     controller = _controller(tmp_path, kernels)
     measured = {(c.index, FED): shape_signature(kernels[(c.index + 1) % 3][1].graph) for c in controller.clusters}
-    controller.shapes_of = lambda index, key: measured.get((index, key))
+    controller.kernels = Lookup(measured)
     for c in controller.clusters:
         c.profile, c.shapes = "cpu:test x2", shape_signature(c.kernel.graph)  # begin's (a guess)
     _drive(controller, compiling=set(range(5, 10)))
@@ -78,3 +100,92 @@ def test_the_group_probe_leaves_out_steps_where_every_cluster_on_ran_tfs_ops(tmp
     controller.ledger.close()
     assert controller.group_proven, controller.group_probe
     assert controller.group_probe.startswith("-1.00 ms/step (2.00 vs 3.00 ms, 1+2 steps at a, 2 on TF's ops left out")
+
+
+# --- per-signature decisions: a kept cluster slower at one signature loses that signature's kernel --------------
+
+SMALL, LARGE = "x=16x16,y=16", "x=20x16,y=20"
+
+
+def _per_signature(
+    controllers: list[Controller], fed: Any, gain_ms: dict[str, float], steps: int = 30, ranks_fed: Any = None
+) -> None:
+    """Cluster 0 changes the step time by gain_ms[signature] when on (negative: faster); the others change nothing.
+    `fed(step)` is the signature a step feeds; `ranks_fed(rank, step)` overrides it per rank."""
+    for step in range(steps):
+        local = [c.local(step) for c in controllers]
+        for rank, controller in enumerate(controllers):
+            on, checked = controller.switches(step), controller.checks(step)
+            signature = ranks_fed(rank, step) if ranks_fed is not None else fed(step)
+            ms = 3.0 + gain_ms.get(signature, 0.0) * float(on[0]) + 0.001 * (step % 3)
+            controller.timed(step, ms * 1e-3 + (0.05 if checked else 0.0), checked, signature)
+        summed = np.sum(local, axis=0)
+        for controller in controllers:
+            controller.decide(step, summed)
+    for controller in controllers:
+        controller.ledger.close()
+
+
+def _lookup(controller: Controller, *keys: str) -> Lookup:
+    lookup = Lookup({(c.index, key): f"{key}:{c.index}" for c in controller.clusters for key in keys})
+    controller.kernels = lookup
+    for c in controller.clusters:
+        c.profile = "cpu:test x2"
+    return lookup
+
+
+def test_a_kept_cluster_slower_at_one_signature_loses_that_kernel_and_keeps_the_other(
+    tmp_path: Path,
+    kernels: Any,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """Cluster 0's pair (reference 3-10, probe 11-18, decided at 19) alternates 16 and 20 rows: at 16 it saves 1 ms,
+    at 20 it costs 0.5 ms. Before, the decision on the signature timed most held for both: the cluster ran its
+    slower kernel at 20 rows for the whole job. Now it is kept, and its 20-row kernel is withdrawn."""
+    controller = _controller(tmp_path, kernels, probe_steps=8)
+    lookup = _lookup(controller, SMALL, LARGE)
+    _per_signature([controller], lambda step: LARGE if step % 2 else SMALL, {SMALL: -1.0, LARGE: 0.5}, steps=50)
+    first = controller.clusters[0]
+    assert first.kept and first.enabled, first.reason
+    assert [(index, key, step) for index, key, _, step in lookup.withdrawn] == [(first.index, LARGE, 19)]
+    assert lookup.withdrawn[0][2].startswith(f"slower than TF at these shapes: cluster {first.index} at {LARGE}: +0.50")
+    said = [(e.reason, e.step, e.detail) for e in _rows(tmp_path, tables.Event) if e.reason == "slower at a signature"]
+    assert [(reason, step) for reason, step, _ in said] == [("slower at a signature", 19)]
+    assert "on 1 rank(s)" in said[0][2] and said[0][2].endswith("its other signatures keep their kernels")
+    found = {(p.fingerprint, p.shapes, p.outcome) for p in _rows(tmp_path, tables.ProbeVerdict)}
+    assert (first.fingerprint, f"{LARGE}:{first.index}", "slower") in found
+    assert (LARGE not in {key for _, key, _, _ in lookup.withdrawn[1:]}) and (first.index, SMALL) in lookup.shapes
+
+
+def test_a_signature_within_the_noise_or_timed_too_little_keeps_its_kernel(tmp_path: Path, kernels: Any) -> None:  # noqa: F811
+    controller = _controller(tmp_path, kernels, probe_steps=8)
+    lookup = _lookup(controller, SMALL, LARGE, "x=24x16,y=24")
+    rare = {5, 13}  # 24 rows on one reference and one probe step only: below MIN_SIGNATURE_STEPS
+
+    def fed(step: int) -> str:
+        return "x=24x16,y=24" if step in rare else (LARGE if step % 2 else SMALL)
+
+    _per_signature([controller], fed, {SMALL: -1.0, LARGE: 0.0, "x=24x16,y=24": 5.0}, steps=50)
+    assert controller.clusters[0].kept and lookup.withdrawn == []
+
+
+def test_ranks_withdraw_the_same_signature_at_the_same_step(tmp_path: Path, kernels: Any) -> None:  # noqa: F811
+    ranks = [_controller(tmp_path, kernels, rank, size=2, probe_steps=8) for rank in (0, 1)]
+    lookups = [_lookup(controller, SMALL, LARGE) for controller in ranks]
+    _per_signature(ranks, lambda step: LARGE if step % 2 else SMALL, {SMALL: -1.0, LARGE: 0.5}, steps=50)
+    assert [[(i, k, s) for i, k, _, s in lookup.withdrawn] for lookup in lookups] == [[(0, LARGE, 19)]] * 2
+
+
+def test_two_ranks_different_signatures_in_one_slot_are_not_decided_on(tmp_path: Path, kernels: Any) -> None:  # noqa: F811
+    """Slots are a hash of the key: when rank 0's slower signature and rank 1's meet in one, the summed figures
+    are of two signatures, and nobody withdraws on them (their identities do not add up)."""
+    taken = slot_of(LARGE)[0]
+    other = next(k for k in (f"x={n}x16,y={n}" for n in range(21, 400)) if slot_of(k)[0] == taken)
+    ranks = [_controller(tmp_path, kernels, rank, size=2, probe_steps=8) for rank in (0, 1)]
+    lookups = [_lookup(ranks[0], SMALL, LARGE), _lookup(ranks[1], SMALL, other)]
+
+    def ranks_fed(rank: int, step: int) -> str:
+        return (LARGE if rank == 0 else other) if step % 2 else SMALL
+
+    _per_signature(ranks, None, {SMALL: -1.0, LARGE: 0.5, other: 0.5}, steps=50, ranks_fed=ranks_fed)
+    assert all(controller.clusters[0].kept for controller in ranks)
+    assert [lookup.withdrawn for lookup in lookups] == [[], []]

@@ -1,0 +1,99 @@
+"""What the probes ask of a job's kernels per shape signature: which signature a step measured, a kernel's
+shapes, and a kernel withdrawn where its probe found it slower than TF's ops.
+
+Input: the state `signature_kernels.SignatureKernels` keeps (its entries per signature, the bridge op's symbols,
+the kernels served per input shapes, the fleet's slower verdicts, the ledger), which this base class declares
+and that class sets up. Output: `measured` (a step's signature and the clusters on TF's ops for it for good),
+`shapes_of` (the fleet key's shapes of a cluster's kernel for a signature) and `withdraw` (the controller's
+per-signature probe decision, `probe_verdicts._signature_decisions`: that cluster's kernel for that signature
+unbound, every signature sharing it included, and not bound again for those input shapes in this job; a
+`shape_signature` event says so). Also `Entry`, one signature's record, and the states it goes through.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from stitchfleet.compiler.ir import Graph
+from stitchfleet.plugin.signatures import SHAPE_EVENT, Signature
+from stitchfleet.plugin.verdict_keys import shape_signature
+
+log = logging.getLogger("stitchfleet.plugin")
+SEEN, COMPILING, BOUND, LEFT, OVER = "seen", "compiling", "bound", "left", "over"
+
+
+@dataclass
+class Entry:
+    """One signature the job fed: its recent training steps, what it has (`state`), its kernels' IR."""
+
+    signature: Signature
+    steps: deque[int] = field(default_factory=lambda: deque(maxlen=1))
+    state: str = SEEN
+    graphs: dict[int, Graph] = field(default_factory=dict)  # cluster index -> IR of the kernel serving it
+    # cluster index -> the key its kernel is bound under ("": begin's): a cluster whose inputs have the same
+    # shapes under two signatures (e.g. an optimizer's update of the weights) runs one kernel for both
+    owners: dict[int, str] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Withdrawn:
+    """Why a kernel is not bound again for its input shapes in this job (a fleet verdict's `reason`, locally)."""
+
+    reason: str
+
+
+class SignatureProbes:
+    """See the module docstring."""
+
+    entries: dict[str, Entry]
+    order: list[int]  # controller position -> cluster index
+    symbols: dict[int, str | None]
+    served: dict[int, dict[tuple[tuple[int, ...], ...], str]]
+    slower: dict[tuple[str, str, str], Any]  # (fingerprint, profile, shapes) -> a verdict with a `reason`
+    keys: dict[int, tuple[str, str]]
+    unjudged: set[tuple[int, str]]
+    signature: Signature | None
+    bridge: Any
+    ledger: Any
+
+    def measured(self, switches: Iterable[Any]) -> tuple[str | None, tuple[int, ...]]:
+        """The step's signature key and the switched-on clusters (controller positions) on TF's ops for it for good
+        (a settled signature: left, over, withheld, unbound); None while its kernels are to come (docstring)."""
+        entry = self.entries.get(self.signature.key) if self.signature is not None else None
+        on = [k for k, switch in enumerate(switches) if switch]
+        if entry is None or (entry.state in (SEEN, COMPILING) and on):
+            return None, ()
+        return entry.signature.key, tuple(k for k in on if self.order[k] not in entry.graphs)
+
+    def shapes_of(self, index: int, key: str) -> str | None:
+        """The inputs' shapes (`verdict_keys.shape_signature`) of cluster `index`'s kernel for signature `key`;
+        None without one."""
+        entry = self.entries.get(key)
+        graph = entry.graphs.get(index) if entry is not None else None
+        return shape_signature(graph) if graph is not None else None
+
+    def withdraw(self, index: int, key: str, reason: str, step: int) -> bool:
+        """Unbinds cluster `index`'s kernel for signature `key` (module docstring); False when it has none bound."""
+        entry = self.entries.get(key)
+        symbol = self.symbols.get(index)
+        if entry is None or index not in entry.graphs or not symbol:
+            return False
+        owner, graph = entry.owners.get(index, ""), entry.graphs[index]
+        if not self.bridge.unbind(symbol, owner):
+            return False
+        sharing = [e for e in self.entries.values() if e.owners.get(index) == owner and index in e.graphs]
+        for each in sharing:
+            del each.graphs[index], each.owners[index]
+        self.served[index] = {shapes: k for shapes, k in self.served.get(index, {}).items() if k != owner}
+        self.unjudged.discard((index, owner))
+        self.slower[(*self.keys[index], shape_signature(graph))] = Withdrawn(reason)
+        keys = " and ".join(e.signature.key for e in sharing)
+        detail = f"cluster {index}, {keys}: {reason}"
+        log.info("stitchfleet: kernel withdrawn: %s", detail)
+        self.ledger.event(SHAPE_EVENT, step, None, "withdrawn", detail=detail[:1000])
+        return True
