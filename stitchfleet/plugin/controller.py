@@ -45,8 +45,9 @@ import numpy as np
 
 from stitchfleet.plugin.guard import Finding
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.probe_verdicts import NOISE_FACTOR, SIGNATURE_SLOTS, SLOT, ProbeVerdicts, SignatureLookup
+from stitchfleet.plugin.probe_verdicts import NOISE_FACTOR, ProbeVerdicts
 from stitchfleet.plugin.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing
+from stitchfleet.plugin.signature_verdicts import SIGNATURE_SLOTS, SLOT, SignatureLookup
 from stitchfleet.plugin.slowdown import Bracket
 from stitchfleet.plugin.step_contract import StepFigures, StepPlan, frozen
 from stitchfleet.plugin.step_windows import Window, Windows
@@ -306,9 +307,7 @@ class Controller(ProbeVerdicts):
             self._group_decision(step, extra[GROUPED])
         probed = timing.decides(step)
         if probed is not None and self.job_reverted is None:
-            decided = self._probe_decision(step, self.clusters[probed], extra[PROBED])
-            if decided:
-                self._signature_decisions(step, self.clusters[probed], extra[SIGNED])
+            decided = self._probe_decision(step, self.clusters[probed], extra[PROBED], extra[SIGNED])
             if decided and probed == n - 1:
                 self._settle(step)
 

@@ -20,54 +20,30 @@ in a job's first process): a later process of the job builds begin's kernels for
 recorded, and `candidates` reads the fleet's verdicts for those shapes. The cluster's decision is taken
 on those figures, from the summed vector, so Horovod ranks take the same.
 
-Then per signature (`_signature_decisions`): a kept cluster's probe also sends, per signature it timed at
-least `MIN_SIGNATURE_STEPS` steps in both halves, that signature's figures in one of `SIGNATURE_SLOTS`
-slots (the key's hash; with an identity figure, so two ranks' different signatures meeting in one slot are
-seen and not decided on). A signature where the cluster was slower beyond the margin and the noise loses
-its kernel on every rank that has it (`SignatureLookup.withdraw`: TF's ops serve that signature of that
-cluster for the rest of the job; a binding, no graph, feed or collective changes), with a fleet finding
-keyed by that kernel's shapes; the cluster stays on for its other signatures. Not done: the converse (a
-cluster left to TF for the signature it was decided on, kept for another where it was faster).
+Then per signature (`signature_verdicts`): a kept cluster loses its kernel for a signature where it was
+slower than TF's ops; a cluster its probe would leave to TF stays on for the signatures where it was
+faster, and only for those.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import statistics
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from stitchfleet.plugin.ledger import Ledger
-from stitchfleet.plugin.schedule import GROUP, Probes, Timing, median_noise
+from stitchfleet.plugin.schedule import GROUP, Probes, Timing
+from stitchfleet.plugin.signature_verdicts import NOISE_FACTOR, SignatureLookup, SignatureVerdicts
 
 if TYPE_CHECKING:
     from stitchfleet.plugin.controller import Cluster
 
 log = logging.getLogger("stitchfleet.plugin")
-NOISE_FACTOR = 2.0  # a kept cluster beats its baseline by this many standard errors (and by the margin)
-SIGNATURE_SLOTS = 8  # signatures a cluster's probe decides on apart (STITCHFLEET_SIGNATURES_MAX's default)
-SLOT = 5  # figures per slot: ranks, median with the cluster, median without it, noise, the signature's identity
-MIN_SIGNATURE_STEPS = 3  # timed steps a signature needs in each half of a probe pair to be decided on apart
+__all__ = ["NOISE_FACTOR", "ProbeVerdicts"]
 
 
-class SignatureLookup(Protocol):
-    """What the controller asks of the kernels per shape signature (`signature_kernels.SignatureKernels`)."""
-
-    def shapes_of(self, index: int, key: str) -> str | None: ...
-
-    def withdraw(self, index: int, key: str, reason: str, step: int) -> bool: ...
-
-
-def slot_of(key: str) -> tuple[int, float]:
-    """(slot, identity) of signature `key` in a probe's per-signature figures: the same on every rank, the
-    identity an integer below 2**20 + 1, so a sum of a few thousand ranks' identities stays exact."""
-    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
-    return digest % SIGNATURE_SLOTS, float((digest >> 8) % 2**20 + 1)
-
-
-class ProbeVerdicts:
+class ProbeVerdicts(SignatureVerdicts):
     """The probe decisions of `Controller`, which sets these attributes up."""
 
     clusters: list[Cluster]
@@ -127,9 +103,16 @@ class ProbeVerdicts:
         self.ledger.event("probe", step, None, label, detail=f"{label}: {self.group_probe}")
         return True
 
-    def _probe_decision(self, step: int, c: Cluster, figures: np.ndarray[Any, np.dtype[np.float64]]) -> bool:
+    def _probe_decision(
+        self,
+        step: int,
+        c: Cluster,
+        figures: np.ndarray[Any, np.dtype[np.float64]],
+        signed: np.ndarray[Any, np.dtype[np.float64]],
+    ) -> bool:
         """Keeps `c` or leaves it to TF from the summed probe figures (ready ranks, the enabled clusters' step
-        with `c` on, the same without it, noise); False when its pair runs again instead (`_rerun`)."""
+        with `c` on, the same without it, noise), then per signature from `signed` (`signature_verdicts`);
+        False when its pair runs again instead (`_rerun`)."""
         if not c.enabled:
             return True  # reverted already (its own revert event says why)
         ready, with_it, without, noise, waiting = (float(x) for x in figures)
@@ -141,70 +124,31 @@ class ProbeVerdicts:
         with_it, without, noise = with_it / self.size, without / self.size, noise / self.size
         c.probe = self._describe(self.clusters.index(c), with_it, without, noise)
         needed = self._needed(without, noise)
+        faster, slower = self._outcomes(signed)
         if self.group_proven:
             # the group's gain is real, and a cluster's small share of it is below one probe's noise: the
             # burden of proof flips, and only a cluster shown slower beyond the same bar is dropped
             if with_it - without > needed:
-                self._leave(step, c, "slower than TF", c.probe, slower=True)
+                self._leave_unless_faster(step, c, "slower than TF", faster, slower=True)
             else:
                 self._keep(step, c, "kept with the group")
         elif without - with_it > needed:
             self._keep(step, c, "faster than TF")
         elif with_it >= without:
-            self._leave(step, c, "slower than TF", c.probe, slower=True)
+            self._leave_unless_faster(step, c, "slower than TF", faster, slower=True)
         else:
-            self._leave(step, c, "not faster beyond noise and margin", c.probe)
+            self._leave_unless_faster(step, c, "not faster beyond noise and margin", faster)
+        self._withdraw_slower(step, c, slower)
         return True
 
-    def signature_figures(self, k: int | None) -> list[float]:
-        """For cluster k decided now: per slot, [1, median with k, median without it, noise, identity] of the
-        signature this rank timed most there (at least MIN_SIGNATURE_STEPS in each half); zeros elsewhere."""
-        figures = np.zeros((SIGNATURE_SLOTS, SLOT))
-        if k is None:
-            return [float(x) for x in figures.ravel()]
-        best: dict[int, int] = {}
-        for key in self.probes.signatures(k):
-            with_it, without = self.probes.halves(k, key)
-            steps = min(len(with_it), len(without))
-            slot, identity = slot_of(key)
-            if key and steps >= MIN_SIGNATURE_STEPS and steps > best.get(slot, 0):
-                best[slot] = steps
-                noise = median_noise(with_it, without)
-                figures[slot] = [1.0, statistics.median(with_it), statistics.median(without), noise, identity]
-        return [float(x) for x in figures.ravel()]
-
-    def _signature_decisions(self, step: int, c: Cluster, figures: np.ndarray[Any, np.dtype[np.float64]]) -> None:
-        """A kept cluster loses its kernel for each signature where it was slower than TF's ops beyond the margin
-        and the noise (module docstring), on the ranks that timed that signature in its probe."""
-        if not (c.enabled and c.kept) or self.kernels is None:
-            return
-        rows = figures.reshape(SIGNATURE_SLOTS, SLOT)
-        k = self.clusters.index(c)
-        for key in self.probes.signatures(k):
-            slot, identity = slot_of(key)
-            ranks, with_it, without, noise, identities = (float(x) for x in rows[slot])
-            if not key or ranks < 1 or identities != ranks * identity:
-                continue  # timed too little on every rank, or other ranks' signatures in the same slot
-            with_it, without, noise = with_it / ranks, without / ranks, noise / ranks
-            if with_it - without <= self._needed(without, noise):
-                continue
-            shapes = self.kernels.shapes_of(c.index, key)
-            detail = (
-                f"cluster {c.index} at {key}: {(with_it - without) * 1e3:+.2f} ms/step ({with_it * 1e3:.2f} vs"
-                f" {without * 1e3:.2f} ms on {ranks:.0f} rank(s), noise {noise * 1e3:.2f} ms); its other signatures"
-                " keep their kernels"
-            )
-            if self.kernels.withdraw(c.index, key, f"slower than TF at these shapes: {detail}", step):
-                log.info("stitchfleet: kernel withdrawn at step %d: %s", step, detail)
-                self.ledger.event("probe", step, c.fingerprint, "slower at a signature", detail=detail)
-                if shapes is not None:
-                    self.ledger.probed(c.fingerprint, c.profile, shapes, "slower", detail)
-
-    def _needed(self, base: float, noise: float) -> float:
-        """The difference a probe must show: the margin (worth the risk) and the noise (not a lucky draw:
-        keeping the clusters whose noise happened to be most negative made the kept set slower together
-        than apart)."""
-        return max(base * self.timing.probe_margin, NOISE_FACTOR * noise)
+    def _leave_unless_faster(
+        self, step: int, c: Cluster, label: str, faster: list[Any], *, slower: bool = False
+    ) -> None:
+        """Leaves `c` to TF, unless it was faster at some signatures: then it stays on for those only."""
+        if slower:  # the finding about the signature it was decided on holds either way
+            self.ledger.probed(c.fingerprint, c.profile, self.measured(c), "slower", f"{label}: {c.probe}")
+        if not self._keep_where_faster(step, c, faster, f"{label}: {c.probe}"):
+            self._leave(step, c, label, c.probe)
 
     def _describe(self, subject: int, on: float, base: float, noise: float) -> str:
         """A probe's figures, e.g. "-0.41 ms/step (2.49 vs 2.90 ms, 9+10 steps, noise 0.05 ms)": this rank's

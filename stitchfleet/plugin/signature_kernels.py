@@ -44,9 +44,10 @@ The rules:
   both halves, its fleet finding keyed by that signature's kernel shapes (`shapes_of`), not begin's (a
   guess in a job's first process). A kernel whose (fingerprint, profile, shapes) the fleet found slower
   (the verdicts `begin` read) is not bound: TF's ops serve that signature of that cluster (like any
-  binding, rank-local: no graph, feed or collective changes). A kept cluster's probe also decides per
-  signature (`probe_verdicts`): a kernel slower than TF's ops at its signature is withdrawn
-  (`signature_probes.SignatureProbes.withdraw`, in the base class with the other probe-side lookups).
+  binding, rank-local: no graph, feed or collective changes). Probes also decide per signature
+  (`signature_verdicts`): a kernel slower than TF's ops at its signature is withdrawn, and a cluster kept
+  at some signatures only gets no kernel at others (`signature_probes.SignatureProbes.withdraw`, `restrict`,
+  in the base class with the other probe-side lookups).
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ class SignatureKernels(SignatureProbes):
         self.guessed = shapes.guessed  # begin's signature takes a place under the bound only once fed
         self.over = 0  # training steps whose signature had no kernel and will get none (past the bound)
         self.lost: set[int] = set()  # clusters that lost a signature's kernel to the guard
+        self.only = {}  # clusters kept at some signatures only (`restrict`)
         self.queue: list[Entry] = []
         self.running: tuple[Entry, threading.Thread, float] | None = None
         self.results: dict[str, Built] = {}  # written by the compile thread, read under the lock
@@ -336,6 +338,9 @@ class SignatureKernels(SignatureProbes):
 
     def _bind(self, entry: Entry, built: Built) -> None:
         for index, (executable, graph) in built.kernels.items():
+            if not self.allows(index, entry.signature.key):
+                built.left[index] = f"{entry.signature.key}: its probe kept it at other signatures only"
+                continue
             verdict = self.slower.get((*self.keys[index], shape_signature(graph)))
             if verdict is not None:  # the fleet found it slower at these shapes: TF's ops serve them
                 built.left[index] = f"{entry.signature.key}: {verdict.reason}"

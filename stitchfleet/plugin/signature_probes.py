@@ -4,10 +4,11 @@ shapes, and a kernel withdrawn where its probe found it slower than TF's ops.
 Input: the state `signature_kernels.SignatureKernels` keeps (its entries per signature, the bridge op's symbols,
 the kernels served per input shapes, the fleet's slower verdicts, the ledger), which this base class declares
 and that class sets up. Output: `measured` (a step's signature and the clusters on TF's ops for it for good),
-`shapes_of` (the fleet key's shapes of a cluster's kernel for a signature) and `withdraw` (the controller's
-per-signature probe decision, `probe_verdicts._signature_decisions`: that cluster's kernel for that signature
+`shapes_of` (the fleet key's shapes of a cluster's kernel for a signature), and the effects of the controller's
+per-signature probe decisions (`signature_verdicts`): `withdraw` (that cluster's kernel for that signature
 unbound, every signature sharing it included, and not bound again for those input shapes in this job; a
-`shape_signature` event says so). Also `Entry`, one signature's record, and the states it goes through.
+`shape_signature` event says so) and `restrict` (a cluster kept at some signatures only). Also `Entry`, one
+signature's record, and the states it goes through.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stitchfleet.compiler.ir import Graph
+from stitchfleet.plugin.signature_verdicts import Allowed, slot_of
 from stitchfleet.plugin.signatures import SHAPE_EVENT, Signature
 from stitchfleet.plugin.verdict_keys import shape_signature
 
@@ -60,6 +62,7 @@ class SignatureProbes:
     signature: Signature | None
     bridge: Any
     ledger: Any
+    only: dict[int, Allowed]  # cluster index -> the signatures it may have kernels for (`restrict`); else any
 
     def measured(self, switches: Iterable[Any]) -> tuple[str | None, tuple[int, ...]]:
         """The step's signature key and the switched-on clusters (controller positions) on TF's ops for it for good
@@ -97,3 +100,23 @@ class SignatureProbes:
         log.info("stitchfleet: kernel withdrawn: %s", detail)
         self.ledger.event(SHAPE_EVENT, step, None, "withdrawn", detail=detail[:1000])
         return True
+
+    def restrict(self, index: int, allowed: Allowed, reason: str, step: int) -> list[str]:
+        """Keeps cluster `index`'s kernels for the signatures `allowed` names (their `slot_of`) only: the others'
+        are withdrawn, and no kernel is bound for it at another signature again (`allows`). A kernel an allowed
+        signature shares stays: it is the same code at the same input shapes. Returns the signatures withdrawn."""
+        self.only[index] = allowed
+        mine = [(key, e) for key, e in self.entries.items() if index in e.graphs]
+        kept = {e.owners.get(index, "") for key, e in mine if slot_of(key) in allowed}
+        withdrawn = []
+        for key, entry in mine:
+            if index not in entry.graphs or slot_of(key) in allowed or entry.owners.get(index, "") in kept:
+                continue  # withdrawn with a signature sharing its kernel already, allowed, or sharing an allowed one
+            if self.withdraw(index, key, reason, step):
+                withdrawn.append(key)
+        return withdrawn
+
+    def allows(self, index: int, key: str) -> bool:
+        """Whether cluster `index` may get a kernel for signature `key` (`restrict`)."""
+        allowed = self.only.get(index)
+        return allowed is None or slot_of(key) in allowed

@@ -21,6 +21,7 @@ tf = pytest.importorskip("tensorflow")
 from stitchfleet.plugin import signatures  # noqa: E402
 from stitchfleet.plugin.hook import StitchHook  # noqa: E402
 from stitchfleet.plugin.signature_kernels import BOUND, OVER  # noqa: E402
+from stitchfleet.plugin.signature_verdicts import slot_of  # noqa: E402
 from stitchfleet.plugin.verdict_keys import shape_signature  # noqa: E402
 from stitchfleet.telemetry import models as tables  # noqa: E402
 from tests.plugin.hook_harness import events, hooked  # noqa: E402
@@ -189,3 +190,33 @@ def test_a_withdrawn_kernel_leaves_its_signature_to_tfs_ops_and_the_others_run_o
     assert len(withdrawn) == 1 and withdrawn[0][:2] == key[:2]
     said = [e.detail for e in events(url, "shape_signature") if e.reason == "withdrawn"]
     assert said == [f"cluster {index}, {TWENTY}: slower than TF at these shapes: test"]
+
+
+def test_a_cluster_restricted_to_one_signature_runs_its_kernel_there_only(tmp_path: Path) -> None:
+    """`SignatureKernels.restrict` (a cluster kept where its probe found it faster only): at step 10 one cluster is
+    restricted to 16 rows; its 20-row kernel is withdrawn, its 16-row one runs on, no kernel of another signature
+    is bound for it later (begin's, built for the guess, is withdrawn too), and the losses stay plain TF's."""
+    hook, _ = hooked(tmp_path, "restrict", STITCHFLEET_SIGNATURE_STEPS="2")
+    fresh_book(hook)
+    plain = train(None, None, alternating)
+    chosen: list[tuple[int, list[str], dict[int, int]]] = []
+
+    def restrict_at_ten(step: int, hook: StitchHook) -> None:
+        if step == 6:
+            assert hook.signatures is not None and hook.signatures.wait(SETTLE_S)
+        if step == 10:
+            kernels = hook.signatures
+            assert kernels is not None
+            index = next(i for i, owner in kernels.entries[TWENTY].owners.items() if owner == TWENTY)
+            withdrawn = kernels.restrict(index, frozenset({slot_of(SIXTEEN)}), "kept at other signatures only", step)
+            chosen.append((index, withdrawn, kernels.calls(SIXTEEN)))
+
+    losses = train(None, hook, alternating, steps=18, after=restrict_at_ten)
+    assert hook.signatures is not None and chosen
+    index, withdrawn, before = chosen[0]
+    guessed = f"x={signatures.GUESS}x16,y={signatures.GUESS}"  # begin's kernel, built for a batch never fed
+    assert sorted(withdrawn) == [TWENTY, guessed] and index not in hook.signatures.entries[TWENTY].graphs
+    assert hook.signatures.calls(SIXTEEN)[index] > before[index]
+    assert hook.signatures.allows(index, SIXTEEN) and not hook.signatures.allows(index, "x=24x16,y=24")
+    assert all(hook.signatures.allows(i, TWENTY) for i in hook.signatures.order if i != index)
+    np.testing.assert_allclose(losses, plain, rtol=1e-4)

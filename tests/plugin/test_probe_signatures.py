@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from stitchfleet.plugin.controller import Controller
-from stitchfleet.plugin.probe_verdicts import slot_of
+from stitchfleet.plugin.signature_verdicts import slot_of
 from stitchfleet.plugin.verdict_keys import shape_signature
 from stitchfleet.telemetry import models as tables
 from tests.plugin.test_probe_controller import _controller, _rows, kernels  # noqa: F401 (the fixture)
@@ -30,6 +30,7 @@ class Lookup:
     def __init__(self, shapes: dict[tuple[int, str], str]) -> None:
         self.shapes = shapes
         self.withdrawn: list[tuple[int, str, str, int]] = []
+        self.restricted: list[tuple[int, frozenset[tuple[int, float]], int]] = []
 
     def shapes_of(self, index: int, key: str) -> str | None:
         return self.shapes.get((index, key))
@@ -40,6 +41,11 @@ class Lookup:
         del self.shapes[index, key]
         self.withdrawn.append((index, key, reason, step))
         return True
+
+    def restrict(self, index: int, allowed: frozenset[tuple[int, float]], reason: str, step: int) -> list[str]:
+        self.restricted.append((index, allowed, step))
+        keys = [key for i, key in list(self.shapes) if i == index and slot_of(key) not in allowed]
+        return [key for key in keys if self.withdraw(index, key, reason, step)]
 
 
 def _drive(controller: Controller, compiling: set[int], steps: int = 40) -> None:
@@ -189,3 +195,41 @@ def test_two_ranks_different_signatures_in_one_slot_are_not_decided_on(tmp_path:
     _per_signature(ranks, None, {SMALL: -1.0, LARGE: 0.5, other: 0.5}, steps=50, ranks_fed=ranks_fed)
     assert all(controller.clusters[0].kept for controller in ranks)
     assert [lookup.withdrawn for lookup in lookups] == [[], []]
+
+
+def test_a_cluster_slower_at_its_main_signature_stays_on_where_it_was_faster_only(
+    tmp_path: Path,
+    kernels: Any,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """At 16 rows (the signature timed most) cluster 0 costs 0.5 ms, at 20 rows it saves 1 ms. Before, the probe
+    left it to TF at every signature; now it stays on, restricted to 20 rows (its 16-row kernel withdrawn),
+    with a slower finding for the 16-row kernel's shapes and a faster one for the 20-row kernel's."""
+    controller = _controller(tmp_path, kernels, probe_steps=8)
+    lookup = _lookup(controller, SMALL, LARGE)
+    _per_signature([controller], lambda step: LARGE if step % 2 else SMALL, {SMALL: 0.5, LARGE: -1.0}, steps=50)
+    first = controller.clusters[0]
+    assert first.kept and first.enabled, first.reason
+    assert first.reason.startswith("faster than TF at 1 signature(s) only: -1.00 ms/step"), first.reason
+    assert "; elsewhere slower than TF: +0.50 ms/step" in first.reason
+    assert lookup.restricted == [(first.index, frozenset({slot_of(LARGE)}), 19)]
+    assert [(index, key) for index, key, _, _ in lookup.withdrawn] == [(first.index, SMALL)]
+    found = {(p.shapes, p.outcome) for p in _rows(tmp_path, tables.ProbeVerdict) if p.fingerprint == first.fingerprint}
+    assert found == {(f"{SMALL}:{first.index}", "slower"), (f"{LARGE}:{first.index}", "faster")}
+    enabled = [e for e in _rows(tmp_path, tables.Event) if e.reason == "faster at some signatures"]
+    assert len(enabled) == 1 and enabled[0].detail.endswith(f"kernels withdrawn: {SMALL}")
+    assert any(controller.switches(s)[0] for s in range(50, 60))  # on in the stitched phase
+
+
+def test_ranks_keep_a_cluster_at_a_signature_one_of_them_never_fed(tmp_path: Path, kernels: Any) -> None:  # noqa: F811
+    """The switch decision follows from the summed slots alone: rank 1 never fed 20 rows, yet keeps cluster 0 on
+    as rank 0 does (its 16-row kernel withdrawn: its calls run TF's ops), so the ranks' switches stay equal."""
+    ranks = [_controller(tmp_path, kernels, rank, size=2, probe_steps=8) for rank in (0, 1)]
+    lookups = [_lookup(ranks[0], SMALL, LARGE), _lookup(ranks[1], SMALL)]
+
+    def ranks_fed(rank: int, step: int) -> str:
+        return LARGE if rank == 0 and step % 2 else SMALL
+
+    _per_signature(ranks, None, {SMALL: 0.5, LARGE: -1.0}, steps=50, ranks_fed=ranks_fed)
+    assert [c.clusters[0].kept for c in ranks] == [True, True]
+    assert all((ranks[0].switches(s) == ranks[1].switches(s)).all() for s in range(60))
+    assert [[key for _, key, _, _ in lookup.withdrawn] for lookup in lookups] == [[SMALL], [SMALL]]

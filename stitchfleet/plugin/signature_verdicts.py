@@ -1,0 +1,163 @@
+"""Probe decisions per shape signature: a kept cluster withdrawn where it was slower, a left one kept where faster.
+
+Input: a cluster's probe figures per signature as this rank timed them (`schedule.Probes`), and at its decision
+step the same summed over ranks (slots of `SLOT` figures, after the cluster's own: `Controller.local`); the
+kernels per signature (`SignatureLookup`: `signature_kernels.SignatureKernels` in the hook) and the `Ledger`.
+Output: `signature_figures` (this rank's slots) and, from the summed slots, `SignatureOutcomes`: the signatures
+where the cluster was faster or slower than TF's ops beyond the margin and the noise; their effects (kernels
+withdrawn, a cluster restricted to the signatures where it was faster), events and fleet findings.
+
+A signature goes into one of `SIGNATURE_SLOTS` slots by a hash of its key, with an identity figure and its
+square: a slot holds one signature on every rank that sent it exactly when sum(identity)^2 = ranks x
+sum(identity^2) (Cauchy-Schwarz: all equal), which any rank can check from the sums alone, whether it timed
+that signature or not, so the decisions (which change a cluster's switch) are the same on every rank. A slot
+where ranks' different signatures met is not decided on. A rank applies a decision to the signatures it knows
+(their key hashes to the slot's slot and identity): a signature it never fed has no kernel there to change.
+Not compared: the group's pair per signature (it gates the whole job once).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from stitchfleet.plugin.ledger import Ledger
+from stitchfleet.plugin.schedule import Probes, Timing, median_noise
+
+if TYPE_CHECKING:
+    from stitchfleet.plugin.controller import Cluster
+
+log = logging.getLogger("stitchfleet.plugin")
+NOISE_FACTOR = 2.0  # a kept cluster beats its baseline by this many standard errors (and by the margin)
+SIGNATURE_SLOTS = 8  # signatures a cluster's probe decides on apart (twice STITCHFLEET_SIGNATURES_MAX's default)
+SLOT = 6  # figures per slot: ranks, median with the cluster, median without it, noise, identity, identity squared
+MIN_SIGNATURE_STEPS = 3  # timed steps a signature needs in each half of a probe pair to be decided on apart
+Allowed = frozenset[tuple[int, float]]  # (slot, identity) of the signatures a cluster keeps its kernels for
+
+
+class SignatureLookup(Protocol):
+    """What the controller asks of the kernels per shape signature (`signature_kernels.SignatureKernels`)."""
+
+    def shapes_of(self, index: int, key: str) -> str | None: ...
+
+    def withdraw(self, index: int, key: str, reason: str, step: int) -> bool: ...
+
+    def restrict(self, index: int, allowed: Allowed, reason: str, step: int) -> list[str]: ...
+
+
+def slot_of(key: str) -> tuple[int, float]:
+    """(slot, identity) of signature `key`: the same on every rank; the identity an integer in [1, 2**20], so
+    sums of a few thousand ranks' identities and of their squares stay exact in float64."""
+    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    return digest % SIGNATURE_SLOTS, float((digest >> 8) % 2**20 + 1)
+
+
+@dataclass(frozen=True)
+class SignatureFigures:
+    """One slot's summed figures, as means over the ranks that sent them."""
+
+    slot: int
+    identity: float
+    ranks: float
+    with_it: float
+    without: float
+    noise: float
+
+    def describe(self) -> str:
+        return (
+            f"{(self.with_it - self.without) * 1e3:+.2f} ms/step ({self.with_it * 1e3:.2f} vs"
+            f" {self.without * 1e3:.2f} ms on {self.ranks:.0f} rank(s), noise {self.noise * 1e3:.2f} ms)"
+        )
+
+
+def summed_slots(figures: np.ndarray[Any, np.dtype[np.float64]]) -> list[SignatureFigures]:
+    """The slots of summed figures that hold one signature on every rank that sent them (module docstring)."""
+    found = []
+    for slot, row in enumerate(figures.reshape(SIGNATURE_SLOTS, SLOT)):
+        ranks, with_it, without, noise, identities, squares = (float(x) for x in row)
+        if ranks < 1 or identities * identities != ranks * squares:
+            continue  # nothing timed enough there, or ranks' different signatures met in the slot
+        found.append(SignatureFigures(slot, identities / ranks, ranks, with_it / ranks, without / ranks, noise / ranks))
+    return found
+
+
+class SignatureVerdicts:
+    """The per-signature part of `Controller`'s probe decisions (a base class: one object, one state)."""
+
+    clusters: list[Cluster]
+    ledger: Ledger
+    timing: Timing
+    probes: Probes
+    kernels: SignatureLookup | None
+
+    def signature_figures(self, k: int | None) -> list[float]:
+        """For cluster k decided now: per slot, [1, median with k, median without it, noise, identity, identity^2]
+        of the signature this rank timed most there (MIN_SIGNATURE_STEPS in each half at least); zeros elsewhere."""
+        figures = np.zeros((SIGNATURE_SLOTS, SLOT))
+        best: dict[int, int] = {}
+        for key in self.probes.signatures(k) if k is not None else ():
+            with_it, without = self.probes.halves(k, key)  # type: ignore[arg-type]  # k is not None here
+            steps = min(len(with_it), len(without))
+            slot, identity = slot_of(key)
+            if key and steps >= MIN_SIGNATURE_STEPS and steps > best.get(slot, 0):
+                best[slot] = steps
+                noise = median_noise(with_it, without)
+                median_with, median_without = statistics.median(with_it), statistics.median(without)
+                figures[slot] = [1.0, median_with, median_without, noise, identity, identity * identity]
+        return [float(x) for x in figures.ravel()]
+
+    def _needed(self, base: float, noise: float) -> float:
+        """The difference a probe must show: the margin (worth the risk) and the noise (not a lucky draw:
+        keeping the clusters whose noise happened to be most negative made the kept set slower together
+        than apart)."""
+        return max(base * self.timing.probe_margin, NOISE_FACTOR * noise)
+
+    def _outcomes(self, figures: np.ndarray[Any, np.dtype[np.float64]]) -> tuple[list[SignatureFigures], ...]:
+        """(faster, slower): the decided slots where the cluster beat TF's ops, or lost to them, beyond the bar."""
+        slots = summed_slots(figures)
+        faster = [f for f in slots if f.without - f.with_it > self._needed(f.without, f.noise)]
+        slower = [f for f in slots if f.with_it - f.without > self._needed(f.without, f.noise)]
+        return faster, slower
+
+    def _known(self, c: Cluster, wanted: list[SignatureFigures]) -> list[str]:
+        """The signatures this rank timed in `c`'s probe that `wanted` slots decided on."""
+        slots = {(f.slot, f.identity) for f in wanted}
+        return [key for key in self.probes.signatures(self.clusters.index(c)) if key and slot_of(key) in slots]
+
+    def _withdraw_slower(self, step: int, c: Cluster, slower: list[SignatureFigures]) -> None:
+        """A kept cluster loses its kernel for each signature where it was slower; it keeps the others."""
+        if self.kernels is None or not (c.enabled and c.kept):
+            return
+        for key in self._known(c, slower):
+            figures = next(f for f in slower if (f.slot, f.identity) == slot_of(key))
+            shapes = self.kernels.shapes_of(c.index, key)
+            detail = f"cluster {c.index} at {key}: {figures.describe()}; its other signatures keep their kernels"
+            if self.kernels.withdraw(c.index, key, f"slower than TF at these shapes: {detail}", step):
+                log.info("stitchfleet: kernel withdrawn at step %d: %s", step, detail)
+                self.ledger.event("probe", step, c.fingerprint, "slower at a signature", detail=detail)
+                if shapes is not None:
+                    self.ledger.probed(c.fingerprint, c.profile, shapes, "slower", detail)
+
+    def _keep_where_faster(self, step: int, c: Cluster, faster: list[SignatureFigures], left: str) -> bool:
+        """A cluster its probe would leave to TF (`left`: why) stays on, restricted to the signatures where it was
+        faster: its other signatures' kernels are withdrawn (`SignatureLookup.restrict`). False without any."""
+        if not faster or self.kernels is None:
+            return False
+        shapes = {key: self.kernels.shapes_of(c.index, key) for key in self._known(c, faster)}
+        allowed: Allowed = frozenset((f.slot, f.identity) for f in faster)
+        said = "; ".join(f.describe() for f in faster)
+        c.kept, c.reason = True, f"faster than TF at {len(faster)} signature(s) only: {said}; elsewhere {left}"
+        withdrawn = self.kernels.restrict(c.index, allowed, f"kept at other signatures only: {left}", step)
+        log.info("stitchfleet: cluster %d kept at step %d: %s", c.index, step, c.reason)
+        detail = f"{c.reason}; kernels withdrawn: {', '.join(withdrawn) or 'none'}"
+        self.ledger.event("cluster_enabled", step, c.fingerprint, "faster at some signatures", detail=detail[:1000])
+        self.ledger.verdict(c.fingerprint, "enabled", c.reason, c.op_count)
+        for found in shapes.values():
+            if found is not None:
+                self.ledger.probed(c.fingerprint, c.profile, found, "faster", c.reason)
+        return True
