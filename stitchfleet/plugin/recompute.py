@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from stitchfleet.plugin.op_graph import downstream
 from stitchfleet.plugin.sites import FOLDS_SHAPES, Site
 
 FEEDABLE_OPS = frozenset({"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"})
@@ -28,7 +29,7 @@ def recomputed(site: Site, known: Collection[str]) -> tuple[list[Any], dict[str,
     ValueError when there is none."""
     have = site.internal_names
     found: dict[str, Any] = {}
-    renamed: dict[str, str] = {}
+    shaped: dict[str, Any] = {}  # tensors whose shape only is read, by a recomputed op
     todo = [graph_of(site).get_tensor_by_name(name).op for name in sorted(site.varying)]
     while todo:
         op = todo.pop()
@@ -38,12 +39,19 @@ def recomputed(site: Site, known: Collection[str]) -> tuple[list[Any], dict[str,
             raise ValueError(f"{op.name!r} ({op.type}) computes a shape that depends on the job's shape signature")
         found[op.name] = op
         for tensor in op.inputs:
-            if tensor.name in known or tensor.op.name in have or tensor.name in renamed:
+            if tensor.name in known or tensor.op.name in have or tensor.name in shaped:
                 continue
             if op.type in FOLDS_SHAPES and tensor.op.type not in ("Const", *FOLDS_SHAPES):
-                renamed[tensor.name] = same_shape(site, tensor, [*site.inputs, *held(site)]).name
+                shaped[tensor.name] = tensor
                 continue
             todo.append(tensor.op)
+    # A held tensor computed from a recomputed shape cannot stand in for a shape read: the clone would then
+    # read the shape of its own output (a cycle: TF's BroadcastTo in Mean's gradient has its input's shape,
+    # and is broadcast to the shape recomputed from it).
+    after = downstream([t.op for name in site.varying for t in [graph_of(site).get_tensor_by_name(name)]])
+    after.update(downstream(found.values()))
+    candidates = [*site.inputs, *(t for t in held(site) if t.op.name not in after)]
+    renamed = {name: same_shape(site, tensor, candidates).name for name, tensor in shaped.items()}
     return list(found.values()), renamed
 
 
