@@ -92,7 +92,27 @@ def function_def(site: Site, outer: Sequence[str], originals: Mapping[str, str],
         result = fdef.signature.output_arg.add(name=f"out_{k}")
         result.type = output.dtype.as_datatype_enum
         fdef.ret[result.name] = ref(output.name)
+    _check_acyclic(fdef)
     return fdef
+
+
+def _check_acyclic(fdef: Any) -> None:
+    """ValueError naming a node on a cycle of the function's nodes: TF finds one only when the op first runs
+    ("N nodes in a cycle"), and the job's step would fail there; found here, the cluster is declined at setup."""
+    reads = {node.name: {ref.split(":", 1)[0] for ref in node.input} for node in fdef.node_def}
+    done: set[str] = set()
+    for start in reads:
+        path, stack = set(), [(start, False)]
+        while stack:
+            name, leaving = stack.pop()
+            if leaving:
+                path.discard(name)
+                done.add(name)
+            elif name in path:
+                raise ValueError(f"the cluster's TF path holds a cycle through {name!r}")
+            elif name in reads and name not in done:
+                path.add(name)
+                stack += [(name, True), *((read, False) for read in reads[name])]
 
 
 def define(site: Site, outer: Sequence[str], originals: Mapping[str, str], graph: Any) -> str:

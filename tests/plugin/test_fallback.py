@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from stitchfleet.plugin import training_graphs as models
@@ -46,3 +47,25 @@ def test_the_function_reads_its_arguments_and_returns_the_cluster_outputs(tmp_pa
     assert {n.name for n in fdef.node_def} >= {op.name for op in site.internal}
     assert not any(i.startswith("^") for n in fdef.node_def for i in n.input)  # control inputs dropped
     assert all("_class" not in n.attr for n in fdef.node_def)
+
+
+def test_a_function_whose_nodes_form_a_cycle_is_refused_when_written() -> None:
+    """TF reports a cycle in a function only when the op first runs ("N nodes in a cycle", a failed step);
+    `function_def` refuses it when it writes the function, so setup declines the cluster instead."""
+    from tensorflow.core.framework import function_pb2
+
+    from stitchfleet.plugin.fallback import _check_acyclic
+
+    fdef = function_pb2.FunctionDef()
+    for name, inputs in (("shape", ["broadcast:output:0"]), ("broadcast", ["in_0", "shape:output:0"])):
+        node = fdef.node_def.add(name=name)
+        node.input.extend(inputs)
+    with pytest.raises(ValueError, match="cycle through"):
+        _check_acyclic(fdef)
+    del fdef.node_def[0].input[:]  # shape reads nothing now: a chain in_0 -> broadcast, shape -> broadcast
+    fdef.node_def[0].input.append("in_0")
+    _check_acyclic(fdef)
+    diamond = function_pb2.FunctionDef()
+    for name, inputs in (("a", ["b:y:0", "c:y:0"]), ("c", ["b:y:0"]), ("b", ["in_0"])):
+        diamond.node_def.add(name=name).input.extend(inputs)
+    _check_acyclic(diamond)  # two paths to one node are no cycle
