@@ -36,7 +36,8 @@ log = logging.getLogger("stitchfleet.plugin")
 NOISE_FACTOR = 2.0  # a kept cluster beats its baseline by this many standard errors (and by the margin)
 SIGNATURE_SLOTS = 8  # signatures a cluster's probe decides on apart (twice STITCHFLEET_SIGNATURES_MAX's default)
 SLOT = 6  # figures per slot: ranks, median with the cluster, median without it, noise, identity, identity squared
-MIN_SIGNATURE_STEPS = 3  # timed steps a signature needs in each half of a probe pair to be decided on apart
+MIN_SIGNATURE_STEPS = 5  # timed steps a signature needs in each half of a probe pair to be decided on apart (3 let
+# one stalled step pass for a 2x gain: a median and its spread from 3 samples are no evidence)
 Allowed = frozenset[tuple[int, float]]  # (slot, identity) of the signatures a cluster keeps its kernels for
 
 
@@ -150,7 +151,10 @@ class SignatureVerdicts:
             return False
         shapes = {key: self.kernels.shapes_of(c.index, key) for key in self._known(c, faster)}
         allowed: Allowed = frozenset((f.slot, f.identity) for f in faster)
-        said = "; ".join(f.describe() for f in faster)
+        known = {slot_of(key): key for key in shapes}
+        said = "; ".join(
+            f"at {known.get((f.slot, f.identity), 'one this rank did not time')}: {f.describe()}" for f in faster
+        )
         c.kept, c.reason = True, f"faster than TF at {len(faster)} signature(s) only: {said}; elsewhere {left}"
         withdrawn = self.kernels.restrict(c.index, allowed, f"kept at other signatures only: {left}", step)
         log.info("stitchfleet: cluster %d kept at step %d: %s", c.index, step, c.reason)
