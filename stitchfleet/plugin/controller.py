@@ -156,7 +156,9 @@ class Controller(ProbeVerdicts):
     def step_done(self, plan: StepPlan, figures: StepFigures) -> None:
         """Books what `plan`'s step took and found, then applies the summed figures (`decide`)."""
         self.fault = self.fault or figures.fault
-        self.timed(plan.step, figures.seconds, bool(plan.judged), figures.measured, figures.plain)
+        self.timed(
+            plan.step, figures.seconds, bool(plan.judged), figures.measured, figures.plain, signature=figures.signature
+        )
         if plan.quiet:
             return
         if self.warmup.timed(plan.step, figures.seconds):
@@ -249,10 +251,18 @@ class Controller(ProbeVerdicts):
     # --- after a step ---------------------------------------------------------------------
 
     def timed(
-        self, step: int, seconds: float, checked: bool, measured: str | None = "", plain: Sequence[int] = ()
+        self,
+        step: int,
+        seconds: float,
+        checked: bool,
+        measured: str | None = "",
+        plain: Sequence[int] = (),
+        *,
+        signature: str | None = "",
     ) -> None:
-        """Books the step's time; closed windows become StepWindow rows. `measured`, `plain`: the step's signature
-        and the clusters that ran TF's ops for it (`StepFigures`, `Probes`)."""
+        """Books the step's time; closed windows become StepWindow rows. `measured`, `plain`, `signature`: the
+        signature of the kernels that ran, the clusters that ran TF's ops for it, the step's own (`StepFigures`,
+        `Probes`, `step_windows`)."""
         mode = self.mode(step)
         if mode == STITCHED and not self.announced:
             self._announce(step)
@@ -265,7 +275,7 @@ class Controller(ProbeVerdicts):
             self.check_seconds += max(seconds - usual, 0.0)
         else:
             self.bracket.add(step, mode, seconds)
-        for window in self.windows.add(step, mode, seconds, timed=not checked):
+        for window in self.windows.add(step, mode, seconds, not checked, signature):
             self._record(window)
 
     def _announce(self, step: int) -> None:

@@ -368,7 +368,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.signatures is not None:  # a bound signature's faulty kernel is unbound alone when it is safe
             findings = self.signatures.screen(findings, self.step)
         summed = self.consensus.result(plan.local, results)
-        measured = self.signatures.measured(plan.switches) if self.signatures is not None else ("", ())  # probes'
+        measured = self.signatures.measured(plan.switches) if self.signatures is not None else ("", (), "")  # probes'
         figures = StepFigures(seconds, None if loss is None else float(loss), findings, summed, fault, *measured)
         self.controller.step_done(plan, figures)
         # The native op counts faults while a step runs: read them now, for the next step's figures.

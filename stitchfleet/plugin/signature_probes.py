@@ -64,14 +64,16 @@ class SignatureProbes:
     ledger: Any
     only: dict[int, Allowed]  # cluster index -> the signatures it may have kernels for (`restrict`); else any
 
-    def measured(self, switches: Iterable[Any]) -> tuple[str | None, tuple[int, ...]]:
+    def measured(self, switches: Iterable[Any]) -> tuple[str | None, tuple[int, ...], str | None]:
         """The step's signature key and the switched-on clusters (controller positions) on TF's ops for it for good
-        (a settled signature: left, over, withheld, unbound); None while its kernels are to come (docstring)."""
-        entry = self.entries.get(self.signature.key) if self.signature is not None else None
+        (a settled signature: left, over, withheld, unbound), the key None while its kernels are to come
+        (docstring); then the step's signature key whatever its kernels (None when unknown: `StepFigures`)."""
+        step = self.signature.key if self.signature is not None else None
+        entry = self.entries.get(step) if step is not None else None
         on = [k for k, switch in enumerate(switches) if switch]
         if entry is None or (entry.state in (SEEN, COMPILING) and on):
-            return None, ()
-        return entry.signature.key, tuple(k for k in on if self.order[k] not in entry.graphs)
+            return None, (), step
+        return entry.signature.key, tuple(k for k in on if self.order[k] not in entry.graphs), step
 
     def shapes_of(self, index: int, key: str) -> str | None:
         """The inputs' shapes (`verdict_keys.shape_signature`) of cluster `index`'s kernel for signature `key`;

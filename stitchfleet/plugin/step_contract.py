@@ -49,7 +49,9 @@ class StepFigures:
     shape signature whose kernels ran its switched-on clusters (`measured`: its key, "" for a graph with
     static shapes, None while a switched-on cluster's kernel for it is still to come: such a step times no
     probe, `schedule.Probes`) with the clusters switched on that run TF's ops at that signature for good
-    (`plain`: a step of theirs times no probe of theirs)."""
+    (`plain`: a step of theirs times no probe of theirs), and the step's own signature (`signature`: its key
+    whatever its kernels, None when unknown; telemetry windows compare it with plain TF's steps of its
+    signature, `step_windows`)."""
 
     seconds: float
     loss: float | None = None
@@ -58,3 +60,4 @@ class StepFigures:
     fault: str | None = None
     measured: str | None = ""
     plain: tuple[int, ...] = ()  # clusters (controller positions) switched on that ran TF's ops for good
+    signature: str | None = ""

@@ -1,9 +1,19 @@
 """Telemetry windows: a job's steps grouped into StepWindow rows, with the latest baseline and stitched medians.
 
 Input: per step, its number, mode (`schedule`: warmup, baseline, probe, reference, stitched, reverted),
-duration and whether it was timed (check steps are not). Output: closed `Window`s with the figures a
-StepWindow row needs (saved seconds against the current baseline median), and the medians the slowdown
-guard and the check budget read (`Windows.baseline_median`, `Windows.stitched_median`).
+duration, whether it was timed (check steps are not) and its shape signature (the key of the shapes its
+sources had, "" with static shapes, None when unknown). Output: closed `Window`s with the figures a
+StepWindow row needs: seconds saved against plain TF's steps of the same shapes, and the baseline they
+were measured against; and the medians the slowdown guard and the check budget read
+(`Windows.baseline_median`, `Windows.stitched_median`).
+
+Savings per signature: a job with `None` dimensions feeds steps of very different cost (a bucketed text
+model: 16, 32 and 64 tokens), so one median of a baseline window is no baseline for a stitched step of
+another length. Seen: a bucketed classifier's baseline median 10.0 ms where its mean was 11.1 ms booked
+every stitched window ~1 ms a step slower than plain TF, whatever stitching did. A stitched step is
+compared with the median of the last baseline window's timed steps of its own signature (at least
+`MIN_BASELINE_STEPS` of them); a step whose signature had fewer, or is unknown, is left out of the savings
+(it claims nothing, either way). With static shapes every step has the signature "": as before.
 """
 
 from __future__ import annotations
@@ -13,6 +23,8 @@ from dataclasses import dataclass, field
 
 from stitchfleet.plugin.schedule import BASELINE, PROBE, REFERENCE, STITCHED
 
+MIN_BASELINE_STEPS = 3  # timed baseline steps of a signature its stitched steps are compared with
+
 
 @dataclass(frozen=True)
 class Window:
@@ -21,7 +33,7 @@ class Window:
     first_step: int
     last_step: int
     seconds: tuple[float, ...]
-    baseline: float | None
+    baselines: tuple[float | None, ...]  # per step: plain TF's median at its signature (None: no figure)
 
     @property
     def iterations(self) -> int:
@@ -33,11 +45,18 @@ class Window:
         return STITCHED if self.mode in (PROBE, REFERENCE) else self.mode
 
     @property
+    def baseline(self) -> float | None:
+        """The mean of the baselines its steps were compared with (per signature); None without any."""
+        known = [b for b in self.baselines if b is not None]
+        return sum(known) / len(known) if known else None
+
+    @property
     def saved_seconds(self) -> float:
-        """Baseline median minus step time, summed over the window (negative when slower)."""
-        if self.row_mode != STITCHED or self.baseline is None:
+        """Plain TF's median at each step's signature minus the step's time, summed over the window's steps that
+        have one (negative when slower); 0 outside stitched windows."""
+        if self.row_mode != STITCHED:
             return 0.0
-        return self.baseline * self.iterations - sum(self.seconds)
+        return sum(b - s for b, s in zip(self.baselines, self.seconds, strict=True) if b is not None)
 
 
 @dataclass
@@ -49,19 +68,22 @@ class Windows:
     mode: str = ""
     first: int = 0
     seconds: list[float] = field(default_factory=list)
-    timed: list[float] = field(default_factory=list)
+    signatures: list[str | None] = field(default_factory=list)
+    timed: list[tuple[float, str | None]] = field(default_factory=list)
     baseline_median: float | None = None
+    by_signature: dict[str | None, float] = field(default_factory=dict)  # the last baseline window's medians
     stitched_median: float | None = None
     since_baseline: list[float] = field(default_factory=list)  # timed stitched steps since the last baseline
 
-    def add(self, step: int, mode: str, seconds: float, timed: bool) -> list[Window]:
+    def add(self, step: int, mode: str, seconds: float, timed: bool, signature: str | None = "") -> list[Window]:
         """Adds one step; returns the windows it closed (on a mode change, and when full)."""
         closed = [w for w in [self.close()] if w is not None] if self.seconds and mode != self.mode else []
         if not self.seconds:
             self.mode, self.first = mode, step
         self.seconds.append(seconds)
+        self.signatures.append(signature)
         if timed:
-            self.timed.append(seconds)
+            self.timed.append((seconds, signature))
         if len(self.seconds) >= self.size:
             closed += [w for w in [self.close()] if w is not None]
         return closed
@@ -70,16 +92,31 @@ class Windows:
         """Ends the open window (also at the end of the job)."""
         if not self.seconds:
             return None
-        if self.timed and self.mode == BASELINE:
-            self.baseline_median = statistics.median(self.timed)
+        timed = [seconds for seconds, _ in self.timed]
+        if timed and self.mode == BASELINE:
+            self.baseline_median = statistics.median(timed)
+            self.by_signature = _medians(self.timed)
             self.since_baseline = []
-        if self.timed and self.mode == STITCHED:
+        if timed and self.mode == STITCHED:
             # every stitched step since the baseline it is compared with: one noisy window is not
             # enough to revert a job, and a real slowdown only gains evidence as windows close
-            self.since_baseline += self.timed
+            self.since_baseline += timed
             self.stitched_median = statistics.median(self.since_baseline)
         last = self.first + len(self.seconds) - 1
-        window = Window(self.index, self.mode, self.first, last, tuple(self.seconds), self.baseline_median)
+        baselines = tuple(self.by_signature.get(signature) for signature in self.signatures)
+        window = Window(self.index, self.mode, self.first, last, tuple(self.seconds), baselines)
         self.index += 1
-        self.seconds, self.timed = [], []
+        self.seconds, self.signatures, self.timed = [], [], []
         return window
+
+
+def _medians(timed: list[tuple[float, str | None]]) -> dict[str | None, float]:
+    """Per known signature with MIN_BASELINE_STEPS timed steps at least (any, when it is the only one), their
+    median."""
+    found: dict[str | None, list[float]] = {}
+    for seconds, signature in timed:
+        if signature is not None:
+            found.setdefault(signature, []).append(seconds)
+    if len(found) == 1:  # one signature (static shapes: ""): the window's median, however few its steps
+        return {key: statistics.median(steps) for key, steps in found.items()}
+    return {key: statistics.median(steps) for key, steps in found.items() if len(steps) >= MIN_BASELINE_STEPS}

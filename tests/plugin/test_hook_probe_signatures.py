@@ -184,7 +184,7 @@ def test_a_withdrawn_kernel_leaves_its_signature_to_tfs_ops_and_the_others_run_o
     position = kernels.order.index(index)
     kernels.signature = kernels.entries[TWENTY].signature  # what the probes see of a 20-row step now
     switches = [True] * len(kernels.order)
-    assert kernels.measured(switches) == (TWENTY, (position,))
+    assert kernels.measured(switches) == (TWENTY, (position,), TWENTY)
     key = (*kernels.keys[index], kernels.shapes_of(index, SIXTEEN) or "")
     withdrawn = [k for k, v in kernels.slower.items() if getattr(v, "reason", "").endswith(": test")]
     assert len(withdrawn) == 1 and withdrawn[0][:2] == key[:2]

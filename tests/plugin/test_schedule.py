@@ -129,3 +129,25 @@ def test_no_slowdown_revert_without_a_stitched_cluster(tmp_path: Path) -> None:
     controller.decide(10, _summed(2, 2.3, 2.0))
     assert controller.job_reverted is None
     controller.ledger.close()
+
+
+def test_stitched_steps_are_compared_with_plain_tfs_steps_of_their_own_signature() -> None:
+    """Regression (session 9, a bucketed text classifier): one median of a baseline window mixing 16- and
+    64-token steps booked every stitched window as slower than plain TF whatever stitching did (median below
+    the mean of a skewed mix). Now each stitched step is compared with the median of its own signature's
+    baseline steps; a signature with fewer than MIN_BASELINE_STEPS of them claims nothing."""
+    windows = Windows(size=100)
+    mix = ["16"] * 6 + ["64"] * 3 + ["32"] * 2  # 32 tokens: 2 baseline steps, too few to be a baseline
+    cost = {"16": 8.0, "32": 12.0, "64": 24.0}
+    for step, signature in enumerate(mix):
+        windows.add(step, BASELINE, cost[signature], True, signature)
+    closed = windows.add(len(mix), STITCHED, 7.0, True, "16")  # one ms faster than plain TF at 16 tokens
+    assert windows.baseline_median == 8.0 and windows.by_signature == {"16": 8.0, "64": 24.0}
+    for step, signature in enumerate(["64", "16", "32", None], start=len(mix) + 1):
+        windows.add(step, STITCHED, cost[signature or "16"] - 1.0, True, signature)
+    last = windows.close()
+    assert closed[0].mode == BASELINE and last is not None
+    # before: 5 x 8.0 (one median) - (7 + 23 + 7 + 11 + 7) = -15 s "saved"; now 1 ms saved at each 16/64 step
+    assert last.saved_seconds == pytest.approx(3.0)
+    assert last.baselines == (8.0, 24.0, 8.0, None, None)
+    assert last.baseline == pytest.approx(40.0 / 3)
