@@ -11,7 +11,9 @@ group probe (with `probe_group` and at least two clusters): `probe_steps` baseli
 small step needs more samples than one probe's noise allows), decided on the step after its
 last pair; then the per-cluster probes: per cluster k, `probe_steps` reference steps (every
 cluster still enabled on except k) and `probe_steps` probe steps (every cluster still enabled
-on, k included), in the same rounds; then the stitched phase with periodic baseline windows.
+on, k included), in the same rounds; then the stitched phase with periodic baseline windows, and
+one more soon after the probes (`confirm_start`): the clusters kept one by one are measured
+together against plain TF by the slowdown guard's bracket right away, not a period later.
 A cluster's pair measures what k adds to the configuration the job would run: both halves run
 the stitched twin (plugin/twin.py), where a cluster that is off runs its TF ops inside the
 dispatch op, so comparing "k alone" with plain TF would charge k with the others' cost.
@@ -196,6 +198,15 @@ class Timing:
         base = step - shift
         return base, self._pair(base) if self.probe_start <= base < self.stitched_start else None
 
+    @functools.cached_property
+    def confirm_start(self) -> int | None:
+        """The first step of the baseline window that confirms what the probes kept, with room before it for
+        the stitched phase's first checks and a bracket of timed stitched steps (`slowdown.Bracket`); None
+        without probes (the job's first baseline window comes right before its stitched steps then)."""
+        if not self.probing or not self.clusters:
+            return None
+        return self.stitched_start + self.check_first + 2 * self.baseline_steps
+
     def phase(self, step: int) -> str:
         """warmup, baseline, probe, reference or stitched, from the step number (and the reruns) alone."""
         base, pair = self._place(step)
@@ -208,6 +219,8 @@ class Timing:
         if base < self.warmup_steps:
             return WARMUP
         if base < self.probe_start:
+            return BASELINE
+        if self.confirm_start is not None and 0 <= base - self.confirm_start < self.baseline_steps:
             return BASELINE
         offset = base - self.warmup_steps - (self.stitched_start - self.probe_start)
         return BASELINE if offset % self.period < self.baseline_steps else STITCHED

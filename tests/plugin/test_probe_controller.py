@@ -174,8 +174,9 @@ def test_no_cluster_kept_turns_stitching_off_without_a_job_revert(tmp_path: Path
     job = _rows(tmp_path, tables.Job)[0]
     assert job.status == "finished" and job.reason.startswith("no cluster kept")
     # step 27 still books as stitched (the last cluster is decided after it ran, switched off)
-    modes = {w.mode for w in _rows(tmp_path, tables.StepWindow) if w.first_step > 27}
-    assert modes == {REVERTED}
+    # plain TF's steps from then on: reverted, and the baseline window that would have confirmed the kept set
+    modes = {(w.mode, w.first_step) for w in _rows(tmp_path, tables.StepWindow) if w.first_step > 27}
+    assert {mode for mode, _ in modes} == {REVERTED, "baseline"} and ("baseline", 33) in modes
     summary = weekly_summary(f"sqlite:///{tmp_path / 't.db'}", week_of(dt.datetime.now(dt.UTC)))
     assert summary.totals.reverted_tasks == 0 and [j.revert_reason for j in summary.jobs] == [""]
 
@@ -528,3 +529,26 @@ def test_a_probe_that_measured_a_cluster_is_this_jobs_finding_for_the_fleet(tmp_
         (fast.fingerprint, "cpu:test x2", fast.shapes, "faster"),
         (slow.fingerprint, "cpu:test x2", slow.shapes, "slower"),
     }
+
+
+def test_a_kept_set_slower_than_tf_in_the_stitched_phase_is_reverted_right_after_the_probes(
+    tmp_path: Path, kernels: Any
+) -> None:
+    """The probes keep all three clusters (each 0.5 ms faster in its pair), but once the stitched phase runs them
+    the job is 2 ms a step slower than plain TF. Before, the first baseline window of the stitched phase came a
+    period (here 50 steps; 1000 by default) after it started, and the job ran slower all that time; now a
+    confirmation window (33-34) follows the first checks, and the slowdown guard reverts the job at 36."""
+    controller = _controller(tmp_path, kernels)
+    probing = _step_time(3.0, [-0.5, -0.5, -0.5])
+
+    def slower_when_stitched(step: int, on: Any) -> float:
+        return probing(step, on) + (2e-3 if step >= 27 and on.any() else 0.0)
+
+    _drive([controller], [slower_when_stitched], steps=45)
+    assert [c.kept for c in controller.clusters] == [True, True, True]
+    assert controller.timing.confirm_start == 33
+    assert controller.job_reverted is not None and controller.job_reverted.startswith("slowdown"), (
+        controller.job_reverted
+    )
+    reverts = [e.step for e in _rows(tmp_path, tables.Event) if e.kind == "revert"]
+    assert reverts == [36]

@@ -32,11 +32,13 @@ def test_every_step_has_its_phase() -> None:
         [WARMUP] * 2
         + [BASELINE] * 3
         + ([REFERENCE] * 4 + [PROBE] * 4) * 2
-        + [STITCHED] * 17
+        + [STITCHED] * 8
+        + [BASELINE] * 3  # the confirmation window: 2 first checks and two brackets' room after the probes
+        + [STITCHED] * 6
         + [BASELINE] * 3
         + [STITCHED] * 4
     )
-    assert phases == expected
+    assert phases == expected and PROBING.confirm_start == 29
     assert (PROBING.probe_start, PROBING.stitched_start) == (5, 21)
 
 
@@ -49,8 +51,8 @@ def test_each_probe_pair_names_its_cluster_and_is_decided_right_after() -> None:
 
 def test_first_step_of_each_only_k_window_and_the_first_stitched_steps_are_checks() -> None:
     checked = [s for s in range(60) if PROBING.checks(s)]
-    # probe checks 9 and 17; stitched 21, 22 (check_first), 30 (every 10); 40 is a baseline step; 50
-    assert checked == [9, 17, 21, 22, 30, 50]
+    # probe checks 9 and 17; stitched 21, 22 (check_first); 30 and 40 are baseline steps; 50 (every 10)
+    assert checked == [9, 17, 21, 22, 50]
     assert PROBING.probe_checks == 1
 
 
@@ -273,7 +275,7 @@ def test_a_rerun_inserts_the_pair_after_its_decision_step_and_replays_that_step(
     for step in range(22, 60):  # after the rerun: the schedule without it, 9 steps later
         assert (rerun.phase(step), rerun.probed(step)) == (PROBING.phase(step - 9), PROBING.probed(step - 9)), step
     assert [s for s in range(22, 32) if rerun.checks(s)] == [s + 9 for s in range(13, 23) if PROBING.checks(s)]
-    assert [s for s in range(32, 60) if rerun.checks(s)] == [40, 50]
+    assert [s for s in range(32, 60) if rerun.checks(s)] == [50]  # 38-40: the confirmation window, shifted
     assert [s for s in range(14, 22) if rerun.checks(s)] == [18]  # the probe half's first step, as in a pair
     assert rerun.first_checks(30) and not rerun.first_checks(21)
     assert [rerun.phase(s) for s in range(0, 14)] == [PROBING.phase(s) for s in range(0, 14)]
