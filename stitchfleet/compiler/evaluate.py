@@ -4,7 +4,9 @@ Input: a `Graph`, a mapping parameter name -> numpy array, and a precision:
 "native" computes every op in its own dtype (the unfused result a framework would
 give), "float64" computes every floating-point value in float64 (the guard's
 reference). Output: a dict output name -> array. Bad inputs (missing, unexpected,
-wrong shape or dtype) raise `InputError` naming the input.
+wrong shape or dtype) raise `InputError` naming the input. In float64, `noise` (a draw
+number) evaluates the reference on inputs one rounding away instead: the tolerance
+rule's backward-stability allowance (tolerance.py) measures how far that moves it.
 
 bf16 has no numpy type: a bf16 value is held in float32 and rounded to the nearest
 bf16 (ties to even) after every op that produces bf16, which is what bf16 storage does.
@@ -22,10 +24,12 @@ import numpy.typing as npt
 
 from stitchfleet.compiler.elementwise import BINARY, UNARY
 from stitchfleet.compiler.ir import DType, Graph, Node, Op, is_static
+from stitchfleet.compiler.tolerance import roundoff
 
 Array = npt.NDArray[Any]
 Precision = Literal["native", "float64"]
 PRECISIONS = ("native", "float64")
+NOISE_SEED = 20261123  # with the draw number: the same noise on every run, so a verdict is reproducible
 
 
 class EvaluationError(ValueError):
@@ -171,18 +175,37 @@ def _check_input(name: str, param: Node, value: object) -> Array:
     return array
 
 
-def evaluate_nodes(graph: Graph, inputs: Mapping[str, object], precision: Precision = "native") -> list[Array]:
-    """Every node's value, in node order (for checking intermediate results)."""
+def _perturb(value: Array, dtype: DType, rng: np.random.Generator) -> Array:
+    """`value` (float64) times 1 + e, e uniform in [-u, u] per element (u: the unit roundoff of `dtype`):
+    the relative error one round-to-nearest into `dtype` may make."""
+    if not dtype.is_float:
+        return value
+    u = roundoff(dtype.numpy, bf16=dtype is DType.BF16)
+    noisy: Array = np.asarray(value * (1.0 + u * rng.uniform(-1.0, 1.0, value.shape)), dtype=np.float64)
+    return noisy
+
+
+def evaluate_nodes(
+    graph: Graph, inputs: Mapping[str, object], precision: Precision = "native", *, noise: int | None = None
+) -> list[Array]:
+    """Every node's value, in node order (for checking intermediate results). `noise` (float64 only): a
+    draw number; every floating input is perturbed by one unit roundoff of its dtype (`_perturb`), drawn
+    from a generator seeded with NOISE_SEED and the draw. Only the inputs: noise on intermediate values
+    would also break the graph's own exact relations (a max-pool gradient's x == max(x)), which is not
+    rounding any float32 evaluation makes."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if noise is not None and precision != "float64":
+        raise ValueError("noise on the inputs is for the float64 reference only: native storage would round it away")
+    rng = None if noise is None else np.random.default_rng((NOISE_SEED, noise))
     given = _check_inputs(graph, inputs)
     values: list[Array] = []
     with np.errstate(all="ignore"):  # inf/nan results are data here; the guard judges them
         for node in graph.nodes:
             if node.op is Op.PARAMETER:
-                values.append(
-                    _store(given[str(node.attrs["name"])], node.dtype, "native").astype(_storage(node.dtype, precision))
-                )
+                stored = _store(given[str(node.attrs["name"])], node.dtype, "native")
+                value = stored.astype(_storage(node.dtype, precision))
+                values.append(value if rng is None else _perturb(value, node.dtype, rng))
                 continue
             result = _store(_compute(node, [values[i] for i in node.inputs], precision), node.dtype, precision)
             if is_static(node.shape) and result.shape != node.shape:
@@ -191,9 +214,11 @@ def evaluate_nodes(graph: Graph, inputs: Mapping[str, object], precision: Precis
     return values
 
 
-def evaluate(graph: Graph, inputs: Mapping[str, object], precision: Precision = "native") -> dict[str, Array]:
-    """The graph's named outputs on `inputs`."""
-    values = evaluate_nodes(graph, inputs, precision)
+def evaluate(
+    graph: Graph, inputs: Mapping[str, object], precision: Precision = "native", *, noise: int | None = None
+) -> dict[str, Array]:
+    """The graph's named outputs on `inputs` (`noise`: see `evaluate_nodes`)."""
+    values = evaluate_nodes(graph, inputs, precision, noise=noise)
     return {name: values[node_id] for name, node_id in graph.outputs}
 
 

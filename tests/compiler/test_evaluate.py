@@ -256,3 +256,25 @@ def test_sigmoid_keeps_relative_precision_for_negative_inputs() -> None:
     x = np.array([-30.0, -17.0, -10.0, -4.5, 0.0, 12.0], np.float32)
     native, exact = evaluate(graph, {"x": x})["y"], evaluate(graph, {"x": x}, "float64")["y"]
     assert np.all(np.abs(native - exact) <= 8 * 2**-24 * np.abs(exact))  # a few roundings, no cancellation
+
+
+def test_noise_perturbs_floating_inputs_by_one_roundoff_reproducibly() -> None:
+    """The reference on inputs one rounding away (tolerance.py's backward-stability allowance)."""
+    b = GraphBuilder()
+    x, k, h = b.parameter("x", (3, 5)), b.parameter("k", (3, 5), "i32"), b.parameter("h", (3, 5), "f16")
+    b.output("x", b.mul(x, 1.0))
+    b.output("k", b.mul(k, 1))
+    b.output("h", b.mul(h, 1.0))
+    graph = b.build()
+    inputs = {"x": X, "k": np.arange(15, dtype=np.int32).reshape(3, 5), "h": POS.astype(np.float16)}
+    exact = evaluate(graph, inputs, "float64")
+    noisy = evaluate(graph, inputs, "float64", noise=0)
+    assert noisy["x"].dtype == np.float64
+    relative = np.abs(noisy["x"] / exact["x"] - 1)
+    assert 0 < relative.max() <= 2.0**-24 and np.count_nonzero(relative) == X.size
+    assert 2.0**-24 < np.abs(noisy["h"] / exact["h"] - 1).max() <= 2.0**-11  # f16 inputs: f16's roundoff
+    np.testing.assert_array_equal(noisy["k"], exact["k"])  # integers are never perturbed
+    np.testing.assert_array_equal(evaluate(graph, inputs, "float64", noise=0)["x"], noisy["x"])
+    assert not np.array_equal(evaluate(graph, inputs, "float64", noise=1)["x"], noisy["x"])
+    with pytest.raises(ValueError, match="float64 reference only"):
+        evaluate(graph, inputs, noise=0)

@@ -114,3 +114,57 @@ def test_tf_regrouping_adds_does_not_make_a_correct_kernel_fail() -> None:
     assert guard.judge(graph, inputs, regrouped, as_written, 8.0).ok
     faulty = [as_written[0] * np.float32(1.01)]
     assert not guard.judge(graph, inputs, regrouped, faulty, 8.0).ok
+
+
+ROWS, CHANNELS, ILL = 32, 64, 5
+
+
+def scale_backprop() -> Graph:
+    """A training batch norm's scale gradient: sum(dy * (x - mean)) * rsqrt(var + eps) per channel."""
+    b = GraphBuilder()
+    dy, x = b.parameter("dy", (ROWS, CHANNELS)), b.parameter("x", (ROWS, CHANNELS))
+    mean = b.mul(b.reduce_sum(x, (0,)), 1.0 / ROWS)
+    centred = b.sub(x, b.broadcast(mean, (ROWS, CHANNELS), (1,)))
+    var = b.mul(b.reduce_sum(b.square(centred), (0,)), 1.0 / ROWS)
+    b.output("scale_backprop", b.mul(b.reduce_sum(b.mul(dy, centred), (0,)), b.rsqrt(b.add(var, 1e-3))))
+    return b.build()
+
+
+def blocked_f32(dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The same in float32, each channel summed in 4 interleaved lanes then a tree (a SIMD kernel's order)."""
+    centred = (x - x.sum(axis=0, dtype=np.float32) / np.float32(ROWS)).astype(np.float32)
+    var = (centred * centred).sum(axis=0, dtype=np.float32) / np.float32(ROWS)
+    lanes = np.zeros((4, CHANNELS), np.float32)
+    for row, terms in enumerate((dy * centred).astype(np.float32)):
+        lanes[row % 4] += terms
+    total = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+    return (total / np.sqrt(var + np.float32(1e-3))).astype(np.float32)
+
+
+def test_an_ill_conditioned_gradient_in_another_order_passes_and_faults_fail() -> None:
+    """Regression (NASNetMobile's cluster 110 on cpu, the backend tests' rule): a batch-norm scale
+    gradient whose channel cancels 10,000-fold, TF's result exact there by chance, the kernel's 4-lane
+    sum an ordinary float32 rounding away. It failed every look but the backward-stability allowance
+    (tolerance.py); faults on the same data still fail it. Seed 5: one where numpy's own float32 order
+    (the guard's second native result) is also close to exact there, as it was on NASNetMobile."""
+    graph = scale_backprop()
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((ROWS, CHANNELS)).astype(np.float32)
+    dy = rng.standard_normal((ROWS, CHANNELS)).astype(np.float32)
+    centred = x[:, ILL] - x[:, ILL].astype(np.float64).mean()
+    d = dy[:, ILL].astype(np.float64)  # the ill channel's terms of ~1 cancel to ~1e-4
+    dy[:, ILL] = d - centred * (d @ centred) / (centred @ centred) * (1 - 1e-4)
+    given = {"dy": dy, "x": x}
+    reference = evaluate(graph, given, "float64")
+    exact = [reference["scale_backprop"].astype(np.float32)]  # TF's order, nearly exact by chance
+    stitched = [blocked_f32(dy, x)]
+    in_order = evaluate(graph, given)
+    strict = guard.judge_with_reference(graph, exact, stitched, reference, 8.0, in_order=in_order)
+    assert not strict.ok  # both orders and the summation allowance refuse a correct kernel
+    finding = guard.judge(graph, [dy, x], exact, stitched, 8.0)
+    assert finding.ok and "backward-stability allowance" in finding.reason
+    assert finding.ratio is not None and finding.ratio <= 1.0
+    dropped = stitched[0].copy()
+    dropped[ILL] -= np.float32(dy[0, ILL] * (x[0, ILL] - x[:, ILL].mean()) / np.sqrt(x[:, ILL].var() + 1e-3))
+    for fault in (dropped, np.roll(stitched[0], 1), stitched[0] * np.float32(1 + 1e-4)):
+        assert not guard.judge(graph, [dy, x], exact, [fault], 8.0).ok
