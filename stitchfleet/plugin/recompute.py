@@ -52,9 +52,12 @@ def held(site: Site) -> list[Any]:
 
 
 def same_shape(site: Site, tensor: Any, candidates: Sequence[Any]) -> Any:
-    """A tensor of `candidates` with `tensor`'s shape under every signature (the site's oracle), else ValueError."""
+    """A tensor of `candidates` with `tensor`'s dtype and its shape under every signature (the site's oracle), else
+    ValueError. The dtype too: the reader (`Shape`, `Size`...) is typed by its input (its `T`), and a tensor of
+    the same shape but another dtype (the float16 input of a cluster that casts to float32, as Keras' layer
+    normalization does under mixed precision) made a graph TF refuses when the session is created."""
     for candidate in candidates if site.oracle is not None else ():
-        if site.oracle.same(tensor, candidate):
+        if candidate.dtype.base_dtype == tensor.dtype.base_dtype and site.oracle.same(tensor, candidate):
             return candidate
     raise ValueError(f"the shape of {tensor.name!r} depends on the job's shape signature and no tensor at hand has it")
 
