@@ -38,6 +38,7 @@ from stitchfleet.plugin.signature_kernels import Job, SignatureKernels
 from stitchfleet.plugin.signatures import Specialisation
 from stitchfleet.plugin.sites import Site, StepOps
 from stitchfleet.plugin.step_contract import StepFigures, StepPlan
+from stitchfleet.plugin.step_threads import StepThreads
 from stitchfleet.plugin.training_steps import TrainingSteps, find_loss
 from stitchfleet.plugin.translation import check_sites
 from stitchfleet.plugin.twin import Diverter
@@ -73,7 +74,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._setup_seconds, self._faults_seen = 0.0, 0
         self._bridge: Any = None
         self.training: TrainingSteps | None = None
-        self._in_step = self._in_agreement = False  # the current run is a training step / the agreement run
+        self.runs = StepThreads()  # per thread: its current run is the training step / the agreement run
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
         self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
@@ -107,14 +108,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self.ledger.measure_devices(session)
 
     def before_run(self, run_context: Any) -> Any:
-        self._in_step = self._in_agreement = False
+        self.runs.reset()
         if self.shapes is not None and self.training is not None:  # the book, for the job's next processes
             self.shapes.learn(run_context.original_args, self.training.updates_variables)
         if self._agreeing is not None:
             return self._agreement_step(run_context.original_args.fetches)
-        if not self.active or not self._is_step(run_context):
+        if not self.active or not self.runs.take(run_context, self.training, self.diverter):
             return None
-        self._in_step, self._plan = True, None
+        self._plan = None
         try:
             self._observe(run_context.original_args.feed_dict)
             return self._before_run()
@@ -134,24 +135,12 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self._setup_seconds += booked
             self.controller.setup_spent(booked)
 
-    def _is_step(self, run_context: Any) -> bool:
-        """Only training steps are touched (training_steps: its rule); any other run is left as written, and
-        so is one the twin cannot take (another session, a feed into what the twin computes)."""
-        try:
-            args = run_context.original_args
-            if self.training is None or not self.training.is_training(args.fetches):
-                return False
-            fetched = self.training.fetched
-            return self.diverter is not None and self.diverter.diverts(run_context.session, args.feed_dict, fetched)
-        except Exception:
-            log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
-            return False
-
     def after_run(self, run_context: Any, run_values: Any) -> None:
-        if self._in_agreement:
+        if self.runs.in_agreement:
+            self.runs.release()
             self._agreed((run_values.results or {}).get("agreement"))
             return
-        if not self.active or not self._in_step:
+        if not self.active or not self.runs.in_step:
             return
         seconds = time.perf_counter() - self._started
         try:
@@ -159,6 +148,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         except Exception as err:
             self._fault(err)
         self.step += 1
+        self.runs.release()
 
     def end(self, session: Any) -> None:
         try:
@@ -266,7 +256,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         except Exception:
             log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
             return None
-        self._in_agreement = True
+        if not self.runs.claim(agreement=True):
+            return None  # another thread's agreement run is in flight
         feeds, extra = self.agreement.args(self._agreeing)
         return tf.compat.v1.train.SessionRunArgs(extra, feed_dict=feeds)
 

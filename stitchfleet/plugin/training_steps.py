@@ -18,6 +18,7 @@ fetched ops (a script has a few), then the answer is cached.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -130,8 +131,19 @@ class TrainingSteps:
         self.trains = any(not _initializes_or_restores(op, initializers) for op in writers)
         self.clusters: list[frozenset[str]] = []
         self._known: dict[frozenset[str], frozenset[str]] = {}
-        self.reached: frozenset[str] = frozenset()  # the ops the last training step runs
-        self.fetched: list[Any] = []  # the ops the last run asked for (whose walk `reached` is)
+        # Per thread, its last run's walk: another thread's run of a shared session (an eval thread) must not
+        # change what a training step in flight reads between `updates_variables` and the hook's use of it.
+        self._last = threading.local()
+
+    @property
+    def reached(self) -> frozenset[str]:
+        """The ops this thread's last run executes."""
+        return getattr(self._last, "reached", frozenset())
+
+    @property
+    def fetched(self) -> list[Any]:
+        """The ops this thread's last run asked for (whose walk `reached` is)."""
+        return getattr(self._last, "fetched", [])
 
     def require(self, stitched: Sequence[Sequence[Any]]) -> None:
         """From now on a training step must also run every cluster of `stitched` (per cluster, the ops
@@ -145,12 +157,11 @@ class TrainingSteps:
             ops = fetched_ops(self.graph, fetches)
         except (KeyError, ValueError, TypeError):
             return False
-        self.fetched = ops
         key = frozenset(op.name for op in ops)
         if key not in self._known:
             self._known[key] = frozenset(ancestors(ops))
-        self.reached = self._known[key]
-        return not self.updates.isdisjoint(self.reached)
+        self._last.fetched, self._last.reached = ops, self._known[key]
+        return not self.updates.isdisjoint(self._known[key])
 
     def is_training(self, fetches: Any) -> bool:
         """True when a run with these fetches is a training step (updates a variable, runs every cluster)."""
