@@ -43,6 +43,7 @@ from stitchfleet.plugin.training_steps import TrainingSteps, find_loss
 from stitchfleet.plugin.translation import check_sites
 from stitchfleet.plugin.twin import Diverter
 from stitchfleet.plugin.twin import build as build_twin
+from stitchfleet.plugin.twin import built_in as twin_built_in
 from stitchfleet.telemetry.kinds import EventKind
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -171,6 +172,11 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             # No op writes a trainable variable or the global step (tf.estimator's evaluate, predict): no run is a
             # training step, so its setup (seconds on a large graph, at every evaluation) would buy nothing.
             log.info("stitchfleet: no training op in this session's graph; left as written")
+            return
+        if twin_built_in(graph):
+            # A second setup would cluster the copy itself (its twin build then failed: 'plugin setup failed'
+            # at each new session, after seconds of setup). The earlier session's copy is never run here.
+            log.warning("stitchfleet: this graph was stitched by an earlier session of the job; left as written")
             return
         self.consensus = Consensus(current)
         if self.consensus.hvd is not None:
