@@ -90,7 +90,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def begin(self) -> None:
         try:
-            with collector.paused():  # its full passes cost a fifth of a warm begin (collector.py)
+            # Top-level names for what begin adds (the copy is looked up under its prefix): a session created
+            # in the user's name or variable scope had it all imported under 'scope/', and setup failed.
+            with collector.paused(), tf.compat.v1.get_default_graph().name_scope(None):  # collector.py: why
                 self._begin()
         except Exception as err:  # never fail the job: stitching stays off
             log.exception("stitchfleet: stitching is off for this job")
