@@ -28,6 +28,7 @@ from stitchfleet.plugin.agreement import SLOTS, Agreement
 from stitchfleet.plugin.bridge_op import choose as choose_bridge
 from stitchfleet.plugin.consensus import Consensus
 from stitchfleet.plugin.controller import EXTRA, Cluster, Controller
+from stitchfleet.plugin.exported_graph import setup_additions
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.guard import Finding, judge
 from stitchfleet.plugin.kernels import poll_faults, resolve_backend
@@ -90,9 +91,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def begin(self) -> None:
         try:
-            # Top-level names for what begin adds (the copy is looked up under its prefix): a session created
-            # in the user's name or variable scope had it all imported under 'scope/', and setup failed.
-            with collector.paused(), tf.compat.v1.get_default_graph().name_scope(None):  # collector.py: why
+            # What begin adds goes at the graph's top level and stays out of its exports (exported_graph.py).
+            with collector.paused(), setup_additions(tf.compat.v1.get_default_graph()):  # collector.py: why paused
                 self._begin()
         except Exception as err:  # never fail the job: stitching stays off
             log.exception("stitchfleet: stitching is off for this job")
