@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from stitchfleet.plugin.op_graph import downstream
 from stitchfleet.plugin.sites import FOLDS_SHAPES, Site
 
 FEEDABLE_OPS = frozenset({"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"})
@@ -48,7 +49,14 @@ def recomputed(site: Site, known: Collection[str]) -> tuple[list[Any], dict[str,
 
 
 def held(site: Site) -> list[Any]:
-    return [t for op in site.internal for t in op.outputs]
+    """The tensors the cluster holds that it computes without any value recomputed here: only these may stand
+    for a shape the recomputing ops read. One computed from such a value closed a cycle (a `[None, None, 64]`
+    input's Dense: the Tensordot's Reshape to its recomputed shape stood for the input whose shape the
+    recomputation reads), and the cluster's TF function failed its first call ('56 nodes in a cycle')."""
+    names = site.internal_names
+    readers = [op for op in site.internal if any(t.name in site.varying for t in op.inputs)]
+    after = downstream(readers, control=False, skip=lambda op: op.name not in names)
+    return [t for op in site.internal if op.name not in after for t in op.outputs]
 
 
 def same_shape(site: Site, tensor: Any, candidates: Sequence[Any]) -> Any:
