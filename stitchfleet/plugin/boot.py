@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import inspect
 import logging
 import sys
 from collections.abc import Sequence
@@ -41,8 +42,13 @@ def _wrap(init: Any) -> Any:
     @functools.wraps(init)
     def init_with_hook(self: Any, *args: Any, **kwargs: Any) -> None:
         try:
-            kwargs["hooks"] = _with_hook(kwargs.get("hooks"))
-        except Exception as err:  # never fail the session: run it without the hook
+            # The hooks wherever the caller gave them: `SingularMonitoredSession([hook])` and
+            # `MonitoredSession(creator, [hook])` pass them positionally (a `hooks` keyword added to
+            # those was a TypeError, 'got multiple values for argument', and the job failed).
+            bound = inspect.signature(init).bind(self, *args, **kwargs)
+            bound.arguments["hooks"] = _with_hook(bound.arguments.get("hooks"))
+            args, kwargs = bound.args[1:], bound.kwargs
+        except Exception as err:  # never fail the session: run it as called, without the hook
             log.warning("stitchfleet: could not attach the hook: %s", err)
         init(self, *args, **kwargs)
 

@@ -57,7 +57,9 @@ def function_def(site: Site, outer: Sequence[str], originals: Mapping[str, str],
     refs: dict[str, str] = {}  # tensor name (as interior ops read it) -> its name in the function
     for j, (tensor, current) in enumerate(zip(site.inputs, outer, strict=True)):
         arg = fdef.signature.input_arg.add(name=f"in_{j}")
-        arg.type = tensor.dtype.as_datatype_enum
+        # A ref input (a TF1 variable's slot read by its `read` Identity) comes in as its value: a function's
+        # argument cannot be a ref, and one declared float_ref failed the step ('expected type float != float_ref').
+        arg.type = tensor.dtype.base_dtype.as_datatype_enum
         refs[tensor.name] = refs[current] = arg.name
     for j, (folded, value) in enumerate(site.folded.items()):
         if folded in site.varying:

@@ -28,6 +28,7 @@ from stitchfleet.plugin.agreement import SLOTS, Agreement
 from stitchfleet.plugin.bridge_op import choose as choose_bridge
 from stitchfleet.plugin.consensus import Consensus
 from stitchfleet.plugin.controller import EXTRA, Cluster, Controller
+from stitchfleet.plugin.exported_graph import setup_additions
 from stitchfleet.plugin.faults import Fault
 from stitchfleet.plugin.guard import Finding, judge
 from stitchfleet.plugin.kernels import poll_faults, resolve_backend
@@ -38,10 +39,12 @@ from stitchfleet.plugin.signature_kernels import Job, SignatureKernels
 from stitchfleet.plugin.signatures import Specialisation
 from stitchfleet.plugin.sites import Site, StepOps
 from stitchfleet.plugin.step_contract import StepFigures, StepPlan
+from stitchfleet.plugin.step_threads import StepThreads
 from stitchfleet.plugin.training_steps import TrainingSteps, find_loss
 from stitchfleet.plugin.translation import check_sites
 from stitchfleet.plugin.twin import Diverter
 from stitchfleet.plugin.twin import build as build_twin
+from stitchfleet.plugin.twin import built_in as twin_built_in
 from stitchfleet.telemetry.kinds import EventKind
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -73,7 +76,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._setup_seconds, self._faults_seen = 0.0, 0
         self._bridge: Any = None
         self.training: TrainingSteps | None = None
-        self._in_step = self._in_agreement = False  # the current run is a training step / the agreement run
+        self.runs = StepThreads()  # per thread: its current run is the training step / the agreement run
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
         self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
@@ -88,7 +91,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def begin(self) -> None:
         try:
-            with collector.paused():  # its full passes cost a fifth of a warm begin (collector.py)
+            # What begin adds goes at the graph's top level and stays out of its exports (exported_graph.py).
+            with collector.paused(), setup_additions(tf.compat.v1.get_default_graph()):  # collector.py: why paused
                 self._begin()
         except Exception as err:  # never fail the job: stitching stays off
             log.exception("stitchfleet: stitching is off for this job")
@@ -107,14 +111,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self.ledger.measure_devices(session)
 
     def before_run(self, run_context: Any) -> Any:
-        self._in_step = self._in_agreement = False
+        self.runs.reset()
         if self.shapes is not None and self.training is not None:  # the book, for the job's next processes
             self.shapes.learn(run_context.original_args, self.training.updates_variables)
         if self._agreeing is not None:
             return self._agreement_step(run_context.original_args.fetches)
-        if not self.active or not self._is_step(run_context):
+        if not self.active or not self.runs.take(run_context, self.training, self.diverter):
             return None
-        self._in_step, self._plan = True, None
+        self._plan = None
         try:
             self._observe(run_context.original_args.feed_dict)
             return self._before_run()
@@ -134,24 +138,12 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self._setup_seconds += booked
             self.controller.setup_spent(booked)
 
-    def _is_step(self, run_context: Any) -> bool:
-        """Only training steps are touched (training_steps: its rule); any other run is left as written, and
-        so is one the twin cannot take (another session, a feed into what the twin computes)."""
-        try:
-            args = run_context.original_args
-            if self.training is None or not self.training.is_training(args.fetches):
-                return False
-            fetched = self.training.fetched
-            return self.diverter is not None and self.diverter.diverts(run_context.session, args.feed_dict, fetched)
-        except Exception:
-            log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
-            return False
-
     def after_run(self, run_context: Any, run_values: Any) -> None:
-        if self._in_agreement:
+        if self.runs.in_agreement:
+            self.runs.release()
             self._agreed((run_values.results or {}).get("agreement"))
             return
-        if not self.active or not self._in_step:
+        if not self.active or not self.runs.in_step:
             return
         seconds = time.perf_counter() - self._started
         try:
@@ -159,6 +151,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         except Exception as err:
             self._fault(err)
         self.step += 1
+        self.runs.release()
 
     def end(self, session: Any) -> None:
         try:
@@ -181,6 +174,11 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             # No op writes a trainable variable or the global step (tf.estimator's evaluate, predict): no run is a
             # training step, so its setup (seconds on a large graph, at every evaluation) would buy nothing.
             log.info("stitchfleet: no training op in this session's graph; left as written")
+            return
+        if twin_built_in(graph):
+            # A second setup would cluster the copy itself (its twin build then failed: 'plugin setup failed'
+            # at each new session, after seconds of setup). The earlier session's copy is never run here.
+            log.warning("stitchfleet: this graph was stitched by an earlier session of the job; left as written")
             return
         self.consensus = Consensus(current)
         if self.consensus.hvd is not None:
@@ -265,7 +263,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         except Exception:
             log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
             return None
-        self._in_agreement = True
+        if not self.runs.claim(agreement=True):
+            return None  # another thread's agreement run is in flight
         feeds, extra = self.agreement.args(self._agreeing)
         return tf.compat.v1.train.SessionRunArgs(extra, feed_dict=feeds)
 

@@ -56,13 +56,23 @@ def recomputed(site: Site, known: Collection[str]) -> tuple[list[Any], dict[str,
 
 
 def held(site: Site) -> list[Any]:
-    return [t for op in site.internal for t in op.outputs]
+    """The tensors the cluster holds that it computes without any value recomputed here: only these may stand
+    for a shape the recomputing ops read. One computed from such a value closed a cycle (a `[None, None, 64]`
+    input's Dense: the Tensordot's Reshape to its recomputed shape stood for the input whose shape the
+    recomputation reads), and the cluster's TF function failed its first call ('56 nodes in a cycle')."""
+    names = site.internal_names
+    readers = [op for op in site.internal if any(t.name in site.varying for t in op.inputs)]
+    after = downstream(readers, control=False, skip=lambda op: op.name not in names)
+    return [t for op in site.internal if op.name not in after for t in op.outputs]
 
 
 def same_shape(site: Site, tensor: Any, candidates: Sequence[Any]) -> Any:
-    """A tensor of `candidates` with `tensor`'s shape under every signature (the site's oracle), else ValueError."""
+    """A tensor of `candidates` with `tensor`'s dtype and its shape under every signature (the site's oracle), else
+    ValueError. The dtype too: the reader (`Shape`, `Size`...) is typed by its input (its `T`), and a tensor of
+    the same shape but another dtype (the float16 input of a cluster that casts to float32, as Keras' layer
+    normalization does under mixed precision) made a graph TF refuses when the session is created."""
     for candidate in candidates if site.oracle is not None else ():
-        if site.oracle.same(tensor, candidate):
+        if candidate.dtype.base_dtype == tensor.dtype.base_dtype and site.oracle.same(tensor, candidate):
             return candidate
     raise ValueError(f"the shape of {tensor.name!r} depends on the job's shape signature and no tensor at hand has it")
 

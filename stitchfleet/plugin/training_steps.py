@@ -5,8 +5,9 @@ fetches (`run_context.original_args.fetches`). Output: `is_training(fetches)`; a
 (the job's loss tensor, which the hook fetches on training steps).
 
 The rule: a run is a training step when the ops it executes (everything its fetches depend on,
-through data and control edges) include an update of a trainable variable or of the global step
-(an optimizer's `Apply*`/`ResourceApply*`, an assign) and every stitched cluster. Under Horovod
+through data and control edges) include an update of a trainable variable, of the global step or
+of a variable such an update reads (a gradient accumulator) (an optimizer's `Apply*`/`ResourceApply*`,
+an assign) and every stitched cluster. Under Horovod
 the first such run, before ranks agree on their clusters, is recognised by the update alone, a
 rule that does not depend on what each rank compiled. Such a run already computes every value the hook adds
 (check tensors, loss) from the feeds the user gave it. Everything else (a global-step read, an
@@ -18,12 +19,13 @@ fetched ops (a script has a few), then the answer is cached.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
 
-from stitchfleet.plugin.op_graph import ancestors
+from stitchfleet.plugin.op_graph import ancestors, upstream
 
 # Op types that write a variable; for each, input 0 is the variable (a ref or a resource handle).
 WRITER_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply")
@@ -32,15 +34,25 @@ WRITER_TYPES = frozenset(
 )
 
 
+def _holder(variable: Any) -> str:
+    """The name of the op that holds a variable (its resource handle's op, or the ref variable's own)."""
+    handle = getattr(variable, "handle", None)
+    return str(handle.op.name if handle is not None else variable.op.name)
+
+
 def _variable_ops(graph: Any) -> set[str]:
-    """Names of the ops that hold the trainable variables (and the global step)."""
-    names: set[str] = set()
-    variables = list(graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES))
+    """Names of the ops that hold what a training step updates: the trainable variables, the global step, and
+    the global variables an update of a trainable variable reads. The last are a job's gradient accumulators
+    (it sums its gradients into variables over several runs and applies them every N runs): without them,
+    the runs that compute the gradients were not training steps and their clusters were 'not on the
+    training path', so such a job was never stitched. Streaming metrics (local variables), moving averages
+    and exponential averages of the weights are read by no update: their runs stay side runs."""
     step = tf.compat.v1.train.get_global_step(graph)
-    for variable in [*variables, *([step] if step is not None else [])]:
-        handle = getattr(variable, "handle", None)
-        names.add(handle.op.name if handle is not None else variable.op.name)
-    return names
+    trained = [*graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES), *([step] if step is not None else [])]
+    names = {_holder(variable) for variable in trained}
+    held = {_holder(variable) for variable in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+    writers = [op for op in graph.get_operations() if _writes_variable(op, names)]
+    return names | (held & set(upstream(writers, control=False)))
 
 
 def _writes_variable(op: Any, variables: set[str]) -> bool:
@@ -130,8 +142,19 @@ class TrainingSteps:
         self.trains = any(not _initializes_or_restores(op, initializers) for op in writers)
         self.clusters: list[frozenset[str]] = []
         self._known: dict[frozenset[str], frozenset[str]] = {}
-        self.reached: frozenset[str] = frozenset()  # the ops the last training step runs
-        self.fetched: list[Any] = []  # the ops the last run asked for (whose walk `reached` is)
+        # Per thread, its last run's walk: another thread's run of a shared session (an eval thread) must not
+        # change what a training step in flight reads between `updates_variables` and the hook's use of it.
+        self._last = threading.local()
+
+    @property
+    def reached(self) -> frozenset[str]:
+        """The ops this thread's last run executes."""
+        return getattr(self._last, "reached", frozenset())
+
+    @property
+    def fetched(self) -> list[Any]:
+        """The ops this thread's last run asked for (whose walk `reached` is)."""
+        return getattr(self._last, "fetched", [])
 
     def require(self, stitched: Sequence[Sequence[Any]]) -> None:
         """From now on a training step must also run every cluster of `stitched` (per cluster, the ops
@@ -145,12 +168,11 @@ class TrainingSteps:
             ops = fetched_ops(self.graph, fetches)
         except (KeyError, ValueError, TypeError):
             return False
-        self.fetched = ops
         key = frozenset(op.name for op in ops)
         if key not in self._known:
             self._known[key] = frozenset(ancestors(ops))
-        self.reached = self._known[key]
-        return not self.updates.isdisjoint(self.reached)
+        self._last.fetched, self._last.reached = ops, self._known[key]
+        return not self.updates.isdisjoint(self._known[key])
 
     def is_training(self, fetches: Any) -> bool:
         """True when a run with these fetches is a training step (updates a variable, runs every cluster)."""

@@ -337,6 +337,12 @@ def _unfed_placeholders(
     return {name for name, op in upstream(ops, stop=fed_ops, also=also_reads).items() if op.type == "Placeholder"}
 
 
+def built_in(graph: Any) -> bool:
+    """Whether `graph` already holds a copy: an earlier session of this process stitched it (TF unfinalizes a
+    graph when its MonitoredSession closes, and a script may open one per epoch on the same graph)."""
+    return any(op.name.startswith(f"{PREFIX}/") for op in graph.get_operations())
+
+
 def build(graph: Any, sites: Sequence[Site]) -> Twin:
     """Copies the ops downstream of `sites` (see the module docstring); the graph must not be finalized."""
     members = _downstream(graph, [op for site in sites for op in site.internal])

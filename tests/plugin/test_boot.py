@@ -1,10 +1,11 @@
-"""Auto-attach through stitchfleet.plugin.boot, in a fresh interpreter per case."""
+"""Auto-attach through stitchfleet.plugin.boot: in a fresh interpreter per case, and the patched constructors."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,41 @@ def test_plugin_package_exposes_the_hook_lazily() -> None:
         " assert p.StitchHook.__name__ == 'StitchHook'"
     )
     subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, timeout=120)
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("kind", ["SingularMonitoredSession", "MonitoredSession"])
+def test_hooks_given_positionally_keep_theirs_and_get_the_stitch_hook(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Regression: the patched constructor added a `hooks` keyword to the caller's arguments, so
+    `SingularMonitoredSession([hook])` or `MonitoredSession(creator, [hook])` (both as their signatures
+    allow) failed the job with 'got multiple values for argument hooks'."""
+    import tensorflow as tf
+
+    from stitchfleet.plugin import boot
+    from stitchfleet.plugin.hook import StitchHook
+
+    monkeypatch.setenv("STITCHFLEET_ENABLED", "1")
+    monkeypatch.setenv("STITCHFLEET_STATE_DIR", str(tmp_path))
+    original = getattr(tf.compat.v1.train, kind)
+    module = types.ModuleType("sessions")  # patched as boot patches TF's module, the real class left alone
+    setattr(module, kind, type(kind, (original,), {}))
+    boot.patch(module)
+    graph = tf.Graph()
+    with graph.as_default():
+        w = tf.compat.v1.get_variable("w", [4], initializer=tf.compat.v1.zeros_initializer())
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train = tf.group(w.assign_add(tf.ones([4])), step.assign_add(1))
+        stop = tf.compat.v1.train.StopAtStepHook(last_step=3)
+        cls = getattr(module, kind)
+        session = (
+            cls([stop]) if kind == "SingularMonitoredSession" else cls(tf.compat.v1.train.ChiefSessionCreator(), [stop])
+        )
+        with session:
+            runs = 0
+            while not session.should_stop():
+                session.run(train)
+                runs += 1
+    hooks = session._hooks
+    assert runs == 3 and stop in hooks and sum(isinstance(h, StitchHook) for h in hooks) == 1

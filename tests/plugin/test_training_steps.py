@@ -89,3 +89,33 @@ def test_a_graph_trains_only_with_a_write_that_neither_initializes_nor_restores(
             (grad,) = tf.gradients(loss, [w])
             w.assign_sub(0.1 * grad)
     assert TrainingSteps(graph).trains is trains
+
+
+@pytest.mark.parametrize("resource", [True, False])
+def test_gradient_accumulation_runs_are_training_steps(resource: bool) -> None:
+    """A job that sums its gradients into variables over several runs and applies them every N runs: the runs
+    that compute the gradients are its training steps (they run every cluster), the apply run is a side run.
+
+    Regression: only writes of trainable variables counted, so no run was a training step and the gradient
+    clusters were 'not on the training path': such a job was never stitched."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        w = tf.compat.v1.get_variable("w", [8, 8], use_resource=resource)
+        hidden = tf.tanh(tf.matmul(x, w), name="hidden")
+        loss = tf.reduce_mean(tf.square(hidden), name="loss")
+        (grad,) = tf.gradients(loss, [w])
+        total = tf.compat.v1.get_variable("total", [8, 8], trainable=False, use_resource=resource)
+        accumulate = total.assign_add(grad)
+        optimizer = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+        step = tf.compat.v1.train.get_or_create_global_step()
+        apply = optimizer.apply_gradients([(total / 4.0, w)], global_step=step)
+        # what stays a side run: a streaming metric's update and an average of the weights
+        mean, update_mean = tf.compat.v1.metrics.mean(loss)
+        average = tf.compat.v1.train.ExponentialMovingAverage(0.9).apply([w])
+    steps = TrainingSteps(graph)
+    steps.require([[grad.op]])
+    assert grad.op.name in training_path(graph)
+    assert steps.is_training([loss, accumulate])
+    assert not steps.is_training(apply) and steps.updates_variables(apply)  # reaches no cluster
+    assert not steps.updates_variables([mean, update_mean]) and not steps.updates_variables(average)
