@@ -12,7 +12,7 @@ dispatch op, a call of another shape (a last partial batch) would reshape to the
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from stitchfleet.plugin.op_graph import downstream
@@ -45,23 +45,22 @@ def recomputed(site: Site, known: Collection[str]) -> tuple[list[Any], dict[str,
                 shaped[tensor.name] = tensor
                 continue
             todo.append(tensor.op)
-    # A held tensor computed from a recomputed shape cannot stand in for a shape read: the clone would then
-    # read the shape of its own output (a cycle: TF's BroadcastTo in Mean's gradient has its input's shape,
-    # and is broadcast to the shape recomputed from it).
-    after = downstream([t.op for name in site.varying for t in [graph_of(site).get_tensor_by_name(name)]])
-    after.update(downstream(found.values()))
-    candidates = [*site.inputs, *(t for t in held(site) if t.op.name not in after)]
-    renamed = {name: same_shape(site, tensor, candidates).name for name, tensor in shaped.items()}
+    # only after the walk: a held tensor computed from a recomputed shape cannot stand in (`held`)
+    renamed = {
+        name: same_shape(site, tensor, [*site.inputs, *held(site, found)]).name for name, tensor in shaped.items()
+    }
     return list(found.values()), renamed
 
 
-def held(site: Site) -> list[Any]:
-    """The tensors the cluster holds that it computes without any value recomputed here: only these may stand
-    for a shape the recomputing ops read. One computed from such a value closed a cycle (a `[None, None, 64]`
-    input's Dense: the Tensordot's Reshape to its recomputed shape stood for the input whose shape the
-    recomputation reads), and the cluster's TF function failed its first call ('56 nodes in a cycle')."""
+def held(site: Site, found: Mapping[str, Any]) -> list[Any]:
+    """The tensors the cluster holds that it computes without any value recomputed here (the varying tensors and
+    the ops `found` to recompute them): only these may stand for a shape the recomputing ops read. One computed
+    from such a value closed a cycle (a `[None, None, 64]` input's Dense: the Tensordot's Reshape to its
+    recomputed shape stood for the input whose shape the recomputation reads; Mean's gradient: its BroadcastTo
+    to the recomputed `Shape(x)` has x's shape), and the cluster's TF function failed its first call ('56 nodes
+    in a cycle')."""
     names = site.internal_names
-    readers = [op for op in site.internal if any(t.name in site.varying for t in op.inputs)]
+    readers = [op for op in site.internal if any(t.name in site.varying or t.op.name in found for t in op.inputs)]
     after = downstream(readers, control=False, skip=lambda op: op.name not in names)
     return [t for op in site.internal if op.name not in after for t in op.outputs]
 
