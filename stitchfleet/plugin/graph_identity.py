@@ -14,6 +14,7 @@ signature is only a hint (a wrong one costs a rebuild, never correctness).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 SEED_ATTRS = ("seed", "seed2")
@@ -51,18 +52,44 @@ def _blank_seeds(graph_def: Any) -> None:
 
 
 def _rename_functions(graph_def: Any) -> None:
-    names = {f.signature.name: f"function_{k}" for k, f in enumerate(graph_def.library.function)}
-    if not names:
+    """Names functions `function_<k>` in the order the graph first refers to them, and sorts the library so:
+    the library's own order follows the counters in their names (`cond_true_9` and `cond_false_10` swap places
+    once the counter gains a digit), so numbering in that order gave two builds of one model different keys."""
+    by_name = {f.signature.name: f for f in graph_def.library.function}
+    if not by_name:
         return
+    order: list[str] = []
+    pending = [ref for node in graph_def.node for ref in _refs(node.attr, by_name)]
+    while pending:
+        name = pending.pop(0)
+        if name not in order:
+            order.append(name)
+            pending += [ref for node in by_name[name].node_def for ref in _refs(node.attr, by_name)]
+    order += sorted((n for n in by_name if n not in order), key=lambda n: (re.sub(r"\d+", "", n), n))
+    names = {name: f"function_{k}" for k, name in enumerate(order)}
     for node in graph_def.node:
         _rename_refs(node.attr, names)
-    for function in graph_def.library.function:
+    functions = [by_name[name] for name in order]
+    for function in functions:
         function.signature.name = names[function.signature.name]
         for node in function.node_def:
             _rename_refs(node.attr, names)
+    kept = [type(f).FromString(f.SerializeToString()) for f in functions]
+    del graph_def.library.function[:]
+    graph_def.library.function.extend(kept)
     for gradient in graph_def.library.gradient:
         gradient.function_name = names.get(gradient.function_name, gradient.function_name)
         gradient.gradient_func = names.get(gradient.gradient_func, gradient.gradient_func)
+
+
+def _refs(attrs: Any, functions: Any) -> list[str]:
+    """The functions `attrs` refer to, in attribute-name order (a map's own order is not stable)."""
+    found = []
+    for key in sorted(attrs):
+        value = attrs[key]
+        found += [value.func.name] if value.HasField("func") else []
+        found += [func.name for func in value.list.func]
+    return [name for name in found if name in functions]
 
 
 def _rename_refs(attrs: Any, names: dict[str, str]) -> None:

@@ -43,3 +43,22 @@ def test_function_references_follow_their_renamed_functions() -> None:
     assert names and all(name.startswith("function_") for name in names)
     used = {v.func.name for n in graph_def.node for v in n.attr.values() if v.HasField("func")}
     assert used and used <= names
+
+
+def _conds(count: int) -> None:
+    """Moves cond_v2's process-wide counter on by `count` branch pairs."""
+    with tf.Graph().as_default():
+        step = tf.compat.v1.train.get_or_create_global_step()
+        for _ in range(count):
+            tf.cond(step >= 0, lambda: step + 1, lambda: step)
+
+
+def test_the_key_does_not_follow_the_library_order_that_counters_give() -> None:
+    """Regression (CI, session 9): after other tests had built conds in the process, the branch functions'
+    counters gained a digit between two builds, the library listed the else branch before the then branch,
+    and functions numbered in library order gave the same model two keys."""
+    keys = {graph_key(_model())}
+    for count in (1, 9, 90, 900):
+        _conds(count)
+        keys.add(graph_key(_model()))
+    assert len(keys) == 1
