@@ -9,21 +9,30 @@ PIP := $(PY) -m pip
 DEPS := $(VENV)/.stamp-deps
 HOROVOD := $(VENV)/.stamp-horovod
 SYSTEM := $(VENV)/.stamp-system
+# tensorflow==2.15.1's GPU wheel, headers and framework library only: CI builds the GPU op against them
+TFGPU := $(VENV)/tf-gpu/tensorflow/VERSION
 PYTEST_ARGS ?=
 # The default tier leaves out the exhaustive sweeps (their fast slices stay in): `make test-sweeps` runs them.
 TEST_MARKERS ?= not sweep
+# C, C++ and CUDA shipped as package data: `make lint` checks their format (.clang-format)
+NATIVE_SOURCES = $(shell find stitchfleet -name '*.c' -o -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh')
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo test test-sweeps lint install clean-venv images
+.PHONY: demo test test-unit test-sweeps lint install clean-venv images
 
 demo: $(DEPS) $(SYSTEM)
 	TF_CPP_MIN_LOG_LEVEL=2 $(PY) -m stitchfleet.cli demo
 
-test: $(DEPS) $(HOROVOD) $(SYSTEM)
+test: $(DEPS) $(HOROVOD) $(SYSTEM) $(TFGPU)
 	lint-imports
 	@rc=0; $(PY) -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure, not a pass" >&2; exit 1; fi; \
 	exit $$rc
+
+# The fast loop: no TensorFlow, Horovod, PostgreSQL or C++ builds of cuda-cpu (well under 2 minutes).
+UNIT_MARKERS := not tf and not horovod and not postgres and not cuda_cpu and not gpu and not slow and not sweep
+test-unit: $(DEPS)
+	$(PY) -m pytest -q --without-tf -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
 
 test-sweeps:
 	$(MAKE) test TEST_MARKERS=sweep
@@ -33,8 +42,12 @@ lint: $(DEPS)
 	ruff format --check stitchfleet tests scripts benchmarks
 	mypy
 	lint-imports
+	clang-format --dry-run --Werror $(NATIVE_SOURCES)
 
 install: $(DEPS) $(HOROVOD) $(SYSTEM)
+
+$(TFGPU): $(DEPS)
+	$(PY) scripts/tf_gpu_headers.py $(VENV)/tf-gpu
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)

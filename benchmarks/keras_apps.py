@@ -1,4 +1,4 @@
-"""Keras training graphs for the coverage figure: Keras applications and a Keras-layers transformer.
+"""Keras training graphs for the coverage figure: Keras applications and Keras-layers transformers (text, ViT).
 
 Input: a model name (`KERAS_MODELS`). Output: the GraphDef of one training step (forward,
 backward, Adam update) built in TF1 graph mode with `weights=None`, at the smallest input
@@ -17,7 +17,15 @@ import tensorflow as tf
 v1 = tf.compat.v1
 BATCH, CLASSES = 2, 10
 # the smallest input side each application accepts with weights=None
-APPLICATIONS = {"ResNet50": 32, "DenseNet121": 32, "Xception": 71, "NASNetMobile": 32}
+APPLICATIONS = {
+    "ResNet50": 32,
+    "DenseNet121": 32,
+    "Xception": 71,
+    "NASNetMobile": 32,
+    "MobileNetV2": 32,
+    "EfficientNetB0": 32,
+    "ConvNeXtTiny": 32,
+}
 TRAIN_OP = "train"
 
 
@@ -45,9 +53,28 @@ def _transformer() -> Any:
     return tf.keras.layers.Dense(CLASSES, activation="softmax")(pooled)
 
 
+def _vision_transformer() -> Any:
+    """ViT-style: 4x4 patches of a 32x32 image embedded by a strided convolution, a learned position
+    embedding, two pre-norm encoder blocks (MultiHeadAttention, Dense with GELU), mean-pooled head."""
+    side, patch, width, heads = 32, 4, 64, 4
+    tokens = (side // patch) ** 2
+    x = v1.placeholder(tf.float32, [BATCH, side, side, 3], name="images")
+    h = tf.keras.layers.Conv2D(width, patch, strides=patch)(x)
+    h = tf.keras.layers.Reshape((tokens, width))(h)
+    h = h + tf.keras.layers.Embedding(tokens, width)(tf.range(tokens))
+    for _ in range(2):
+        n = tf.keras.layers.LayerNormalization(epsilon=1e-6)(h)
+        h = h + tf.keras.layers.MultiHeadAttention(heads, width // heads)(n, n)
+        n = tf.keras.layers.LayerNormalization(epsilon=1e-6)(h)
+        h = h + tf.keras.layers.Dense(width)(tf.keras.layers.Dense(width * 2, activation="gelu")(n))
+    pooled = tf.reduce_mean(tf.keras.layers.LayerNormalization(epsilon=1e-6)(h), axis=1)
+    return tf.keras.layers.Dense(CLASSES, activation="softmax")(pooled)
+
+
 KERAS_MODELS: dict[str, Callable[[], Any]] = {
     **{name: _application(name) for name in APPLICATIONS},
     "KerasTransformer": _transformer,
+    "VisionTransformer": _vision_transformer,
 }
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from stitchfleet import settings
-from stitchfleet.plugin.hook import StitchHook
+from stitchfleet.plugin.session.hook import StitchHook
 
 
 def graph() -> tf.Graph:

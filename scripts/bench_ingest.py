@@ -5,8 +5,8 @@ helper), --rows N per pass, --pods P (concurrent clients, one job each), --batch
 The endpoint is the real webhook server with the real IngestService (HTTPS, TokenReview through the
 kubernetes client against kmock, pods read from kmock, the store's upserts), in this process; the
 clients are the plugin's own IngestClient, one thread per pod. Output: rows/s from the first request
-to the last acknowledgement, for a first pass and for a replay of the same rows (idempotent: the
-database must then hold exactly N windows, which is checked).
+to the last acknowledgement and each request's p50/p99 seconds, for a first pass and for a replay of
+the same rows (idempotent: the database must then hold exactly N windows, which is checked).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sqlalchemy import func, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stitchfleet.plugin.ingest_client import Endpoint, IngestClient
+from stitchfleet.plugin.fleet.ingest_client import DeliveryError, Endpoint, IngestClient
 from stitchfleet.telemetry import database, models
 from stitchfleet.telemetry import rows as r
 from tests.operator.ingest_harness import TokenApi, add_pod, declare_pods, job_pod, pod_settings, serving
@@ -84,16 +84,33 @@ def _client(cluster: Cluster, pod: int, directory: Path) -> IngestClient:
     return IngestClient(Endpoint.from_settings(current))
 
 
-def _pass(clients: list[IngestClient], rows: list[list[r.Row]], batch: int) -> float:
+def _pass(clients: list[IngestClient], rows: list[list[r.Row]], batch: int) -> tuple[float, list[float]]:
+    """Seconds for the pass, and each request's seconds (a refused or failed request is retried, as the
+    pod's Shipper would, and its latency counts to the acknowledgement)."""
+    latencies: list[float] = []
+
     def ship(index: int) -> None:
         mine = rows[index]
         for start in range(0, len(mine), batch):
-            clients[index].post_rows(mine[start : start + batch])
+            sent = time.perf_counter()
+            while True:
+                try:
+                    clients[index].post_rows(mine[start : start + batch])
+                    break
+                except DeliveryError:
+                    time.sleep(0.5)
+            latencies.append(time.perf_counter() - sent)
 
     began = time.perf_counter()
     with ThreadPoolExecutor(len(clients)) as pool:
         list(pool.map(ship, range(len(clients))))
-    return time.perf_counter() - began
+    return time.perf_counter() - began, latencies
+
+
+def _percentiles(latencies: list[float]) -> str:
+    ordered = sorted(latencies)
+    p50, p99 = ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return f"p50 {p50:.2f} s, p99 {p99:.2f} s, max {ordered[-1]:.2f} s over {len(ordered)} requests"
 
 
 def _windows(url: str) -> int:
@@ -122,15 +139,17 @@ def main() -> None:
         clients = [_client(cluster, pod, directory) for pod in range(args.pods)]
         rows = [_rows(pod, args.rows // args.pods) for pod in range(args.pods)]
         total = sum(len(mine) for mine in rows)
-        first = _pass(clients, rows, args.batch)
-        replay = _pass(clients, rows, args.batch)
+        first, first_latencies = _pass(clients, rows, args.batch)
+        replay, replay_latencies = _pass(clients, rows, args.batch)
         stored = _windows(url)
         if stored != total:
             raise SystemExit(f"expected {total} windows in the database, found {stored}")
     where = database.safe_url(url)
     print(f"ingest endpoint -> {where}: {args.pods} pods, {args.batch} rows/request, {total} rows")
     print(f"  first pass: {total / first:,.0f} rows/s ({total / args.batch / first:,.1f} requests/s)")
+    print(f"    {_percentiles(first_latencies)}")
     print(f"  replay of the same rows: {total / replay:,.0f} rows/s; database still holds {stored} windows")
+    print(f"    {_percentiles(replay_latencies)}")
 
 
 if __name__ == "__main__":

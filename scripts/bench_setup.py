@@ -37,25 +37,27 @@ def child(cache_dir: str, state_dir: str, profile: int, op_dir: str, workers: in
     started = time.perf_counter()
     import tensorflow as tf
 
-    from stitchfleet.plugin import bridge_op, candidates, demo
-    from stitchfleet.plugin.hook import StitchHook
+    from stitchfleet.demo import command
+    from stitchfleet.plugin.native import dispatch_op
+    from stitchfleet.plugin.session.hook import StitchHook
+    from stitchfleet.plugin.setup import selection
 
     imported = time.perf_counter() - started
     compiles: list[Any] = []  # what the hook's choice of clusters reports (Candidates.compiles)
-    choose = candidates.choose
+    choose = selection.choose
 
     def reporting(*args: Any, **kwargs: Any) -> Any:
         found = choose(*args, **kwargs)
         compiles.append(getattr(found, "compiles", None))  # None: a revision before the report
         return found
 
-    candidates.choose = reporting  # type: ignore[assignment]
+    selection.choose = reporting  # type: ignore[assignment]
     # The shim's op folder, as a pod sees it (none: this process builds the op from source into the cache).
-    bridge_op.prebuilt_dirs = lambda: [Path(op_dir) / bridge_op.PREBUILT_DIR] if op_dir else []  # type: ignore[assignment]
-    settings = demo.demo_settings(Path(state_dir), "cpu")
+    dispatch_op.prebuilt_dirs = lambda: [Path(op_dir) / dispatch_op.PREBUILT_DIR] if op_dir else []  # type: ignore[assignment]
+    settings = command.demo_settings(Path(state_dir), "cpu")
     if workers:
         settings = dataclasses.replace(settings, compile_workers=workers)
-    graph, *_ = demo._build(demo.DIMS)
+    graph, *_ = command._build(command.DIMS)
     hook = StitchHook(settings, db_url=f"sqlite:///{Path(state_dir) / 'telemetry.db'}")
     profiler = None
     if profile:

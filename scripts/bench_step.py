@@ -39,8 +39,8 @@ def _hooked_session(dims: dict[str, int], bridge: str, tmp: str) -> tuple[Any, A
     import tensorflow as tf
 
     from stitchfleet import settings
-    from stitchfleet.plugin import demo
-    from stitchfleet.plugin.hook import StitchHook
+    from stitchfleet.demo import command
+    from stitchfleet.plugin.session.hook import StitchHook
 
     env = {
         "STITCHFLEET_STATE_DIR": tmp,
@@ -51,7 +51,7 @@ def _hooked_session(dims: dict[str, int], bridge: str, tmp: str) -> tuple[Any, A
         "STITCHFLEET_CHECK_EVERY": "1000000",
         "STITCHFLEET_CACHE_DIR": str(settings.current().cache_dir),
     }
-    graph, loss, train_op, feeds = demo._build(dims)
+    graph, loss, train_op, feeds = command._build(dims)
     hook = StitchHook(settings.load(env), db_url=f"sqlite:///{Path(tmp) / 't.db'}")
     with graph.as_default():
         session = tf.compat.v1.train.MonitoredSession(hooks=[hook])
@@ -61,9 +61,9 @@ def _hooked_session(dims: dict[str, int], bridge: str, tmp: str) -> tuple[Any, A
 def _plain_session(dims: dict[str, int]) -> tuple[Any, Any, Any]:
     import tensorflow as tf
 
-    from stitchfleet.plugin import demo
+    from stitchfleet.demo import command
 
-    graph, loss, train_op, feeds = demo._build(dims)
+    graph, loss, train_op, feeds = command._build(dims)
     with graph.as_default():
         session = tf.compat.v1.train.MonitoredSession()
     return session, (loss, train_op), feeds

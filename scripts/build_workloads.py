@@ -33,10 +33,10 @@ from benchmarks.keras_apps import KERAS_MODELS, training_graph_def  # noqa: E402
 from stitchfleet.compiler import ir  # noqa: E402
 from stitchfleet.compiler.compile_command import coverage_of  # noqa: E402
 from stitchfleet.compiler.pipeline import Options, compile_graph  # noqa: E402
+from stitchfleet.demo.models import MODELS, SIZES, build, training_step  # noqa: E402
 from stitchfleet.plugin.frontend import Conversion  # noqa: E402
 from stitchfleet.plugin.frontend.converter import convert_graph_def  # noqa: E402
 from stitchfleet.plugin.frontend.validation import compare, random_feeds  # noqa: E402
-from stitchfleet.plugin.training_graphs import MODELS, SIZES, build, training_step  # noqa: E402
 
 
 def _check(graph: Any, conversion: Conversion) -> dict[str, object]:

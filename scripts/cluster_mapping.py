@@ -11,7 +11,7 @@ The graphs are what a user's session holds, built live in TF1 graph mode (not a 
 would lose the Python-side collections): Keras applications at their smallest inputs with
 `weights=None`, batch 2, Keras' learning phase 1, Adam, the moving-average updates as control
 dependencies of the train op (as `model.updates` is used); a transformer from Keras layers; and the
-workload models of `plugin/training_graphs.py` at size `small`. No cluster is compiled (hundreds of
+workload models of `demo/models.py` at size `small`. No cluster is compiled (hundreds of
 C compiles would take this machine minutes per model): "installable" means the hook would go on
 to compile it. Run it on a checkout of another commit (PYTHONPATH first) to compare.
 """
@@ -33,20 +33,21 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))  # after PYTHONPATH: a checkout named there is the one measured
 
-from benchmarks.keras_apps import APPLICATIONS, BATCH, CLASSES, KERAS_MODELS  # noqa: E402
+from benchmarks.keras_apps import BATCH, KERAS_MODELS  # noqa: E402
 from stitchfleet import settings  # noqa: E402
 from stitchfleet.compiler.decision import Decision  # noqa: E402
 from stitchfleet.compiler.pipeline import Options, compile_graph  # noqa: E402
-from stitchfleet.plugin import training_graphs  # noqa: E402
+from stitchfleet.demo import models  # noqa: E402
+from stitchfleet.plugin.frontend import library_fusions  # noqa: E402
 from stitchfleet.plugin.frontend.converter import convert  # noqa: E402
-from stitchfleet.plugin.sites import StepOps, UnmappableError, map_cluster  # noqa: E402
-from stitchfleet.plugin.training_steps import training_path  # noqa: E402
-from stitchfleet.plugin.translation import check_sites  # noqa: E402
+from stitchfleet.plugin.graph.mapping import StepOps, UnmappableError, map_cluster  # noqa: E402
+from stitchfleet.plugin.graph.training_steps import data_path, training_path  # noqa: E402
+from stitchfleet.plugin.guard.translation import check_sites  # noqa: E402
+from stitchfleet.plugin.setup.job_graph import fusions  # noqa: E402
 
 v1 = tf.compat.v1
-EXTRA_APPLICATIONS = {"MobileNetV2": 32}
 WORKLOADS = ("crnn_head", "bert_encoder", "transformer_block", "dien_attention_gru")
-MODELS = (*APPLICATIONS, *EXTRA_APPLICATIONS, "KerasTransformer", *WORKLOADS)
+MODELS = (*KERAS_MODELS, *WORKLOADS)
 
 
 @dataclass
@@ -56,6 +57,8 @@ class Figures:
     mapped: int = 0
     off_path: int = 0
     translation_refused: int = 0
+    in_clusters: int = 0  # TF ops (their output tensors) inside the compiler's clusters
+    held: int = 0  # TF ops kept with their compute op for the TF library's fused epilogue
     reasons: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
 
@@ -70,12 +73,7 @@ def _keras_graph(name: str) -> Any:
     with graph.as_default():
         v1.set_random_seed(0)
         tf.keras.backend.set_learning_phase(1)
-        if name in EXTRA_APPLICATIONS:
-            side = EXTRA_APPLICATIONS[name]
-            x = v1.placeholder(tf.float32, [BATCH, side, side, 3], name="images")
-            out = getattr(tf.keras.applications, name)(weights=None, input_tensor=x, classes=CLASSES).output
-        else:
-            out = KERAS_MODELS[name]()
+        out = KERAS_MODELS[name]()
         labels = v1.placeholder(tf.int32, [BATCH], name="labels")
         loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(labels, out), name="loss")
         updates = [op for op in graph.get_operations() if op.type == "AssignSubVariableOp"]
@@ -85,7 +83,7 @@ def _keras_graph(name: str) -> Any:
 
 
 def _graph(name: str) -> Any:
-    return training_graphs.build(name, "small") if name in WORKLOADS else _keras_graph(name)
+    return models.build(name, "small") if name in WORKLOADS else _keras_graph(name)
 
 
 def general(reason: str) -> str:
@@ -95,14 +93,23 @@ def general(reason: str) -> str:
     return re.sub(r"\d+(\.\d+)?(e-?\d+)?", "N", text)
 
 
-def measure(name: str, translation: bool) -> Figures:
+def measure(name: str, translation: bool, keep_fusions: bool = True) -> Figures:
     started = time.perf_counter()
     graph = _graph(name)
     figures = Figures()
     with graph.as_default():
         conversion = convert(StepOps(graph), name=name)
-        options = Options(baselines=("per_op",), origins=frozenset(conversion.origins))  # as the hook compiles
+        live = data_path(graph)
+        held = library_fusions.held(conversion, fusions(settings.current().backend), live) if keep_fusions else {}
+        # as the hook compiles (job_graph.compiled)
+        options = Options(baselines=("per_op",), origins=frozenset(conversion.origins), held=held)
         art = compile_graph(conversion.graph, options)
+        scope = art.need_clusters()
+        figures.in_clusters = len(
+            {conversion.origins[n].op for c in scope.clusters for n in c.nodes if n in conversion.origins}
+        )
+        figures.held = len({conversion.origins[n].op for n in held if n in conversion.origins})
+        figures.reasons.update(f"held: {held[n]}" for n in held if n in conversion.origins)
         path = training_path(graph)
         sites = []
         for index, (cluster, plan) in enumerate(zip(art.cluster_graphs, art.stitch, strict=True)):
@@ -133,13 +140,15 @@ def measure(name: str, translation: bool) -> Figures:
 def table(results: dict[str, Figures], translation: bool) -> str:
     checked = "translation refused" if translation else "translation (not run)"
     lines = [
-        f"| model | clusters | planner refused | not mapped | mapped | off training path | {checked} | installable |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| model | TF ops in clusters | epilogues held | clusters | planner refused | not mapped | mapped | "
+        f"off training path | {checked} | installable |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, f in results.items():
         unmapped = f.clusters - f.planner_refused - f.mapped
         lines.append(
-            f"| {name} | {f.clusters} | {f.planner_refused} | {unmapped} | {f.mapped} | {f.off_path} | "
+            f"| {name} | {f.in_clusters} | {f.held} | {f.clusters} | {f.planner_refused} | {unmapped} | "
+            f"{f.mapped} | {f.off_path} | "
             f"{f.translation_refused if translation else '-'} | {f.installable} |"
         )
     return "\n".join(lines)
@@ -150,11 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", nargs="*", choices=MODELS, default=list(MODELS))
     parser.add_argument("--no-translation", action="store_true", help="skip the translation check (faster)")
     parser.add_argument("--reasons", type=int, default=4, help="reasons listed per model")
+    parser.add_argument(
+        "--no-library-fusions", action="store_true", help="let clusters take the epilogues TF's library fuses"
+    )
     args = parser.parse_args(argv)
     translation = not args.no_translation
     results: dict[str, Figures] = {}
     for name in args.model:
-        results[name] = measure(name, translation)
+        results[name] = measure(name, translation, not args.no_library_fusions)
         print(f"{name}: {results[name].seconds:.0f} s", file=sys.stderr)
     import stitchfleet
 

@@ -1,6 +1,6 @@
 """Where the time of a stitched step goes: the demo model with the plugin, measured per layer.
 
-Input: none (the demo's BERT-like encoder, `stitchfleet.plugin.demo.DIMS`, or the dims given
+Input: none (the demo's BERT-like encoder, `stitchfleet.demo.command.DIMS`, or the dims given
 as `batch seq hidden heads` arguments; TF CPU, `cpu` backend). Output: on stdout, the median
 step time of baseline windows (every switch off) and stitched windows, interleaved (20 steps
 each, no reverts, no checks), and per stitched step the time spent inside the clusters' C
@@ -22,9 +22,9 @@ from typing import Any
 import tensorflow as tf
 
 from stitchfleet import settings
-from stitchfleet.plugin import demo
-from stitchfleet.plugin.hook import StitchHook
-from stitchfleet.plugin.kernels import ClusterKernel
+from stitchfleet.demo import command
+from stitchfleet.plugin.native.kernels import ClusterKernel
+from stitchfleet.plugin.session.hook import StitchHook
 
 WINDOW = 20
 
@@ -80,7 +80,7 @@ def measure(steps: int, dims: dict[str, int]) -> dict[str, list[float]]:
             "STITCHFLEET_SLOWDOWN_MARGIN": "1000",
             "STITCHFLEET_CACHE_DIR": str(settings.current().cache_dir),
         }
-        graph, loss, train_op, feeds = demo._build(dims)
+        graph, loss, train_op, feeds = command._build(dims)
         hook = StitchHook(settings.load(env), db_url=f"sqlite:///{Path(tmp) / 't.db'}")
         out: dict[str, list[float]] = {"baseline": [], "stitched": [], "kernel": [], "native": []}
         clock = _Clock()
@@ -104,7 +104,7 @@ def measure(steps: int, dims: dict[str, int]) -> dict[str, list[float]]:
 
 def main() -> None:
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-    dims = dict(demo.DIMS)
+    dims = dict(command.DIMS)
     if len(sys.argv) > 5:
         dims = dict(zip(("batch", "seq", "hidden", "heads"), map(int, sys.argv[2:6]), strict=True))
     out = measure(steps, dims)

@@ -1,34 +1,33 @@
 #!/usr/bin/env bash
-# Issue 16, item 7, in one call on a GPU machine without TensorFlow (device tool `run`, carry [".whl"],
-# timeout_s 600):
-#   1. the device and toolchain (nvidia-smi, nvcc);
-#   2. pycuda built from the carried sdist against the machine's CUDA (memory and streams for the tier);
-#   3. the gpu tier: every suite case and every workload cluster through the launch library (the C
-#      program runner the TF GPU op calls) against `evaluate`, the launch library's own GPU tests, and
-#      the pycuda backend's;
-#   4. the benchmark harness (scripts/bench_gpu.py: stitched vs per_op, XLA via JAX, torch.compile) in
-#      the time that is left, 90 s kept for the case in flight and the files.
-# Everything lands under $OUT (at most 4 files, one folder deep):
-#   gpu_session.log, gpu_tier.xml, results/<device>_<date>.json, results/<device>_<date>.md
-# Wheels, the run() call and how to commit the results: benchmarks/README.md, section "GPU session".
+# Issue 33, item 4: what production runs, on a GPU machine without TensorFlow, in one call (device tool
+# `run`, timeout_s 600; the image has nvcc, compute-sanitizer, cupy and CUDA's Python bindings; no pycuda):
+#   1. the device and toolchain (nvidia-smi, nvcc, compute-sanitizer, cupy);
+#   2. every suite cluster and workload cluster built as the TF GPU op builds it (NVRTC for the device's
+#      arch, grid-barrier grids fitted to its real occupancy), run through the launch library on a
+#      non-blocking stream with its non-finite checks, checked against `evaluate`, then timed with CUDA
+#      events, L2 flushed before every timed run (scripts/bench_gpu_launch.py);
+#   3. compute-sanitizer memcheck, racecheck and synccheck over a slice of those clusters, one checked run
+#      each, in the time that is left (60 s kept for the files).
+# Everything lands under $OUT: gpu_session.log, results/launch_<device>_<date>.json and .md.
 #
 # Usage: bash scripts/gpu_session.sh [--dry-run] [--limit SECONDS] [--bench-args "ARGS"] [--no-bench]
-#   --dry-run        on any machine (CI): print the steps, check the files they need, collect the gpu
-#                    tier, run the harness's own dry run on one case; no GPU, no pycuda build.
-#   --limit S        the run() call's timeout_s (default $LIMIT_S or 600): the harness gets what is left.
-#   --bench-args A   the harness's case selection (default $BENCH_ARGS or "--max-bytes 300e6").
-#   --no-bench       the tier only.
-# Exit: 0 all passed; 1 a tier test or harness case failed; 2 bad usage or missing files; 3 no pycuda.
+#   --dry-run        on any machine (CI): print the steps, check the files and options they need, plan and
+#                    NVRTC-compile one case for sm_90 (no GPU, no cupy).
+#   --limit S        the run() call's timeout_s (default $LIMIT_S or 600).
+#   --bench-args A   bench_gpu_launch.py's case selection (default $BENCH_ARGS, empty: every case up to
+#                    300 MB in and out).
+#   --no-bench       checks only: step 2 runs each case once, untimed.
+# Exit: 0 all passed; 1 a case or a sanitizer failed; 2 bad usage or missing files; 3 no GPU toolchain.
 set -uo pipefail
 
-TIER=(tests/compiler/targets/cuda/test_launch_program_gpu.py tests/compiler/targets/cuda/test_launch_library.py
-  tests/compiler/targets/cuda/test_cuda_backend.py)
-HARNESS=scripts/bench_gpu.py
-DRY_CASE=softmax_fwd
+RUNNER=scripts/bench_gpu_launch.py
+# small clusters, with and without grid barriers: racecheck slows a kernel by orders of magnitude
+SANITIZED=(--cases layernorm_fwd_128x768_f32 softmax_fwd_4096x256_f16 bert_encoder/cluster_05 transformer_block/cluster_07
+  crnn_head/cluster_00 dien_attention_gru/cluster_21)
 PYTHON="${PYTHON:-python3}"
 OUT="${OUT:-/tmp/stitchfleet-out}"
 LIMIT_S="${LIMIT_S:-600}"
-BENCH_ARGS="${BENCH_ARGS:---max-bytes 300e6}"
+BENCH_ARGS="${BENCH_ARGS:-}"
 DRY=0
 BENCH=1
 
@@ -49,61 +48,52 @@ done
 case "$LIMIT_S" in ''|*[!0-9]*) fail_usage "--limit must be whole seconds, got '$LIMIT_S'" ;; esac
 [ "$LIMIT_S" -ge 120 ] || fail_usage "--limit $LIMIT_S is too short for a session (at least 120)"
 
-for needed in "${TIER[@]}" "$HARNESS"; do
-  [ -f "$needed" ] || { echo "gpu_session.sh: missing $needed (run from the repository root)" >&2; exit 2; }
-done
+[ -f "$RUNNER" ] || { echo "gpu_session.sh: missing $RUNNER (run from the repository root)" >&2; exit 2; }
 mkdir -p "$OUT/results"
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD:${PYTHONPATH:-}"
 
 step() { echo "== step $1: $2"; }
+timed_args() { if [ "$BENCH" -eq 1 ]; then echo "--time-budget $1"; else echo "--check-only"; fi; }
 
 dry_run() {
-  step 1 "device: nvidia-smi; nvcc --version (skipped in a dry run)"
-  step 2 "pycuda: $PYTHON -m pip install --no-index --find-links .whl --target /tmp/site pycuda (skipped)"
-  step 3 "gpu tier: $PYTHON -m pytest ${TIER[*]} --junitxml=$OUT/gpu_tier.xml (collected only)"
-  PYTHONPATH="$PWD:${PYTHONPATH:-}" "$PYTHON" -m pytest --collect-only -q -p no:cacheprovider "${TIER[@]}" \
-    | tail -1 || return 1
-  if [ "$BENCH" -eq 1 ]; then
-    step 4 "harness: $PYTHON $HARNESS $BENCH_ARGS --time-budget <left> (here: its dry run on $DRY_CASE)"
-    # The session's own harness options, then the dry run's: bad options fail here, not on the GPU.
-    # shellcheck disable=SC2086
-    PYTHONPATH="$PWD:${PYTHONPATH:-}" "$PYTHON" "$HARNESS" $BENCH_ARGS --dry-run --cases "$DRY_CASE" \
-      --out "$OUT/results" || return 1
-  else
-    step 4 "harness: skipped (--no-bench)"
-  fi
+  step 1 "device: nvidia-smi; nvcc --version; compute-sanitizer --version; import cupy (skipped in a dry run)"
+  step 2 "clusters: $PYTHON $RUNNER $BENCH_ARGS $(timed_args '<budget>') --out $OUT/results (here: its dry run)"
+  # The session's own options, then the dry run's: bad options fail here, not on the GPU.
+  # shellcheck disable=SC2086
+  "$PYTHON" "$RUNNER" $BENCH_ARGS --dry-run --out "$OUT/results" || return 1
+  for tool in memcheck racecheck synccheck; do
+    step 3 "compute-sanitizer --tool $tool --error-exitcode 9 $PYTHON $RUNNER --check-only ${SANITIZED[*]}"
+  done
+  "$PYTHON" "$RUNNER" --check-only "${SANITIZED[@]}" --dry-run --out "$(mktemp -d)" >/dev/null || return 1
   echo "dry run ok, ${SECONDS}s"
 }
 
 session() {
   step 1 "device"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
-  CUDA_ROOT="$(dirname "$(dirname "$(command -v nvcc)")")"
-  export CUDA_ROOT PATH="$CUDA_ROOT/bin:$PATH"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || return 3
   nvcc --version | tail -2
-  step 2 "pycuda"
-  "$PYTHON" -m pip install -q --no-index --find-links .whl --no-build-isolation --target /tmp/site pycuda \
-    || { echo "pycuda build failed"; return 3; }
-  export PYTHONPATH="/tmp/site:$PWD:${PYTHONPATH:-}"
-  "$PYTHON" -c "import pycuda.autoprimaryctx, pycuda.driver as d; print('pycuda sees', d.Context.get_device().name())"
-  "$PYTHON" -c "import torch, jax; print('torch', torch.__version__, 'jax', jax.__version__, jax.devices())"
-  step 3 "gpu tier"
-  "$PYTHON" -m pytest "${TIER[@]}" -q -rs -p no:cacheprovider --junitxml="$OUT/gpu_tier.xml"
-  local tier=$? bench=0
-  local budget=$((LIMIT_S - SECONDS - 90))
-  echo "gpu tier exit $tier after ${SECONDS}s; harness budget ${budget}s"
-  if [ "$BENCH" -eq 0 ]; then
-    step 4 "harness skipped (--no-bench)"
-  elif [ "$budget" -gt 30 ]; then
-    step 4 "harness"
-    # shellcheck disable=SC2086
-    "$PYTHON" "$HARNESS" $BENCH_ARGS --time-budget "$budget" --out "$OUT/results"
-    bench=$?
-  else
-    echo "no time left for the harness"; bench=4
-  fi
-  echo "gpu tier exit $tier, harness exit $bench, ${SECONDS}s"
-  [ "$tier" -eq 0 ] && [ "$bench" -eq 0 ] || return 1
+  local sanitizer
+  sanitizer="$(command -v compute-sanitizer || echo "$(dirname "$(command -v nvcc)")/compute-sanitizer")"
+  "$sanitizer" --version | head -1 || return 3
+  "$PYTHON" -c "import cupy; print('cupy', cupy.__version__, cupy.cuda.runtime.getDeviceProperties(0)['name'])" \
+    || return 3
+  local budget=$(((LIMIT_S - SECONDS - 60) / 2))
+  step 2 "clusters: checked, then timed for ${budget}s"
+  # shellcheck disable=SC2086
+  "$PYTHON" "$RUNNER" $BENCH_ARGS $(timed_args "$budget") --out "$OUT/results"
+  local cases=$? sanitized=0
+  local each=$(((LIMIT_S - SECONDS - 60) / 3))
+  for tool in memcheck racecheck synccheck; do
+    if [ "$each" -lt 20 ]; then echo "no time left for $tool"; sanitized=4; continue; fi
+    step 3 "compute-sanitizer --tool $tool (${each}s)"
+    timeout "$each" "$sanitizer" --tool "$tool" --error-exitcode 9 \
+      "$PYTHON" "$RUNNER" --check-only "${SANITIZED[@]}" --out "$(mktemp -d)"
+    local rc=$?
+    echo "$tool exit $rc"
+    [ "$rc" -eq 0 ] || sanitized=1
+  done
+  echo "clusters exit $cases, sanitizers exit $sanitized, ${SECONDS}s"
+  [ "$cases" -eq 0 ] && [ "$sanitized" -eq 0 ] || return 1
 }
 
 if [ "$DRY" -eq 1 ]; then

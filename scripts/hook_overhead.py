@@ -1,6 +1,6 @@
 """Prints what the StitchHook costs a step where nothing is stitched, against plain TF in the same process.
 
-Input: none (small BERT encoder from stitchfleet/plugin/training_graphs.py, TF CPU); optional
+Input: none (small BERT encoder from stitchfleet/demo/models.py, TF CPU); optional
 arguments: steps per window and rounds. Output: on stdout, median step times, interleaved window
 by window over the rounds, of four sessions of the same model: plain TF (no hook), twice (their
 difference is the measurement's noise); the hook in
@@ -23,8 +23,8 @@ from typing import Any
 import tensorflow as tf
 
 from stitchfleet import settings
-from stitchfleet.plugin import training_graphs as models
-from stitchfleet.plugin.hook import StitchHook
+from stitchfleet.demo import models
+from stitchfleet.plugin.session.hook import StitchHook
 from tests.plugin.hook_harness import _feeds
 
 SETTLE = 5  # untimed steps at the start of each window

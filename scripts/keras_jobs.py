@@ -75,7 +75,7 @@ def _train(name: str, steps: int, hook: Any) -> tuple[list[float], float]:
 
 def _hook(tmp: Path, name: str) -> Any:
     from stitchfleet import settings
-    from stitchfleet.plugin.hook import StitchHook
+    from stitchfleet.plugin.session.hook import StitchHook
 
     env = {
         "STITCHFLEET_STATE_DIR": str(tmp / "state"),

@@ -8,6 +8,7 @@ subcommand whose issue has not landed yet says so plainly and exits with status 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,8 +37,13 @@ def _show_settings(args: argparse.Namespace) -> int:
     current = settings.load()
     rows = settings.describe()
     width = max(len(name) for name, *_ in rows)
+    area = ""
     for name, kind, default, doc in rows:
-        value = getattr(current, name.removeprefix(settings.PREFIX).lower())
+        field_name = name.removeprefix(settings.PREFIX).lower()
+        if settings.area_of(field_name) != area:
+            print(("\n" if area else "") + f"# {settings.area_of(field_name)}")
+            area = settings.area_of(field_name)
+        value = getattr(current, field_name)
         print(f"{name:<{width}}  {kind:<12} {value!s:<28} {doc}")
         if str(value) != default:
             print(f"{'':<{width}}  {'':<12} (default: {default})")
@@ -73,6 +79,13 @@ def _add_compile(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         default=None,
         help=_device_help(),
     )
+    parser.add_argument(
+        "--ptxas",
+        metavar="ARCH",
+        default=None,
+        help="add what ptxas made of every stitched kernel for ARCH (sm_90): registers, spills, shared memory,"
+        " occupancy against the plan, grid-barrier headroom (needs nvcc, no GPU)",
+    )
     parser.set_defaults(handler=_compile)
 
 
@@ -98,7 +111,9 @@ def _compile(args: argparse.Namespace) -> int:
     current = settings.current()
     budget, dump_dir = current.remote_stitch_budget, current.dump_dir or None
     if not args.path.endswith(compile_command.GRAPHDEF_SUFFIXES):
-        return compile_command.run(args.path, args.report, args.device, budget, dump_dir, cache_dir=current.cache_dir)
+        return compile_command.run(
+            args.path, args.report, args.device, budget, dump_dir, cache_dir=current.cache_dir, ptxas=args.ptxas
+        )
     bad_device = compile_command.check_device(args.device)
     if bad_device is not None:
         return bad_device
@@ -107,7 +122,14 @@ def _compile(args: argparse.Namespace) -> int:
         return converted
     graph, origins = converted
     return compile_command.run_graph(
-        graph, args.report, args.device, budget, dump_dir, cache_dir=current.cache_dir, origins=origins
+        graph,
+        args.report,
+        args.device,
+        budget,
+        dump_dir,
+        cache_dir=current.cache_dir,
+        origins=origins,
+        ptxas=args.ptxas,
     )
 
 
@@ -172,6 +194,32 @@ def _ingest_spool(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_recheck(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    recheck = actions.add_parser(
+        "recheck", help="judge a quarantined cluster's reverts again in float64; clear it when all pass"
+    )
+    recheck.add_argument("fingerprint", metavar="FINGERPRINT", help="the cluster fingerprint")
+    recheck.add_argument("--db", default=None, help="SQLAlchemy URL (default: STITCHFLEET_DB_URL or SQLite)")
+    recheck.add_argument("--by", default=os.environ.get("USER", "unknown"), help="who clears (the audit event)")
+    recheck.add_argument("--why", default="offline recheck", help="why (the audit event)")
+    recheck.add_argument("--evidence", type=Path, default=None, help="the evidence blob (.npz) when not inline")
+    recheck.set_defaults(handler=_fleet_recheck)
+
+
+def _fleet_recheck(args: argparse.Namespace) -> int:
+    from stitchfleet.plugin.guard import recheck
+    from stitchfleet.telemetry import database
+
+    url = database.resolve_url(args.db)
+    try:
+        done = recheck.recheck(args.fingerprint, url, args.by, args.why, args.evidence)
+    except Exception as err:  # driver-specific failures: report which database and why, never trace
+        print(f"stitchfleet fleet recheck: {database.describe_failure(url, err)}", file=sys.stderr)
+        return 1
+    print(done.describe())
+    return 0 if done.cleared else 1
+
+
 def _add_report(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("report", help="savings reports")
     kinds = parser.add_subparsers(dest="report_kind", required=True)
@@ -205,6 +253,15 @@ def _report_weekly(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     options = report_command.WeeklyOptions(args.db, args.week, args.format, args.csv_table, args.top, args.output)
     return report_command.run_weekly(options)
+
+
+def _add_fleet(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from stitchfleet.telemetry import quarantine_command
+
+    parser = sub.add_parser("fleet", help="the fleet's memory: the quarantine of reverted clusters")
+    actions = parser.add_subparsers(dest="fleet_action", required=True)
+    quarantine_command.add_to(actions)
+    _add_recheck(actions)
 
 
 def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -294,6 +351,9 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--every", type=int, default=250, help="a progress line every N steps (default 250)")
     parser.add_argument("--dir", default="stitchfleet-demo", help="where each run's directory is made")
     parser.add_argument("--backend", default="cpu", choices=_demo_backends(), help="kernel backend (default cpu)")
+    parser.add_argument(
+        "--job-steps", type=int, default=None, help="the job's length the plugin is told (default --steps; 0: unknown)"
+    )
     parser.set_defaults(handler=_demo)
 
 
@@ -301,9 +361,9 @@ def _demo(args: argparse.Namespace) -> int:
     if args.steps < 1 or args.every < 1:
         print("stitchfleet demo: --steps and --every must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    from stitchfleet.plugin import demo
+    from stitchfleet.demo import command
 
-    return demo.run(args)
+    return command.run(args)
 
 
 def _install_shim(args: argparse.Namespace) -> int:
@@ -319,7 +379,7 @@ def _install_shim(args: argparse.Namespace) -> int:
     if not args.with_op:
         return 0
     try:
-        from stitchfleet.plugin.bridge_op import build_prebuilt
+        from stitchfleet.plugin.native.dispatch_op import build_prebuilt
 
         # Both builds of this TF version: the CPU wheel's and the GPU wheel's (-DGOOGLE_CUDA=1, its own name),
         # which loads and runs under the `tensorflow` GPU wheel of the same version (bridge_op.prebuilt_name).
@@ -350,6 +410,7 @@ _COMMANDS = (
     _add_compile,
     _add_db,
     _add_telemetry,
+    _add_fleet,
     _add_report,
     _add_operator,
     _add_bench,

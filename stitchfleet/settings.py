@@ -171,6 +171,17 @@ class Settings:
         "Run a probe pair again when some rank had no figures for it (its kernels compiling), at most this often.",
         minimum=0,
     )
+    probe_share: float = _knob(
+        0.05,
+        "Most of the job's remaining steps that exploring a losing configuration may take: per-cluster probes after"
+        " the group lost run only when they fit, and setup only when its warmup and group probe fit.",
+        minimum=0.0,
+    )
+    job_steps: int = _knob(
+        0,
+        "The job's training steps, when known (0: read from the job's StopAtStepHook, or unknown).",
+        minimum=0,
+    )
     remote_stitch_budget: int = _knob(8, "Most independent clusters merged into one stitch op.", minimum=1)
     dump_dir: str = _knob("", "Write every compiler artifact here, and why the plugin changed a cluster (empty: off).")
     # Home-relative defaults are resolved once, at import: a process's home does not move.
@@ -208,7 +219,7 @@ class Settings:
         7.0, "Days a slower verdict lasts after its latest evidence; then jobs probe the cluster again.", minimum=0.0
     )
     # job identity (the admission webhook fills these from labels and the downward API)
-    cluster: str = _knob("local", "Kubernetes cluster name.")
+    cluster: str = _knob("local", "Name of the Kubernetes cluster the job runs in (not a stitched cluster).")
     namespace: str = _knob("default", "Namespace of the job.")
     job_name: str = _knob("", "Job name (empty: derived from the script name).")
     job_uid: str = _knob("", "Id of this run of the job, shared by its ranks (Job uid/attempt; empty: a fresh uuid).")
@@ -321,10 +332,109 @@ def reset() -> None:
     _current = None
 
 
+# Each knob's area, in the order `stitchfleet settings` prints them: where to look for what a knob steers.
+AREAS: dict[str, tuple[str, ...]] = {
+    "plugin": (
+        "enabled",
+        "backend",
+        "bridge",
+        "device",
+        "compile_budget",
+        "compile_workers",
+        "remote_stitch_budget",
+        "signatures_max",
+        "signature_steps",
+        "signature_window",
+        "signature_compile_seconds",
+        "dump_dir",
+        "cache_dir",
+        "log_level",
+    ),
+    "guard": (
+        "check_every",
+        "check_first",
+        "check_budget",
+        "check_max_gap",
+        "check_clusters",
+        "tolerance_factor",
+        "translation_check",
+        "slowdown_margin",
+    ),
+    "probes": (
+        "warmup_steps",
+        "baseline_steps",
+        "rebaseline_every",
+        "window_steps",
+        "probe_steps",
+        "probe_margin",
+        "probe_rounds",
+        "probe_group",
+        "probe_group_factor",
+        "probe_reruns",
+        "probe_share",
+        "job_steps",
+    ),
+    "telemetry": (
+        "db_url",
+        "state_dir",
+        "metrics_port",
+        "flush_seconds",
+        "ingest_url",
+        "ingest_ca",
+        "ingest_server_name",
+        "ingest_token_file",
+        "ingest_audience",
+        "ingest_token_seconds",
+        "ingest_timeout_seconds",
+        "ingest_max_backoff_seconds",
+        "ingest_batch_rows",
+        "fleet_memory_timeout_seconds",
+        "slower_jobs",
+        "slower_ttl_days",
+    ),
+    "job identity": (
+        "cluster",
+        "namespace",
+        "job_name",
+        "job_uid",
+        "team",
+        "model",
+        "pod_name",
+        "rank",
+        "world_size",
+        "gpus_per_rank",
+        "gpu_type",
+    ),
+    "operator": (
+        "webhook_port",
+        "webhook_tls_dir",
+        "webhook_self_signed",
+        "webhook_config_name",
+        "webhook_service",
+        "operator_namespace",
+        "health_port",
+        "rollup_seconds",
+        "api_timeout_seconds",
+        "shim_image",
+        "kernel_cache_claim",
+    ),
+}
+
+
+def area_of(field_name: str) -> str:
+    """The area a knob belongs to (KeyError for a knob no area lists: `AREAS` must name every one)."""
+    for area, names in AREAS.items():
+        if field_name in names:
+            return area
+    raise KeyError(f"setting {field_name!r} is in no area of settings.AREAS")
+
+
 def describe() -> list[tuple[str, str, str, str]]:
-    """(variable, type, default, doc) for every knob: the documentation `stitchfleet settings` prints."""
+    """(variable, type, default, doc) for every knob, area by area: what `stitchfleet settings` prints."""
     rows = []
-    for spec in dataclasses.fields(Settings):
+    order = [name for names in AREAS.values() for name in names]
+    fields = sorted(dataclasses.fields(Settings), key=lambda spec: order.index(spec.name))
+    for spec in fields:
         choices = spec.metadata["choices"]
         type_text = "|".join(choices) if choices else str(spec.type)
         rows.append((env_name(spec.name), type_text, str(spec.default), spec.metadata["doc"]))

@@ -6,7 +6,10 @@ tf, horovod and postgres tests run by default: `make test` installs what they ne
 from __future__ import annotations
 
 import functools
+import re
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +49,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in gpu_items:
         item.add_marker(pytest.mark.skip(reason=f"gpu tier: {reason}"))
+
+
+# `make test-unit`: the tier that runs without TensorFlow or Horovod. Their imports are blocked, so a test
+# that needs them and is not marked fails loudly instead of quietly importing them.
+WITHOUT_TF = "--without-tf"
+MARKED_TF = re.compile(r"^pytestmark = .*\bmark\.(tf|horovod)\b", re.M)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(WITHOUT_TF, action="store_true", help="block TensorFlow and Horovod; skip modules marked tf")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption(WITHOUT_TF):
+        sys.modules["tensorflow"] = None  # type: ignore[assignment]
+        sys.modules["horovod"] = None  # type: ignore[assignment]
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if config.getoption(WITHOUT_TF) and collection_path.suffix == ".py" and collection_path.name.startswith("test_"):
+        return bool(MARKED_TF.search(collection_path.read_text())) or None
+    return None

@@ -1,20 +1,16 @@
-"""House rules that keep the code in shape: a line budget per module, one-way layers in the compiler, one-way compile.
+"""House rules: a line budget per package, one-way layers in the compiler, one-way compile.
 
-Input: the source files of the package (read, not imported). Output: a failure naming each module
-over the line budget, each upward import between the compiler's layers (ir < plan < kernel <
-lower < targets < pipeline < compile_command), and each plugin module that names the planner
-(`plan_cluster`): the pipeline plans every cluster once, and a cluster the plugin changes for TF
-reasons is planned through the compiler's one re-entry, `pipeline.compile_cluster`. The layer list
-is also the import-linter contract `compiler-layers` in setup.cfg (`lint-imports` checks the same
-rule with grimp); a test keeps the two lists equal, so neither can drift. The planner rule has no
-import-linter contract: the plugin imports `compiler.plan` for its types, and grimp sees modules,
-not names. Test modules are outside the budget (they hold tables).
+Input: the source files of the package (read, not imported). Output: a failure naming each package
+over its line budget (a long file only warns: ideas are not split by line count), each upward import
+between the compiler's layers, and each plugin module that calls the planner itself. Why each rule
+exists: docs/architecture.md ("House rules").
 """
 
 from __future__ import annotations
 
 import ast
 import configparser
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,9 +18,18 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "stitchfleet"
 COMPILER = "stitchfleet.compiler"
-LINE_BUDGET = 400
-# module (path under stitchfleet/) -> why it may exceed the budget; keep it empty
-OVER_BUDGET: dict[str, str] = {}
+# Lines of Python per package (tinygrad's idea: the whole stays small, each file as long as its idea).
+# Raising a budget is a decision made in review, with the reason in the commit.
+PACKAGE_BUDGETS = {
+    "compiler": 17000,
+    "plugin": 14000,
+    "telemetry": 7000,
+    "operator": 3500,
+    "boot": 300,
+    "demo": 900,
+    "": 1200,  # the top-level modules: settings, cli, __init__
+}
+FILE_WARNING = 600  # a file past this many lines is worth a look (a warning, never a failure)
 # plugin module (path under stitchfleet/) -> why it may still call the planner itself; keep it empty
 PLANS_ITSELF: dict[str, str] = {}
 PLANNER = "plan_cluster"
@@ -41,10 +46,25 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def over_budget(paths: list[Path], base: Path = PACKAGE, budget: int = LINE_BUDGET) -> dict[str, int]:
-    """Each module (path under `base`) with more than `budget` lines, and its line count."""
+def package_lines(paths: list[Path], base: Path = PACKAGE) -> dict[str, int]:
+    """Lines per top-level package under `base` ("" for the modules directly in it)."""
+    lines: dict[str, int] = {}
+    for p in paths:
+        parts = p.relative_to(base).parts
+        key = parts[0] if len(parts) > 1 else ""
+        lines[key] = lines.get(key, 0) + len(p.read_text().splitlines())
+    return lines
+
+
+def over_budget(lines: dict[str, int], budgets: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Each package over its budget (or with none): (its lines, its budget)."""
+    return {name: (n, budgets.get(name, 0)) for name, n in lines.items() if n > budgets.get(name, 0)}
+
+
+def long_files(paths: list[Path], base: Path = PACKAGE, limit: int = FILE_WARNING) -> dict[str, int]:
+    """Each file (path under `base`) longer than `limit` lines."""
     counts = {str(p.relative_to(base)): len(p.read_text().splitlines()) for p in paths}
-    return {name: n for name, n in counts.items() if n > budget}
+    return {name: n for name, n in counts.items() if n > limit}
 
 
 def imported(source: str, module: str) -> set[str]:
@@ -108,16 +128,14 @@ def upward_imports(sources: dict[str, str]) -> list[str]:
     return found
 
 
-def test_every_module_is_within_the_line_budget() -> None:
-    over = {name: n for name, n in over_budget(_modules()).items() if name not in OVER_BUDGET}
-    assert not over, f"modules over {LINE_BUDGET} lines (split them, move code out): {over}"
+def test_every_package_is_within_its_line_budget() -> None:
+    over = over_budget(package_lines(_modules()), PACKAGE_BUDGETS)
+    assert not over, f"packages over their line budget (lines, budget): {over}"
 
 
-def test_every_listed_exception_is_still_over_budget() -> None:
-    # an exception that no longer needs its pass must leave the list
-    over = over_budget(_modules())
-    stale = sorted(set(OVER_BUDGET) - set(over))
-    assert not stale, f"modules listed in OVER_BUDGET but within {LINE_BUDGET} lines: {stale}"
+def test_long_files_only_warn() -> None:
+    for name, n in sorted(long_files(_modules()).items()):
+        warnings.warn(f"{name}: {n} lines (over {FILE_WARNING}): is it still one idea?", stacklevel=1)
 
 
 def test_no_compiler_layer_imports_a_higher_one() -> None:
@@ -175,7 +193,18 @@ def test_upward_imports_are_found(module: str, source: str, expected: int) -> No
     assert len(upward_imports({module: source})) == expected
 
 
-def test_a_long_module_is_found(tmp_path: Path) -> None:
-    (tmp_path / "long.py").write_text("x = 1\n" * (LINE_BUDGET + 1))
-    (tmp_path / "short.py").write_text("x = 1\n" * LINE_BUDGET)
-    assert over_budget(sorted(tmp_path.glob("*.py")), tmp_path) == {"long.py": LINE_BUDGET + 1}
+def test_a_package_over_budget_is_found(tmp_path: Path) -> None:
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "a.py").write_text("x = 1\n" * 6)
+    (tmp_path / "big" / "b.py").write_text("x = 1\n" * 5)
+    (tmp_path / "top.py").write_text("x = 1\n" * 3)
+    lines = package_lines(sorted(tmp_path.rglob("*.py")), tmp_path)
+    assert lines == {"big": 11, "": 3}
+    assert over_budget(lines, {"big": 10, "": 3}) == {"big": (11, 10)}
+    assert over_budget(lines, {"big": 11}) == {"": (3, 0)}  # a package without a budget is over it
+
+
+def test_a_long_file_is_found(tmp_path: Path) -> None:
+    (tmp_path / "long.py").write_text("x = 1\n" * (FILE_WARNING + 1))
+    (tmp_path / "short.py").write_text("x = 1\n" * FILE_WARNING)
+    assert long_files(sorted(tmp_path.glob("*.py")), tmp_path) == {"long.py": FILE_WARNING + 1}

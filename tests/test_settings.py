@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,19 @@ def test_every_knob_is_documented() -> None:
         assert name.startswith("STITCHFLEET_")
         assert kind
         assert doc.endswith(".")
+
+
+def test_every_knob_is_in_exactly_one_area() -> None:
+    names = [f.name for f in dataclasses.fields(settings.Settings)]
+    listed = [name for names in settings.AREAS.values() for name in names]
+    assert sorted(listed) == sorted(names), "settings.AREAS must list every knob exactly once"
+
+
+def test_describe_lists_knobs_area_by_area() -> None:
+    areas = [settings.area_of(name.removeprefix(settings.PREFIX).lower()) for name, *_ in settings.describe()]
+    assert areas[0] == "plugin"
+    # each area's knobs come together, in AREAS' order
+    firsts = [a for i, a in enumerate(areas) if i == 0 or areas[i - 1] != a]
+    assert firsts == list(settings.AREAS)
+    with pytest.raises(KeyError, match="no area"):
+        settings.area_of("no_such_knob")

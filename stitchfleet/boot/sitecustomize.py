@@ -8,7 +8,7 @@ admission webhook arranges that), Python's `site` imports it at startup. It then
    image's own startup customisation still happens;
 2. puts <dir> on sys.path right after the shim directory, so `import stitchfleet`
    finds the injected copy;
-3. when STITCHFLEET_ENABLED is on, imports `stitchfleet.plugin.boot` if that module
+3. when STITCHFLEET_ENABLED is on, imports `stitchfleet.plugin.session.auto_attach` if that module
    exists (it attaches the TensorFlow hook).
 Nothing here may fail the user's process: every step catches everything and
 prints one warning line to stderr. Only the standard library is imported at top
@@ -28,7 +28,7 @@ from types import ModuleType
 
 # Set by a copy of this shim that chain-loads another copy, so that one never loads the first again.
 SEEN_DIRS = "_stitchfleet_seen_dirs"
-PLUGIN_BOOT = "stitchfleet.plugin.boot"
+PLUGIN_BOOT = "stitchfleet.plugin.session.auto_attach"
 
 
 def _real(entry: str) -> str:
@@ -69,7 +69,7 @@ def add_package_root(shim_dir: str) -> None:
 
 
 def boot_plugin() -> None:
-    """Imports stitchfleet.plugin.boot when STITCHFLEET_ENABLED is on and the module exists."""
+    """Imports stitchfleet.plugin.session.auto_attach when STITCHFLEET_ENABLED is on and the module exists."""
     from stitchfleet import settings
 
     if not settings.load().enabled or importlib.util.find_spec(PLUGIN_BOOT) is None:

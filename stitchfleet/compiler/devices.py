@@ -97,12 +97,14 @@ def occupancy(dev: Device, threads: int, registers: int = 32, smem: int = 0) -> 
     return Occupancy(per_sm, per_sm * dev.sms, limited_by)
 
 
-def relax_registers(dev: Device, threads: int, smem: int, assumed: int = 32) -> int:
-    """The largest register cap keeping the blocks per wave of the `assumed` cap ("assume, relax, apply")."""
-    target = occupancy(dev, threads, assumed, smem).blocks_per_sm
+def relax_registers(dev: Device, threads: int, smem: int, assumed: int = 32, blocks_per_sm: int | None = None) -> int:
+    """The largest register cap keeping `blocks_per_sm` blocks resident (default: the blocks per SM of the
+    `assumed` cap, "assume, relax, apply"); never below `assumed`."""
+    target = occupancy(dev, threads, assumed, smem).blocks_per_sm if blocks_per_sm is None else blocks_per_sm
     best = assumed
     for registers in range(assumed, dev.registers_per_thread + 1):
-        if occupancy_or_none(dev, threads, registers, smem) != target:
+        resident = occupancy_or_none(dev, threads, registers, smem)
+        if resident is None or resident < target:
             break
         best = registers
     return best

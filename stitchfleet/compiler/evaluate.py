@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from stitchfleet.compiler.elementwise import BINARY, UNARY
 from stitchfleet.compiler.ir import DType, Graph, Node, Op, is_static
-from stitchfleet.compiler.tolerance import roundoff
+from stitchfleet.compiler.tolerance import noise_of, roundoff
 
 Array = npt.NDArray[Any]
 Precision = Literal["native", "float64"]
@@ -34,6 +34,10 @@ NOISE_SEED = 20261123  # with the draw number: the same noise on every run, so a
 
 class EvaluationError(ValueError):
     """The graph cannot be evaluated (an opaque op with no reference meaning, a dynamic result)."""
+
+
+class OpaqueError(EvaluationError):
+    """The graph holds an opaque op (a convolution, a pooling gradient) that has no meaning here."""
 
 
 class InputError(EvaluationError):
@@ -126,7 +130,7 @@ def _opaque(node: Node, args: Sequence[Array]) -> Array:
         return _matmul(args[0], args[1], bool(flag("adj_x")), bool(flag("adj_y")))
     if kind == "Identity" and len(args) == 1:
         return args[0]
-    raise EvaluationError(f"{node.label}: OPAQUE op type {kind!r} has no reference meaning in evaluate")
+    raise OpaqueError(f"{node.label}: OPAQUE op type {kind!r} has no reference meaning in evaluate")
 
 
 def _compute(node: Node, args: Sequence[Array], precision: Precision) -> object:
@@ -175,13 +179,15 @@ def _check_input(name: str, param: Node, value: object) -> Array:
     return array
 
 
-def _perturb(value: Array, dtype: DType, rng: np.random.Generator) -> Array:
-    """`value` (float64) times 1 + e, e uniform in [-u, u] per element (u: the unit roundoff of `dtype`):
-    the relative error one round-to-nearest into `dtype` may make."""
+def _perturb(value: Array, dtype: DType, rng: np.random.Generator, amplitude: float) -> Array:
+    """`value` (float64) times 1 + e, e uniform in [-a u, a u] per element (u: the unit roundoff of `dtype`,
+    a: `amplitude`): at 1, the relative error one round-to-nearest into `dtype` may make."""
     if not dtype.is_float:
         return value
     u = roundoff(dtype.numpy, bf16=dtype is DType.BF16)
-    noisy: Array = np.asarray(value * (1.0 + u * rng.uniform(-1.0, 1.0, value.shape)), dtype=np.float64)
+    # drawn before scaling: a twin draw (tolerance.noise_of) has its draw's direction exactly
+    direction = rng.uniform(-1.0, 1.0, value.shape)
+    noisy: Array = np.asarray(value * (1.0 + amplitude * u * direction), dtype=np.float64)
     return noisy
 
 
@@ -190,14 +196,16 @@ def evaluate_nodes(
 ) -> list[Array]:
     """Every node's value, in node order (for checking intermediate results). `noise` (float64 only): a
     draw number; every floating input is perturbed by one unit roundoff of its dtype (`_perturb`), drawn
-    from a generator seeded with NOISE_SEED and the draw. Only the inputs: noise on intermediate values
+    from a generator seeded with NOISE_SEED and the draw's direction (a linearity twin: the same direction
+    at a fraction of the amplitude, `tolerance.noise_of`). Only the inputs: noise on intermediate values
     would also break the graph's own exact relations (a max-pool gradient's x == max(x)), which is not
     rounding any float32 evaluation makes."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if noise is not None and precision != "float64":
         raise ValueError("noise on the inputs is for the float64 reference only: native storage would round it away")
-    rng = None if noise is None else np.random.default_rng((NOISE_SEED, noise))
+    direction, amplitude = (0, 0.0) if noise is None else noise_of(noise)
+    rng = None if noise is None else np.random.default_rng((NOISE_SEED, direction))
     given = _check_inputs(graph, inputs)
     values: list[Array] = []
     with np.errstate(all="ignore"):  # inf/nan results are data here; the guard judges them
@@ -205,7 +213,7 @@ def evaluate_nodes(
             if node.op is Op.PARAMETER:
                 stored = _store(given[str(node.attrs["name"])], node.dtype, "native")
                 value = stored.astype(_storage(node.dtype, precision))
-                values.append(value if rng is None else _perturb(value, node.dtype, rng))
+                values.append(value if rng is None else _perturb(value, node.dtype, rng, amplitude))
                 continue
             result = _store(_compute(node, [values[i] for i in node.inputs], precision), node.dtype, precision)
             if is_static(node.shape) and result.shape != node.shape:

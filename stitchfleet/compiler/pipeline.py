@@ -25,14 +25,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stitchfleet.compiler import granularity, ir, targets
+from stitchfleet.compiler import gpu_time, granularity, ir, targets
 from stitchfleet.compiler.baselines import PLANNERS, Plan
 from stitchfleet.compiler.decision import Decision
+from stitchfleet.compiler.gpu_time import ModeledTime
 from stitchfleet.compiler.kernel.printer import print_kernel
 from stitchfleet.compiler.lower import Lowered, lower
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
@@ -52,6 +53,9 @@ class Options:
     # IR nodes holding a whole frontend op's output (the TF frontend's `origins`); None: every node is
     # one op of its own (a graph from JSON), so `op_clusters` keeps the scope pass's clusters.
     origins: frozenset[int] | None = None
+    # Nodes the scope pass keeps out of every cluster, each with its reason (node id -> reason): the
+    # frontend's epilogues that the target's TF library fuses with their compute op (`Profile.library_fusions`).
+    held: Mapping[int, str] = dataclasses.field(default_factory=dict)
     # The back stages run only when asked: a job's hook builds each cluster for its backend itself and
     # would pay them in its setup. `sources` names targets (SOURCE_TARGETS); cuda renders the kernel IR.
     kernels: bool = False
@@ -104,7 +108,7 @@ class Artifacts:
 
 
 def clusters(art: Artifacts, options: Options) -> Scope:
-    return find_clusters(art.graph, options.remote_budget)
+    return find_clusters(art.graph, options.remote_budget, options.held)
 
 
 def op_clusters(art: Artifacts, options: Options) -> Scope:
@@ -231,6 +235,21 @@ def _fingerprint(art: Artifacts, graph: ir.Graph, drawn: Cluster) -> str:
     return ir.fingerprint(extract(art.graph, drawn.nodes))
 
 
+def _modeled(art: Artifacts) -> tuple[ModeledTime, ...]:
+    """Each planner's kernels of each cluster priced by the GPU time model; a refused cluster keeps per_op's."""
+    traffic = {(p.planner, p.cluster): gpu_time.baseline_traffic(art.graph, p) for p in art.baseline_plans}
+    for c, g, p in zip(art.need_clusters().clusters, art.cluster_graphs, art.stitch, strict=True):
+        if isinstance(p, StitchPlan):
+            traffic["stitch", c.id] = gpu_time.stitch_traffic(g, p)
+        elif ("per_op", c.id) in traffic:
+            traffic["stitch", c.id] = traffic["per_op", c.id]
+    return tuple(
+        gpu_time.total(planner, cluster, kernels, cost)
+        for cost in gpu_time.COSTS.values()
+        for (planner, cluster), kernels in traffic.items()
+    )
+
+
 def report(art: Artifacts, options: Options) -> CompileReport:
     scope, drawn = art.need_clusters(), art.clusters.clusters if art.clusters is not None else ()
     summaries = tuple(
@@ -247,6 +266,7 @@ def report(art: Artifacts, options: Options) -> CompileReport:
         kernel_counts=tuple(KernelCount(p.planner, p.cluster, p.kernel_count) for p in art.baseline_plans)
         + _stitch_counts(art),
         timings=art.timings,
+        modeled=_modeled(art),
     )
 
 

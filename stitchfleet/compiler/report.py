@@ -4,7 +4,8 @@ Input: built by the pipeline's `report` stage from the earlier artifacts. Output
 frozen, JSON-serialisable record (round-trips through `to_json`/`from_json`) that the
 plugin turns into telemetry and the CLI prints (`format_table`): the graph fingerprint,
 clusters with sizes and fingerprints, excluded ops with reasons, decisions, kernel
-counts per planner and cluster, and stage timings.
+counts per planner and cluster, modeled GPU time per planner, cluster and device (`gpu_time`: a model,
+labelled so, never a measurement), and stage timings.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from stitchfleet.compiler.decision import Decision, Exclusion
+from stitchfleet.compiler.gpu_time import ModeledTime
 
 FORMAT = "stitchfleet-compile-report"
 VERSION = 1
@@ -58,12 +60,21 @@ class CompileReport:
     decisions: tuple[Decision, ...]
     kernel_counts: tuple[KernelCount, ...]
     timings: tuple[StageTiming, ...]
+    modeled: tuple[ModeledTime, ...] = ()  # GPU time from gpu_time's model: never reported as measured
 
     def totals(self) -> dict[str, int]:
         """Kernels per planner over all clusters, planners in first-seen order."""
         totals: dict[str, int] = {}
         for count in self.kernel_counts:
             totals[count.planner] = totals.get(count.planner, 0) + count.kernels
+        return totals
+
+    def modeled_totals(self, device: str) -> dict[str, float]:
+        """Modeled microseconds per planner over all clusters on `device` (h100, h200)."""
+        totals: dict[str, float] = {}
+        for m in self.modeled:
+            if m.device == device:
+                totals[m.planner] = round(totals.get(m.planner, 0.0) + m.microseconds, 3)
         return totals
 
     def to_json(self) -> dict[str, object]:
@@ -103,6 +114,7 @@ def _parse(doc: Mapping[str, Any]) -> CompileReport:
         decisions=tuple(Decision(**d) for d in doc["decisions"]),
         kernel_counts=tuple(KernelCount(**k) for k in doc["kernel_counts"]),
         timings=tuple(StageTiming(**t) for t in doc["timings"]),
+        modeled=tuple(ModeledTime(**m) for m in doc.get("modeled", ())),  # absent from older reports
     )
 
 
@@ -132,6 +144,12 @@ def format_table(report: CompileReport) -> str:
         f"excluded ops: {len(report.excluded)}",
     ]
     lines += [f"  node {e.node:>5} {e.op:<14} {e.name:<32} {e.reason}" for e in report.excluded]
+    for device in dict.fromkeys(m.device for m in report.modeled):
+        totals = "  ".join(f"{planner} {us:.1f}" for planner, us in report.modeled_totals(device).items())
+        lines += [
+            "",
+            f"modeled GPU time on {device} (a model, not a measurement; docs/gpu_time_model.md), us: {totals}",
+        ]
     lines += ["", "stage timings:"]
     lines += [f"  {t.stage:<16} {t.seconds * 1000:9.2f} ms" for t in report.timings]
     return "\n".join(lines) + "\n"

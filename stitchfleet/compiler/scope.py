@@ -16,11 +16,13 @@ Rules (AStitch §4, DESIGN.md §2):
    still holds a single op has nothing to fuse and is dropped.
 5. CONSTANT nodes join every cluster that consumes them (a constant is rematerialised,
    never passed between kernels), so constants may belong to several clusters.
+6. Held nodes (`held`: node id -> reason, from the caller: e.g. a matmul's epilogue that the
+   target's TF library runs fused with it) are boundaries with the caller's reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stitchfleet.compiler.decision import Decision, Exclusion
@@ -116,10 +118,10 @@ class _Regions:
         return [self.sets[root] for root in sorted(self.sets)]
 
 
-def _classify(graph: Graph) -> tuple[list[int], list[int], list[Exclusion]]:
+def _classify(graph: Graph, held: Mapping[int, str]) -> tuple[list[int], list[int], list[Exclusion]]:
     candidates, constants, excluded = [], [], []
     for node in graph.nodes:
-        reason = boundary_reason(graph, node)
+        reason = boundary_reason(graph, node) or held.get(node.id)
         if reason is not None:
             excluded.append(Exclusion.of(node, reason))
         elif node.op is Op.CONSTANT:
@@ -272,12 +274,12 @@ def _cluster(graph: Graph, index: int, parts: list[set[int]], members: set[int])
     return Cluster(index, tuple(sorted(members)), ordered, tuple(inputs), tuple(outputs))
 
 
-def find_clusters(graph: Graph, remote_budget: int = 8) -> Scope:
-    """Clusters of `graph`; see the module docstring for the rules."""
+def find_clusters(graph: Graph, remote_budget: int = 8, held: Mapping[int, str] | None = None) -> Scope:
+    """Clusters of `graph`; see the module docstring for the rules (`held`: rule 6)."""
     if remote_budget < 1:
         raise ValueError(f"remote stitch budget must be >= 1, got {remote_budget}")
     decisions: list[Decision] = []
-    candidates, constants, excluded = _classify(graph)
+    candidates, constants, excluded = _classify(graph, held or {})
     regions, refused = _connect(graph, candidates, decisions)
     parts = _drop_free_singletons(graph, regions.regions(), excluded)
     groups = _drop_single_ops(graph, _remote_stitch(regions, parts, remote_budget, decisions), refused, excluded)

@@ -26,6 +26,8 @@ beyond its sensitivity, and the well-conditioned elements keep the rule as it wa
 verdict says when the allowance decided (`widened`, `reason`). This is the same DESIGN rule
 (at most k times further from fp64 than the unfused fp32 result), with the fp32 rounding
 estimated from the reference's sensitivity where one native result is a poor sample of it.
+The two caps (`SENSITIVITY_CAP`, and `LINEAR_CAP` where the movement is shown linear in the noise)
+and the case that needed the second: docs/tolerance.md.
 """
 
 from __future__ import annotations
@@ -52,6 +54,15 @@ DRAWS = 4
 # not rounding to accept blindly, and a fault of 1% stays ten times above it. It also lets an output
 # that is off by more be refused without paying for the draws.
 SENSITIVITY_CAP = 1e-3
+# An element whose movement is linear in the noise (its twin draw, the same direction at LINEAR_SCALE of
+# the amplitude, moves it LINEAR_SCALE as far, within LINEAR_SLACK of that) is ill-conditioned, not
+# discontinuous: its allowance may go up to LINEAR_CAP. A flip moves the twin as far as the draw (the
+# flip persists) or not at all; smooth second-order terms at cond x u ~ 1e-3 are ~1e-6 of the movement.
+# Transformer block cluster 8 (Adam's v = 0.999 v + 0.001 g^2 cancelling 2900-fold) needs 2.45e-3 on
+# sim, with plain float32 column sums in other row orders at 2.9e-3 median (docs/tolerance.md).
+LINEAR_CAP = 1e-2
+LINEAR_SCALE = 0.25
+LINEAR_SLACK = 0.2
 
 # draw number -> the fp64 reference of one output on inputs perturbed by that draw
 Perturbed = Callable[[int], object]
@@ -129,29 +140,52 @@ def check(
     verdict = Verdict(ok, compiled_error, native_error, allowed, reason)
     if ok or perturbed is None:
         return verdict
-    if compiled_error > SENSITIVITY_CAP:
+    if compiled_error > LINEAR_CAP:
         return Verdict(
             False,
             compiled_error,
             native_error,
             allowed,
-            f"{reason}; beyond {SENSITIVITY_CAP:g}, the cap of the backward-stability allowance",
+            f"{reason}; beyond {LINEAR_CAP:g}, the cap of the backward-stability allowance",
         )
     return _second_look(verdict, got, ref, floor=floor, factor=factor, perturbed=perturbed)
 
 
-def sensitivity(reference: npt.NDArray[np.float64], perturbed: Perturbed) -> npt.NDArray[np.float64]:
-    """Per element, the largest |perturbed reference - reference| over `DRAWS` draws. A draw that is
-    non-finite where the reference is finite (an overflow at the edge) grants nothing there."""
-    moved = np.zeros(reference.shape)
-    for draw in range(DRAWS):
+def noise_of(draw: int) -> tuple[int, float]:
+    """A draw number's noise: (direction, amplitude in units of roundoff). Draws 0 to DRAWS - 1 are one
+    unit roundoff each in a random direction of their own; draw DRAWS + k is draw k's linearity twin, the
+    same direction at LINEAR_SCALE of the amplitude (what `evaluate(..., noise=draw)` applies)."""
+    if not 0 <= draw < 2 * DRAWS:
+        raise ValueError(f"draw {draw} is not one of the {2 * DRAWS} draws")
+    return (draw, 1.0) if draw < DRAWS else (draw - DRAWS, LINEAR_SCALE)
+
+
+def _movements(reference: npt.NDArray[np.float64], perturbed: Perturbed, draws: range) -> npt.NDArray[np.float64]:
+    """|perturbed reference - reference| per draw (stacked on a first axis). A draw that is non-finite
+    where the reference is finite (an overflow at the edge) moves nothing there, so grants nothing."""
+    moved = []
+    for draw in draws:
         value = np.asarray(perturbed(draw), dtype=np.float64)
         if value.shape != reference.shape:
             raise ValueError(f"perturbed reference of shape {value.shape}, the reference's is {reference.shape}")
         with np.errstate(invalid="ignore"):
             step = np.abs(value - reference)
-        moved = np.maximum(moved, np.where(np.isfinite(step), step, 0.0))
-    return moved
+        moved.append(np.where(np.isfinite(step), step, 0.0))
+    return np.stack(moved)
+
+
+def sensitivity(reference: npt.NDArray[np.float64], perturbed: Perturbed) -> npt.NDArray[np.float64]:
+    """Per element, the largest |perturbed reference - reference| over the `DRAWS` draws."""
+    largest: npt.NDArray[np.float64] = _movements(reference, perturbed, range(DRAWS)).max(axis=0)
+    return largest
+
+
+def _linear(moves: npt.NDArray[np.float64], twins: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Per element, the largest movement of a draw whose twin moved LINEAR_SCALE as far (within LINEAR_SLACK)."""
+    expected = LINEAR_SCALE * moves
+    linear = np.abs(twins - expected) <= LINEAR_SLACK * expected
+    largest: npt.NDArray[np.float64] = np.where(linear, moves, 0.0).max(axis=0)
+    return largest
 
 
 def _second_look(
@@ -161,14 +195,23 @@ def _second_look(
     finite = np.isfinite(ref)
     error = np.abs(got.astype(np.float64)[finite] - ref[finite])
     scale = np.abs(ref[finite]) + floor
+    rule = verdict.allowed * scale
+    moves = _movements(ref, perturbed, range(DRAWS))[:, finite]
     # each element's own limit: the rule's, or factor x the reference's movement (capped), whichever is larger
-    own = np.minimum(factor * sensitivity(ref, perturbed)[finite], SENSITIVITY_CAP * scale)
-    limit = np.maximum(verdict.allowed * scale, own)
+    limit = np.maximum(rule, np.minimum(factor * moves.max(axis=0), SENSITIVITY_CAP * scale))
+    # the most any element could get, were its movement linear: the twins are paid only when that could help
+    reach = np.maximum(rule, np.minimum(factor * moves.max(axis=0), LINEAR_CAP * scale))
+    if np.all(error <= reach) and np.any(error > limit):
+        twins = _movements(ref, perturbed, range(DRAWS, 2 * DRAWS))[:, finite]
+        limit = np.maximum(limit, np.minimum(factor * _linear(moves, twins), LINEAR_CAP * scale))
     share = error / limit
-    beyond = int(np.count_nonzero(error > verdict.allowed * scale))
+    beyond = int(np.count_nonzero(error > rule))
     failing = int(np.count_nonzero(share > 1.0))
     if failing:
-        why = f"{failing} of {beyond} element(s) also beyond {factor:g} x the fp64 reference's movement under noise"
+        why = (
+            f"{failing} of {beyond} element(s) also beyond {factor:g} x the fp64 reference's movement under noise"
+            f" (capped at {SENSITIVITY_CAP:g}, or {LINEAR_CAP:g} where the movement is linear in the noise)"
+        )
         return Verdict(False, verdict.compiled_error, verdict.native_error, verdict.allowed, f"{verdict.reason}; {why}")
     worst = float(np.max(share))
     reason = (

@@ -35,6 +35,8 @@ def parse_request(body: bytes) -> dict[str, Any]:
         review = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ReviewError(f"body is not JSON: {err}") from None
+    except RecursionError:
+        raise ReviewError("body is JSON nested too deeply") from None
     if not isinstance(review, dict):
         raise ReviewError(f"body is a JSON {type(review).__name__}, expected an AdmissionReview object")
     if (review.get("apiVersion"), review.get("kind")) != (API_VERSION, KIND):

@@ -219,6 +219,10 @@ def _append_named(spec: dict[str, Any], key: str, items: list[dict[str, Any]]) -
     return [_add(pointer("spec", key, "-"), item) for item in missing]
 
 
+# The images' non-root user (USER 10001 in images/*.Containerfile); the shim is world-readable.
+SHIM_USER = 10001
+
+
 def _init_container(config: InjectionConfig) -> dict[str, Any]:
     return {
         "name": SHIM_VOLUME,
@@ -228,10 +232,14 @@ def _init_container(config: InjectionConfig) -> dict[str, Any]:
         "volumeMounts": [{"name": SHIM_VOLUME, "mountPath": SHIM_MOUNT}],
         # Limits keep the pod admissible under a ResourceQuota; copying a package needs little.
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}},
+        # PodSecurity "restricted": a namespace that enforces it admits the pod with this container.
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "runAsUser": SHIM_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
 

@@ -7,13 +7,14 @@ the pod's author set to group pods into one job: the webhook never overrides it)
 webhook and the operator share (identity.py). Nothing comes from the request body: the token says
 which pod, the API server's copy of that pod says which job; the process in the pod cannot change
 either. A pod whose uid differs from the token's (a
-new pod of the same name) or that is gone is refused. A pod's owner never changes, so answers are
-cached by pod uid (bounded).
+new pod of the same name) or that is gone is refused. Answers are cached by pod uid (bounded) for
+`ttl` seconds: a pod's owner never changes, but a deleted pod must stop writing soon after.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -76,17 +77,18 @@ def spec_literal(spec: Mapping[str, Any], name: str) -> str:
 class PodJobs:
     """Resolves callers to their jobs, caching by pod uid."""
 
-    def __init__(self, fetch_pod: PodFetcher, *, max_entries: int = 4096) -> None:
+    def __init__(self, fetch_pod: PodFetcher, *, ttl: float = 30.0, max_entries: int = 4096) -> None:
         self._fetch_pod = fetch_pod
-        self._max = max_entries
-        self._known: OrderedDict[str, PodJob] = OrderedDict()
+        self._ttl, self._max = ttl, max_entries
+        self._known: OrderedDict[str, tuple[float, PodJob]] = OrderedDict()
         self._lock = threading.Lock()
 
     def job_of(self, caller: PodCaller) -> PodJob:
         """The job `caller` writes for; Unauthenticated when its pod is gone or another pod now."""
         with self._lock:
-            if caller.pod_uid in self._known:
-                return self._known[caller.pod_uid]
+            known = self._known.get(caller.pod_uid)
+            if known is not None and time.monotonic() - known[0] < self._ttl:
+                return known[1]
         pod = self._fetch_pod(caller.namespace, caller.pod_name)
         if pod is None:
             raise Unauthenticated(f"pod {caller.namespace}/{caller.pod_name} does not exist")
@@ -102,7 +104,8 @@ class PodJobs:
         job_name = spec_literal(spec, "STITCHFLEET_JOB_NAME") or identity.job_name
         job = PodJob(caller.namespace, caller.pod_name, job_name, job_uid)
         with self._lock:
-            self._known[caller.pod_uid] = job
+            self._known[caller.pod_uid] = (time.monotonic(), job)
+            self._known.move_to_end(caller.pod_uid)
             while len(self._known) > self._max:
                 self._known.popitem(last=False)
         return job

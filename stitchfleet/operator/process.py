@@ -22,7 +22,7 @@ from typing import Any
 
 import kopf
 
-from stitchfleet.operator import handlers, owners, pod_jobs, savings, tls, token_review
+from stitchfleet.operator import handlers, owners, pod_jobs, savings, tls, tls_secret, token_review
 from stitchfleet.operator.ingest import IngestService
 from stitchfleet.operator.rollup import Rollup, Summarizer
 from stitchfleet.operator.webhook_server import WebhookServer
@@ -56,10 +56,17 @@ def liveness_endpoint(current: Settings) -> str:
 
 
 def prepare_tls(current: Settings, api_client: Any) -> None:
-    """Self-signed mode: new material for the Service, its CA into our webhook configuration."""
+    """Self-signed mode: the Service's material from its Secret (made once, tls_secret.py), its CA into our
+    webhook configuration."""
     if not current.webhook_self_signed:
         return
-    material = tls.ensure_self_signed(current.webhook_tls_dir, current.webhook_service, current.operator_namespace)
+    material = tls_secret.ensure(
+        api_client,
+        current.operator_namespace,
+        current.webhook_service,
+        current.webhook_tls_dir,
+        timeout=current.api_timeout_seconds,
+    )
     tls.patch_ca_bundle(current.webhook_config_name, material.ca_pem, api_client, timeout=current.api_timeout_seconds)
     log.info("self-signed webhook certificate written to %s", current.webhook_tls_dir)
 

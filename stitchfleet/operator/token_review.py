@@ -6,7 +6,8 @@ Input: a bearer token and the audience the pods' tokens are bound to. Output: a 
 not answer (the pod retries later). Only pod-bound tokens pass: a token that names no pod (a
 legacy Secret token, a TokenRequest without a bound object) could speak for any job of its
 namespace. Answers are cached by the token's SHA-256 for `ttl` seconds, so a pod's batches cost
-one TokenReview a minute, not one each; refusals are not cached.
+one TokenReview a minute, not one each; refusals for `refusal_ttl` seconds (a client repeating a
+bad token costs one review, and a token the API server has since revoked stays refused no longer).
 """
 
 from __future__ import annotations
@@ -85,10 +86,19 @@ def api_review(api_client: Any, timeout: float) -> ReviewCall:
 class TokenReviewer:
     """Verifies tokens with `review`, remembering each verified token for `ttl` seconds."""
 
-    def __init__(self, review: ReviewCall, audience: str, *, ttl: float = 60.0, max_entries: int = 4096) -> None:
+    def __init__(
+        self,
+        review: ReviewCall,
+        audience: str,
+        *,
+        ttl: float = 60.0,
+        refusal_ttl: float = 10.0,
+        max_entries: int = 4096,
+    ) -> None:
         self._review, self.audience = review, audience
-        self._ttl, self._max = ttl, max_entries
+        self._ttl, self._refusal_ttl, self._max = ttl, refusal_ttl, max_entries
         self._known: OrderedDict[str, tuple[float, PodCaller]] = OrderedDict()
+        self._refused: OrderedDict[str, tuple[float, str]] = OrderedDict()
         self._lock = threading.Lock()
         self.reviews = 0
 
@@ -98,14 +108,37 @@ class TokenReviewer:
             raise Unauthenticated("no bearer token")
         digest = hashlib.sha256(token.encode()).hexdigest()
         with self._lock:
+            now = time.monotonic()
             known = self._known.get(digest)
-            if known is not None and time.monotonic() - known[0] < self._ttl:
+            if known is not None and now - known[0] < self._ttl:
                 return known[1]
+            refused = self._refused.get(digest)
+            if refused is not None and now - refused[0] < self._refusal_ttl:
+                raise Unauthenticated(refused[1])
         self.reviews += 1
-        caller = caller_of(self._review(token, [self.audience]), self.audience)
+        try:
+            caller = caller_of(self._review(token, [self.audience]), self.audience)
+        except Unauthenticated as err:
+            with self._lock:
+                _remember(self._refused, digest, (time.monotonic(), str(err)), self._max)
+            raise
         with self._lock:
-            self._known[digest] = (time.monotonic(), caller)
-            self._known.move_to_end(digest)
-            while len(self._known) > self._max:
-                self._known.popitem(last=False)
+            _remember(self._known, digest, (time.monotonic(), caller), self._max)
         return caller
+
+    def known(self, token: str) -> bool:
+        """Whether `token` is answered from the cache (verified or refused) without a TokenReview."""
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        now = time.monotonic()
+        with self._lock:
+            verified, refused = self._known.get(digest), self._refused.get(digest)
+            return (verified is not None and now - verified[0] < self._ttl) or (
+                refused is not None and now - refused[0] < self._refusal_ttl
+            )
+
+
+def _remember(cache: OrderedDict[str, tuple[float, Any]], digest: str, entry: tuple[float, Any], most: int) -> None:
+    cache[digest] = entry
+    cache.move_to_end(digest)
+    while len(cache) > most:
+        cache.popitem(last=False)

@@ -10,7 +10,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name == "StitchHook":
-        from stitchfleet.plugin.hook import StitchHook
+        from stitchfleet.plugin.session.hook import StitchHook
 
         return StitchHook
     raise AttributeError(f"module 'stitchfleet.plugin' has no attribute {name!r}")

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -28,11 +30,24 @@ from stitchfleet import settings
 MIGRATIONS = Path(__file__).with_name("migrations")
 # Fail fast when the server is unreachable: the recorder spools instead of waiting.
 CONNECT_TIMEOUT_SECONDS = 5
+# SQLite's busy handler: a statement waits this long for another connection's lock before failing.
 SQLITE_BUSY_SECONDS = 30.0
+# Where SQLite fails at once instead (no busy handler: turning WAL on, a stale snapshot, WAL recovery),
+# `retry_locked` tries again for up to this long, pausing from LOCK_PAUSE_SECONDS, doubled up to 1 s.
+LOCK_RETRY_SECONDS = 30.0
+LOCK_PAUSE_SECONDS = 0.02
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
+
+T = TypeVar("T")
 
 
 class DatabaseError(RuntimeError):
     """The telemetry database URL or server cannot be used; the message says which and why."""
+
+
+class RowsRejectedError(DatabaseError):
+    """The database refused the rows themselves (a value out of a column's range or type): retrying
+    cannot help, unlike an unavailable database."""
 
 
 def resolve_url(url: str | None = None) -> str:
@@ -55,12 +70,42 @@ def _prepare_sqlite(parsed: URL) -> dict[str, Any]:
     return {"timeout": SQLITE_BUSY_SECONDS}
 
 
+def is_locked(err: BaseException) -> bool:
+    """Whether `err` (sqlite3's, or SQLAlchemy's wrapping it) is SQLite's lock contention: SQLITE_BUSY or
+    SQLITE_LOCKED, extended codes included. Anything else (a missing table, a full disk) is not."""
+    cause = getattr(err, "orig", None) or err
+    code = getattr(cause, "sqlite_errorcode", None)
+    if not isinstance(cause, sqlite3.OperationalError) or code is None:
+        return False
+    return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+
+
+def retry_locked(work: Callable[[], T], *, seconds: float = LOCK_RETRY_SECONDS) -> T:
+    """`work()`, tried again while it fails with lock contention (`is_locked`) and `seconds` have not passed;
+    the last failure, or any other, propagates. `work` must be safe to repeat: a whole transaction."""
+    deadline = time.monotonic() + seconds
+    pause = LOCK_PAUSE_SECONDS
+    while True:
+        try:
+            return work()
+        except Exception as err:
+            if not is_locked(err) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 1.0)
+
+
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets several ranks on one node write while a report reads; FKs are off by default.
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.close()
+    try:
+        cursor.execute("PRAGMA foreign_keys=ON")
+        # Turning WAL on takes the file's exclusive lock and SQLite fails at once rather than wait for it:
+        # the ranks of a job opening a fresh file together met "database is locked" here (a CI failure of
+        # test_schema_race, rows spooled). Once the file is in WAL mode this is a no-op that never fails.
+        retry_locked(lambda: cursor.execute("PRAGMA journal_mode=WAL"))
+    finally:
+        cursor.close()
 
 
 def connect(url: str | None = None, **engine_options: Any) -> Engine:

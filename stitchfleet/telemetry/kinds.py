@@ -50,17 +50,24 @@ class EventKind(enum.StrEnum):
     FLEET_MEMORY = "fleet_memory"  # the job began without the operator's quarantine (or from its cache)
     SHAPE_SIGNATURE = "shape_signature"  # `None` dimensions: the sizes its clusters were built for, and misses
     SETUP = "setup"  # what the hook's begin cost: its seconds, the cluster compiles and the compile budget
+    ROWS_REFUSED = "rows_refused"  # the operator refused a row for good: the pod kept it in its dead-letter file
+    QUARANTINE_CLEARED = "quarantine_cleared"  # an admin (or a recheck) cleared a fleet entry; detail: who and why
+    QUARANTINE_CONFIRMED = "quarantine_confirmed"  # an admin made a job's revert fleet-wide; detail: who and why
+    NOT_ATTACHED = "not_attached"  # the job's training steps run without the hook (a session it cannot join); why
 
 
 class Verdict(enum.StrEnum):
-    """A cluster fingerprint's standing; reverted is sticky (see VERDICT_RANK)."""
+    """A cluster fingerprint's standing; reverted is sticky (see VERDICT_RANK) until cleared."""
 
     ENABLED = "enabled"
     DISABLED = "disabled"
     REVERTED = "reverted"
+    # Set by an admin (`stitchfleet fleet quarantine clear`) or a recheck, never by a pod: it undoes a
+    # fleet entry, and ranks lowest so that later evidence can quarantine the fingerprint again.
+    CLEARED = "cleared"
 
 
-VERDICT_RANK = {Verdict.ENABLED: 0, Verdict.DISABLED: 1, Verdict.REVERTED: 2}
+VERDICT_RANK = {Verdict.CLEARED: -1, Verdict.ENABLED: 0, Verdict.DISABLED: 1, Verdict.REVERTED: 2}
 
 
 class ProbeOutcome(enum.StrEnum):

@@ -185,6 +185,26 @@ class Cluster(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
 
 
+class JobVerdict(Base):
+    """One job's verdict for a cluster fingerprint, as its pods reported it through the operator.
+
+    The evidence the fleet's `reverted` memory is built from (telemetry.fleet_quarantine): it applies to
+    its job and namespace at once, to the fleet only when jobs of distinct namespaces agree or an
+    admin confirms it (then a `clusters` row). `reverted` is sticky for the job.
+    """
+
+    __tablename__ = "job_verdicts"
+    __table_args__ = (UniqueConstraint("job_id", "fingerprint"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    fingerprint: Mapped[str] = mapped_column(String(64), index=True)
+    verdict: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    op_count: Mapped[int | None] = mapped_column(Integer)
+    recorded_at: Mapped[dt.datetime] = mapped_column(UtcDateTime)
+
+
 class ProbeVerdict(Base):
     """One job's probe outcome (slower or faster) for a fingerprint on a device profile at input shapes.
 

@@ -81,11 +81,46 @@ def quarantined(target: Engine | str | None = None) -> list[Quarantined]:
 
 
 def slower_verdicts(
-    target: Engine | str | None, *, now: dt.datetime, min_jobs: int, ttl: dt.timedelta
+    target: Engine | str | None,
+    *,
+    now: dt.datetime,
+    min_jobs: int,
+    ttl: dt.timedelta,
+    min_namespaces: int = 1,
+    namespace: str | None = None,
 ) -> list[SlowerVerdict]:
-    """The live `slower` verdicts at `now` (slow_verdicts.derive over the findings that can matter)."""
-    probe = models.ProbeVerdict
-    query = select(probe.fingerprint, probe.profile, probe.shapes, probe.job_id, probe.outcome, probe.recorded_at)
+    """The live `slower` verdicts at `now` (slow_verdicts.derive over the findings that can matter);
+    `namespace`: that namespace's findings only."""
+    probe, job = models.ProbeVerdict, models.Job
+    query = select(
+        probe.fingerprint, probe.profile, probe.shapes, probe.job_id, probe.outcome, probe.recorded_at, job.namespace
+    ).join(job, job.id == probe.job_id)
     query = query.where(probe.recorded_at >= window_start(now, ttl))
+    if namespace is not None:
+        query = query.where(job.namespace == namespace)
     rows = _read(target, lambda connection: connection.execute(query).all())
-    return derive((Finding(*row) for row in rows), now, min_jobs, ttl)
+    return derive((Finding(*row) for row in rows), now, min_jobs, ttl, min_namespaces)
+
+
+@dataclass(frozen=True)
+class Revert:
+    """One job's revert of a cluster: its detail (with the evidence line, when kept) and the job's key."""
+
+    detail: str
+    occurred_at: dt.datetime
+    cluster: str
+    namespace: str
+    job_name: str
+    job_uid: str
+
+
+def reverts_of(fingerprint: str, target: Engine | str | None = None) -> list[Revert]:
+    """The revert events of a fingerprint, latest first (a recheck judges the evidence they kept)."""
+    event, job = models.Event, models.Job
+    query = (
+        select(event.detail, event.occurred_at, job.cluster, job.namespace, job.job_name, job.job_uid)
+        .join(job, job.id == event.job_id)
+        .where(event.kind == models.EventKind.REVERT.value, event.cluster_fingerprint == fingerprint)
+        .order_by(event.occurred_at.desc(), event.id.desc())
+    )
+    return [Revert(*row) for row in _read(target, lambda connection: connection.execute(query).all())]

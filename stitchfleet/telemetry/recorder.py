@@ -214,11 +214,8 @@ class Recorder:
         if not rows:
             return True
         try:
-            engine = self._connect()
-            ids = dict(self._ids)
-            with engine.begin() as connection:
-                for start in range(0, len(rows), self._batch_size):
-                    store.write_rows(connection, rows[start : start + self._batch_size], ids)
+            # Lock contention is not an outage: the ranks of a job share one SQLite file (retry_locked).
+            ids = database.retry_locked(lambda: self._transaction(rows))
         except Exception as err:
             self._note_outage(err)
             return False
@@ -226,6 +223,15 @@ class Recorder:
         self.stats.written += len(rows)
         self._note_recovery()
         return True
+
+    def _transaction(self, rows: Sequence[Row]) -> store.JobIds:
+        """Writes `rows` in one transaction; the job ids known after it (a failed one adds none)."""
+        engine = self._connect()
+        ids = dict(self._ids)
+        with engine.begin() as connection:
+            for start in range(0, len(rows), self._batch_size):
+                store.write_rows(connection, rows[start : start + self._batch_size], ids)
+        return ids
 
     def _note_outage(self, err: Exception) -> None:
         self.stats.failures += 1

@@ -3,8 +3,9 @@ where.
 
 Input: a database URL (or engine), the time now, the jobs a slower verdict needs and its TTL (the
 settings STITCHFLEET_SLOWER_JOBS and STITCHFLEET_SLOWER_TTL_DAYS, as the operator answers pods).
-Output: `MemoryView`: the fingerprints quarantined for a numeric mismatch (since when, the first job
-that reverted it, why) and the live slower verdicts (fingerprint, device profile, shapes, jobs of
+Output: `MemoryView`: the fingerprints quarantined fleet-wide for a numeric mismatch (confirmed, or
+corroborated by jobs of several namespaces: fleet_quarantine; since when, the first job that
+reverted it, why) and the live slower verdicts (fingerprint, device profile, shapes, jobs of
 evidence, expiry), and both as `Section`s of table cells, which report_text and report_html render.
 The memory is the fleet's state when the report is made, not the week's: a report of an earlier week
 still shows what jobs start with now. At most MEMORY_ROWS rows per list.
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from stitchfleet.telemetry import database, queries
+from stitchfleet.telemetry import database, fleet_quarantine, queries
 from stitchfleet.telemetry.queries import Quarantined
 from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
@@ -56,7 +57,7 @@ class Section:
 def read(target: Engine | str | None, *, now: dt.datetime, min_jobs: int, ttl: dt.timedelta) -> MemoryView:
     """Both lists from the database; DatabaseError (one line) when it cannot be read."""
     try:
-        quarantined = queries.quarantined(target)
+        quarantined = queries.quarantined(target) + _corroborated(target, min_jobs)
         slower = queries.slower_verdicts(target, now=now, min_jobs=min_jobs, ttl=ttl)
     except database.DatabaseError:
         raise
@@ -64,6 +65,25 @@ def read(target: Engine | str | None, *, now: dt.datetime, min_jobs: int, ttl: d
         where = target if isinstance(target, str) else database.resolve_url(None)
         raise database.DatabaseError(database.describe_failure(where, err)) from None
     return MemoryView(now, tuple(quarantined), tuple(slower), min_jobs, ttl)
+
+
+def _corroborated(target: Engine | str | None, min_jobs: int) -> list[Quarantined]:
+    """The reverts the fleet holds from its jobs' evidence (fleet_quarantine), not from a `clusters` row:
+    since the earliest revert counted, in that job."""
+    engine = target if isinstance(target, Engine) else database.connect(target)
+    try:
+        listed = fleet_quarantine.entries(engine, fleet_quarantine.Rule(min_jobs))
+    finally:
+        if engine is not target:
+            engine.dispose()
+    found = []
+    for entry in listed:
+        if entry.scope == "corroborated":
+            first = min(entry.evidence, key=lambda item: item.at)
+            job = f"{first.namespace}/{first.job_name}"
+            reason = f"{len(entry.namespaces)} namespaces' jobs: {first.reason}".rstrip(": ")
+            found.append(Quarantined(entry.fingerprint, first.at, job, reason))
+    return found
 
 
 def sections(view: MemoryView) -> list[Section]:

@@ -10,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import sys
 import uuid
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any, ClassVar
 
 from stitchfleet import settings as settings_module
+from stitchfleet.telemetry import row_fields
 from stitchfleet.telemetry.kinds import DeviceKind, EventKind, JobStatus, ProbeOutcome, Verdict, WindowMode
 
 
@@ -67,7 +70,18 @@ class JobKey:
         """The key from STITCHFLEET_CLUSTER/NAMESPACE/JOB_NAME/JOB_UID; `job_uid` fills a missing uid."""
         uid = current.job_uid or job_uid
         _require(bool(uid), cls, "no job uid: set STITCHFLEET_JOB_UID or pass one (new_job_uid() on rank 0)")
-        return cls(current.cluster, current.namespace, current.job_name or "job", uid)
+        return cls(current.cluster, current.namespace, current.job_name or script_job_name(), uid)
+
+
+def script_job_name(argv0: str | None = None) -> str:
+    """The job name an empty STITCHFLEET_JOB_NAME stands for (as the settings document): the script's name
+    without its extension (`python train_mnist.py` -> "train_mnist"), "python" for `-c` or an interactive
+    interpreter. Every job used to be booked as "job", so the report could not tell jobs apart."""
+    text = sys.argv[0] if argv0 is None and sys.argv else (argv0 or "")
+    stem = PurePath(text.rstrip("/")).stem if text.strip("/") else ""
+    if stem in ("", "-c", "-m", "-"):
+        return "python"
+    return stem[:253]
 
 
 @dataclass(frozen=True)
@@ -201,6 +215,30 @@ class ClusterVerdict:
 
 
 @dataclass(frozen=True)
+class JobVerdict:
+    """One job's verdict for a cluster fingerprint: what the operator stores of a pod's ClusterVerdict,
+    keyed by the job it knows the pod by (evidence for the fleet, never the fleet's word by itself)."""
+
+    job: JobKey
+    fingerprint: str
+    verdict: str
+    reason: str = ""
+    op_count: int | None = None
+    recorded_at: dt.datetime = field(default_factory=utcnow)
+
+    def __post_init__(self) -> None:
+        _require(bool(self.fingerprint), self, "fingerprint is empty")
+        _require_choice(self, "verdict", self.verdict, Verdict)
+        _require(self.verdict != Verdict.CLEARED, self, "verdict=cleared: only an admin or a recheck clears")
+        _require_aware(self, "recorded_at", self.recorded_at)
+
+    @classmethod
+    def of(cls, verdict: ClusterVerdict, job: JobKey) -> JobVerdict:
+        """`verdict` as the evidence of `job`."""
+        return cls(job, verdict.fingerprint, verdict.verdict, verdict.reason, verdict.op_count, verdict.updated_at)
+
+
+@dataclass(frozen=True)
 class ProbeVerdict:
     """One job's probe finding for a cluster on a device profile at given input shapes; keyed by (job,
     fingerprint, profile, shapes). A job's, so the operator checks the job owns it: the fleet counts
@@ -225,9 +263,10 @@ class ProbeVerdict:
         _require_aware(self, "recorded_at", self.recorded_at)
 
 
-Row = JobStarted | JobCompiled | JobFinished | StepWindow | Event | ClusterVerdict | ProbeVerdict
+Row = JobStarted | JobCompiled | JobFinished | StepWindow | Event | ClusterVerdict | JobVerdict | ProbeVerdict
 ROW_TYPES: dict[str, type[Row]] = {
-    cls.__name__: cls for cls in (JobStarted, JobCompiled, JobFinished, StepWindow, Event, ClusterVerdict, ProbeVerdict)
+    cls.__name__: cls
+    for cls in (JobStarted, JobCompiled, JobFinished, StepWindow, Event, ClusterVerdict, JobVerdict, ProbeVerdict)
 }
 _TIME_FIELDS = frozenset({"started_at", "ended_at", "recorded_at", "occurred_at", "updated_at"})
 
@@ -247,16 +286,24 @@ def to_json(row: Row) -> dict[str, Any]:
 
 
 def from_json(data: dict[str, Any]) -> Row:
-    """The row back from `to_json`'s dict; ValueError naming the problem when it is not one."""
+    """The row back from `to_json`'s dict; ValueError naming the problem when it is not one
+    (row_fields: strict types, column ranges and lengths, no NUL)."""
     values = dict(data)
     kind = values.pop("type", None)
-    cls = ROW_TYPES.get(str(kind))
+    cls = ROW_TYPES.get(str(kind)) if isinstance(kind, str) else None
     if cls is None:
-        raise ValueError(f"unknown row type {kind!r}")
+        raise ValueError(f"unknown row type {str(kind)[:64]!r}")
+    row_fields.check(cls, values)
     if "job" in values:
-        values["job"] = JobKey(**values["job"])
+        try:
+            values["job"] = JobKey(**values["job"])
+        except TypeError as err:
+            raise ValueError(f"{kind}.job: {err}") from None
     for name in _TIME_FIELDS & values.keys():
-        values[name] = dt.datetime.fromisoformat(values[name])
+        try:
+            values[name] = dt.datetime.fromisoformat(values[name])
+        except ValueError:
+            raise ValueError(f"{kind}.{name}: {values[name]!r} is not an ISO 8601 time") from None
     try:
         return cls(**values)
     except TypeError as err:

@@ -18,7 +18,9 @@ Definitions:
   the task waits for the compile), charged once, to the week of the task's start.
 - net = gross - compile overhead. Step-time medians are over windows, each window's mean step
   time (step_seconds_sum / iterations); baseline falls back to the stitched windows' reference
-  (baseline_step_seconds) when no baseline window ran in the week. speedup = baseline / stitched.
+  (baseline_step_seconds) when no baseline window ran in the week. speedup = baseline / stitched, shown only
+  when it agrees in sign with the gross (`speedup`): medians that say faster beside sums that say slower are
+  noise, and a row never claims both.
 - reverted task: any revert recorded for it (one cluster or the whole job) or status `reverted`;
   its reason is the label of its first revert event, else the status reason.
 
@@ -210,6 +212,18 @@ def _hours(device_seconds: float) -> float:
 Medians = dict[tuple[int, str], float]
 
 
+def speedup(baseline: float | None, stitched: float | None, gross: float) -> float | None:
+    """baseline / stitched, or None when unknown or when it disagrees in sign with `gross` (a speedup over 1
+    beside hours lost, or under 1 beside hours saved: the medians and the sums disagree, so neither is claimed
+    as a speedup; issue 29 saw "0.912x" with +0.0038 gross and "1.051x" with -0.000069)."""
+    if baseline is None or not stitched:
+        return None
+    ratio = baseline / stitched
+    if (ratio > 1.0 and gross < 0.0) or (ratio < 1.0 and gross > 0.0):
+        return None
+    return ratio
+
+
 def job_savings(row: Any, medians: Medians) -> JobSavings:
     """A `task_weeks` row as the report's task figures; `medians` from savings_sql.task_medians."""
     devices = row.world_size * row.devices_per_rank
@@ -232,7 +246,7 @@ def job_savings(row: Any, medians: Medians) -> JobSavings:
         iterations=row.iterations,
         baseline_step_seconds=baseline,
         stitched_step_seconds=stitched,
-        speedup=baseline / stitched if baseline is not None and stitched else None,
+        speedup=speedup(baseline, stitched, gross),
         gross_hours=gross,
         compile_hours=compile_hours,
         net_hours=gross - compile_hours,

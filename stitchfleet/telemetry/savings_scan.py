@@ -28,6 +28,7 @@ from stitchfleet.telemetry.savings import (
     WeeklyReport,
     kind_order,
     opened,
+    speedup,
 )
 from stitchfleet.telemetry.task_weeks import UNSPECIFIED
 from stitchfleet.telemetry.weeks import Week, parse_week
@@ -69,7 +70,7 @@ def _job(row: savings_sql.TaskRow, medians: dict[tuple[int, str], float], revert
         iterations=row.iterations,
         baseline_step_seconds=baseline,
         stitched_step_seconds=stitched,
-        speedup=baseline / stitched if baseline is not None and stitched else None,
+        speedup=speedup(baseline, stitched, gross),
         gross_hours=gross,
         compile_hours=compile_hours,
         net_hours=gross - compile_hours,

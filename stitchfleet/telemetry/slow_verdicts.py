@@ -36,6 +36,7 @@ class Finding:
     job: Hashable
     outcome: str
     at: dt.datetime
+    namespace: str = ""
 
     @property
     def key(self) -> Key:
@@ -93,21 +94,25 @@ def window_start(now: dt.datetime, ttl: dt.timedelta) -> dt.datetime:
     return now - 2 * ttl
 
 
-def derive(findings: Iterable[Finding], now: dt.datetime, min_jobs: int, ttl: dt.timedelta) -> list[SlowerVerdict]:
-    """The live slower verdicts (see the module docstring), ordered by fingerprint, profile, shapes."""
+def derive(
+    findings: Iterable[Finding], now: dt.datetime, min_jobs: int, ttl: dt.timedelta, min_namespaces: int = 1
+) -> list[SlowerVerdict]:
+    """The live slower verdicts (see the module docstring), ordered by fingerprint, profile, shapes;
+    with `min_namespaces` > 1 the counted jobs must also span that many namespaces (the operator's
+    fleet-wide rule: jobs of one namespace speak for that namespace only)."""
     by_key: dict[Key, list[Finding]] = {}
     for finding in findings:
         by_key.setdefault(finding.key, []).append(finding)
     verdicts = []
     for key in sorted(by_key):
-        verdict = _verdict(key, by_key[key], now, max(min_jobs, 1), ttl)
+        verdict = _verdict(key, by_key[key], now, max(min_jobs, 1), ttl, min_namespaces)
         if verdict is not None:
             verdicts.append(verdict)
     return verdicts
 
 
-def _verdict(
-    key: Key, findings: list[Finding], now: dt.datetime, min_jobs: int, ttl: dt.timedelta
+def _verdict(  # noqa: PLR0917 (derive's arguments, passed on)
+    key: Key, findings: list[Finding], now: dt.datetime, min_jobs: int, ttl: dt.timedelta, min_namespaces: int
 ) -> SlowerVerdict | None:
     faster = [f.at for f in findings if f.outcome == ProbeOutcome.FASTER]
     cleared = max(faster) if faster else None
@@ -116,8 +121,9 @@ def _verdict(
         return None
     latest = max(f.at for f in slower)
     expires = latest + ttl
-    jobs = {f.job for f in slower if f.at >= latest - ttl}
-    if len(jobs) < min_jobs or now >= expires:
+    counted = [f for f in slower if f.at >= latest - ttl]
+    jobs = {f.job for f in counted}
+    if len(jobs) < min_jobs or len({f.namespace for f in counted}) < min_namespaces or now >= expires:
         return None
     return SlowerVerdict(*key, jobs=len(jobs), expires=expires)
 

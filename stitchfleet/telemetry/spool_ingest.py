@@ -10,10 +10,14 @@ nothing; the files are left in place (the caller owns the directory, and a reloa
 from __future__ import annotations
 
 import fcntl
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy import Engine
+
 from stitchfleet.telemetry import database, spool, store
+from stitchfleet.telemetry.rows import Row
 
 
 @dataclass
@@ -60,10 +64,19 @@ def load(directory: Path, url: str | None = None) -> IngestSummary:
                 summary.busy.append(path)
                 continue
             content = spool.read(path)
-            with engine.begin() as connection:
-                summary.rows += store.write_rows(connection, content.rows, ids)
+            rows = content.rows
+            summary.rows += database.retry_locked(lambda: _transaction(engine, rows, ids))  # noqa: B023 (called here)
             summary.files += 1
             summary.problems.extend(content.problems)
     finally:
         engine.dispose()
     return summary
+
+
+def _transaction(engine: Engine, rows: Sequence[Row], ids: store.JobIds) -> int:
+    """Writes `rows` in one transaction; `ids` learns their job ids only once it commits."""
+    attempt = dict(ids)
+    with engine.begin() as connection:
+        count = store.write_rows(connection, rows, attempt)
+    ids.update(attempt)
+    return count

@@ -3,7 +3,8 @@
 Input: a SQLAlchemy Connection (inside a transaction) and a batch of rows. Output: the rows in
 the database, such that writing the same batch again changes nothing: windows are keyed by
 (job, rank, window index), events by uuid, jobs by (cluster, namespace, job name, job uid),
-clusters by fingerprint, probe verdicts by (job, fingerprint, profile, shapes) (the latest wins).
+clusters by fingerprint, job verdicts by (job, fingerprint), probe verdicts by (job, fingerprint,
+profile, shapes) (the latest wins).
 Merges are order-independent (earliest start, latest end, worst status, largest compile time,
 sticky revert verdict, a job's latest probe verdict), so replays in any order give the same figures.
 Every write also refreshes the touched tasks' weekly aggregates (task_weeks, week_rollups) in the
@@ -28,6 +29,7 @@ from stitchfleet.telemetry.rows import (
     JobFinished,
     JobKey,
     JobStarted,
+    JobVerdict,
     ProbeVerdict,
     Row,
     StepWindow,
@@ -39,6 +41,7 @@ WINDOWS: Table = models.StepWindow.__table__  # type: ignore[assignment]
 EVENTS: Table = models.Event.__table__  # type: ignore[assignment]
 CLUSTERS: Table = models.Cluster.__table__  # type: ignore[assignment]
 PROBES: Table = models.ProbeVerdict.__table__  # type: ignore[assignment]
+JOB_VERDICTS: Table = models.JobVerdict.__table__  # type: ignore[assignment]
 PROBE_KEY = ("job_id", "fingerprint", "profile", "shapes")
 JOB_KEY = ("cluster", "namespace", "job_name", "job_uid")
 
@@ -177,13 +180,31 @@ def _cluster_verdict(connection: Connection, row: ClusterVerdict) -> None:
     )
     new = stmt.excluded
     new_rank, old_rank = _ranked(new.verdict, models.VERDICT_RANK), _ranked(CLUSTERS.c.verdict, models.VERDICT_RANK)
+    # `cleared` (an admin's or a recheck's) undoes any standing; anything else only raises it.
+    wins = (new.verdict == models.Verdict.CLEARED.value) | (new_rank > old_rank)
     update = {
-        "verdict": case((new_rank > old_rank, new.verdict), else_=CLUSTERS.c.verdict),
-        "reason": case((new_rank >= old_rank, new.reason), else_=CLUSTERS.c.reason),
+        "verdict": case((wins, new.verdict), else_=CLUSTERS.c.verdict),
+        "reason": case((wins | (new_rank == old_rank), new.reason), else_=CLUSTERS.c.reason),
         "op_count": case((new.op_count.is_(None), CLUSTERS.c.op_count), else_=new.op_count),
         "updated_at": _larger(new.updated_at, CLUSTERS.c.updated_at),
     }
     connection.execute(stmt.on_conflict_do_update(index_elements=["fingerprint"], set_=update))
+
+
+def _job_verdict(connection: Connection, row: JobVerdict, job: int) -> None:
+    fields = ("fingerprint", "verdict", "reason", "op_count", "recorded_at")
+    stmt = _insert(connection, JOB_VERDICTS).values(job_id=job, **{name: getattr(row, name) for name in fields})
+    new = stmt.excluded
+    new_rank = _ranked(new.verdict, models.VERDICT_RANK)
+    old_rank = _ranked(JOB_VERDICTS.c.verdict, models.VERDICT_RANK)
+    # Sticky per job, like the fleet's: a job's later "enabled" never takes back its own revert.
+    update = {
+        "verdict": case((new_rank > old_rank, new.verdict), else_=JOB_VERDICTS.c.verdict),
+        "reason": case((new_rank >= old_rank, new.reason), else_=JOB_VERDICTS.c.reason),
+        "op_count": case((new.op_count.is_(None), JOB_VERDICTS.c.op_count), else_=new.op_count),
+        "recorded_at": case((new_rank > old_rank, new.recorded_at), else_=JOB_VERDICTS.c.recorded_at),
+    }
+    connection.execute(stmt.on_conflict_do_update(index_elements=["job_id", "fingerprint"], set_=update))
 
 
 def _probe_verdict(connection: Connection, row: ProbeVerdict, job: int) -> None:
@@ -234,11 +255,11 @@ def write_rows(connection: Connection, rows: Iterable[Row], ids: JobIds | None =
     """
     ids = {} if ids is None else ids
     batch = list(rows)
-    # A probe verdict changes no window: its job needs an id, not an aggregate refresh.
+    # A probe or job verdict changes no window: its job needs an id, not an aggregate refresh.
     touched = {
         job_id(connection, key, ids)
         for row in batch
-        if not isinstance(row, ProbeVerdict) and (key := _job_of(row)) is not None
+        if not isinstance(row, ProbeVerdict | JobVerdict) and (key := _job_of(row)) is not None
     }
     aggregates.lock(connection, touched)
     windows: dict[WindowKey, dict[str, Any]] = {}
@@ -251,6 +272,8 @@ def write_rows(connection: Connection, rows: Iterable[Row], ids: JobIds | None =
             events[row.uuid] = _event_values(row, ids[row.job])
         elif isinstance(row, ProbeVerdict):
             _probe_verdict(connection, row, job_id(connection, row.job, ids))
+        elif isinstance(row, JobVerdict):
+            _job_verdict(connection, row, job_id(connection, row.job, ids))
         else:
             _JOB_WRITERS[type(row)](connection, row)
     stored = aggregates.stored_windows(connection, windows) if windows else {}

@@ -36,7 +36,7 @@ def user_sitecustomize(directory: Path, body: str) -> Path:
 
 def plugin_boot(opt: Path, body: str) -> None:
     """Stands in for the plugin's boot module, which lands with the plugin."""
-    (opt / "stitchfleet" / "plugin" / "boot.py").write_text(body)
+    (opt / "stitchfleet" / "plugin" / "session" / "auto_attach.py").write_text(body)
 
 
 def python(tmp_path: Path, *path: Path, code: str = PROBE, **env: str) -> subprocess.CompletedProcess[str]:
@@ -123,7 +123,7 @@ def test_enabled_job_imports_the_plugin_boot(tmp_path: Path, opt: Path) -> None:
 
 
 def test_with_the_real_plugin_boot_module_the_shim_is_silent(tmp_path: Path, opt: Path) -> None:
-    assert (opt / "stitchfleet" / "plugin" / "boot.py").exists()
+    assert (opt / "stitchfleet" / "plugin" / "session" / "auto_attach.py").exists()
     result = python(tmp_path, opt / "shim", STITCHFLEET_ENABLED="1")
     assert result.returncode == 0
     assert "DONE" in result.stdout
@@ -146,7 +146,7 @@ def test_a_failing_boot_never_fails_the_user_process(
     assert result.stdout == "USER CODE RAN\n"
     lines = result.stderr.splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("stitchfleet: boot shim: importing stitchfleet.plugin.boot failed")
+    assert lines[0].startswith("stitchfleet: boot shim: importing stitchfleet.plugin.session.auto_attach failed")
     assert words in lines[0]
 
 

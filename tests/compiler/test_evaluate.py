@@ -18,7 +18,7 @@ from stitchfleet.compiler.evaluate import (
     round_bf16,
 )
 from stitchfleet.compiler.ir import GraphBuilder, Op
-from stitchfleet.compiler.tolerance import check
+from stitchfleet.compiler.tolerance import DRAWS, LINEAR_SCALE, check
 
 RNG = np.random.default_rng(7)
 X = RNG.standard_normal((3, 5)).astype(np.float32)
@@ -278,3 +278,17 @@ def test_noise_perturbs_floating_inputs_by_one_roundoff_reproducibly() -> None:
     assert not np.array_equal(evaluate(graph, inputs, "float64", noise=1)["x"], noisy["x"])
     with pytest.raises(ValueError, match="float64 reference only"):
         evaluate(graph, inputs, noise=0)
+
+
+def test_a_twin_draw_has_its_draws_direction_at_a_fraction_of_the_amplitude() -> None:
+    """tolerance.noise_of: draw DRAWS + k moves every input LINEAR_SCALE as far as draw k, the same way."""
+    b = GraphBuilder()
+    b.output("x", b.mul(b.parameter("x", (3, 5)), 1.0))
+    graph = b.build()
+    exact = evaluate(graph, {"x": X}, "float64")["x"]
+    for draw in range(DRAWS):
+        moved = evaluate(graph, {"x": X}, "float64", noise=draw)["x"] - exact
+        twin = evaluate(graph, {"x": X}, "float64", noise=DRAWS + draw)["x"] - exact
+        np.testing.assert_allclose(twin, LINEAR_SCALE * moved, rtol=1e-6)
+    with pytest.raises(ValueError, match="not one of the"):
+        evaluate(graph, {"x": X}, "float64", noise=2 * DRAWS)

@@ -207,3 +207,19 @@ def test_reach_masks_answer_what_the_graph_walk_answers(seed: int) -> None:
         assert _detour_free(reach.of(x), reach.of(y)) == walk, (x, y)
         checked += 1
     assert checked > 100
+
+
+def test_held_nodes_are_boundaries_with_the_callers_reason() -> None:
+    """A matmul's epilogue held for the TF library's fusion leaves the cluster; the rest still fuses."""
+    b = GraphBuilder()
+    x, w, bias = b.parameter("x", (4, 4)), b.parameter("w", (4, 4)), b.parameter("bias", (4,))
+    mm = b.opaque("MatMul", (x, w), (4, 4), "f32", "compute-intensive")
+    added = b.add(mm, b.broadcast(bias, (4, 4), (1,)))
+    b.output("out", b.exp(b.neg(b.unary(Op.RELU, added))))
+    graph = b.build()
+    epilogue = {n.id for n in graph.nodes if n.op in (Op.BROADCAST, Op.ADD, Op.RELU)}
+    why = "kept with MatMul for the library's fused epilogue"
+    scope = find_clusters(graph, held=dict.fromkeys(epilogue, why))
+    assert [set(c.nodes) for c in scope.clusters] == [{n.id for n in graph.nodes if n.op in (Op.NEG, Op.EXP)}]
+    assert {e.node: e.reason for e in scope.excluded if e.node in epilogue} == dict.fromkeys(epilogue, why)
+    assert len(find_clusters(graph).clusters[0].nodes) == 5  # without it the epilogue is stitched

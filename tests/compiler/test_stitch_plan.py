@@ -137,8 +137,28 @@ def test_partitions_differ_global_and_tiny_wave() -> None:
     edge = next(e for e in plan.edges if e.consumer == 3)
     assert edge.scheme is Scheme.GLOBAL and "partitions differ" in edge.reason
     (launch,) = plan.launches
-    assert (launch.block_threads, launch.grid, launch.max_coresident_blocks) == (128, 4, 4)
+    # a grid barrier leaves an eighth of the wave free (rounded down: 3 of the tiny device's 4 blocks)
+    assert launch.grid_barriers and (launch.block_threads, launch.grid, launch.max_coresident_blocks) == (128, 3, 4)
     assert plan.groups[0].mapping.rows_per_task == 4
+
+
+def test_the_register_cap_is_what_the_grid_needs_resident() -> None:
+    """A grid of at most one block per SM may use 64 registers a thread (1024 x 64 fill an SM's 64K), where
+    a full wave of two blocks per SM allows 32: the launch bounds then stop capping a kernel at 32 registers
+    that needs no second block (57 of the 73 spilling kernels of the ptxas gate were such kernels)."""
+    small = plan_case("layernorm_fwd", (128, 768))
+    large = plan_case("bias_gelu_fwd", (4096, 3072))
+    assert [(lp.grid, lp.registers) for lp in small.launches] == [(128, 64)]
+    assert large.launches[0].grid == 264 and large.launches[0].registers == 32
+
+
+def test_a_grid_barrier_grid_keeps_its_headroom() -> None:
+    plan = plan_case("layernorm_bwd", (4096, 4096))  # 4096 row tasks: the grid was a full wave of 264
+    (launch,) = plan.launches
+    sms = 132
+    assert launch.grid_barriers and launch.grid == 231  # 7/8 of 2 x 132
+    resident = 65536 // (launch.block_threads * launch.registers) * sms
+    assert launch.grid <= resident * 7 / 8  # at the relaxed register cap too
 
 
 def test_without_grid_barriers_one_kernel_per_stage() -> None:

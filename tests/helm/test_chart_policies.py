@@ -41,8 +41,6 @@ CLUSTER_PERMISSIONS = {
     ("", "events"): {"create", "patch"},
     # The ingestion endpoint: who a pod's token is (the pod itself is read with pods get).
     ("authentication.k8s.io", "tokenreviews"): {"create"},
-    ("stitchfleet.io", "savingsreports"): READ | {"create", "patch", "update"},
-    ("stitchfleet.io", "savingsreports/status"): READ | {"create", "patch", "update"},
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"get", "patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): READ,
     ("", "namespaces"): {"list", "watch"},
@@ -50,6 +48,10 @@ CLUSTER_PERMISSIONS = {
 NAMESPACE_PERMISSIONS = {
     ("coordination.k8s.io", "leases"): READ | {"create", "update", "patch"},
     ("", "configmaps"): {"get"},
+    ("", "secrets"): {"get", "patch", "create"},  # self-signed mode: its webhook material's Secret
+    # SavingsReports are written in the release namespace only.
+    ("stitchfleet.io", "savingsreports"): READ | {"create", "patch", "update"},
+    ("stitchfleet.io", "savingsreports/status"): READ | {"create", "patch", "update"},
 }
 
 
@@ -168,14 +170,24 @@ def test_cluster_role_grants_exactly_the_contract(rendered: Rendered) -> None:
 
 
 def test_namespace_role_grants_exactly_the_contract(rendered: Rendered) -> None:
-    assert _permissions(rendered.one("Role")) == NAMESPACE_PERMISSIONS
+    expected = dict(NAMESPACE_PERMISSIONS)
+    if rendered.one("ConfigMap")["data"]["STITCHFLEET_WEBHOOK_SELF_SIGNED"] != "true":
+        del expected[("", "secrets")]  # cert-manager's Secret is mounted, never read through the API
+    assert _permissions(rendered.one("Role")) == expected
 
 
 def test_no_role_reads_secrets_or_uses_wildcards(rendered: Rendered) -> None:
-    for role in rendered.of_kind("ClusterRole") + rendered.of_kind("Role"):
+    (cluster_role,) = rendered.of_kind("ClusterRole")
+    self_signed = rendered.one("ConfigMap")["data"]["STITCHFLEET_WEBHOOK_SELF_SIGNED"] == "true"
+    for role in (cluster_role, rendered.one("Role")):
         for rule in role["rules"]:
-            assert "secrets" not in rule["resources"], role["metadata"]["name"]
             assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
+            if "secrets" not in rule["resources"]:
+                continue
+            # Only in self-signed mode, only in the release namespace: its own webhook material's Secret.
+            assert role is not cluster_role and self_signed, role["metadata"]["name"]
+            own = f"{rendered.one('ConfigMap')['data']['STITCHFLEET_WEBHOOK_SERVICE']}-webhook-self-signed"
+            assert rule.get("resourceNames") == [own] or rule["verbs"] == ["create"]
 
 
 def test_webhook_patch_is_limited_to_our_webhook_config(rendered: Rendered) -> None:
@@ -279,8 +291,9 @@ def test_pod_restarts_when_settings_change(default_render: Rendered) -> None:
 def test_default_install_references_the_users_secret(default_render: Rendered) -> None:
     assert default_render.of_kind("Secret") == []
     ref = _env(_operator(default_render), "STITCHFLEET_DB_URL")["valueFrom"]["secretKeyRef"]
-    # The operator still serves the webhook without a database; the report job cannot run without one.
-    assert ref == {"name": "stitchfleet-db", "key": "url", "optional": True}
+    # Required: a missing Secret is "secret not found" at the pod, never SQLite on an emptyDir that
+    # loses acknowledged rows when the pod is replaced.
+    assert ref == {"name": "stitchfleet-db", "key": "url", "optional": False}
     (report,) = default_render.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     assert _env(report, "STITCHFLEET_DB_URL")["valueFrom"]["secretKeyRef"]["optional"] is False
 
@@ -301,7 +314,10 @@ def test_bundled_postgresql_is_wired_to_the_database_secret(full_render: Rendere
     password = _secret_data(full_render.one("Secret", name))["password"]
     assert len(password) == 32 and password.isalnum()
     url = _secret_data(full_render.one("Secret", "stitchfleet-db"))["url"]
-    assert url == f"postgresql+psycopg://stitchfleet:{password}@{name}.ops.svc.cluster.local:5432/stitchfleet"
+    assert (
+        url
+        == f"postgresql+psycopg://stitchfleet:{password}@{name}.ops.svc.cluster.local:5432/stitchfleet?sslmode=prefer"
+    )
     service = full_render.one("Service", name)
     assert service["spec"]["ports"][0]["port"] == 5432
     pod = statefulset["spec"]["template"]
@@ -354,3 +370,53 @@ def test_service_monitor_scrapes_the_metrics_port(full_render: Rendered) -> None
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
     assert {p["name"]: p["port"] for p in service["spec"]["ports"]}["metrics"] == 9090
+
+
+def test_sqlite_on_the_emptydir_only_when_asked_for() -> None:
+    rendered = render_chart({"database": {"sqlite": True}}, "stitchfleet", "stitchfleet-system")
+    assert not any(env["name"] == "STITCHFLEET_DB_URL" for env in _operator(rendered)["env"])
+
+
+def test_the_bundled_postgresql_url_carries_sslmode(full_render: Rendered) -> None:
+    secret = full_render.one("Secret", "stitchfleet-db")
+    assert _secret_data(secret)["url"].endswith("/stitchfleet?sslmode=prefer")
+    strict = render_chart({"postgresql": {"enabled": True, "sslmode": "require"}}, "stitchfleet", "stitchfleet-system")
+    assert _secret_data(strict.one("Secret", "stitchfleet-db"))["url"].endswith("?sslmode=require")
+
+
+def test_network_policies_open_the_webhook_and_close_metrics_and_postgresql(full_render: Rendered) -> None:
+    operator = full_render.one("NetworkPolicy", "fleet-ops")
+    assert operator["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+    [open_rule] = operator["spec"]["ingress"]
+    assert {port["port"] for port in open_rule["ports"]} == {8443, 8080}  # metrics (9090): nobody by default
+    assert "from" not in open_rule
+    database = full_render.one("NetworkPolicy", "fleet-ops-postgresql")
+    [rule] = database["spec"]["ingress"]
+    components = {peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for peer in rule["from"]}
+    assert components == {"operator", "report"} and rule["ports"] == [{"port": 5432, "protocol": "TCP"}]
+    scrape = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    allowed = render_chart({"networkPolicy": {"metricsFrom": scrape}}, "stitchfleet", "stitchfleet-system")
+    metrics_rule = allowed.one("NetworkPolicy", "stitchfleet")["spec"]["ingress"][1]
+    assert metrics_rule == {"from": scrape, "ports": [{"port": 9090, "protocol": "TCP"}]}
+
+
+def test_an_existing_password_secret_makes_the_chart_generate_nothing() -> None:
+    values = {"postgresql": {"enabled": True, "existingSecret": "pg-password", "sslmode": "disable"}}
+    rendered = render_chart(values, "sf", "ops")
+    assert rendered.of_kind("Secret") == []  # nothing generated: `helm template` renders the same twice
+    assert render_chart(values, "sf", "ops").manifests == rendered.manifests
+    postgres = rendered.one("StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    assert _env(postgres, "POSTGRES_PASSWORD")["valueFrom"]["secretKeyRef"] == {
+        "name": "pg-password",
+        "key": "password",
+    }
+    (report,) = rendered.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    for container in (_operator(rendered), report):
+        names = [env["name"] for env in container["env"]]
+        assert names.index("PGPASSWORD") < names.index("STITCHFLEET_DB_URL")  # $(PGPASSWORD) expands
+        assert _env(container, "PGPASSWORD")["valueFrom"]["secretKeyRef"] == {"name": "pg-password", "key": "password"}
+        url = _env(container, "STITCHFLEET_DB_URL")["value"]
+        assert (
+            url
+            == "postgresql+psycopg://stitchfleet:$(PGPASSWORD)@sf-stitchfleet-postgresql.ops.svc.cluster.local:5432/stitchfleet?sslmode=disable"
+        )

@@ -14,7 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import http.client
+import json
 import secrets
+import socket
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +35,7 @@ from stitchfleet.operator.injection import InjectionConfig
 from stitchfleet.operator.pod_jobs import PodJobs, api_pod_fetcher
 from stitchfleet.operator.tls import CA_FILE, ensure_self_signed
 from stitchfleet.operator.token_review import POD_NAME, POD_UID, TokenReviewer, api_review
-from stitchfleet.operator.webhook_server import WebhookServer
+from stitchfleet.operator.webhook_server import Limits, WebhookServer
 from stitchfleet.telemetry import database
 from stitchfleet.telemetry import rows as r
 from stitchfleet.telemetry.batch_writer import BatchWriter
@@ -143,6 +147,22 @@ class Endpoint:
     def metrics(self) -> str:
         return generate_latest(self.registry).decode()
 
+    def call(self, method: str, path: str, authorization: str = "", body: bytes = b"") -> tuple[int, dict[str, Any]]:
+        """One request over HTTPS as a pod sends it (blocking): the status and the JSON answer."""
+        context = ssl.create_default_context(cadata=self.ca_pem)
+        connection = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=20, context=context)
+        connection.sock = context.wrap_socket(
+            socket.create_connection(("127.0.0.1", self.port), timeout=20), server_hostname=HOSTNAME
+        )
+        headers = {"Authorization": authorization} if authorization else {}
+        try:
+            connection.request(method, path, body=body if method != "GET" else None, headers=headers)
+            response = connection.getresponse()
+            payload = response.read()
+        finally:
+            connection.close()
+        return response.status, json.loads(payload) if payload.startswith(b"{") else {"text": payload.decode()}
+
 
 def make_service(api: kmock.KubernetesEmulator, db_url: str) -> tuple[IngestService, CollectorRegistry]:
     """The operator's IngestService, wired as process.make_ingest wires it, on a fresh registry."""
@@ -156,13 +176,15 @@ def make_service(api: kmock.KubernetesEmulator, db_url: str) -> tuple[IngestServ
 
 
 @contextlib.asynccontextmanager
-async def serving(api: kmock.KubernetesEmulator, tls_dir: Path, db_url: str, port: int = 0) -> AsyncIterator[Endpoint]:
+async def serving(
+    api: kmock.KubernetesEmulator, tls_dir: Path, db_url: str, port: int = 0, limits: Limits | None = None
+) -> AsyncIterator[Endpoint]:
     """The webhook server with the ingestion endpoint on loopback (schema upgraded first)."""
     database.upgrade(db_url)
     ensure_self_signed(tls_dir, SERVICE, NAMESPACE)
     service, registry = make_service(api, db_url)
     config = InjectionConfig(cluster=CLUSTER, shim_image="unused")
-    server = WebhookServer(config, tls_dir, host="127.0.0.1", port=port, ingest=service)
+    server = WebhookServer(config, tls_dir, host="127.0.0.1", port=port, ingest=service, limits=limits)
     server.start()
     try:
         yield Endpoint(server, service, (tls_dir / CA_FILE).read_text(), registry, db_url)
@@ -187,5 +209,15 @@ def pod_settings(port: int, ca_pem: str, token_file: Path, state_dir: Path, **ex
 
 
 def as_shipped(rows: list[r.Row], pod_name: str) -> list[r.Row]:
-    """The rows as the operator stores them for `pod_name`: the token's pod names the job's starts."""
-    return [dataclasses.replace(row, pod_name=pod_name) if isinstance(row, r.JobStarted) else row for row in rows]
+    """The rows as the operator stores them for `pod_name`: the token's pod names the job's starts,
+    and a cluster verdict is the job's evidence (a JobVerdict), never the fleet's standing."""
+    job = next(row.job for row in rows if not isinstance(row, r.ClusterVerdict))
+    shipped: list[r.Row] = []
+    for row in rows:
+        if isinstance(row, r.JobStarted):
+            shipped.append(dataclasses.replace(row, pod_name=pod_name))
+        elif isinstance(row, r.ClusterVerdict):
+            shipped.append(r.JobVerdict.of(row, job))
+        else:
+            shipped.append(row)
+    return shipped

@@ -47,6 +47,7 @@ def declare_cluster(api: kmock.KubernetesEmulator) -> None:
     namespaced = {
         "v1/pods": "Pod",
         "v1/events": "Event",
+        "v1/secrets": "Secret",
         "batch/v1/jobs": "Job",
         "kubeflow.org/v2beta1/mpijobs": "MPIJob",
         "kubeflow.org/v1/tfjobs": "TFJob",

@@ -32,8 +32,8 @@ from ingest_harness import (
 
 from stitchfleet.operator.ingest import QUARANTINE, ROWS, own
 from stitchfleet.operator.pod_jobs import PodJob
-from stitchfleet.plugin.ingest_client import DeliveryError, IngestClient
-from stitchfleet.plugin.ingest_client import Endpoint as ClientEndpoint
+from stitchfleet.plugin.fleet.ingest_client import DeliveryError, IngestClient
+from stitchfleet.plugin.fleet.ingest_client import Endpoint as ClientEndpoint
 from stitchfleet.telemetry import rows as r
 from tests.telemetry.test_recorder import reference_figures
 from tests.telemetry.workload import figures, workload
@@ -103,12 +103,15 @@ async def test_a_token_of_another_namespace_is_refused_and_nothing_is_written(
             await asyncio.to_thread(other.post_rows, rows)
         assert refused.value.status == 403
         assert "research/notebook-0 may not write rows of job vision/resnet-train" in str(refused.value)
-        assert figures(endpoint.url)["jobs"] == []
+        # Nothing of the batch; only the refusal, recorded as an event of the caller's own job.
+        assert figures(endpoint.url)["jobs"] == [("run-9", "running", 0.0, "", 1)]
+        assert figures(endpoint.url)["events"] == 1
         # The same job uid under the caller's own namespace is still another job's uid: refused.
         moved = [moved_to("research", row) for row in rows]
         with pytest.raises(DeliveryError, match="403"):
             await asyncio.to_thread(other.post_rows, moved)
-        assert figures(endpoint.url)["jobs"] == [] and figures(endpoint.url)["verdicts"] == []  # whole batch refused
+        assert figures(endpoint.url)["jobs"] == [("run-9", "running", 0.0, "", 1)]  # whole batch refused
+        assert figures(endpoint.url)["verdicts"] == [] and figures(endpoint.url)["events"] == 1  # one a minute
         assert 'stitchfleet_ingest_refused_total{status="403"} 2.0' in endpoint.metrics()
 
 
@@ -142,16 +145,16 @@ async def test_malformed_requests_get_their_reason(
 ) -> None:
     async with serving(kmock, tmp_path / "tls", db(tmp_path)) as endpoint:
         token = tokens.issue("vision", POD, POD_UID)
-        service = endpoint.service
+        call = endpoint.call
         bearer = f"Bearer {token}"
-        assert (await asyncio.to_thread(service.answer, "POST", ROWS, "", b"{}")).status == 401
-        assert (await asyncio.to_thread(service.answer, "POST", ROWS, bearer, b"not json")).status == 400
+        assert (await asyncio.to_thread(call, "POST", ROWS, "", b"{}"))[0] == 401
+        assert (await asyncio.to_thread(call, "POST", ROWS, bearer, b"not json"))[0] == 400
         bad_row = json.dumps({"rows": [{"type": "StepWindow", "iterations": 0}]}).encode()
-        answer = await asyncio.to_thread(service.answer, "POST", ROWS, bearer, bad_row)
-        assert answer.status == 400 and "rows[0]" in answer.body["error"]
+        status, answer = await asyncio.to_thread(call, "POST", ROWS, bearer, bad_row)
+        assert status == 400 and "rows[0]" in answer["error"]
         too_many = json.dumps({"rows": [{}] * 5001}).encode()
-        assert (await asyncio.to_thread(service.answer, "POST", ROWS, bearer, too_many)).status == 413
-        assert (await asyncio.to_thread(service.answer, "DELETE", ROWS, bearer, b"")).status == 404
+        assert (await asyncio.to_thread(call, "POST", ROWS, bearer, too_many))[0] == 413
+        assert (await asyncio.to_thread(call, "DELETE", ROWS, bearer, b""))[0] == 404
 
 
 @pytest.mark.asyncio
@@ -163,8 +166,8 @@ async def test_the_quarantine_is_the_fleets_reverted_clusters(
         assert await asyncio.to_thread(pod.quarantined) == set()
         await asyncio.to_thread(pod.post_rows, workload(windows=4, ranks=1))  # reverts fp-ln-bwd, enables fp-gelu
         assert await asyncio.to_thread(pod.quarantined) == {"fp-ln-bwd"}
-        answer = await asyncio.to_thread(endpoint.service.answer, "GET", QUARANTINE, "Bearer x", b"")
-        assert answer.status == 401
+        status, _ = await asyncio.to_thread(endpoint.call, "GET", QUARANTINE, "Bearer x")
+        assert status == 401
 
 
 @pytest.mark.asyncio
@@ -191,8 +194,8 @@ async def test_the_quarantine_answers_slower_verdicts_of_two_jobs_never_of_one(
         assert verdict.expires == now + dt.timedelta(days=7)
         assert await asyncio.to_thread(vision.quarantined) == set()  # what an old pod reads still reads
         token = tokens.issue("vision", POD, POD_UID)
-        answer = await asyncio.to_thread(endpoint.service.answer, "GET", QUARANTINE, f"Bearer {token}", b"")
-        assert answer.status == 200 and answer.body == {"reverted": [], "slower": [verdict.to_json()]}
+        status, answer = await asyncio.to_thread(endpoint.call, "GET", QUARANTINE, f"Bearer {token}")
+        assert status == 200 and answer == {"reverted": [], "slower": [verdict.to_json()]}
 
 
 def test_rows_are_attributed_from_the_token_never_the_body() -> None:
@@ -202,8 +205,11 @@ def test_rows_are_attributed_from_the_token_never_the_body() -> None:
     assert isinstance(started, r.JobStarted)
     assert started.job == r.JobKey(CLUSTER, "vision", "resnet-train", "run-1")
     assert started.pod_name == "resnet-train-0-x7k2p"
-    verdict = r.ClusterVerdict("fp", "reverted")
-    assert own(verdict, job, CLUSTER) is verdict  # fleet-wide by design
+    verdict = r.ClusterVerdict("fp", "reverted", reason="mismatch")
+    # A pod's verdict is its job's evidence, whatever it claims: never the fleet's standing.
+    assert own(verdict, job, CLUSTER) == r.JobVerdict(
+        r.JobKey(CLUSTER, "vision", "resnet-train", "run-1"), "fp", "reverted", "mismatch", None, verdict.updated_at
+    )
 
 
 @pytest.mark.asyncio

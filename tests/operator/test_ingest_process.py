@@ -22,8 +22,8 @@ from operator_process import Ports, child_environment, declare_cluster, http_get
 
 from stitchfleet import settings
 from stitchfleet.operator.ingest import BASE
-from stitchfleet.plugin.ingest_client import Endpoint, IngestClient
-from stitchfleet.plugin.shipper import Shipper
+from stitchfleet.plugin.fleet.ingest_client import Endpoint, IngestClient
+from stitchfleet.plugin.fleet.shipper import Shipper
 from stitchfleet.telemetry import rows as r
 from tests.telemetry.conftest import create_database, running_server
 from tests.telemetry.test_recorder import reference_figures

@@ -64,6 +64,11 @@ def test_opted_in_pod_gets_identity_ingestion_endpoint_token_and_shim() -> None:
     assert [c["name"] for c in init] == [SHIM_VOLUME]
     assert init[0]["image"] == CONFIG.shim_image
     assert init[0]["command"] == ["stitchfleet", "shim", "install", SHIM_MOUNT]
+    # What PodSecurity "restricted" requires of every container, so such namespaces admit the pod.
+    restricted = init[0]["securityContext"]
+    assert restricted["runAsNonRoot"] is True and restricted["runAsUser"] > 0
+    assert restricted["allowPrivilegeEscalation"] is False and restricted["capabilities"] == {"drop": ["ALL"]}
+    assert restricted["seccompProfile"] == {"type": "RuntimeDefault"}
     mounts = result["spec"]["containers"][0]["volumeMounts"]
     assert mounts == [
         {"name": SHIM_VOLUME, "mountPath": SHIM_MOUNT, "readOnly": True},

@@ -39,7 +39,7 @@ from pod_venv import ABSENT, missing_modules, pod_venv
 from sqlalchemy import select
 
 from stitchfleet.operator.ingest import BASE
-from stitchfleet.plugin.ingest_client import DeliveryError, Endpoint, IngestClient
+from stitchfleet.plugin.fleet.ingest_client import DeliveryError, Endpoint, IngestClient
 from stitchfleet.telemetry import database, models
 from stitchfleet.telemetry import rows as r
 from tests.telemetry.conftest import create_database, running_server

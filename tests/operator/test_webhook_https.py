@@ -8,6 +8,7 @@ as the API server does.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import http.client
 import json
 import logging
@@ -176,15 +177,16 @@ def test_a_body_that_is_no_admission_review_is_a_400(
     assert words in text.decode()
 
 
-def test_wrong_path_method_and_missing_length_are_refused(server: WebhookServer, tls_dir: Path) -> None:
+def test_wrong_path_method_and_missing_body_are_refused(server: WebhookServer, tls_dir: Path) -> None:
     ca = tls_dir / CA_FILE
     status, text = post(server.port, ca, review_of(make_pod()), path="/validate")
     assert (status, "no such path") == (404, text.decode()[: len("no such path")])
     status, _ = exchange(server.port, ca, f"GET /mutate HTTP/1.1\r\nHost: {HOSTNAME}\r\n\r\n".encode())
     assert status == 405
+    # HTTP/1.1 without Content-Length or chunking has an empty body: no review.
     status, text = exchange(server.port, ca, f"POST /mutate HTTP/1.1\r\nHost: {HOSTNAME}\r\n\r\n".encode())
-    assert status == 411
-    assert "Content-Length" in text.decode()
+    assert status == 400
+    assert "not JSON" in text.decode()
 
 
 def test_client_with_another_ca_is_refused_and_the_server_keeps_serving(
@@ -273,3 +275,13 @@ def test_a_bug_in_the_mutation_allows_the_pod_unchanged_and_is_logged(
     }
     assert "mutating ml/resnet-train-* failed" in caplog.text
     assert "KeyError" in caplog.text
+
+
+def test_a_renewed_ca_reaches_the_pods_admitted_after_it_without_a_restart(tls_dir: Path) -> None:
+    config = dataclasses.replace(CONFIG, ingest_ca=(tls_dir / CA_FILE).read_text())
+    with WebhookServer(config, tls_dir, host="127.0.0.1", port=0) as server:
+        before = env_of(apply_patch(make_pod(), patch_of(admit(server, tls_dir, make_pod())))["spec"]["containers"][0])
+        assert before["STITCHFLEET_INGEST_CA"] == config.ingest_ca
+        rotate(tls_dir)  # cert-manager renewed the certificate and its CA
+        after = env_of(apply_patch(make_pod(), patch_of(admit(server, tls_dir, make_pod())))["spec"]["containers"][0])
+        assert after["STITCHFLEET_INGEST_CA"] == (tls_dir / CA_FILE).read_text() != config.ingest_ca

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-import stitchfleet.plugin.boot  # noqa: F401  (what the boot shim does when enabled)
+import stitchfleet.plugin.session.auto_attach  # noqa: F401  (what the boot shim does when enabled)
 
 print("tf-imported-by-boot:", "tensorflow" in sys.modules)
 import tensorflow as tf  # noqa: E402

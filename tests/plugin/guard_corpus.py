@@ -26,7 +26,7 @@ from stitchfleet.compiler.ir import Attrs, Graph, Node, Op, load
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster
 from stitchfleet.compiler.targets.cpu.executable import CpuBackend, CpuOptions
 from stitchfleet.compiler.tolerance import error_floor, roundoff, scaled_error
-from stitchfleet.plugin import guard
+from stitchfleet.plugin.guard import numeric
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "benchmarks" / "workloads"
 MODELS = ("bert_encoder", "transformer_block", "dien_attention_gru", "crnn_head")
@@ -77,8 +77,8 @@ class Step:
         return cls(inputs, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
 
 
-def judge(cluster: Cluster, step: Step, stitched: dict[str, Array]) -> guard.Finding:
-    return guard.judge(
+def judge(cluster: Cluster, step: Step, stitched: dict[str, Array]) -> numeric.Finding:
+    return numeric.judge(
         cluster.graph,
         [step.inputs[n] for n in cluster.parameters],
         [np.asarray(step.tf_like[n]) for n in cluster.outputs],
@@ -94,7 +94,7 @@ def effect(clean: dict[str, Array], faulty: dict[str, Array]) -> float:
     for name, value in clean.items():
         base = np.asarray(value, dtype=np.float64)
         if np.asarray(value).dtype.kind == "f" and base.size:
-            floor = error_floor(base, guard.FLOOR_RATIO)
+            floor = error_floor(base, numeric.FLOOR_RATIO)
             worst = max(worst, scaled_error(np.asarray(faulty[name]), base, floor))
     return worst
 
@@ -227,7 +227,7 @@ class Record:
     below_noise: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(FAULTS, 0))
     missed: list[str] = dataclasses.field(default_factory=list)
 
-    def add(self, kind: str, where: str, moved: float, finding: guard.Finding) -> None:
+    def add(self, kind: str, where: str, moved: float, finding: numeric.Finding) -> None:
         """One faulty run; `moved` is the fault's effect (a fault that moved nothing beyond fp32 rounding,
         FACTOR units of roundoff, is no fault a guard could see: counted apart, never as caught)."""
         if moved <= FACTOR * roundoff(np.dtype(np.float32)):
@@ -278,7 +278,7 @@ def clean_ratio(cluster: Cluster, seed: int) -> float:
     stitched = cluster.run(step.inputs)
     if not judge(cluster, step, stitched).ok:
         return float("inf")
-    finding = guard.judge_with_reference(
+    finding = numeric.judge_with_reference(
         cluster.graph,
         [np.asarray(step.tf_like[n]) for n in cluster.outputs],
         [np.asarray(stitched[n]) for n in cluster.outputs],

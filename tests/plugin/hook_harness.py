@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sqlalchemy as sa
 import tensorflow as tf
 
 from stitchfleet import settings
-from stitchfleet.plugin import training_graphs as models
-from stitchfleet.plugin.faults import Fault
-from stitchfleet.plugin.hook import StitchHook
-from stitchfleet.telemetry import models as tables
+from stitchfleet.demo import models
+from stitchfleet.plugin.native.faults import Fault
+from stitchfleet.plugin.session.hook import StitchHook
+from tests.plugin.recorded_events import events  # noqa: F401 (the hook tests take it from here)
 
 FAST = {
     "STITCHFLEET_WARMUP_STEPS": "2",
@@ -29,6 +28,7 @@ FAST = {
     "STITCHFLEET_FLUSH_SECONDS": "10",
     "STITCHFLEET_PROBE_STEPS": "0",  # the guard's flow with every cluster on; probing is tested apart
     "STITCHFLEET_PROBE_GROUP_FACTOR": "1",  # probe tests count one group round per probe round
+    "STITCHFLEET_JOB_STEPS": "100000",  # a long job: every probe fits PROBE_SHARE (test_hook_job_length: shorter)
 }
 
 
@@ -66,15 +66,6 @@ def train(steps: int, hook: StitchHook | None) -> Run:
                 value, _ = session.run([loss, train_op], feeds)
                 losses.append(float(value))
     return Run(losses, hook)
-
-
-def events(url: str, kind: str) -> list[Any]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as connection:
-            return list(connection.execute(sa.select(tables.Event).where(tables.Event.kind == kind)))
-    finally:
-        engine.dispose()
 
 
 def hooked(tmp: Path, uid: str, fault: Fault | None = None, **extra: str) -> tuple[StitchHook, str]:

@@ -20,12 +20,27 @@ from pathlib import Path
 import horovod.tensorflow as hvd
 import tensorflow as tf
 
-from stitchfleet.plugin import training_graphs as models
-from stitchfleet.plugin.faults import Fault
-from stitchfleet.plugin.hook import StitchHook
+from stitchfleet.demo import models
+from stitchfleet.plugin.native.faults import Fault
+from stitchfleet.plugin.session.hook import StitchHook
 from tests.plugin.hook_harness import _feeds, make_settings, train
 
 DIFFER_STEPS = 24
+
+
+def _iterations(url: str, rank: int) -> int:
+    """The training steps this rank's telemetry booked (its step windows' iterations)."""
+    import sqlalchemy as sa
+
+    from stitchfleet.telemetry import models as tables
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as connection:
+            query = sa.select(sa.func.sum(tables.StepWindow.iterations)).where(tables.StepWindow.rank == rank)
+            return int(connection.execute(query).scalar() or 0)
+    finally:
+        engine.dispose()
 
 
 def train_with_side_runs(steps: int, hook: StitchHook, side_every: int) -> int:
@@ -80,6 +95,7 @@ elif scenario in ("sideruns", "compile", "setup", "slower"):
         "steps": hook.step,
         "runs": runs,
         "off5": hook.off.get(5, ""),
+        "iterations": _iterations(db_url, hvd.rank()),
     }
     print(f"rank {hvd.rank()} state {json.dumps(state)}")
 else:

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from stitchfleet import settings
-from stitchfleet.plugin.ingest_client import Endpoint, IngestClient
-from stitchfleet.plugin.shipper import Shipper
+from stitchfleet.plugin.fleet.ingest_client import Endpoint, IngestClient
+from stitchfleet.plugin.fleet.shipper import Shipper
 from tests.telemetry.workload import workload
 
 FLUSH_SECONDS = 60

@@ -1,6 +1,6 @@
 """Shared by the site tests: stitch a TF training graph the way the hook does, then train it both ways.
 
-Input: a model name and size from stitchfleet.plugin.training_graphs (or any graph with a `loss` and a
+Input: a model name and size from stitchfleet.demo.models (or any graph with a `loss` and a
 `train_op`). Output: `Stitched` (the conversion, the sites mapped, the refusals with their
 reasons, the rewired graph and kernels) and the per-step losses of a training run with every
 cluster switch off or on, from the same initial variables and feeds.
@@ -17,12 +17,12 @@ import tensorflow as tf
 
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.pipeline import Options, compile_graph
-from stitchfleet.plugin import training_graphs as models
+from stitchfleet.demo import models
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.frontend.converter import convert
-from stitchfleet.plugin.kernels import ClusterKernel
-from stitchfleet.plugin.rewrite import Installed, Rewired, rewire
-from stitchfleet.plugin.sites import Site, StepOps, UnmappableError, map_cluster
+from stitchfleet.plugin.graph.mapping import Site, StepOps, UnmappableError, map_cluster
+from stitchfleet.plugin.graph.rewrite import Installed, Rewired, rewire
+from stitchfleet.plugin.native.kernels import ClusterKernel
 
 CACHE = Path(__file__).resolve().parents[2] / ".pytest_cache" / "stitchfleet-cpu"
 

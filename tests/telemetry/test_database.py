@@ -9,7 +9,7 @@ from sqlalchemy import inspect
 
 from stitchfleet.telemetry import database
 
-TABLES = {"jobs", "step_windows", "events", "clusters", "task_weeks", "week_rollups"}
+TABLES = {"jobs", "step_windows", "events", "clusters", "task_weeks", "week_rollups", "job_verdicts"}
 
 
 def head_revision() -> str:
@@ -26,7 +26,7 @@ def test_upgrade_check_downgrade(any_url: str) -> None:
     engine = database.connect(any_url)
     try:
         assert set(inspect(engine).get_table_names()) >= TABLES
-        assert database.current_revision(engine) == head_revision() == "0004"
+        assert database.current_revision(engine) == head_revision() == "0005"
         database.check(any_url)  # raises when models and migrations drift apart
         database.upgrade(any_url)  # a second upgrade is a no-op
         database.downgrade(any_url)

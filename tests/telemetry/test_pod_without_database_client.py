@@ -23,7 +23,7 @@ CHILD = textwrap.dedent(
     for name in ("sqlalchemy", "alembic", "psycopg", "psycopg2", "prometheus_client"):
         sys.modules[name] = None  # any import of them raises ImportError, as in a bare TF image
     from stitchfleet import settings
-    from stitchfleet.plugin.ledger import Ledger, SpoolSink
+    from stitchfleet.plugin.fleet.ledger import Ledger, SpoolSink
     ledger = Ledger(settings.current(), rank=0, world_size=1)
     assert isinstance(ledger.recorder, SpoolSink), ledger.recorder
     ledger.started()

@@ -52,3 +52,23 @@ def test_html_lists_both_and_says_when_a_list_is_empty(sqlite_url: str, tmp_path
     assert "<h2>Fleet memory: quarantined for a numeric mismatch</h2>" in page
     assert "<p>No cluster is quarantined.</p>" in page
     assert '<td>fp-gelu</td><td>cpu:Xeon x8</td><td>f32[8,768]</td><td class="num">2</td>' in page
+
+
+def test_jobs_evidence_is_listed_once_corroborated_by_two_namespaces(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database.upgrade(sqlite_url)
+
+    def revert(namespace: str, uid: str) -> r.Row:
+        return r.JobVerdict(r.JobKey("gpu-east", namespace, "train", uid), "fp-erf", "reverted", "mismatch")
+
+    write(sqlite_url, [revert("vision", "run-1"), revert("vision", "run-2")])
+
+    def quarantine() -> str:
+        assert cli.main(["report", "weekly", "--week", "2026-W47", "--db", sqlite_url]) == 0
+        return capsys.readouterr().out.split("## Fleet memory: quarantined for a numeric mismatch")[1].split("## ")[0]
+
+    assert "fp-erf" not in quarantine()  # one namespace's jobs: that namespace's, not the fleet's
+    write(sqlite_url, [revert("research", "run-3")])
+    listed = quarantine()
+    assert "fp-erf" in listed and "vision/train" in listed and "2 namespaces' jobs: mismatch" in listed

@@ -140,3 +140,22 @@ def test_week_bounds() -> None:
 def test_no_schema_is_a_clear_error(sqlite_url: str) -> None:
     with pytest.raises(database.DatabaseError, match="run `stitchfleet db upgrade`"):
         savings.weekly_summary(sqlite_url, "2026-W47")
+
+
+@pytest.mark.parametrize(
+    ("baseline", "stitched", "gross", "expected"),
+    [
+        (0.2, 0.16, 1.0, 1.25),  # faster, hours saved: the speedup stands
+        (0.2, 0.25, -1.0, 0.8),  # slower, hours lost: it stands too
+        (0.2, 0.2, 0.0, 1.0),
+        (0.144, 0.1579, 0.0038, None),  # issue 29: "0.912x" beside +0.0038 core-h gross
+        (0.0105, 0.00999, -0.000069, None),  # issue 29: "1.051x" beside -0.000069 gross
+        (None, 0.2, 1.0, None),
+        (0.2, None, 1.0, None),
+    ],
+)
+def test_a_speedup_never_disagrees_in_sign_with_the_gross(
+    baseline: float | None, stitched: float | None, gross: float, expected: float | None
+) -> None:
+    found = savings.speedup(baseline, stitched, gross)
+    assert found == (pytest.approx(expected) if expected is not None else None)

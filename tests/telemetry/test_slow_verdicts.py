@@ -126,7 +126,7 @@ def test_the_quarantine_names_the_earliest_revert_whatever_order_it_arrived_in(s
 def test_a_local_pod_reads_the_same_memory_with_sqlite3_alone(sqlite_url: str) -> None:
     """`plugin.local_memory` (a job's `begin` outside Kubernetes imports no SQLAlchemy) finds the verdicts and
     reverted fingerprints the SQLAlchemy queries find, by the same rule."""
-    from stitchfleet.plugin.local_memory import local_memory
+    from stitchfleet.plugin.fleet.local_memory import local_memory
 
     database.upgrade(sqlite_url)
     now = T0 + dt.timedelta(days=1)

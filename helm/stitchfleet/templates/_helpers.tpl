@@ -132,10 +132,24 @@ capabilities:
 
 {{/* STITCHFLEET_DB_URL from the DB Secret in the release namespace; call with (dict "ctx" $ "optional" true). */}}
 {{- define "stitchfleet.dbUrlEnv" -}}
+{{- $values := .ctx.Values -}}
+{{- if and $values.postgresql.enabled $values.postgresql.existingSecret }}
+{{- /* The user's password Secret; Kubernetes expands $(VAR) in a later variable's value. */}}
+{{- $pg := $values.postgresql -}}
+{{- $host := printf "%s.%s.svc.%s" (include "stitchfleet.postgresqlName" .ctx) .ctx.Release.Namespace $values.clusterDomain -}}
+- name: PGPASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $pg.existingSecret }}
+      key: password
+- name: STITCHFLEET_DB_URL
+  value: {{ printf "postgresql+psycopg://%s:$(PGPASSWORD)@%s:5432/%s?sslmode=%s" $pg.username $host $pg.database $pg.sslmode | quote }}
+{{- else }}
 - name: STITCHFLEET_DB_URL
   valueFrom:
     secretKeyRef:
-      name: {{ .ctx.Values.database.secretName }}
-      key: {{ .ctx.Values.database.secretKey }}
+      name: {{ $values.database.secretName }}
+      key: {{ $values.database.secretKey }}
       optional: {{ .optional }}
+{{- end }}
 {{- end }}

@@ -8,9 +8,12 @@ without grid barriers, one kernel per stage (the fewest that keep global edges s
 
 Launch configuration follows "assume, relax, apply": blocks of 1024 threads (or the
 device's maximum) with 32 registers/thread give the blocks per wave the mappings
-are planned with; the register cap is then relaxed to the largest value keeping the
-blocks per wave for the planned shared memory. The grid never exceeds one wave, so
-a grid barrier is always safe; blocks loop over tasks (vertical packing).
+are planned with; the grid never exceeds one wave (blocks loop over tasks: vertical
+packing), and a kernel with a grid barrier leaves `BARRIER_HEADROOM` of that wave free
+for other streams' blocks (NCCL's) beside its cooperative launch. The register cap is
+then relaxed per kernel to the largest value keeping the blocks per SM that kernel's
+grid needs (ceil(grid / SMs)) resident: a grid of at most one block per SM may use 64
+registers a thread where a full wave of two allows 32 (the renderer's launch bounds).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ from stitchfleet.compiler.plan.structure import Structure, build, reduce_scratch
 
 BLOCK = 1024
 ASSUMED_REGISTERS = 32
+BARRIER_HEADROOM = (
+    1 / 8
+)  # of the co-resident wave a grid-barrier kernel leaves free (compiler/targets/cuda/resources.py)
 
 
 @dataclass(frozen=True)
@@ -168,15 +174,21 @@ def _launch(ctx: _Context, kernel: int, stages: Sequence[int], loops: Sequence[L
     occ = occupancy(ctx.dev, ctx.block, ASSUMED_REGISTERS, smem_bytes)
     tasks = max(loop.tasks for loop in loops)
     wave = _capped(ctx.options, occ.blocks_per_wave)
-    grid = min(tasks, wave)
-    registers = relax_registers(ctx.dev, ctx.block, smem_bytes, ASSUMED_REGISTERS)
     barriers = len(stages) - 1
+    # the modelled wave less the headroom; a wave the real device measured (max_wave) caps it as it is
+    usable = math.floor(occ.blocks_per_wave * (1 - BARRIER_HEADROOM)) if barriers else occ.blocks_per_wave
+    usable = max(1, usable if ctx.options.max_wave is None else min(usable, ctx.options.max_wave))
+    grid = min(tasks, usable)
+    # blocks per SM this grid needs resident; a grid-barrier grid keeps its headroom at the relaxed cap too
+    room = ctx.dev.sms * (1 - BARRIER_HEADROOM) if barriers else ctx.dev.sms
+    needed = math.ceil(grid / room)
+    registers = relax_registers(ctx.dev, ctx.block, smem_bytes, ASSUMED_REGISTERS, blocks_per_sm=needed)
     why = f"{occ.reason}; {tasks} task(s) per loop at most -> grid {grid}"
     if wave < occ.blocks_per_wave:
         why += f" (wave capped at {wave}: what the device holds at once of the compiled kernel)"
-    why += f"; register cap relaxed to {registers} keeping {occ.blocks_per_sm} block(s)/SM"
     if barriers:
-        why += f"; {barriers} grid barrier(s): grid within one wave"
+        why += f"; {barriers} grid barrier(s): grid within one wave less {BARRIER_HEADROOM:.1%} headroom ({usable})"
+    why += f"; register cap relaxed to {registers} keeping the {needed} block(s)/SM the grid needs"
     return Launch(
         kernel,
         tuple(stages),

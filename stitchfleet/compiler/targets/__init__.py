@@ -7,7 +7,8 @@ folders on disk (`settings.TARGETS`), so every list of backends (settings, CLI c
 plugin's routes, `stitchfleet compile --device`) reads this registry. Shared by all targets:
 base.py (the protocols and `Profile`), cache.py (the artifact cache), native_build.py (the
 system C/C++ compiler). Adding a backend = a folder `targets/<name>/` with `__init__.py`
-(docstring + `PROFILE`) and `target.py` (`target(cache_dir) -> Target`), plus its artifact
+(docstring + `PROFILE`) and `target.py` (`target(cache_dir) -> Target`, and for a `native_op`
+profile `native_target(cache_dir, shipped) -> NativeTarget`), plus its artifact
 kind in cache.py when it builds files, and `source_text.py` (`render`) when its profile says what
 its source text is rendered from (`source_from`): the pipeline's `sources` stage finds it here.
 """
@@ -15,6 +16,7 @@ its source text is rendered from (`source_from`): the pipeline's `sources` stage
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from stitchfleet.compiler.ir import Graph
     from stitchfleet.compiler.lower import Lowered
     from stitchfleet.compiler.plan import StitchPlan
-    from stitchfleet.compiler.targets.base import Profile, Target
+    from stitchfleet.compiler.targets.base import NativeTarget, Profile, Target
 
 NAMES: tuple[str, ...] = settings.TARGETS
 
@@ -49,6 +51,17 @@ def load(name: str, cache_dir: Path) -> Target:
     """The target itself, its code imported now (`targets/<name>/target.py`), caching under `cache_dir`."""
     module = importlib.import_module(f"{_package(name)}.target")
     built: Target = module.target(Path(cache_dir))
+    return built
+
+
+def native(name: str, cache_dir: Path, shipped: Sequence[Path] = ()) -> NativeTarget:
+    """The target as the TF dispatch op runs it (`targets/<name>/target.py`'s `native_target`), caching
+    under `cache_dir` and using the prebuilt files found in the `shipped` folders (a shim's);
+    ValueError for a target the op does not run."""
+    if not profile(name).native_op:
+        raise ValueError(f"target {name!r} does not run in the TF dispatch op")
+    module = importlib.import_module(f"{_package(name)}.target")
+    built: NativeTarget = module.native_target(Path(cache_dir), tuple(Path(p) for p in shipped))
     return built
 
 

@@ -6,13 +6,17 @@ a `Target` renders the cluster's code, builds it (through the artifact cache, ca
 returns a callable that maps the cluster's inputs by name to its outputs by name, graph-shaped.
 `Profile` is what the rest of stitchfleet may know of a target without importing its code:
 its name, the device kind whose clusters it stitches, its warp width, whether the TF bridge
-op runs it natively and whether a job or `stitchfleet compile --device` may name it.
+op runs it natively and whether a job or `stitchfleet compile --device` may name it. A target
+whose profile says `native_op` is also a `NativeTarget`: it hands the plugin each cluster as a
+`NativeKernel`, what the TF dispatch op's kernel for that device takes (the plugin imports no
+target's code).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -25,8 +29,23 @@ if TYPE_CHECKING:  # the protocols only name these; a profile import stays light
 
 Program = Sequence["Kernel"]
 Arrays = dict[str, npt.NDArray[np.generic]]
+HostArray = npt.NDArray[Any]
+OpAttr = str | int | list[str] | list[int]  # a value of one of the dispatch op's attributes
 KINDS = ("cpu", "gpu")
 SOURCE_FROM = (None, "plan", "kernels")
+
+
+@dataclass(frozen=True)
+class LibraryFusion:
+    """A compute op's epilogue the target's TF library runs fused: TF op types, stage by stage, from the
+    compute op's output (each stage the single consumer of the one before; the first stage is required, the
+    later ones optional), and why those ops stay out of clusters (kept with the compute op).
+    `constant_operand`: a stage whose other operand must be a constant (a scalar scale), per stage index."""
+
+    compute: tuple[str, ...]
+    stages: tuple[tuple[str, ...], ...]
+    reason: str
+    constant_operand: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,9 @@ class Profile:
     # What its source text (the pipeline's `sources` stage, its dumps) is rendered from: "plan" or "kernels"
     # (the kernel IR), by `targets/<name>/source_text.py`'s `render`; None: it has no source text.
     source_from: str | None = None
+    # What the TF library of this device fuses with a compute op (grappler's remapper): those epilogue ops
+    # stay with TF, out of every cluster, each with the fusion's reason (`LibraryFusion`).
+    library_fusions: tuple[LibraryFusion, ...] = ()
 
     def __post_init__(self) -> None:
         if self.runs_on not in KINDS:
@@ -81,3 +103,71 @@ class Target(Protocol):
     profile: Profile
 
     def build(self, graph: Graph, plan: StitchPlan) -> ClusterRun: ...
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the dispatch op runs a cluster, as the plugin read it from TF: the device's kind, its TF name
+    (`/device:GPU:1`; '' when not placed explicitly) and, for a GPU, its arch as NVRTC names it (`sm_90`)."""
+
+    kind: str  # "cpu" or "gpu"
+    device: str = ""
+    arch: str = ""
+
+
+class NativeKernel(Protocol):
+    """One cluster compiled for the TF dispatch op: what the op's kernel for its device takes."""
+
+    @property
+    def symbol(self) -> str:
+        """The cluster's key for the op library's counters (and a CPU entry's symbol)."""
+        ...
+
+    @property
+    def passthrough(self) -> tuple[int, ...]:
+        """Per output, the input it passes through unchanged, or -1 when the kernel computes it."""
+        ...
+
+    @property
+    def input_shapes(self) -> list[list[int]]:
+        """The shape signature it was built for (-1: a dimension not checked)."""
+        ...
+
+    @property
+    def output_shapes(self) -> list[list[int]]: ...
+
+    @property
+    def binds(self) -> bool:
+        """Whether the op can bind it for another shape signature beside its own kernel (a CPU entry)."""
+        ...
+
+    @property
+    def cached(self) -> bool:
+        """Whether it came from the artifact cache (nothing was compiled)."""
+        ...
+
+    def op_attrs(self) -> dict[str, OpAttr]:
+        """The attributes of the op's kernel for its device (beside the attributes every kernel shares)."""
+        ...
+
+    def run(self, arrays: Sequence[HostArray]) -> tuple[tuple[HostArray, ...], bool]:
+        """On the host: outputs by position from inputs by position, and whether a computed output is
+        non-finite; a kernel that runs only inside the op raises."""
+        ...
+
+
+class NativeTarget(Protocol):
+    """A target the TF dispatch op runs natively (`Profile.native_op`), as the plugin reaches it."""
+
+    profile: Profile
+
+    def native(self, graph: Graph, plan: StitchPlan, placement: Placement) -> NativeKernel: ...
+
+    def native_unavailable(self) -> str | None:
+        """Why its kernels cannot run in the op here (a compiler or library it needs), or None."""
+        ...
+
+    def prebuild(self, folder: Path) -> list[Path]:
+        """Builds into `folder` what a pod without a compiler needs beside the op; the files' names say
+        their sources, so a shim's folder is found again by `native_target(..., shipped=[folder])`."""
+        ...

@@ -1,9 +1,7 @@
 """Lowering rules for TF's piecewise activations (Relu6, Elu, LeakyRelu, Selu, Softplus) and their grads.
 
-Input: a `Site` (one TF op with its IR operands). Output: the IR values of its outputs.
-The IR has none of these as a primitive, so each is decomposed into comparisons,
-selects and element-wise math with the formulas of TF's own kernels (relu_op_functor.h,
-softplus_op.h): no backend needs to know them, and they stitch with what surrounds them.
+Input: a `Site` (one TF op with its IR operands). Output: the IR values of its outputs. The rules in full:
+docs/plugin/frontend.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Lowering rules for TF's fused batch norm, forward and gradient, training and inference forms.
 
-Input: a `Site` for FusedBatchNorm/V2/V3 or FusedBatchNormGrad/V2/V3. Output: the IR
-values of its outputs, built from reductions over every axis but the channel axis and
-element-wise ops (as XLA's batch-norm expander does), so batch norm stitches with the
-activation and residual add around it. The formulas are those of TF's CPU kernels
-(fused_batch_norm_op.cc): the running variance gets Bessel's correction n/(n-1), blended
-with the old one by `exponential_avg_factor`; reserve_space_1/2 are the batch mean and the
-biased batch variance. Reserve spaces are device-specific (cuDNN keeps an inverse
-standard deviation), so the training gradient recomputes the batch statistics from x
-instead of reading them, and the forward is lowered only when nothing but a batch-norm
-gradient reads its reserve spaces.
+Input: a `Site` for FusedBatchNorm/V2/V3 or FusedBatchNormGrad/V2/V3. The rules in full:
+docs/plugin/frontend.md.
 """
 
 from __future__ import annotations

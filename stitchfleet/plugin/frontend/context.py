@@ -1,12 +1,7 @@
 """The state of one conversion and the view a lowering rule gets of one TF op.
 
-Input: filled by the converter as it walks the TF graph in topological order.
-Output: `Lowering` (the IR builder, the IR value or folded constant of every TF tensor
-seen so far, the IR node -> TF tensor map, the tensors that must stay graph outputs)
-and `Site` (one op: its attributes, operands and TF's static output types). Rules
-raise `LoweringError` with a reason; the converter then keeps the op as a boundary.
-Folded constants become IR only when an IR op needs them: a splat becomes a scalar
-broadcast, a small array a CONSTANT, a large array a PARAMETER fed from its TF tensor.
+Input: filled by the converter as it walks the TF graph in topological order. Output: The rules in full:
+docs/plugin/frontend.md.
 """
 
 from __future__ import annotations

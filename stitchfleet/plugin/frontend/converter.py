@@ -1,16 +1,8 @@
 """tf.Graph / GraphDef -> IR: walks the TF graph once and decides the fate of every op.
 
 Input: a `tf.Graph` (or a `GraphDef`, imported into a fresh graph first), optionally with shapes that stand in
-for partial TF shapes (a job's shape signature, `signatures`). Output: a
-`Conversion`. Per op, in topological order, the first rule that applies wins:
-constants and shape arithmetic are folded; control flow, stateful ops (variables,
-random, optimizer updates) and feedable placeholders are cut into PARAMETERs, and
-the tensors they read stay graph outputs; ops with control inputs (except those from
-side-effect-free ops that became IR, which only order execution), dynamic shapes,
-compute-intensive ops (MatMul, Conv...) and anything without a rule become OPAQUE
-nodes that keep their operands, type and reason; Identity-like ops alias their input;
-the rest is lowered by the element-wise and structure rules. Finally everything that
-no graph output needs is pruned.
+for partial TF shapes (a job's shape signature, `signatures`). Output: a `Conversion`. The rules in full:
+docs/plugin/frontend.md.
 """
 
 from __future__ import annotations

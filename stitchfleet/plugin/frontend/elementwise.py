@@ -1,9 +1,7 @@
 """Lowering rules for TF's element-wise ops, forward and gradient.
 
-Input: a `Site` (one TF op with its IR operands). Output: the IR values of its
-outputs. TF broadcasts binary operands implicitly; the builder makes that explicit
-with BROADCAST nodes. Gradient kernels are decomposed into IR primitives with the
-formulas of TF's own kernels (cwise_ops.h), e.g. TanhGrad(y, dy) = dy * (1 - y*y).
+Input: a `Site` (one TF op with its IR operands). Output: the IR values of its outputs. The rules in full:
+docs/plugin/frontend.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Constant folding: the value of a TF op computed at conversion time, in numpy.
 
-Input: a `Site` whose operands are all known constants (or, for Shape, Size and Rank,
-have static shapes). Output: the values of the op's outputs, or None when the op is
-not foldable here. This is what turns the shape arithmetic of training graphs (Shape,
-BroadcastGradientArgs, DynamicStitch, FloorDiv on shapes, Pack, Fill dims...) into
-the static attributes IR ops need. Results larger than `FOLD_LIMIT` elements are not
-folded: such ops are real computation and become IR ops instead.
+Input: a `Site` whose operands are all known constants (or, for Shape, Size and Rank, have static shapes).
+Output: the values of the op's outputs, or None when the op is not foldable here. The rules in full:
+docs/plugin/frontend.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """GraphDef files: binary .pb and text .pbtxt, read into a `GraphDef` or straight into IR.
 
-Input: a path. Output: the parsed `GraphDef`, or (`convert_file`) its `Conversion`.
-A missing, truncated or otherwise unparsable file raises `FrontendError` naming the
-file and the problem; so does a GraphDef TensorFlow refuses to import (an unknown
-dtype, a node reading a missing input...), naming the node.
+Input: a path. Output: the parsed `GraphDef`, or (`convert_file`) its `Conversion`. The rules in full:
+docs/plugin/frontend.md.
 """
 
 from __future__ import annotations

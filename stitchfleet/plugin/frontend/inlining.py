@@ -1,13 +1,6 @@
 """Inlines functional control flow whose outcome is known into a GraphDef.
 
-Input: a `GraphDef` with a function library. Output: an equivalent `GraphDef` where every
-`PartitionedCall`/`StatefulPartitionedCall` and every `If`/`StatelessIf` whose predicate is
-a constant (through Identity chains) is replaced by the nodes of its body, renamed under the
-call's name. The call node itself becomes an `IdentityN` of the body's results, so its
-consumers (data and control) still find it. A predicate fed by a placeholder, even one with
-a default (Keras' learning phase), is not known: the user may feed it, so that If stays.
-Used on whole GraphDefs (`stitchfleet compile`, the workload graphs); the live plugin keeps
-TF's own graph.
+Input: a `GraphDef` with a function library. The rules in full: docs/plugin/frontend.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """What the frontend produces: the IR graph plus the bridge back to TensorFlow.
 
-Input: filled in by the converter. Output: a frozen `Conversion` holding the IR
-`Graph`, for every IR node that stands for a TF tensor the `(op name, output index)`
-it stands for (so the plugin can reroute consumers of that tensor), the reverse map
-from TF tensor names to IR nodes (aliases such as Identity included), and one
-`Disposition` per TF op saying what became of it and why, and the value of every
-constant or constant-folded tensor. TF-free, so it can be
-imported anywhere in the plugin.
+Input: filled in by the converter. The rules in full: docs/plugin/frontend.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Lowering rules for TF's data-movement ops, reductions and the decomposed softmax family.
 
-Input: a `Site`. Output: the IR values of the op's outputs. Shape-changing ops take
-their result shape from TF's static shape inference (so Reshape's -1, ExpandDims and
-Squeeze need no arithmetic here); ops whose meaning depends on a small tensor operand
-(axes, permutation, slice bounds) need it constant-folded, else they stay boundaries.
+Input: a `Site`. Output: the IR values of the op's outputs. The rules in full: docs/plugin/frontend.md.
 """
 
 from __future__ import annotations

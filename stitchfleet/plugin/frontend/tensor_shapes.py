@@ -1,7 +1,7 @@
 """Static shapes of TF tensors as the frontend reads them.
 
 Input: a TF tensor, and for the conversion running in this context the shapes a caller knows where TF's
-are partial (`known_shapes`: a job's shape signature, `plugin/signatures.py`). Output: `tensor_shape`,
+are partial (`known_shapes`: a job's shape signature, `plugin/shapes/signatures.py`). Output: `tensor_shape`,
 the shape with -1 for an unknown dimension (None for an unknown rank).
 """
 

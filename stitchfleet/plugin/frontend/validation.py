@@ -1,12 +1,7 @@
 """Checks a conversion against TensorFlow itself: the frontend's acceptance test.
 
-Input: a TF session on the converted graph (variables initialised), the `Conversion`
-and the feeds for its placeholders. Output: a `Comparison`. TF runs once and yields
-every tensor the IR maps; the IR between its boundaries (PARAMETER and OPAQUE nodes)
-is then evaluated in numpy from TF's values at those boundaries, and each IR node
-that stands for a TF tensor is compared with TF's value by the tolerance rule (the
-IR result may be at most `factor` times further from the fp64 evaluation than TF's
-is, see FACTOR). `compare_clusters` does the same for each stitch cluster extracted alone.
+Input: a TF session on the converted graph (variables initialised), the `Conversion` and the feeds for its
+placeholders. Output: a `Comparison`. The rules in full: docs/plugin/frontend.md.
 """
 
 from __future__ import annotations

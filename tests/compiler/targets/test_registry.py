@@ -61,7 +61,7 @@ def test_a_bad_profile_is_refused() -> None:
 
 
 def test_the_name_lists_read_the_registry() -> None:
-    from stitchfleet.plugin import placement
+    from stitchfleet.plugin.graph import placement
 
     assert compile_command.DEVICES == ("reference", "cpu", "cuda-cpu", "sim")
     assert placement.SETTINGS == ("auto", "cpu", "cuda", "sim")
@@ -121,3 +121,27 @@ def test_source_text_is_found_by_name_for_the_targets_that_have_one() -> None:
         pipeline.Options(sources=("cuda",))
     with pytest.raises(ValueError, match="source_from must be one of"):
         Profile("x", runs_on="cpu", warp=32, summary="x", source_from="text")
+
+
+@pytest.mark.parametrize("name", [n for n in targets.NAMES if targets.profile(n).native_op])
+def test_each_native_target_hands_the_dispatch_op_what_it_needs(name: str, tmp_path: Path) -> None:
+    native = targets.native(name, tmp_path)
+    assert native.profile == targets.profile(name)
+    assert callable(native.native) and callable(native.prebuild) and callable(native.native_unavailable)
+
+
+def test_the_cpu_target_hands_a_native_kernel_with_the_op_attributes(tmp_path: Path) -> None:
+    from stitchfleet.compiler.targets.base import Placement
+
+    graph = _cluster()
+    kernel = targets.native("cpu", tmp_path).native(graph, plan_cluster(graph, 0, PlanOptions()), Placement("cpu"))
+    attrs = kernel.op_attrs()
+    assert Path(str(attrs["library"])).is_file() and attrs["symbol"] == kernel.symbol and kernel.binds
+    assert kernel.input_shapes == [list(p.shape) for p in graph.parameters]
+    assert kernel.output_shapes == [list(graph.node(i).shape) for _, i in graph.outputs]
+    assert targets.native("cpu", tmp_path).prebuild(tmp_path / "shim") == []
+
+
+def test_a_target_the_op_does_not_run_is_refused_as_native(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not run in the TF dispatch op"):
+        targets.native("sim", tmp_path)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from importlib.resources import files
 
 import numpy as np
 
@@ -50,53 +51,13 @@ STORAGE = {**COMPUTE, DType.F16: "_Float16", DType.BOOL: "uint8_t"}
 _SMALL_POWERS = (2.0, 3.0, 4.0)
 _BIT_SELECTED = frozenset({"float", "double"})  # sf_sel_* exists for these
 
-_INCLUDES = """
-#include <math.h>
-#include <omp.h>
-#include <stdbool.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-"""
-_HELPERS = r"""
-
-static inline float sf_f16(float x) { return (float)(_Float16)x; }
-static inline float sf_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
-    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
-#define SF_ORDERED(T) \
-    static inline T sf_max_##T(T a, T b) { return ((a > b) | (a != a)) ? a : b; } \
-    static inline T sf_min_##T(T a, T b) { return ((a < b) | (a != a)) ? a : b; } \
-    static inline T sf_relu_##T(T a) { return a < 0 ? (T)0 : a; } \
-    static inline T sf_sign_##T(T a) { return a > 0 ? (T)1 : (a < 0 ? (T)-1 : a); } \
-    static inline T sf_abs_##T(T a) { return a < 0 ? -a : a; }
-SF_ORDERED(float)
-SF_ORDERED(double)
-SF_ORDERED(int32_t)
-SF_ORDERED(int64_t)
-#define SF_SELECT(T, U) \
-    static inline T sf_sel_##T(bool c, T a, T b) { \
-        U ua, ub, m = -(U)c; \
-        memcpy(&ua, &a, sizeof ua); memcpy(&ub, &b, sizeof ub); \
-        ua = (ua & m) | (ub & ~m); memcpy(&a, &ua, sizeof a); return a; \
-    }
-SF_SELECT(float, uint32_t)
-SF_SELECT(double, uint64_t)
-static inline float sf_sigmoid_float(float x) {
-    float z = sf_expf(x < 0.0f ? x : -x);
-    return x >= 0 ? 1.0f / (1.0f + z) : z / (1.0f + z);
-}
-static inline double sf_sigmoid_double(double x) {
-    double z = exp(-fabs(x));
-    return x >= 0 ? 1.0 / (1.0 + z) : z / (1.0 + z);
-}
-"""
-PRELUDE = _INCLUDES + vmath.PRELUDE + _HELPERS
+_CSRC = files(__package__).joinpath("csrc")
+# includes, then vmath's functions, then the scalar helpers (they call sf_expf)
+PRELUDE = (
+    _CSRC.joinpath("includes.h").read_text(encoding="utf-8")
+    + vmath.PRELUDE
+    + _CSRC.joinpath("helpers.h").read_text(encoding="utf-8")
+)
 
 _HELPER = {Op.RELU: "relu", Op.SIGN: "sign", Op.ABS: "abs", Op.SIGMOID: "sigmoid"}
 

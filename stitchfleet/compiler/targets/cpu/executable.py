@@ -44,6 +44,7 @@ import numpy.typing as npt
 
 from stitchfleet.compiler.ir import Graph, fingerprint
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan, plan_cluster
+from stitchfleet.compiler.targets.base import OpAttr
 from stitchfleet.compiler.targets.cache import artifact_cache, cache_key
 from stitchfleet.compiler.targets.cpu.finite import NONFINITE
 from stitchfleet.compiler.targets.cpu.generator import CSource, Param
@@ -224,6 +225,24 @@ class CpuExecutable:
     @property
     def input_names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self._inputs)
+
+    # What the TF dispatch op's CPU kernel takes (base.NativeKernel): it dlopens the library itself.
+    @property
+    def symbol(self) -> str:
+        return self.source.entry
+
+    @property
+    def input_shapes(self) -> list[list[int]]:
+        return [list(p.shape) for p in self._inputs]
+
+    @property
+    def output_shapes(self) -> list[list[int]]:
+        return [list(p.shape) for p in self._outputs]
+
+    binds = True  # the op binds a CPU entry compiled for another shape signature beside its own
+
+    def op_attrs(self) -> dict[str, OpAttr]:
+        return {"library": str(self.library_path), "symbol": self.source.entry}
 
     @property
     def output_names(self) -> tuple[str, ...]:

@@ -135,13 +135,13 @@ class LaunchLibrary:
         lib.sf_pack.argtypes += [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int, c_int_p]
         lib.sf_program_create.argtypes = [ctypes.c_char_p, spec, ctypes.c_longlong, ctypes.POINTER(ctypes.c_char_p)]
         lib.sf_program_create.argtypes += [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
-        lib.sf_program_run.argtypes = [ctypes.c_void_p, pointers, pointers, ctypes.c_uint64, ctypes.c_uint64]
-        lib.sf_program_run.argtypes += [ctypes.c_void_p]
+        lib.sf_program_run.argtypes = [ctypes.c_void_p, pointers, pointers, ctypes.c_uint64, ctypes.c_void_p]
+        lib.sf_program_flags.restype = ctypes.POINTER(ctypes.c_int)
+        lib.sf_program_flags.argtypes = [ctypes.c_void_p]
+        lib.sf_program_blame.argtypes = [ctypes.c_void_p, pointers, pointers, ctypes.c_void_p]
         lib.sf_program_destroy.argtypes = [ctypes.c_void_p]
         lib.sf_primary_enter.argtypes = [ctypes.c_int]
         lib.sf_primary_leave.argtypes = [ctypes.c_int]
-        lib.sf_flag_create.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_int))]
-        lib.sf_flag_create.argtypes += [ctypes.POINTER(ctypes.c_uint64)]
 
     def _check(self, status: int) -> None:
         if status != 0:
@@ -213,13 +213,6 @@ class LaunchLibrary:
         finally:
             self._check(self.lib.sf_primary_leave(ordinal))
 
-    def flag(self, stream: int = 0) -> tuple[Any, int]:
-        """A non-finite flag in the context of `stream`: (host view, read any time without a sync; device
-        pointer for `Program.run`)."""
-        host, device = ctypes.POINTER(ctypes.c_int)(), ctypes.c_uint64()
-        self._check(self.lib.sf_flag_create(stream, ctypes.byref(host), ctypes.byref(device)))
-        return host, int(device.value)
-
     def launch(self, function: Function, kernel: CudaKernel, arguments: list[int], stream: int = 0) -> None:
         """One launch of `kernel` on `stream` (0: the legacy default stream), cooperative with a grid barrier."""
         values = [ctypes.c_uint64(value) for value in arguments]
@@ -239,14 +232,22 @@ class Program:
     def __init__(self, library: LaunchLibrary, handle: int, plan: LaunchPlan) -> None:
         self.library, self.handle, self.plan = library, handle, plan
 
-    def run(self, inputs: Sequence[int], outputs: Sequence[int], scratch: int, flag: int = 0, stream: int = 0) -> None:
-        """Every kernel in order, then the non-finite checks when `flag` (a device pointer) is given."""
+    def run(self, inputs: Sequence[int], outputs: Sequence[int], scratch: int, stream: int = 0) -> None:
+        """Every kernel in order; a NaN/Inf stored into a checked output sets flag word 0 (`flags`)."""
         if scratch == 0 and self.plan.scratch_bytes:
             raise LaunchError(f"the program needs {self.plan.scratch_bytes} bytes of scratch")
         lib = self.library.lib
-        self.library._check(
-            lib.sf_program_run(self.handle, _pointers(inputs), _pointers(outputs), scratch, flag, stream)
-        )
+        self.library._check(lib.sf_program_run(self.handle, _pointers(inputs), _pointers(outputs), scratch, stream))
+
+    def flags(self) -> tuple[int, int]:
+        """(a stitched kernel stored NaN/Inf, `blame` found one where TF's value was finite), read from mapped
+        host memory without a sync: what the GPU wrote by the time it is read."""
+        words = self.library.lib.sf_program_flags(self.handle)
+        return int(words[0]), int(words[1])
+
+    def blame(self, ours: Sequence[int], theirs: Sequence[int], stream: int = 0) -> None:
+        """Compares each checked output with TF's values for it on `stream`; sets flag word 1 on a fault."""
+        self.library._check(self.library.lib.sf_program_blame(self.handle, _pointers(ours), _pointers(theirs), stream))
 
     def close(self) -> None:
         if self.handle:

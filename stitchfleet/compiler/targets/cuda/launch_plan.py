@@ -1,12 +1,13 @@
 """A cluster's kernels as one launchable program: the spec the launch library and the TF GPU op run.
 
 Input: a cluster graph and its lowering (`Lowered`: kernels in launch order, parameter and output
-buffers). Output: `LaunchPlan`: the module source (the rendered kernels and the non-finite checks,
-one NVRTC compile), the kernel names, the per-launch scratch size and the flat int64 `spec` that
-`launch_program_source` documents. Op inputs are the graph's parameters in order, op outputs its
-outputs in order (the native bridge's positional contract); every other buffer (scratch, partials,
-values handed from one kernel to the next) lives at a 256-byte aligned offset in one scratch
-allocation per launch, so two steps in flight never share one. Pure data: no GPU, no TF.
+buffers). Output: `LaunchPlan`: the module source (the rendered kernels, whose stores into floating
+op outputs note NaN/Inf in the cluster's flag, and the blame kernels; one NVRTC compile), the kernel
+names, the per-launch scratch size and the flat int64 `spec` that `csrc/launch.c` documents. Op
+inputs are the graph's parameters in order, op outputs its outputs in order (the native bridge's
+positional contract); every other buffer (scratch, partials, values handed from one kernel to the
+next) lives at a 256-byte aligned offset in one scratch allocation per launch, so two steps in
+flight never share one. Pure data: no GPU, no TF.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.lower import Lowered
-from stitchfleet.compiler.targets.cuda.launch_program_source import CHECKS
+from stitchfleet.compiler.targets.cuda.launch_source import CHECKS
 from stitchfleet.compiler.targets.cuda.render import render_module, render_program
 from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.sim.interpreter import buffer_layout
@@ -26,7 +27,7 @@ from stitchfleet.compiler.targets.sim.interpreter import buffer_layout
 SPEC_VERSION = 1
 INPUT, OUTPUT, SCRATCH = 0, 1, 2
 SCRATCH_ALIGNMENT = 256  # what CUDA allocators give; vector accesses need 16
-CHECKED = {DType.F32: 0, DType.F16: 1, DType.BF16: 2, DType.F64: 3}  # dtype codes of sf_nonfinite_<dtype>
+CHECKED = {DType.F32: 0, DType.F16: 1, DType.BF16: 2, DType.F64: 3}  # dtype codes of sf_blame_<dtype>
 
 
 class LaunchPlanError(ValueError):
@@ -107,7 +108,12 @@ def plan_launches(graph: Graph, lowered: Lowered) -> LaunchPlan:
     spec: list[int] = [SPEC_VERSION, len(graph.parameters), len(graph.outputs), scratch_bytes, counter]
     spec.append(len(lowered.kernels))
     zeroed: set[str] = set()
-    rendered = render_program(lowered.kernels)
+    checks = [
+        (j, graph.node(node).dtype, math.prod(graph.node(node).shape)) for j, (_, node) in enumerate(graph.outputs)
+    ]
+    checks = [(j, dtype, size) for j, dtype, size in checks if dtype in CHECKED and passthrough[j] < 0]
+    noted = frozenset(buffer for j, (_, buffer) in enumerate(lowered.outputs) if j in {c[0] for c in checks})
+    rendered = render_program(lowered.kernels, noted)
     for kernel, cuda in zip(lowered.kernels, rendered, strict=True):
         spec += [cuda.launch.grid, cuda.launch.block, cuda.dynamic_smem_bytes, int(cuda.grid_barrier)]
         spec.append(len(cuda.params))
@@ -121,16 +127,12 @@ def plan_launches(graph: Graph, lowered: Lowered) -> LaunchPlan:
         spec.append(len(ranges))
         for offset, size in ranges:
             spec += [offset, size]
-    checks = [
-        (j, graph.node(node).dtype, math.prod(graph.node(node).shape)) for j, (_, node) in enumerate(graph.outputs)
-    ]
-    checks = [(j, dtype, size) for j, dtype, size in checks if dtype in CHECKED and passthrough[j] < 0]
     spec.append(len(checks))
     for j, dtype, size in checks:
         spec += [j, size, CHECKED[dtype]]
     return LaunchPlan(
         rendered,
-        render_module(list(lowered.kernels)) + CHECKS,
+        render_module(list(lowered.kernels), noted) + CHECKS,
         tuple(spec),
         scratch_bytes,
         tuple(str(p.attrs["name"]) for p in graph.parameters),

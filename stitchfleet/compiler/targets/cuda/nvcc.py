@@ -50,15 +50,27 @@ class Nvcc:
             return self._run(source, arch, target)
         return cache.get_or_build(key, lambda: self._run(source, arch, target))
 
-    def _run(self, source: str, arch: str, target: str) -> bytes:
+    def ptxas_report(self, source: str, arch: str, cache: ArtifactCache | None = None) -> str:
+        """ptxas's `-v` report of the source compiled to a cubin for `arch` (registers, spills, stack, shared
+        memory per kernel: resources.py reads it), cached like the cubin."""
+        if arch not in self.archs:
+            raise NvccError(f"nvcc {self.version} cannot compile for {arch} (it accepts {', '.join(self.archs)})")
+        key = cache_key(source, arch, {"nvcc": self.version}, (*OPTIONS, "ptxas-v"))
+        if cache is None:
+            return self._run(source, arch, "cubin", verbose=True).decode()
+        return cache.get_or_build(key, lambda: self._run(source, arch, "cubin", verbose=True)).decode()
+
+    def _run(self, source: str, arch: str, target: str, *, verbose: bool = False) -> bytes:
+        """The compiled bytes, or with `verbose` ptxas's report (what nvcc wrote to stderr)."""
         with tempfile.TemporaryDirectory(prefix="stitchfleet-nvcc-") as tmp:
             src, out = Path(tmp) / "kernel.cu", Path(tmp) / f"kernel.{target}"
             src.write_text(source)
-            cmd = [self.path, f"-{target}", f"-arch={arch}", *OPTIONS, "-o", str(out), str(src)]
+            report = ["-Xptxas", "-v"] if verbose else []
+            cmd = [self.path, f"-{target}", f"-arch={arch}", *OPTIONS, *report, "-o", str(out), str(src)]
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
             if done.returncode != 0:
                 raise NvccError(f"nvcc -{target} -arch={arch} failed:\n{done.stderr}{_context(done.stderr, source)}")
-            return out.read_bytes()
+            return done.stderr.encode() if verbose else out.read_bytes()
 
 
 def _context(messages: str, source: str) -> str:

@@ -21,6 +21,8 @@ launch bounds, index variables) and `CudaKernel` are in signature.py.
   prelude for why): the launcher appends a zeroed counter as the last parameter.
 - `__launch_bounds__(block, min_blocks)` where min_blocks makes the planner's register
   cap hold on a 64K-register SM (every arch from sm_70 to sm_90 has 64K).
+- Stores into the buffers named `nonfinite` (a program's floating op outputs) go through
+  `sf_checked`, which notes a NaN/Inf in the cluster's flag while the value is in a register.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class _State:
     decls: Declarations
     facts: KernelFacts
     lines: list[str] = field(default_factory=list)
+    checked: frozenset[str] = frozenset()  # buffers whose stored values note NaN/Inf (sf_checked)
     masks: int = 0
     vector_loops: int = 0
 
@@ -186,7 +189,7 @@ def _vector_for(state: _State, stmt: ir.For, i: int, where: _Where, plan: Vector
     stores = {b.name for b in plan.stores}
     for j, s in enumerate(stmt.body):
         if isinstance(s, ir.Store) and s.buffer.name in stores:
-            _emit(state, inner, f"{s.buffer.name}_v.v[{v}_k] = {inner.exprs.text(s.value)};")
+            _emit(state, inner, f"{s.buffer.name}_v.v[{v}_k] = {_stored(state, s.buffer, inner.exprs.text(s.value))};")
         else:
             _stmt(state, s, j, inner)
     _emit(state, pad, "}")
@@ -238,7 +241,7 @@ def _stmt(state: _State, stmt: ir.Stmt, i: int, where: _Where) -> None:
         case ir.Assign(var=var, value=value):
             _emit(state, where, f"{var.name} = {x.text(value)};")
         case ir.Store(buffer=buf, index=index, value=value):
-            _emit(state, where, f"{buf.name}[{x.text(index)}] = {x.text(value)};")
+            _emit(state, where, f"{buf.name}[{x.text(index)}] = {_stored(state, buf, x.text(value))};")
         case ir.Atomic(op=op, buffer=buf, index=index, value=value):
             _emit(state, where, f"{_ATOMIC[op]}(&{buf.name}[{x.text(index)}], {x.text(value)});")
         case ir.For():
@@ -256,13 +259,20 @@ def _stmt(state: _State, stmt: ir.Stmt, i: int, where: _Where) -> None:
                 _emit(state, where, f"// {line}")
 
 
-def render_kernel(kernel: ir.Kernel) -> CudaKernel:
-    """The kernel as CUDA C; KernelError if it does not verify, RenderError if it cannot be expressed."""
+def _stored(state: _State, buf: ir.AnyBuffer, value: str) -> str:
+    """A stored value, through `sf_checked` when the buffer is an op output whose NaN/Inf is noted."""
+    return f"sf_checked({value})" if buf.name in state.checked and buf.dtype.is_float else value
+
+
+def render_kernel(kernel: ir.Kernel, nonfinite: frozenset[str] = frozenset()) -> CudaKernel:
+    """The kernel as CUDA C; KernelError if it does not verify, RenderError if it cannot be expressed.
+    Stores into the global buffers named in `nonfinite` note a NaN/Inf in the cluster's flag."""
     verify(kernel)
     check_names(kernel)
     barrier = has_grid_sync(kernel.body)
     params = [param(b) for b in kernel.params] + ([f"unsigned int* __restrict__ {GRID_COUNTER}"] if barrier else [])
-    state = _State(kernel, declarations(kernel.body), KernelFacts.of(kernel))
+    checked = frozenset(b.name for b in kernel.params if b.name in nonfinite and b.role is ir.Role.OUTPUT)
+    state = _State(kernel, declarations(kernel.body), KernelFacts.of(kernel), checked=checked)
     shared, dynamic = shared_lines(kernel)
     where = _Where((), 1, FULL_MASK, frozenset(VARIANT), ExprRenderer())
     head = [PRELUDE, f"// kernel {kernel.name}: grid {kernel.launch.grid} x block {kernel.launch.block}"]
@@ -276,9 +286,11 @@ def render_kernel(kernel: ir.Kernel) -> CudaKernel:
     return CudaKernel(kernel.name, source, kernel.params, kernel.launch, barrier, dynamic, state.vector_loops)
 
 
-def render_program(kernels: tuple[ir.Kernel, ...] | list[ir.Kernel]) -> tuple[CudaKernel, ...]:
+def render_program(
+    kernels: tuple[ir.Kernel, ...] | list[ir.Kernel], nonfinite: frozenset[str] = frozenset()
+) -> tuple[CudaKernel, ...]:
     """Every kernel of a program, in launch order (one translation unit each)."""
-    return tuple(render_kernel(k) for k in kernels)
+    return tuple(render_kernel(k, nonfinite) for k in kernels)
 
 
 def kernel_text(rendered: CudaKernel) -> str:
@@ -286,14 +298,12 @@ def kernel_text(rendered: CudaKernel) -> str:
     return rendered.source.removeprefix(PRELUDE)
 
 
-def render_module(kernels: tuple[ir.Kernel, ...] | list[ir.Kernel]) -> str:
-    """One translation unit holding several kernels (names must differ): the prelude once, then each kernel.
-
-    For compile checks of many kernels in one nvcc run; launches use `render_kernel`.
-    """
+def render_module(kernels: tuple[ir.Kernel, ...] | list[ir.Kernel], nonfinite: frozenset[str] = frozenset()) -> str:
+    """One translation unit holding several kernels (names must differ): the prelude once, then each kernel
+    (a cluster's module, with `nonfinite` its checked op outputs, or many kernels for one nvcc run)."""
     names = [k.name for k in kernels]
     if len(set(names)) != len(names):
         raise RenderError(
             f"kernel names must be unique in one module: {sorted(n for n in names if names.count(n) > 1)}"
         )
-    return PRELUDE + "".join(kernel_text(render_kernel(k)) for k in kernels)
+    return PRELUDE + "".join(kernel_text(render_kernel(k, nonfinite)) for k in kernels)

@@ -2,7 +2,7 @@
 
 Input: a program (kernels in launch order) and host arrays by buffer name. Output: the
 output buffers (flat), like the sim and the cuda backend. Each kernel's text from
-`render_kernel` is compiled with a compatibility header (`header.HEADER`: fibers per
+`render_kernel` is compiled with a compatibility header (`csrc/cuda_cpu.h`: fibers per
 CUDA thread, 32-lane warps, PTX shuffle rules, `__atomic` atomics) into a shared object,
 several kernels to a unit (module.py), cached on disk by hash of (text, compiler, flags),
 and launched through ctypes with the cuda backend's contract: parameters in

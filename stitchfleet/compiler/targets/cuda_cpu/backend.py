@@ -124,12 +124,13 @@ class CudaCpuBackend:
         order: int = 0,
         blocks: int = -1,
         fma: bool = False,
+        race: bool = False,
     ) -> None:
         if cache_dir is None:
             from stitchfleet import settings
 
             cache_dir = settings.current().cache_dir
-        self.options = CudaCpuOptions(Path(cache_dir), debug=debug, order=order, blocks=blocks, fma=fma)
+        self.options = CudaCpuOptions(Path(cache_dir), debug=debug, order=order, blocks=blocks, fma=fma, race=race)
 
     def compile(self, program: Sequence[ir.Kernel]) -> CudaCpuProgram:
         """One program: its kernels in one unit."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import re
+import shlex
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,8 +30,7 @@ from stitchfleet.compiler.targets.cpu.executable import CpuCompileError, compile
 from stitchfleet.compiler.targets.cuda.prelude import PRELUDE
 from stitchfleet.compiler.targets.cuda.render import kernel_text
 from stitchfleet.compiler.targets.cuda.signature import CudaKernel
-from stitchfleet.compiler.targets.cuda_cpu.header import HEADER
-from stitchfleet.compiler.targets.cuda_cpu.launcher import LAUNCHER
+from stitchfleet.compiler.targets.cuda_cpu.header import HEADER, LAUNCHER, RACE_CHECK
 from stitchfleet.compiler.targets.native_build import BuildError, build_shared_object
 
 SMEM_CAPACITY = 227 * 1024  # the largest opt-in dynamic shared memory of the profiles (H100/H200)
@@ -41,11 +41,26 @@ BASE_FLAGS = ("-std=gnu++17", "-O1", "-fPIC", "-shared", "-pthread", "-ffp-contr
 DEBUG_FLAGS = ("-fsanitize=alignment", "-fsanitize-recover=alignment", "-DSF_CHECKED=1")
 # GCC contracts a*b+c into an FMA only from -O2 on (its widening-mul pass); the later -O2 wins.
 FMA_FLAGS = ("-O2", "-ffp-contract=fast", "-mfma")
+# GCC's thread-sanitizer instrumentation with csrc/race_check.cc as its runtime (no libtsan): every load and
+# store reports to the race check first.
+RACE_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0")
 _STUB_HEADERS = ("cuda_fp16.h", "cuda_bf16.h")  # their content is in HEADER
 # The form cuda_shared renders a static shared array in (its own line; hand-written test
 # kernels may leave out the alignment).
 _STATIC_SHARED = re.compile(r"^(\s*)__shared__ (?:__align__\(\d+\) )?[A-Za-z_][\w ]* (\w+)\[\d+\];$", re.MULTILINE)
 _ANY_STATIC_SHARED = re.compile(r"^\s*__shared__ ", re.MULTILINE)
+# A kernel's definition as the renderer writes it; bounds when it declares them.
+_KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\((\d+)(?:,\s*\d+)?\)\s+)?(\w+)\(')
+MAX_BLOCK = 1024
+# The blame kernels of every cluster module (csrc/nonfinite_checks.cu, defined by its SF_BLAME macro):
+# name -> element type. Each takes (ours, theirs, elements, flag).
+BLAME_KERNELS = {
+    "sf_blame_f32": "float",
+    "sf_blame_f16": "__half",
+    "sf_blame_bf16": "__nv_bfloat16",
+    "sf_blame_f64": "double",
+}
+IMAGE_MAGIC = b"SFCUDACPU1\n"
 _LAUNCH_ARGTYPES = [
     ctypes.POINTER(ctypes.c_void_p),  # kernel parameters (device pointers)
     ctypes.c_uint,  # grid
@@ -80,12 +95,15 @@ class CudaCpuOptions:
     order: int = 0
     blocks: int = -1
     fma: bool = False
+    race: bool = False  # the shared-memory race check and random yields (a checked build: needs debug)
     fill: int = 0xFF  # byte that shared memory holds before a block writes it (0xff: NaN in every float type)
     compiler: str = "g++"
 
     @property
     def flags(self) -> tuple[str, ...]:
-        extra = (DEBUG_FLAGS if self.debug else ()) + (FMA_FLAGS if self.fma else ())
+        extra = (
+            (DEBUG_FLAGS if self.debug else ()) + (FMA_FLAGS if self.fma else ()) + (RACE_FLAGS if self.race else ())
+        )
         return (*BASE_FLAGS, *extra, f"-DSF_SMEM_CAPACITY={SMEM_CAPACITY}", f"-DSF_STACK_BYTES={STACK_BYTES}")
 
 
@@ -94,7 +112,23 @@ def instrumented(text: str) -> str:
     return _STATIC_SHARED.sub(lambda m: f"{m.group(0)}\n{m.group(1)}SF_SHARED_FILL({m.group(2)});", text)
 
 
-def _entry(rendered: CudaKernel) -> str:
+def launch_bounds(text: str) -> dict[str, int]:
+    """Kernel name -> the block size its `__launch_bounds__` allows (MAX_BLOCK when it declares none)."""
+    return {m.group(2): int(m.group(1) or MAX_BLOCK) for m in _KERNEL.finditer(text)}
+
+
+def _bounds_check(bound: int) -> str:
+    """C++ refusing a launch wider than `__launch_bounds__` (NVRTC's kernel would fail to launch)."""
+    if bound >= MAX_BLOCK:
+        return ""
+    return (
+        f"  if (block > {bound}u) {{\n"
+        f'    std::snprintf(error, error_size, "launch of %u threads exceeds __launch_bounds__({bound})", block);\n'
+        "    return 1;\n  }\n"
+    )
+
+
+def _entry(rendered: CudaKernel, bound: int) -> str:
     count = len(rendered.params) + (1 if rendered.grid_barrier else 0)
     args = ", ".join(f"sf_ptr{{a[{i}]}}" for i in range(count))
     name = rendered.name
@@ -102,13 +136,52 @@ def _entry(rendered: CudaKernel) -> str:
         f"static void sf_body_{name}(void** a) {{ {name}({args}); }}\n"
         f'extern "C" int sf_entry_{name}(void** a, unsigned grid, unsigned block, size_t smem, int order,\n'
         "    int blocks, int debug, int fill, unsigned* counter, char* error, size_t error_size) {\n"
-        f"  return sf_launch_kernel(sf_body_{name}, a, grid, block, smem, {int(rendered.grid_barrier)}, order, blocks,"
-        " debug, fill, counter, error, error_size);\n}\n"
+        + _bounds_check(bound)
+        + f"  return sf_launch_kernel(sf_body_{name}, a, grid, block, smem, {int(rendered.grid_barrier)},"
+        " order, blocks, debug, fill, counter, error, error_size);\n}\n"
     )
 
 
-def translation_unit(kernels: Sequence[CudaKernel], *, checked: bool = False) -> str:
-    """HEADER, the prelude once, each kernel's text (instrumented when checked), the launcher, the entries."""
+def _driver_entry(name: str, count: int, barrier: bool, bound: int, body: str) -> str:
+    """The fake driver's entry: kernelParams (a pointer to each value) unpacked, then the cuda-cpu launch."""
+    counter = f"static_cast<unsigned*>(a[{count - 1}])" if barrier else "nullptr"
+    return (
+        f"static void sf_body_{name}(void** a) {{ {body}; }}\n"
+        f'extern "C" const int sf_params_{name} = {count};\n'
+        f'extern "C" const int sf_bounds_{name} = {bound};\n'
+        f'extern "C" int sf_cu_{name}(void** p, unsigned grid, unsigned block, size_t smem, int order, int blocks,\n'
+        "    int debug, int fill, char* error, size_t error_size) {\n"
+        f"  void* a[{max(count, 1)}] = {{nullptr}};\n"
+        f"  for (int i = 0; i < {count}; ++i) a[i] = *static_cast<void**>(p[i]);\n"
+        f"  return sf_launch_kernel(sf_body_{name}, a, grid, block, smem, {int(barrier)}, order, blocks, debug, fill,"
+        f" {counter}, error, error_size);\n}}\n"
+    )
+
+
+def driver_unit(source: str, kernels: Sequence[CudaKernel], *, checked: bool = False) -> str:
+    """A cluster module's whole source (what NVRTC compiles: prelude with the `sf_nonfinite_flag` global,
+    kernels, blame kernels) as one cuda-cpu unit with an `sf_cu_<name>` entry per kernel and blame kernel,
+    for the fake driver."""
+    bounds = launch_bounds(source)
+    text = instrumented(source) if checked else source
+    entries = []
+    for rendered in kernels:
+        count = len(rendered.params) + (1 if rendered.grid_barrier else 0)
+        body = f"{rendered.name}({', '.join(f'sf_ptr{{a[{i}]}}' for i in range(count))})"
+        entries.append(_driver_entry(rendered.name, count, rendered.grid_barrier, bounds[rendered.name], body))
+    for name, element in BLAME_KERNELS.items():
+        if name in bounds or f"SF_BLAME({name}," in source:
+            ours, theirs = (f"static_cast<const {element}*>(a[{i}])" for i in (0, 1))
+            body = f"{name}({ours}, {theirs}, reinterpret_cast<long long>(a[2]), sf_ptr{{a[3]}})"
+            entries.append(_driver_entry(name, 4, False, bounds.get(name, MAX_BLOCK), body))
+    return "\n".join([HEADER, f'#line 1 "module.cu"\n{text}', f'#line 1 "cuda-cpu-launcher"\n{LAUNCHER}', *entries])
+
+
+def translation_unit(kernels: Sequence[CudaKernel], *, checked: bool = False, race: bool = False) -> str:
+    """HEADER, the prelude once, each kernel's text (instrumented when checked), the launcher, the race check
+    (race builds), the entries."""
+    if race and not checked:
+        raise CudaCpuError("the race check needs the checked build (debug): it learns static shared arrays there")
     names = [k.name for k in kernels]
     if len(set(names)) != len(names) or not names:
         raise CudaCpuError(f"a module needs one or more kernels with unique names, got {names}")
@@ -123,7 +196,9 @@ def translation_unit(kernels: Sequence[CudaKernel], *, checked: bool = False) ->
             text = shown
         parts.append(f'#line 1 "{rendered.name}.cu"\n{text}')
     parts.append(f'#line 1 "cuda-cpu-launcher"\n{LAUNCHER}')
-    parts += [_entry(k) for k in kernels]
+    if race:
+        parts.append(f'#line 1 "race_check.cc"\n{RACE_CHECK}')
+    parts += [_entry(k, launch_bounds(k.source).get(k.name, MAX_BLOCK)) for k in kernels]
     return "\n".join(parts)
 
 
@@ -133,7 +208,14 @@ def _build(text: str, options: CudaCpuOptions) -> bytes:
             (source.parent / name).write_text("// provided by the cuda-cpu header\n")
         # nice: CI machines are shared, and a unit's build is never on a latency path
         where = ["-I", str(source.parent), str(source), "-o", str(output)]
-        return ["nice", "-n", "10", options.compiler, *options.flags, *where]
+        if not options.race:
+            return ["nice", "-n", "10", options.compiler, *options.flags, *where]
+        # Compiled with the instrumentation, linked without it: the driver would link libtsan, whose
+        # runtime cannot be dlopened (static TLS) and is not wanted (race_check.cc is the runtime).
+        obj = output.with_suffix(".o")
+        compile_ = [options.compiler, *options.flags, "-c", "-I", str(source.parent), str(source), "-o", str(obj)]
+        link = [options.compiler, "-shared", "-pthread", str(obj), "-o", str(output)]
+        return ["nice", "-n", "10", "sh", "-c", f"{shlex.join(compile_)} && {shlex.join(link)}"]
 
     try:
         return build_shared_object(text, "kernels.cpp", command, COMPILE_TIMEOUT_S)
@@ -154,7 +236,7 @@ _LOCK = threading.Lock()
 
 def load_module(kernels: Sequence[CudaKernel], options: CudaCpuOptions) -> ctypes.CDLL:
     """The module's shared object, built on a cache miss, loaded once per process."""
-    text = translation_unit(kernels, checked=options.debug)
+    text = translation_unit(kernels, checked=options.debug, race=options.race)
     cache = artifact_cache(Path(options.cache_dir), "cuda-cpu")
     arch = hashlib.sha256(b"x86-64").hexdigest()
     key = cache_key(text, arch, {"cxx": _compiler_version(options.compiler)}, options.flags)
@@ -167,6 +249,18 @@ def load_module(kernels: Sequence[CudaKernel], options: CudaCpuOptions) -> ctype
                 entry.restype, entry.argtypes = ctypes.c_int, _LAUNCH_ARGTYPES
             _LOADED[path] = library
         return _LOADED[path]
+
+
+def driver_image(source: str, kernels: Sequence[CudaKernel], options: CudaCpuOptions) -> bytes:
+    """What the fake driver's cuModuleLoadData takes for a cluster module: the magic, then the path of the
+    module's cuda-cpu build (`driver_unit`), built on a cache miss."""
+    text = driver_unit(source, kernels, checked=options.debug)
+    cache = artifact_cache(Path(options.cache_dir), "cuda-cpu")
+    key = cache_key(
+        text, hashlib.sha256(b"x86-64").hexdigest(), {"cxx": _compiler_version(options.compiler)}, options.flags
+    )
+    path = cache.path(key) if cache.get(key) is not None else cache.put(key, _build(text, options))
+    return IMAGE_MAGIC + str(path).encode() + b"\0"
 
 
 def load_kernel(rendered: CudaKernel, options: CudaCpuOptions) -> ctypes.CDLL:

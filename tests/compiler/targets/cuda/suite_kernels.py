@@ -7,40 +7,12 @@ file so that they can share one translation unit.
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-
-from stitchfleet.compiler.ir import DType, Op, load
+from benchmarks.kernel_resources import MODELS, SUITE, WORKLOADS, suite_kernels, workload_kernels
+from stitchfleet.compiler.ir import DType, Op
 from stitchfleet.compiler.kernel import blocks, ir
-from stitchfleet.compiler.lower import lower
-from stitchfleet.compiler.plan import PlanOptions, plan_cluster
-from stitchfleet.compiler.scope import find_clusters
-from stitchfleet.compiler.subgraph import extract
 
-SUITE = Path(__file__).resolve().parents[4] / "benchmarks" / "suite"
-WORKLOADS = Path(__file__).resolve().parents[4] / "benchmarks" / "workloads"
-MODELS = ("bert_encoder", "transformer_block", "dien_attention_gru", "crnn_head")
-
-
-def suite_kernels(device: str = "h200") -> list[ir.Kernel]:
-    kernels: list[ir.Kernel] = []
-    for path in sorted(SUITE.glob("*.json")):
-        graph = load(path)
-        for i, cluster in enumerate(find_clusters(graph, 8).clusters):
-            sub = extract(graph, cluster.nodes)
-            for k in lower(sub, plan_cluster(sub, i, PlanOptions(device=device))).kernels:
-                kernels.append(dataclasses.replace(k, name=f"{path.stem}_{k.name}"))
-    return kernels
-
-
-def workload_kernels(model: str, device: str = "h200") -> list[ir.Kernel]:
-    """Every kernel of every cluster of one workload graph (benchmarks/workloads/<model>/cluster_*.json)."""
-    kernels: list[ir.Kernel] = []
-    for path in sorted((WORKLOADS / model).glob("cluster_*.json")):
-        graph = load(path)
-        for k in lower(graph, plan_cluster(graph, 0, PlanOptions(device=device))).kernels:
-            kernels.append(dataclasses.replace(k, name=f"{model}_{path.stem}_{k.name}"))
-    return kernels
+# the suite and workload kernels are the benchmark's own (one definition for the CI gate and these tests)
+__all__ = ["MODELS", "SUITE", "WORKLOADS", "suite_kernels", "workload_kernels"]
 
 
 def _launch(grid: int = 4, block: int = 128) -> ir.Launch:
@@ -70,7 +42,7 @@ def block_kernels() -> list[ir.Kernel]:
             body = (blocks.grid_stride_loop(i, ir.i64(n), (ir.Atomic(op, dst, ir.i64(0), ir.Load(src, i)),)),)
             name = f"block_atomic_{op.value.lower()}_{dtype.value}"
             kernels.append(ir.Kernel(name, (src, dst), (), _launch(), body))
-    return kernels
+    return [*kernels, large_smem_kernel()]
 
 
 def scale_kernel(n: int = 4096) -> ir.Kernel:
@@ -81,3 +53,24 @@ def scale_kernel(n: int = 4096) -> ir.Kernel:
     body = (ir.Store(y, i, ir.mul(ir.Load(x, i), ir.const(2.0, ir.DType.F32))),)
     loop = ir.For(i, ir.global_thread_index(), ir.i64(n), ir.mul(ir.BLOCK_DIM, ir.GRID_DIM), body)
     return ir.Kernel("scale", (x, y), (), ir.Launch(8, 128, 8), (loop,))
+
+
+LARGE_TILE = 16 * 1024  # floats: 64 KiB of shared memory per block, past the 48 KiB static limit
+
+
+def large_smem_kernel(tiles: int = 2) -> ir.Kernel:
+    """Each block stages a 64 KiB tile of x in shared memory and writes it reversed: the renderer carves it
+    from dynamic shared memory (`extern __shared__`), which a launch must opt in to past 48 KiB."""
+    f32 = ir.DType.F32
+    n = tiles * LARGE_TILE
+    x, y = ir.Buffer("x", f32, n, ir.Role.INPUT), ir.Buffer("y", f32, n, ir.Role.OUTPUT)
+    tile = ir.SharedBuffer("tile", f32, LARGE_TILE)
+    i = ir.Var("i", ir.DType.I64)
+    base = ir.mul(ir.BLOCK_IDX, ir.i64(LARGE_TILE))
+    stage = ir.For(
+        i, ir.THREAD_IDX, ir.i64(LARGE_TILE), ir.BLOCK_DIM, (ir.Store(tile, i, ir.Load(x, ir.add(base, i))),)
+    )
+    mirrored = ir.Load(tile, ir.sub(ir.i64(LARGE_TILE - 1), i))
+    write = ir.For(i, ir.THREAD_IDX, ir.i64(LARGE_TILE), ir.BLOCK_DIM, (ir.Store(y, ir.add(base, i), mirrored),))
+    launch = ir.Launch(tiles, 1024, tiles, shared_limit_bytes=227 * 1024)
+    return ir.Kernel("block_large_smem", (x, y), (tile,), launch, (stage, ir.SyncThreads(), write))

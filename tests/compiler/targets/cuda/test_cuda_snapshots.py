@@ -1,4 +1,4 @@
-"""Rendered CUDA of small suite kernels and of the prelude, compared with committed snapshots.
+"""Rendered CUDA of small suite kernels (the prelude is a file of its own), compared with committed snapshots.
 
 A change in generated code shows up in review as a snapshot diff; rewrite them with
 STITCHFLEET_UPDATE_SNAPSHOTS=1 (see conftest.py).
@@ -13,7 +13,6 @@ from stitchfleet.compiler.lower import lower
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
-from stitchfleet.compiler.targets.cuda.prelude import PRELUDE
 from stitchfleet.compiler.targets.cuda.render import kernel_text, render_kernel
 from tests.compiler.targets.cuda.conftest import check_snapshot
 
@@ -29,10 +28,6 @@ SMALL: dict[str, tuple[int, ...]] = {
     "astitch_fig7": (2, 128),
     "few_long_rows": (2, 1500),
 }
-
-
-def test_prelude_snapshot(update_snapshots: bool) -> None:
-    check_snapshot("prelude.cuh", PRELUDE, update_snapshots)
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))

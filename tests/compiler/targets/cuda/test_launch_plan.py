@@ -140,17 +140,15 @@ def test_a_program_needs_the_driver(library: LaunchLibrary) -> None:
     plan = _plan(_cluster("layernorm_fwd", (24, 200)))
     with pytest.raises(LaunchError, match="not initialised"):
         library.program(b"", plan)
-    with pytest.raises(LaunchError, match="not initialised"):
-        library.flag()
     with pytest.raises(LaunchError, match="not initialised"), library.primary(0):
         pass
 
 
-def test_the_module_compiles_with_nvrtc_and_holds_the_checks(tmp_path: Path) -> None:
+def test_the_module_compiles_with_nvrtc_and_holds_the_flag_and_the_blame_kernels(tmp_path: Path) -> None:
     nvrtc = find_nvrtc()
     if nvrtc is None:
         pytest.skip("no libnvrtc: install the dev extra")
     plan = _plan(_cluster("few_long_rows", (2, 1500)), "h200")
     cubin = nvrtc.compile(plan.source, "sm_90", ArtifactCache(tmp_path))
-    for name in (*plan.names, "sf_nonfinite_f32", "sf_nonfinite_f16", "sf_nonfinite_bf16", "sf_nonfinite_f64"):
+    for name in (*plan.names, "sf_nonfinite_flag", "sf_blame_f32", "sf_blame_f16", "sf_blame_bf16", "sf_blame_f64"):
         assert name.encode() in cubin

@@ -73,3 +73,16 @@ def test_overlapping_arena_views_agree_with_the_sim(backend: CudaCpuBackend, dyn
     got, ref = backend.compile([kernel])(inputs), run_sim([kernel], inputs)
     assert set(got) == {"y"} and got["y"].dtype == np.float64
     np.testing.assert_array_equal(got["y"], ref["y"])
+
+
+def test_a_kernel_past_48_kib_of_shared_memory_runs_from_dynamic_shared_memory(backend: CudaCpuBackend) -> None:
+    from stitchfleet.compiler.targets.cuda.render import render_kernel
+    from tests.compiler.targets.cuda.suite_kernels import LARGE_TILE, large_smem_kernel
+
+    kernel = large_smem_kernel()
+    rendered = render_kernel(kernel)
+    assert rendered.dynamic_smem_bytes == LARGE_TILE * 4 > 48 * 1024  # the launch's opt-in size
+    assert "extern __shared__" in rendered.source
+    x = np.arange(2 * LARGE_TILE, dtype=np.float32)
+    (got,) = backend.compile([kernel])({"x": x}).values()
+    np.testing.assert_array_equal(got, x.reshape(2, LARGE_TILE)[:, ::-1].reshape(-1))

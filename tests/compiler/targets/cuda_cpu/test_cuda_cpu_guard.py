@@ -19,7 +19,7 @@ import pytest
 
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend
-from stitchfleet.plugin.guard import judge_with_reference
+from stitchfleet.plugin.guard.numeric import judge_with_reference
 from tests.compiler.targets.cuda_cpu.sweep import WORKLOADS, buffers_of, has_atomics, workload_cases
 
 ATOMIC_SUMS = "dien_attention_gru/cluster_71"

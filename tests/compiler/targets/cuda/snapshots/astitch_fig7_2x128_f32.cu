@@ -1,7 +1,7 @@
 
 // kernel stitch_c0_k0: grid 2 x block 128
-// 2 block(s)/SM x SMs = 4 per wave, limited by threads per SM; 2 task(s) per loop at most -> grid 2; register cap relaxed to 64 keeping 2 block(s)/SM
-extern "C" __global__ void __launch_bounds__(128, 8) stitch_c0_k0(
+// 2 block(s)/SM x SMs = 4 per wave, limited by threads per SM; 2 task(s) per loop at most -> grid 2; register cap relaxed to 128 keeping the 1 block(s)/SM the grid needs
+extern "C" __global__ void __launch_bounds__(128, 4) stitch_c0_k0(
     const float* __restrict__ in_p0,
     const float* __restrict__ in_p1,
     float* __restrict__ out_mul_13) {

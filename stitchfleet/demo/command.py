@@ -1,0 +1,269 @@
+"""`stitchfleet demo`: train a small BERT-like encoder on CPU with the plugin on, then report.
+
+Input: steps, a directory, the backend and the model size (command-line arguments).
+Output: on stdout, the clusters stitched or left off, a progress line every `every` steps
+(loss, the phase: warmup, baseline, probe all, probe k, stitched or reverted, the mean step
+time against the baseline median), the group probe's verdict and each cluster's probe
+decision, the weekly savings report read back from the SQLite file the run recorded, then the balance
+against plain TF measured in the same run: the same job without the plugin, in a second session of the same
+process, its steps alternated with the plugin's chunk by chunk (a load spike hits both), wall against wall,
+setup included, with the noise of that difference. Every figure is measured in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from stitchfleet import settings as settings_module
+from stitchfleet.plugin.control.cluster import Cluster
+from stitchfleet.plugin.control.controller import Controller
+from stitchfleet.plugin.control.probe_decisions import NOISE_FACTOR
+from stitchfleet.plugin.control.schedule import BASELINE, PROBE, REFERENCE, median_noise
+from stitchfleet.plugin.session.hook import StitchHook
+
+DIMS = {"batch": 8, "seq": 32, "hidden": 128, "heads": 4}
+
+
+def _build(dims: dict[str, int]) -> tuple[Any, Any, Any, Callable[[], dict[Any, Any]]]:
+    from stitchfleet.demo import models
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(0)
+        models.bert_encoder(dims)
+    shape = [dims["batch"], dims["seq"], dims["hidden"]]
+    rng = np.random.default_rng(0)
+    data = {
+        graph.get_tensor_by_name("input:0"): rng.standard_normal(shape).astype(np.float32),
+        graph.get_tensor_by_name("target:0"): rng.standard_normal(shape).astype(np.float32),
+        graph.get_tensor_by_name("attention_mask:0"): np.ones(shape[:2], np.float32),
+    }
+    return graph, graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op"), lambda: data
+
+
+def demo_settings(directory: Path, backend: str, job_steps: int = 0) -> settings_module.Settings:
+    env = {
+        "STITCHFLEET_JOB_STEPS": str(job_steps),  # what the plugin knows of the job's length (0: unknown)
+        "STITCHFLEET_STATE_DIR": str(directory),
+        "STITCHFLEET_JOB_NAME": "demo-bert-encoder",
+        "STITCHFLEET_MODEL": "bert-encoder-small",
+        "STITCHFLEET_TEAM": "demo",
+        "STITCHFLEET_BACKEND": backend,
+        "STITCHFLEET_WARMUP_STEPS": "10",
+        "STITCHFLEET_BASELINE_STEPS": "20",
+        "STITCHFLEET_REBASELINE_EVERY": "500",
+        "STITCHFLEET_WINDOW_STEPS": "20",
+        "STITCHFLEET_CHECK_EVERY": "100",
+        "STITCHFLEET_CHECK_FIRST": "3",
+        # probing from step 30: the group 4 x 2 rounds, then 10 clusters x 2 rounds, each a pair of 6 + 6 steps:
+        # stitched from step 366.
+        # The default 6000 steps give the stitched phase room to pay back the setup (compile, the check
+        # executor: ~0.7 s) and the probing, as a real job's thousands of steps do; 3000 did not (measured
+        # 2026-11-21: gross +0.44 s against 0.71 s of setup)
+        "STITCHFLEET_PROBE_STEPS": "6",
+        "STITCHFLEET_PROBE_ROUNDS": "2",
+        "STITCHFLEET_GPUS_PER_RANK": "1",
+    }
+    base = settings_module.current()
+    env["STITCHFLEET_CACHE_DIR"] = str(base.cache_dir)
+    env["STITCHFLEET_JOB_UID"] = dt.datetime.now(dt.UTC).strftime("demo-%Y%m%dT%H%M%S")
+    return settings_module.load(env)
+
+
+def _describe(hook: StitchHook) -> None:
+    if hook.controller is None and not hook.installed:
+        print("stitched clusters: 0 (setup skipped or nothing to stitch: the job runs as written)")
+        return
+    print(f"stitched clusters: {len(hook.installed)}; left off: {len(hook.off)}")
+    for index, reason in sorted(hook.off.items()):
+        print(f"  cluster {index}: off ({reason})")
+
+
+def _progress(hook: StitchHook, step: int, loss: float, times: list[float]) -> None:
+    controller = hook.controller
+    if controller is None:
+        print(f"step {step:4d}  loss {loss:.5f}  plugin off  step {statistics.mean(times) * 1e3:.2f} ms")
+        return
+    base = controller.windows.baseline_median
+    base_text = f"{base * 1e3:.2f} ms" if base is not None else "-"
+    on = int(controller.switches(step).sum())
+    print(
+        f"step {step:4d}  loss {loss:.5f}  {_phase(controller, step):<10}  step {statistics.mean(times) * 1e3:6.2f} ms"
+        f"  baseline median {base_text}  clusters on {on}/{len(controller.clusters)}"
+    )
+
+
+def _phase(controller: Controller, step: int) -> str:
+    """What the step ran: warmup, baseline, `probe all` (every cluster on), `probe K` / `without K` (the
+    halves of cluster K's pair: the enabled clusters with and without K), stitched or reverted."""
+    mode = controller.mode(step)
+    if mode not in (PROBE, REFERENCE):
+        return mode
+    probed = controller.timing.probed(step)
+    if probed is None:
+        return "probe all"
+    return f"{'probe' if mode == PROBE else 'without'} {controller.clusters[probed].index}"
+
+
+def _decision(c: Cluster) -> str:
+    if c.reverted_at is not None:
+        return f"reverted at step {c.reverted_at} ({c.reason})"
+    if c.kept is None:
+        return "not probed yet (the run ended first)"
+    if not c.probe and c.kept:
+        return "on (probing off)"
+    return f"kept ({c.reason})" if c.kept else f"left to TF ({c.reason})"
+
+
+def _decisions(controller: Controller) -> None:
+    if controller.group_proven is not None:
+        verdict = "proven" if controller.group_proven else "not faster"
+        print(f"\ngroup probe (every cluster on vs plain TF): {verdict}: {controller.group_probe}")
+    print("\nper-cluster decisions (probe: the enabled clusters with it vs without it, medians per step):")
+    for c in controller.clusters:
+        print(f"  cluster {c.index}: {_decision(c)}")
+    if controller.stitching_off:
+        print(f"stitching off for this job: {controller.stitching_off}")
+
+
+def _compare(plain_times: list[float], baseline_times: list[float], controller: Controller | None) -> None:
+    """The job's baseline steps (its own graph: plain TF inside the job) and stitched median, beside the plain
+    job's steps run alternated with them, and whether the two plain-TF figures agree within their noise."""
+    plain = statistics.median(plain_times)
+    line = f"median step times: plain TF (the job without the plugin, alternated with it) {plain * 1e3:.2f} ms"
+    base = statistics.median(baseline_times) if baseline_times else None
+    if base is not None:
+        noise = median_noise(baseline_times, plain_times)
+        agrees = abs(base - plain) <= NOISE_FACTOR * noise
+        line += f"; baseline steps (plain TF inside the job, the report's reference) {base * 1e3:.2f} ms"
+        line += f" ({(base - plain) / plain * 100:+.1f}% vs plain TF: "
+        line += "within" if agrees else "beyond"
+        line += f" {NOISE_FACTOR:g} x its noise of {noise * 1e3:.2f} ms)"
+    stitched = controller.windows.stitched_median if controller is not None else None
+    kept = controller is not None and controller.stitching_off is None and any(c.enabled for c in controller.clusters)
+    if stitched is not None and kept and base is not None:
+        line += f"; stitched {stitched * 1e3:.2f} ms ({(stitched - base) / base * 100:+.1f}% vs the baseline steps)"
+    print(line)
+
+
+class Job:
+    """One of the two jobs of the run: its session (created when first run, timed), its steps' times."""
+
+    def __init__(self, hook: StitchHook | None) -> None:
+        self.graph, self.loss, self.train_op, self.feeds = _build(DIMS)
+        self.hook: StitchHook | None = hook
+        self.session: Any = None
+        self.times: list[float] = []  # every step's seconds
+        self.chunks: list[float] = []  # each chunk's wall seconds (the first includes creating the session)
+        self.created = 0.0  # creating the session: the plugin's setup (compile, the twin) happens here
+        self.loss_value = 0.0
+
+    def run(self, steps: range, every: int, baseline: list[float]) -> None:
+        started = time.perf_counter()
+        if self.session is None:
+            with self.graph.as_default():
+                self.session = tf.compat.v1.train.MonitoredSession(hooks=[self.hook] if self.hook else [])
+            self.created = time.perf_counter() - started
+        chunk: list[float] = []
+        for step in steps:
+            controller = self.hook.controller if self.hook is not None else None
+            mode = controller.mode(step) if controller is not None else None
+            began = time.perf_counter()
+            self.loss_value, _ = self.session.run([self.loss, self.train_op], self.feeds())
+            chunk.append(time.perf_counter() - began)
+            if mode == BASELINE:
+                baseline.append(chunk[-1])
+            if self.hook is not None and (step + 1) % every == 0:
+                _progress(self.hook, step, float(self.loss_value), chunk[-every:])
+        self.times += chunk
+        self.chunks.append(time.perf_counter() - started)
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+
+
+def train(steps: int, directory: Path, backend: str, every: int, job_steps: int | None = None) -> tuple[str, str]:
+    """Runs the demo training with the plugin and the same job without it, alternated chunk by chunk; returns
+    the database URL the plugin's job recorded to and the balance against plain TF."""
+    current = demo_settings(directory, backend, steps if job_steps is None else job_steps)
+    url = f"sqlite:///{directory / 'telemetry.db'}"
+    hook = StitchHook(current, db_url=url)
+    stitched, plain = Job(hook), Job(None)
+    baseline: list[float] = []  # every baseline step's time, as the demo measures it
+    for first in range(0, steps, every):
+        chunk = range(first, min(first + every, steps))
+        for job in (stitched, plain) if (first // every) % 2 == 0 else (plain, stitched):
+            job.run(chunk, every, baseline if job is stitched else [])
+        if first == 0:
+            _describe(hook)
+    stitched.close()
+    plain.close()
+    if hook.controller is not None:
+        _decisions(hook.controller)
+    if hook.controller is not None and hook.controller.job_reverted:
+        print(f"guard: stitching reverted for this job: {hook.controller.job_reverted}")
+    _compare(plain.times, baseline, hook.controller)
+    return url, against_plain(stitched, plain)
+
+
+def against_plain(stitched: Job, plain: Job) -> str:
+    """The plugin's job against plain TF's in this run: wall seconds (session creation, where setup happens,
+    included), and the noise of the difference from the chunks' paired differences."""
+    with_plugin, without = stitched.created + sum(stitched.chunks), plain.created + sum(plain.chunks)
+    pairs = [a - b for a, b in zip(stitched.chunks, plain.chunks, strict=True)]
+    noise = statistics.stdev(pairs) * len(pairs) ** 0.5 if len(pairs) > 1 else float("nan")
+    saved = without - with_plugin
+    beyond = abs(saved) > NOISE_FACTOR * noise
+    verdict = ("faster" if saved > 0 else "slower") if beyond else "within the noise of"
+    return (
+        f"\nbalance against plain TF measured in this run (the same job without the plugin, alternated chunk by"
+        f" chunk): plugin {with_plugin:.2f} s (of which session creation and setup {stitched.created:.2f} s),"
+        f" plain TF {without:.2f} s: {saved:+.2f} s saved (noise {noise:.2f} s); the plugin's job was {verdict}"
+        f" plain TF's"
+    )
+
+
+def report(url: str) -> str:
+    """The weekly report of the run's database, then the run's balance in seconds."""
+    from stitchfleet.telemetry.report_text import render_markdown
+    from stitchfleet.telemetry.savings import weekly_summary
+    from stitchfleet.telemetry.weeks import week_of
+
+    summary = weekly_summary(url, week_of(dt.datetime.now(dt.UTC)))
+    return "\n".join([render_markdown(summary), *(balance(job) for job in summary.jobs)])
+
+
+def balance(job: Any) -> str:
+    """One task's savings in device-seconds (GPU-s, or CPU core-s on CPU), the figures behind its hours."""
+    gross, setup, net = (3600.0 * h for h in (job.gross_hours, job.compile_hours, job.net_hours))
+    unit = "GPU-s" if job.device_kind == "gpu" else "CPU core-s"
+    verdict = "the plugin paid for itself" if net > 0 else "the plugin did not pay back its setup in this run"
+    return (
+        f"\nbalance of {job.job_name} over {job.iterations:,} steps on {job.devices_per_rank} {job.device_kind}"
+        f" device(s) per rank: gross {gross:+.2f} {unit} saved (measured step times against the baseline), setup"
+        f" {setup:.2f} {unit} (compile, the check executor): net {net:+.2f} {unit}; {verdict}"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    directory = Path(args.dir) / f"run-{stamp}"
+    directory.mkdir(parents=True, exist_ok=True)
+    print(f"stitchfleet demo: {args.steps} steps of a BERT-like encoder {DIMS} on CPU, backend {args.backend}")
+    url, balance_line = train(args.steps, directory, args.backend, args.every, args.job_steps)
+    print(f"\ntelemetry recorded in {directory / 'telemetry.db'}\n")
+    print(report(url))
+    print(balance_line)
+    return 0

@@ -1,0 +1,397 @@
+"""What the hook decides, step by step: switches, checks, windows, probes, reverts. TF-free.
+
+Input: the compiled clusters, the timing schedule, a `Ledger`, the job's setup seconds and length; per step what
+it gave (`StepFigures`). Output: per step its `StepPlan` (step_contract), and every decision taken from the figures
+summed over ranks (`decision_figures`), so Horovod ranks decide alike. The rules: docs/plugin/controller.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from stitchfleet.plugin.control.cluster import Cluster
+from stitchfleet.plugin.control.decision_figures import DecisionFigures, GuardFigures
+from stitchfleet.plugin.control.probe_decisions import NOISE_FACTOR, ProbeDecisions
+from stitchfleet.plugin.control.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing
+from stitchfleet.plugin.control.signature_decisions import SignatureLookup
+from stitchfleet.plugin.control.slowdown import Bracket
+from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan, frozen
+from stitchfleet.plugin.control.step_windows import Window, Windows
+from stitchfleet.plugin.control.warmup import ExecutorWarmup
+from stitchfleet.plugin.fleet.ledger import Ledger
+from stitchfleet.plugin.guard.numeric import Finding
+
+log = logging.getLogger("stitchfleet.plugin")
+EXTRA = DecisionFigures.EXTRA  # the figures after the cluster flags (`decision_figures`)
+
+
+class Controller:
+    def __init__(
+        self,
+        clusters: list[Cluster],
+        timing: Timing,
+        ledger: Ledger,
+        size: int = 1,
+        setup_seconds: float = 0.0,
+        *,
+        kernels: SignatureLookup | None = None,
+        job_steps: int | None = None,
+    ) -> None:
+        self.clusters, self.ledger, self.size = clusters, ledger, size
+        # the probe schedule, samples and decisions; the kernels per shape signature: a finding's shapes, a
+        # signature's withdrawal
+        self.decisions = ProbeDecisions(clusters, ledger, size, replace(timing, clusters=len(clusters)), kernels)
+        self.windows = Windows(timing.window_steps)
+        self.warmup = ExecutorWarmup(timing.warmup_steps)
+        self.setup_seconds = setup_seconds  # the job's compile seconds so far; the warmup's builds join them
+        self.job_steps = job_steps  # the job's training steps from this controller's step 0, when known
+        self.job_reverted: str | None = None
+        self.stitching_off: str | None = None
+        # a cluster off from the start is flagged in the consensus, so that every rank reverts it
+        self.pending: dict[int, Finding | str] = {
+            k: "reverted by an earlier job" for k, c in enumerate(clusters) if not c.enabled
+        }
+        self.fault: str | None = None
+        self.loss_bad = False
+        # brackets of `baseline_steps` timed steps, adjacent within as many steps (checks leave holes)
+        self.bracket = Bracket(max(timing.baseline_steps - 1, 1), max(timing.baseline_steps, 2))
+        self.announced = self.timing.probing  # probed clusters are announced by their decision
+        self.check_counts = [0] * len(clusters)
+        self.job_seconds = 0.0  # every step's time, and what check steps took beyond a usual step
+        self.check_seconds = 0.0
+        self.last_check = 0  # the last step that judged a cluster: checks wait for the budget at most check_max_gap
+        self.turn = 0  # periodic checks made so far (their rotation over the clusters)
+        for c in clusters:
+            c.kept = None if self.timing.probing else True
+
+    @property
+    def timing(self) -> Timing:
+        """The probe schedule as it stands (a pair run again shifts what follows it: `ProbeDecisions.rerun`)."""
+        return self.decisions.timing
+
+    @property
+    def probes(self) -> Probes:
+        return self.decisions.probes
+
+    @property
+    def kernels(self) -> SignatureLookup | None:
+        return self.decisions.kernels
+
+    @kernels.setter
+    def kernels(self, kernels: SignatureLookup | None) -> None:
+        self.decisions.kernels = kernels
+
+    @property
+    def group_proven(self) -> bool | None:
+        return self.decisions.group_proven
+
+    @property
+    def group_probe(self) -> str:
+        return self.decisions.group_probe
+
+    def measured(self, c: Cluster) -> str:
+        """The shapes `c`'s probe timed (`ProbeDecisions.measured`)."""
+        return self.decisions.measured(c)
+
+    @property
+    def length(self) -> int:
+        return len(self.clusters) + EXTRA
+
+    # --- the hook's two calls per step (step_contract) ----------------------------------------
+
+    def step_plan(
+        self, step: int, fault: str | None = None, *, prepared: bool = True, fresh: Sequence[int] = ()
+    ) -> StepPlan:
+        """What `step` runs; books the checks it makes. `fault`: a plugin error the hook met since its last
+        call, in this step's figures. `prepared=False`: the hook could not prepare the step, which then only
+        joins the consensus, saying so (no rank may wait for it). `fresh`: clusters (positions) whose kernel
+        for this step's shapes the guard has not judged yet (`signature_kernels`): judged too when switched
+        on, outside the checks' budget and rotation (a rank-local extra: it adds fetches, no collective)."""
+        if self.done:  # nothing is left to decide: the step runs as written
+            return StepPlan(step, quiet=True)
+        self.fault = self.fault or fault
+        if not prepared:
+            local = DecisionFigures.fault_only(len(self.clusters)).pack()
+            return StepPlan(step, local=frozen(local, np.float64))
+        local, switches = self.local(step), self.switches(step)
+        judged = self.judged(step)  # only clusters switched on are judged, so a check step is a twin step
+        self.count_checks(judged, step)
+        judged += [k for k in fresh if switches[k] and k not in judged]
+        # The twin runs with a switch on, and in the warmup steps that build its executors; both follow
+        # from the summed decisions and the step number only, so Horovod ranks take the same path.
+        on_twin = bool(switches.any()) or step in self.warmup.builds
+        checks = bool(judged) or step == self.warmup.checks  # the latter judged by nobody: see ExecutorWarmup
+        return StepPlan(step, False, frozen(switches, bool), on_twin, tuple(judged), checks, frozen(local, float))
+
+    def setup_spent(self, seconds: float) -> None:
+        """Setup after the controller started (clusters rebuilt for the shapes the job feeds): booked with the
+        rest of the job's compile seconds."""
+        self.setup_seconds += seconds
+        self.ledger.compiled(self.setup_seconds + (self.warmup.seconds or 0.0))
+
+    def step_done(self, plan: StepPlan, figures: StepFigures) -> None:
+        """Books what `plan`'s step took and found, then applies the summed figures (`decide`)."""
+        self.fault = self.fault or figures.fault
+        self.timed(
+            plan.step, figures.seconds, bool(plan.judged), figures.measured, figures.plain, signature=figures.signature
+        )
+        if plan.quiet:
+            return
+        if self.warmup.timed(plan.step, figures.seconds):
+            self.ledger.compiled(self.setup_seconds + (self.warmup.seconds or 0.0))  # setup, charged openly
+        loss, stitched = figures.loss, self.mode(plan.step) in (STITCHED, PROBE, REFERENCE)
+        if loss is not None and not math.isfinite(loss) and stitched:
+            self.loss_bad = True
+        for k, finding in figures.findings:
+            self.checked(plan.step, k, finding)
+        if figures.summed is not None:
+            self.decide(plan.step, figures.summed)
+
+    def mode(self, step: int) -> str:
+        phase = self.timing.phase(step)
+        off = self.job_reverted is not None or (phase == STITCHED and self.stitching_off is not None)
+        return REVERTED if off and phase in (STITCHED, PROBE, REFERENCE) else phase
+
+    def switches(self, step: int) -> np.ndarray[Any, np.dtype[np.bool_]]:
+        mode = self.mode(step)
+        if mode == PROBE:  # the group, or every cluster still enabled with the probed one
+            return np.array([c.enabled for c in self.clusters], dtype=bool)
+        if mode == REFERENCE:  # every cluster still enabled but the probed one
+            probed = self.timing.subject(step)
+            return np.array([c.enabled and i != probed for i, c in enumerate(self.clusters)], dtype=bool)
+        on = mode == STITCHED
+        return np.array([on and c.enabled and bool(c.kept) for c in self.clusters], dtype=bool)
+
+    def checks(self, step: int) -> bool:
+        """A step that judges at least one cluster (see `judged`)."""
+        return bool(self.judged(step))
+
+    def judged(self, step: int) -> list[int]:
+        """The clusters (positions) whose stitched outputs are compared with the reference at `step`.
+
+        A probe window's check judges what it switched on (the probed cluster, or every cluster of the
+        group). The stitched phase's first steps judge only clusters checked fewer than `check_first`
+        times so far in this job (probe checks count: the code and its numerics did not change). A
+        periodic check judges `check_clusters` of the clusters on, in rotation: each check costs 1-25 ms
+        per cluster of numpy on the host, which a small step cannot pay for every cluster every time;
+        and it is skipped while the checks so far took more than `check_budget` of the job's time
+        (on a 3 ms CPU step a check every 100 steps is ~5% of the job; on a 100 ms GPU step, 0.2%), but
+        never for more than `check_max_gap` steps since the last check: the budget delays checks, it cannot
+        stop them, so a fault that starts late is judged within a bounded number of steps (see Timing).
+        """
+        if not self.timing.checks(step):
+            return []
+        on = [k for k, s in enumerate(self.switches(step)) if s]
+        if self.mode(step) != STITCHED:  # a probe window: what it switched on, until checked enough
+            return [k for k in on if self.check_counts[k] < self.timing.check_first]
+        if self.timing.first_checks(step):
+            fresh = [k for k in on if self.check_counts[k] < self.timing.check_first]
+            if fresh or step % self.timing.check_every:
+                return fresh
+        over_budget = self.check_seconds > self.timing.check_budget * self.job_seconds
+        if over_budget and step - self.last_check < self.timing.check_max_gap:
+            return []
+        return [on[j] for j in self.timing.rotation(self.turn, len(on))]
+
+    def count_checks(self, judged: list[int], step: int | None = None) -> None:
+        """Books the clusters a step judged (the hook calls this once per step, before it runs)."""
+        for k in judged:
+            self.check_counts[k] += 1
+        if judged and step is not None:
+            self.last_check = step
+            if self.mode(step) == STITCHED and not self.timing.first_checks(step):
+                self.turn += 1  # a periodic check was made: the rotation moves on
+
+    def local(self, step: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+        """This rank's figures for `step`, about to run (see the module docstring)."""
+        flags = tuple(float(i in self.pending or c.kernel.bad is not None) for i, c in enumerate(self.clusters))
+        bracket = self.bracket.take()
+        slowdown = (1.0, *bracket) if bracket is not None else (0.0, 0.0, 0.0, 0.0)
+        guard = GuardFigures(float(self.fault is not None), float(self.loss_bad), *slowdown)
+        decided = self.timing.decides(step)
+        return DecisionFigures(
+            flags,
+            guard,
+            self.decisions.figures(decided),
+            self.decisions.figures(GROUP if self.timing.decides_group(step) else None),
+            self.decisions.signatures.figures(decided),
+        ).pack()
+
+    # --- after a step ---------------------------------------------------------------------
+
+    def timed(
+        self,
+        step: int,
+        seconds: float,
+        checked: bool,
+        measured: str | None = "",
+        plain: Sequence[int] = (),
+        *,
+        signature: str | None = "",
+    ) -> None:
+        """Books the step's time; closed windows become StepWindow rows. `measured`, `plain`, `signature`: the
+        signature of the kernels that ran, the clusters that ran TF's ops for it, the step's own (`StepFigures`,
+        `Probes`, `step_windows`)."""
+        if self.done:  # nothing is left to decide: only the job's time and its telemetry windows
+            self.job_seconds += seconds
+            for window in self.windows.add(step, self.mode(step), seconds, not checked, signature):
+                self._record(window)
+            return
+        mode = self.mode(step)
+        if mode == STITCHED and not self.announced:
+            self._announce(step)
+        if plain and self.timing.grouped(step) and len(plain) == int(self.switches(step).sum()):
+            plain = (*plain, GROUP)  # every cluster on ran TF's ops for good: the group's half would time TF
+        self.probes.add(step, seconds, not checked, measured, plain)
+        self.job_seconds += seconds
+        if checked:
+            usual = self.windows.stitched_median or self.windows.baseline_median or 0.0
+            self.check_seconds += max(seconds - usual, 0.0)
+        else:
+            self.bracket.add(step, mode, seconds)
+        for window in self.windows.add(step, mode, seconds, not checked, signature):
+            self._record(window)
+
+    def _announce(self, step: int) -> None:
+        self.announced = True
+        for c in self.clusters:
+            if c.enabled:
+                self.ledger.event("cluster_enabled", step, c.fingerprint, "stitched path on")
+                self.ledger.verdict(c.fingerprint, "enabled", op_count=c.op_count)
+
+    def _record(self, window: Window) -> None:
+        self.ledger.window(
+            window_index=window.index,
+            first_step=window.first_step,
+            last_step=window.last_step,
+            iterations=window.iterations,
+            mode=window.row_mode,
+            step_seconds_sum=sum(window.seconds),
+            baseline_step_seconds=window.baseline,
+            saved_seconds=window.saved_seconds,
+        )
+
+    def checked(self, step: int, index: int, finding: Finding) -> None:
+        if not finding.ok:
+            self.pending.setdefault(index, finding)
+            c = self.clusters[index]
+            figures = _figures(finding)
+            self.ledger.event("guard_check", step, c.fingerprint, "mismatch", passed=False, **figures)
+
+    def decide(self, step: int, summed: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+        """Applies the summed figures of `step`; the new switches hold from the next step."""
+        n = len(self.clusters)
+        figures = DecisionFigures.unpack(summed, n)
+        for i, c in enumerate(self.clusters):
+            if figures.flags[i] > 0 and c.enabled:
+                self._revert_cluster(step, c, self.pending.get(i) or c.kernel.bad or "reverted on another rank")
+        self._guard_job(step, figures.guard)
+        timing = self.timing  # as scheduled for this step: a decision may insert a rerun after it
+        grouped = timing.decides_group(step) and self.job_reverted is None
+        if grouped and self.decisions.group(step, figures.group) and not self.group_proven:
+            self._after_group_loss(step)
+        probed = timing.decides(step)
+        if probed is not None and self.job_reverted is None:
+            decided = self.decisions.cluster(step, self.clusters[probed], figures.cluster, figures.signed)
+            if decided and probed == n - 1:
+                self._settle(step)
+
+    def _after_group_loss(self, step: int) -> None:
+        """The group was not faster than plain TF: the per-cluster probes go on only when they fit in
+        `probe_share` of the job's remaining steps (known: `job_steps`); else stitching is off for the job now
+        and every later step runs the user's graph. Each of those probes runs a mixed configuration on the
+        twin, where clusters off pay for their fallback functions: on a losing job they are mostly regret."""
+        remaining = None if self.job_steps is None else max(self.job_steps - step - 1, 0)
+        cost = self.timing.cluster_probe_steps
+        if self.timing.affordable(cost, remaining):
+            log.info("stitchfleet: group not faster; per-cluster probes: %d of %s steps left", cost, remaining)
+            return
+        left = "the job's length is unknown" if remaining is None else f"{remaining} steps are left"
+        self.stitching_off = (
+            f"group not faster and per-cluster probes skipped: they would take {cost} steps on the twin,"
+            f" {left} (PROBE_SHARE {self.timing.probe_share:.0%}); the job runs its own graph"
+        )
+        log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
+        self.ledger.event("probe", step, None, "per-cluster probes skipped", detail=self.stitching_off)
+
+    def _guard_job(self, step: int, figures: GuardFigures) -> None:
+        """Job-wide reverts from the summed fault, loss and (rank-summed) bracket figures: a slowdown must
+        exceed both the margin and NOISE_FACTOR standard errors (`slowdown.Bracket`)."""
+        fault, loss, fresh = figures.fault, figures.loss, figures.fresh
+        stitched, base, noise = figures.stitched, figures.baseline, figures.noise
+        if fault > 0:
+            self._revert_job(step, "plugin error", self.fault or "a plugin error on another rank")
+        elif loss > 0:
+            self._revert_job(step, "non-finite loss", "the loss was NaN/Inf on a stitched step")
+        elif fresh >= self.size and self._stitching:
+            mean_s, mean_b, mean_n = stitched / self.size, base / self.size, noise / self.size
+            if mean_s - mean_b > max(mean_b * self.timing.slowdown_margin, NOISE_FACTOR * mean_n):
+                detail = f"stitched median {mean_s:.6f} s vs baseline {mean_b:.6f} s per step (noise {mean_n:.6f} s)"
+                self._revert_job(step, "slowdown", detail)
+
+    @property
+    def done(self) -> bool:
+        """No cluster can run stitched again in this job (the job reverted, no cluster kept, or every one
+        reverted): nothing is left to decide, so the hook stops adding anything to the job's steps. Every
+        rank sees it at the same step, since it follows from the summed decisions only."""
+        over = self.job_reverted is not None or self.stitching_off is not None
+        return over or not any(c.enabled for c in self.clusters)
+
+    @property
+    def _stitching(self) -> bool:
+        """Whether any cluster can still run stitched: with none on, a slow step is not the plugin's doing
+        (regression: a job whose probes kept nothing was reverted "for slowdown" on one noisy step)."""
+        return self.stitching_off is None and any(c.enabled for c in self.clusters)
+
+    def _revert_cluster(self, step: int, c: Cluster, why: Finding | str) -> None:
+        c.enabled, c.reverted_at = False, step
+        reason = "mismatch" if isinstance(why, Finding) else why
+        figures = _figures(why) if isinstance(why, Finding) else {}
+        detail = why.reason if isinstance(why, Finding) else why
+        c.reason = f"{reason}: {detail}" if isinstance(why, Finding) else why  # a text is said once, not twice
+        log.warning("stitchfleet: cluster %d reverted at step %d: %s", c.index, step, c.reason)
+        evidenced = why.detail if isinstance(why, Finding) else detail  # with the evidence a recheck judges
+        self.ledger.event("revert", step, c.fingerprint, reason, detail=evidenced, **figures)
+        self.ledger.verdict(c.fingerprint, "reverted", c.reason, c.op_count)
+
+    def _revert_job(self, step: int, reason: str, detail: str) -> None:
+        if self.job_reverted is not None:
+            return
+        self.job_reverted = f"{reason}: {detail}"
+        log.warning("stitchfleet: stitching reverted for the job at step %d: %s", step, self.job_reverted)
+        self.ledger.event("revert", step, None, reason, detail=detail)
+
+    def finish(self) -> None:
+        window = self.windows.close()
+        if window is not None:
+            self._record(window)
+        reverted = [c for c in self.clusters if c.reverted_at is not None]
+        if self.job_reverted is not None:
+            self.ledger.finished("reverted", self.job_reverted)
+            return
+        notes = [self.stitching_off] if self.stitching_off else []
+        if self.timing.probing:
+            notes.append(f"probe kept {sum(bool(c.kept) for c in self.clusters)}/{len(self.clusters)} clusters")
+        if self.group_proven is not None:
+            notes.append("group proven" if self.group_proven else "group not faster")
+        notes += [f"cluster {c.index} {c.reason}" for c in reverted]
+        self.ledger.finished("finished", "; ".join(notes))
+
+    def _settle(self, step: int) -> None:
+        """After the last probe: with no cluster kept, stitching is off for the job (not an error)."""
+        if any(c.enabled and c.kept for c in self.clusters):
+            return
+        self.stitching_off = "no cluster kept: none passed its probe; the job runs TF's own ops"
+        log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
+        self.ledger.event("probe", step, None, "no cluster kept", detail=self.stitching_off)
+
+
+def _figures(finding: Finding) -> dict[str, Any]:
+    error = finding.compiled_error
+    return {"max_abs_error": error if np.isfinite(error) else None, "error_ratio": finding.ratio}

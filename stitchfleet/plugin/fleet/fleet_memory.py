@@ -1,0 +1,91 @@
+"""The fleet's memory as a pod reads it: clusters quarantined anywhere in the fleet, and slower verdicts.
+
+Input: an `IngestClient` and a cache file in the pod's state directory. Output: The rules in full:
+docs/plugin/fleet.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from stitchfleet.plugin.fleet.ingest_client import DeliveryError, IngestClient, slower_list
+from stitchfleet.telemetry.slow_verdicts import SlowerVerdict, live
+
+log = logging.getLogger("stitchfleet.plugin")
+CACHE_FILE = "fleet-memory.json"
+Memory = tuple[frozenset[str], tuple[SlowerVerdict, ...]]
+
+
+@dataclass(frozen=True)
+class Recollection:
+    """What the job knows of the fleet: `source` is operator, cache or none; `problem` why not operator."""
+
+    reverted: frozenset[str]
+    source: str
+    problem: str = ""
+    slower: tuple[SlowerVerdict, ...] = ()
+
+
+class FleetMemory:
+    """Reads the quarantine from the operator, falling back to the pod's cached copy."""
+
+    def __init__(self, client: IngestClient, state_dir: Path, *, timeout: float = 3.0, ttl: float = 300.0) -> None:
+        self.client = client
+        self.cache_path = state_dir / CACHE_FILE
+        self.timeout, self.ttl = timeout, ttl
+        self._fresh: tuple[float, Memory] | None = None
+
+    def read(self) -> Recollection:
+        """The quarantine now: the operator's answer, else the cache, else nothing (never raises)."""
+        if self._fresh is not None and time.monotonic() - self._fresh[0] < self.ttl:
+            reverted, slower = self._fresh[1]
+            return Recollection(reverted, "operator", slower=_live(slower))
+        try:
+            answered, verdicts = self.client.recall(timeout=self.timeout)
+        except DeliveryError as err:
+            return self._fallback(str(err))
+        except Exception as err:  # never fail the job over its memory
+            return self._fallback(f"{type(err).__name__}: {err}")
+        found = (frozenset(answered), tuple(verdicts))
+        self._fresh = (time.monotonic(), found)
+        self._store(found)
+        return Recollection(found[0], "operator", slower=_live(found[1]))
+
+    def _fallback(self, problem: str) -> Recollection:
+        cached = self._load()
+        if cached is None:
+            log.warning("stitchfleet: fleet memory unavailable, proceeding without it: %s", problem)
+            return Recollection(frozenset(), "none", problem)
+        log.warning("stitchfleet: fleet memory from the pod's cache (%s): %s", self.cache_path, problem)
+        return Recollection(cached[0], "cache", problem, _live(cached[1]))
+
+    def _store(self, found: Memory) -> None:
+        try:
+            self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.cache_path.with_suffix(".tmp")
+            reverted, slower = found
+            document = {"reverted": sorted(reverted), "slower": [v.to_json() for v in slower], "saved_at": time.time()}
+            temporary.write_text(json.dumps(document))
+            temporary.replace(self.cache_path)
+        except OSError as err:
+            log.info("stitchfleet: fleet memory not cached: %s", err)
+
+    def _load(self) -> Memory | None:
+        try:
+            data = json.loads(self.cache_path.read_text())
+        except (OSError, ValueError):
+            return None
+        found = data.get("reverted") if isinstance(data, dict) else None
+        if not isinstance(found, list):
+            return None
+        assert isinstance(data, dict)
+        return frozenset(str(item) for item in found), tuple(slower_list(data.get("slower")))
+
+
+def _live(slower: tuple[SlowerVerdict, ...]) -> tuple[SlowerVerdict, ...]:
+    return live(slower, dt.datetime.now(dt.UTC))

@@ -1,0 +1,165 @@
+"""The pod's HTTPS client of the operator's ingestion endpoint, with the standard library only.
+
+Input: the settings (endpoint URL, the CA that signs its certificate, the name that certificate must carry,
+the projected ServiceAccount token file, a timeout). Output: The rules in full: docs/plugin/fleet.md.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import socket
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from stitchfleet import settings as settings_module
+from stitchfleet.telemetry.rows import Row, to_json
+from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
+
+log = logging.getLogger("stitchfleet.plugin")
+
+ROWS_PATH = "/rows"
+QUARANTINE_PATH = "/quarantine"
+
+
+class DeliveryError(Exception):
+    """A request did not get its answer; `status` is the HTTP status when the operator answered."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the endpoint is and how to trust it."""
+
+    host: str
+    port: int
+    base_path: str
+    server_name: str
+    ca_pem: str
+    token_file: Path
+    timeout: float
+
+    @classmethod
+    def from_settings(cls, current: settings_module.Settings) -> Endpoint:
+        """The endpoint of STITCHFLEET_INGEST_URL; ValueError when the URL is not https://host[:port]/path."""
+        parts = urlsplit(current.ingest_url)
+        if parts.scheme != "https" or not parts.hostname:
+            raise ValueError(f"STITCHFLEET_INGEST_URL={current.ingest_url!r}: expected https://host[:port]/path")
+        return cls(
+            host=parts.hostname,
+            port=parts.port or 443,
+            base_path=parts.path.rstrip("/"),
+            server_name=current.ingest_server_name or parts.hostname,
+            ca_pem=current.ingest_ca,
+            token_file=current.ingest_token_file,
+            timeout=current.ingest_timeout_seconds,
+        )
+
+
+class IngestClient:
+    """One endpoint; every call opens its own TLS connection (the operator closes after each answer)."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        context = ssl.create_default_context(cadata=endpoint.ca_pem or None)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._context = context
+
+    def post_rows(self, rows: Sequence[Row], timeout: float | None = None) -> int:
+        """Delivers `rows` in one request; the number the operator stored (all of them, or it raised)."""
+        body = json.dumps({"rows": [to_json(row) for row in rows]}, separators=(",", ":")).encode()
+        answer = self._request("POST", ROWS_PATH, body, timeout)
+        stored = answer.get("stored")
+        if stored != len(rows):
+            raise DeliveryError(f"the operator stored {stored!r} of {len(rows)} rows")
+        return int(stored)
+
+    def quarantined(self, timeout: float | None = None) -> set[str]:
+        """The cluster fingerprints the fleet has reverted, as the operator's database holds them."""
+        return self.recall(timeout)[0]
+
+    def recall(self, timeout: float | None = None) -> tuple[set[str], list[SlowerVerdict]]:
+        """The fleet's memory: reverted fingerprints and live slower verdicts (see the module docstring)."""
+        return memory_of(self._request("GET", QUARANTINE_PATH, None, timeout))
+
+    def _token(self) -> str:
+        try:
+            return self.endpoint.token_file.read_text().strip()
+        except OSError as err:
+            raise DeliveryError(f"no ServiceAccount token at {self.endpoint.token_file}: {err}") from None
+
+    def _request(self, method: str, path: str, body: bytes | None, timeout: float | None) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {self._token()}", "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        seconds = self.endpoint.timeout if timeout is None else timeout
+        try:
+            connection = self._connect(seconds)
+        except (OSError, ssl.SSLError) as err:
+            raise DeliveryError(f"cannot reach {self._where()}: {err}") from None
+        try:
+            connection.request(method, self.endpoint.base_path + path, body=body, headers=headers)
+            response = connection.getresponse()
+            payload = response.read()
+        except (OSError, http.client.HTTPException) as err:
+            raise DeliveryError(f"{method} {self._where()}{path} failed: {err!r}") from None
+        finally:
+            connection.close()
+        return self._decode(response.status, payload, path)
+
+    def _connect(self, seconds: float) -> http.client.HTTPConnection:
+        """A connection whose TLS checks the certificate against server_name, wherever host points."""
+        raw = socket.create_connection((self.endpoint.host, self.endpoint.port), timeout=seconds)
+        try:
+            wrapped = self._context.wrap_socket(raw, server_hostname=self.endpoint.server_name)
+        except BaseException:
+            raw.close()
+            raise
+        connection = http.client.HTTPConnection(self.endpoint.host, self.endpoint.port, timeout=seconds)
+        connection.sock = wrapped
+        return connection
+
+    def _decode(self, status: int, payload: bytes, path: str) -> dict[str, Any]:
+        text = payload.decode("utf-8", errors="replace")
+        if status != 200:
+            raise DeliveryError(f"{self._where()}{path} answered {status}: {text.strip()[:300]}", status)
+        try:
+            answer = json.loads(text)
+        except json.JSONDecodeError:
+            raise DeliveryError(f"{self._where()}{path} answered no JSON: {text[:200]!r}", status) from None
+        if not isinstance(answer, dict):
+            raise DeliveryError(f"{self._where()}{path} answered {type(answer).__name__}, expected an object", status)
+        return answer
+
+    def _where(self) -> str:
+        return f"https://{self.endpoint.server_name}:{self.endpoint.port}{self.endpoint.base_path}"
+
+
+def memory_of(answer: dict[str, Any]) -> tuple[set[str], list[SlowerVerdict]]:
+    """The reverted fingerprints and slower verdicts of a quarantine answer; DeliveryError when its
+    "reverted" list is malformed (an operator that answers no "slower" list has no slower verdicts)."""
+    found = answer.get("reverted")
+    if not isinstance(found, list) or not all(isinstance(item, str) for item in found):
+        raise DeliveryError(f"malformed quarantine answer: {str(answer)[:200]}")
+    return set(found), slower_list(answer.get("slower"))
+
+
+def slower_list(items: Any) -> list[SlowerVerdict]:
+    """The slower verdicts of an answer (or a cache file): none when absent, malformed entries skipped."""
+    verdicts = []
+    for item in items if isinstance(items, list) else []:
+        try:
+            if not isinstance(item, dict):
+                raise ValueError(f"{type(item).__name__}, expected an object")
+            verdicts.append(SlowerVerdict.from_json(item))
+        except ValueError as err:
+            log.warning("stitchfleet: a slower verdict of the fleet memory skipped: %s", err)
+    return verdicts

@@ -1,0 +1,282 @@
+"""The plugin's view of telemetry: one job rank's rows, recorded without ever failing the job.
+
+Input: the settings (job identity, ingestion endpoint or database URL, metrics port), the rank and world size,
+and what the hook reports (compile results, windows, reverts, the end). The rules in full:
+docs/plugin/fleet.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime as dt
+import logging
+import ssl
+import threading
+from pathlib import Path
+from typing import Any
+
+from stitchfleet import settings as settings_module
+from stitchfleet.plugin.fleet import rank_devices
+from stitchfleet.plugin.fleet.fleet_memory import FleetMemory, Recollection
+from stitchfleet.plugin.fleet.ingest_client import Endpoint, IngestClient
+from stitchfleet.plugin.fleet.local_memory import local_memory
+from stitchfleet.plugin.fleet.rank_record import RankRecord
+from stitchfleet.plugin.fleet.shipper import Shipper
+from stitchfleet.telemetry.kinds import EventKind
+from stitchfleet.telemetry.rows import (
+    ClusterVerdict,
+    Event,
+    JobCompiled,
+    JobFinished,
+    JobKey,
+    JobStarted,
+    ProbeVerdict,
+    Row,
+    StepWindow,
+    new_job_uid,
+)
+from stitchfleet.telemetry.spool import Spool
+
+log = logging.getLogger("stitchfleet.plugin")
+
+
+class SpoolSink:
+    """The Recorder's place in a pod without SQLAlchemy: every row fsync'ed into this process's spool."""
+
+    def __init__(self, directory: Path) -> None:
+        self.spool = Spool(directory)
+
+    def record(self, row: Row) -> None:
+        self.spool.append([row])
+
+    def close(self) -> None:
+        self.spool.close()  # keeps the file: its rows wait for an ingest
+
+
+def make_shipper(current: settings_module.Settings) -> tuple[Shipper, FleetMemory]:
+    """The pod's sink and fleet memory, both talking to the operator's ingestion endpoint."""
+    client = IngestClient(Endpoint.from_settings(current))
+    shipper = Shipper(
+        current.spool_dir,
+        client,
+        batch_rows=current.ingest_batch_rows,
+        max_backoff=current.ingest_max_backoff_seconds,
+        flush_seconds=current.flush_seconds,
+    )
+    return shipper, FleetMemory(client, current.state_dir, timeout=current.fleet_memory_timeout_seconds)
+
+
+class Ledger:
+    def __init__(self, current: settings_module.Settings, rank: int, world_size: int, url: str | None = None) -> None:
+        self.settings, self.rank, self.world_size = current, rank, world_size
+        self.url = url or current.database_url
+        self.key = JobKey.from_settings(current, new_job_uid())
+        # Several sessions of one job's rank (tf.estimator's train and evaluate, a restarted container) share
+        # window numbers and add up their setup seconds through the rank's record in the state directory.
+        self.rank_record = RankRecord(current.state_dir, self.key.job_uid, rank)
+        self._sink: Any = None
+        self.memory: FleetMemory | None = None
+        self.recollection: Recollection | None = None  # what `recall` last found (kernels bound later read it)
+        self._pending: list[Row] | None = None  # rows recorded before the database client is open
+        self._opening: threading.Thread | None = None
+        self._lock = threading.Lock()
+        if current.ingest_url and url is None:
+            # In a cluster the pod never writes the database: the operator does, for it.
+            self._ship_or_spool(current)
+        else:
+            self._pending = []
+            atexit.register(self._at_exit)
+
+    def _ship_or_spool(self, current: settings_module.Settings) -> None:
+        try:
+            self._sink, self.memory = make_shipper(current)
+        except (ValueError, OSError, ssl.SSLError) as err:  # a bad URL or CA: keep the rows on disk
+            log.warning("stitchfleet: cannot ship telemetry (%s); rows go to the spool", err)
+            self._sink = SpoolSink(current.spool_dir)
+        except Exception as err:
+            log.warning("stitchfleet: telemetry is off for this job: %s", err)
+
+    def _open(self) -> None:
+        """The local sink (the Recorder, or the spool without SQLAlchemy), then the rows that waited for it."""
+        sink: Any = None
+        try:
+            from stitchfleet.telemetry.recorder import Recorder
+
+            sink = Recorder(self.url, settings=self.settings)
+        except ImportError as err:
+            # Local mode in an image without SQLAlchemy: the rows still go to the durable spool,
+            # which `stitchfleet telemetry ingest` (or a later Recorder's orphan replay) loads.
+            log.warning("stitchfleet: no database client (%s); telemetry rows go to the spool", err)
+            sink = SpoolSink(self.settings.spool_dir)
+        except Exception as err:
+            log.warning("stitchfleet: telemetry is off for this job: %s", err)
+        with self._lock:
+            pending, self._pending, self._sink = self._pending or [], None, sink
+            for row in pending if sink is not None else ():
+                sink.record(row)
+
+    def _at_exit(self) -> None:
+        """A process that ends before the client opened (setup failed, no session end) still records its rows."""
+        if self._pending:
+            self.close()
+
+    def open_later(self) -> None:
+        """Starts opening the local database client in the background (once); rows wait for it meanwhile."""
+        with self._lock:
+            if self._pending is None or self._opening is not None:
+                return
+            self._opening = threading.Thread(target=self._open, name="stitchfleet-telemetry-open", daemon=True)
+        self._opening.start()
+
+    @property
+    def recorder(self) -> Any:
+        """The sink rows go to (Shipper, Recorder or SpoolSink; None when telemetry is off), once open."""
+        self.open_later()
+        if self._opening is not None:
+            self._opening.join()
+        return self._sink
+
+    def record(self, row: Row) -> None:
+        with self._lock:
+            if self._pending is not None:
+                self._pending.append(row)
+                return
+            sink = self._sink
+        if sink is not None:
+            sink.record(row)
+
+    def safely(self, make: Any, *args: Any, **kwargs: Any) -> None:
+        """Builds a row and records it; a bad figure is logged, never raised."""
+        try:
+            self.record(make(*args, **kwargs))
+        except Exception as err:
+            log.warning("stitchfleet: telemetry row %s dropped: %s", getattr(make, "__name__", make), err)
+
+    def started(self) -> None:
+        s = self.settings
+        self.safely(
+            JobStarted, self.key, self.rank, s.team, s.model, s.pod_name, self.world_size, s.gpus_per_rank, s.gpu_type
+        )
+
+    def measured(self, device_kind: str, devices_per_rank: int) -> None:
+        """The devices this rank computes on, measured once its session exists (for accounting)."""
+        s = self.settings
+        self.safely(
+            JobStarted,
+            self.key,
+            self.rank,
+            s.team,
+            s.model,
+            s.pod_name,
+            self.world_size,
+            s.gpus_per_rank,
+            s.gpu_type,
+            device_kind=device_kind,
+            devices_per_rank=devices_per_rank,
+        )
+
+    def compiled(self, seconds: float) -> None:
+        """This session's setup seconds so far; the row holds the rank's total over its sessions."""
+        try:
+            seconds = self.rank_record.setup_total(seconds)
+        except Exception as err:  # the record is bookkeeping: the session's own figure still goes out
+            log.warning("stitchfleet: rank record failed (%s); recording this session's setup alone", err)
+        self.safely(JobCompiled, self.key, self.rank, seconds)
+        self.open_later()  # setup is booked: the client's imports overlap TF's session creation, not begin
+
+    def event(self, kind: str, step: int | None, fingerprint: str | None, reason: str, **figures: Any) -> None:
+        short = reason if len(reason) <= Event.MAX_REASON else reason[: Event.MAX_REASON - 3] + "..."
+        detail = figures.pop("detail", reason)
+        self.safely(Event, self.key, kind, self.rank, step, fingerprint, short, detail, **figures)
+
+    def measure_devices(self, session: Any, local_ranks: int = 1) -> None:
+        """Records what this rank really uses (its GPUs or its share of the CPU cores, `local_ranks` ranks on
+        this host), which only a created session knows; a failure is logged and the job runs on."""
+        try:
+            found = rank_devices.measure(session, local_ranks)
+            self.measured(found.kind, found.count)
+        except Exception as err:
+            log.warning("stitchfleet: could not measure this rank's devices: %s", err)
+
+    def rebuilt(self, left: dict[int, str]) -> None:
+        """Clusters that kept the kernels `begin` built when the job's fed shapes showed (`rebinding`)."""
+        for index, reason in left.items():
+            self.event(
+                EventKind.COMPILE_FAILURE.value,
+                None,
+                None,
+                "not rebuilt for the fed shapes",
+                detail=f"cluster {index}: {reason}",
+            )
+
+    def verdict(self, fingerprint: str, verdict: str, reason: str = "", op_count: int | None = None) -> None:
+        self.safely(ClusterVerdict, fingerprint, verdict, reason[:200], op_count)
+
+    def probed(self, fingerprint: str, profile: str, shapes: str, outcome: str, detail: str = "") -> None:
+        """This job's probe finding for the fleet's slower verdicts (kinds.ProbeOutcome)."""
+        self.safely(ProbeVerdict, self.key, fingerprint, profile, shapes, outcome, detail[:200])
+
+    def window(self, **fields: Any) -> None:
+        """A closed window; its index (the session's own) becomes the rank's, unique across its sessions."""
+        try:
+            fields["window_index"] = self.rank_record.window(int(fields["window_index"]))
+        except Exception as err:
+            log.warning("stitchfleet: rank record failed (%s); the window keeps its session index", err)
+        self.safely(StepWindow, self.key, self.rank, **fields)
+
+    def finished(self, status: str, reason: str = "") -> None:
+        self.safely(JobFinished, self.key, status, reason[:200], self.rank)
+
+    def close(self) -> None:
+        try:
+            self.rank_record.close()
+        except Exception as err:
+            log.warning("stitchfleet: rank record failed at close: %s", err)
+        recorder = self.recorder
+        if recorder is not None:
+            try:
+                recorder.close()
+            except Exception as err:
+                log.warning("stitchfleet: telemetry close failed: %s", err)
+
+    def reverted(self, timeout: float = 5.0) -> set[str]:
+        """Fingerprints the fleet has reverted; empty when neither operator nor database answers in time."""
+        return set(self.recall(timeout).reverted)
+
+    def recall(self, timeout: float = 5.0) -> Recollection:
+        """The fleet's memory; empty (source "none") when neither operator nor database answers in time."""
+        self.recollection = self._recalled() if self.memory is not None else self._read(timeout)
+        return self.recollection
+
+    def _read(self, timeout: float) -> Recollection:
+        """The fleet's memory from the database, when there is no operator."""
+        found: list[Recollection] = []
+        current = self.settings
+
+        def read() -> None:
+            try:
+                now, ttl = dt.datetime.now(dt.UTC), current.slower_ttl
+                if self.url.split(":", 1)[0].split("+")[0] == "sqlite":
+                    found.append(local_memory(self.url, now=now, min_jobs=current.slower_jobs, ttl=ttl))
+                    return
+                from stitchfleet.telemetry.queries import reverted_fingerprints, slower_verdicts
+
+                slower = slower_verdicts(self.url, now=now, min_jobs=current.slower_jobs, ttl=ttl)
+                found.append(Recollection(frozenset(reverted_fingerprints(self.url)), "database", slower=tuple(slower)))
+            except Exception as err:
+                log.info("stitchfleet: no fleet memory known (%s)", type(err).__name__)
+
+        reader = threading.Thread(target=read, name="stitchfleet-verdicts", daemon=True)
+        reader.start()
+        reader.join(timeout)
+        return found[0] if found else Recollection(frozenset(), "none", "the database did not answer")
+
+    def _recalled(self) -> Recollection:
+        """The operator's quarantine; when it did not answer, an event says what the job began with."""
+        assert self.memory is not None
+        memory = self.memory.read()
+        if memory.source != "operator":
+            reason = "fleet memory from cache" if memory.source == "cache" else "fleet memory unavailable"
+            known = f"{len(memory.reverted)} reverted cluster(s), {len(memory.slower)} slower verdict(s) known"
+            self.event(EventKind.FLEET_MEMORY.value, None, None, reason, detail=f"{reason} ({known}): {memory.problem}")
+        return memory

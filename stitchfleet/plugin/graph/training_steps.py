@@ -1,0 +1,186 @@
+"""Which `session.run` calls are the job's training steps: the only ones the hook touches.
+
+Input: the user's graph, the ops of the stitched clusters in it, and, per run, the user's own fetches
+(`run_context.original_args.fetches`). Output: The rules in full: docs/plugin/graph.md.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from stitchfleet.plugin.graph.op_graph import ancestors, upstream
+
+# Op types that write a variable; for each, input 0 is the variable (a ref or a resource handle).
+# Scatter*: SGD's sparse update of a TF1 variable (an embedding's IndexedSlices gradient): word2vec's every
+# update is one, and its training step went unrecognised (nothing stitched, nothing booked).
+WRITER_PREFIXES = ("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply", "Scatter", "ResourceScatter")
+WRITER_TYPES = frozenset(
+    {"Assign", "AssignAdd", "AssignSub", "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"}
+)
+
+
+def _holder(variable: Any) -> str:
+    """The name of the op that holds a variable (its resource handle's op, or the ref variable's own)."""
+    handle = getattr(variable, "handle", None)
+    return str(handle.op.name if handle is not None else variable.op.name)
+
+
+def _variable_ops(graph: Any) -> set[str]:
+    """Names of the ops that hold what a training step updates: the trainable variables, the global step, and
+    the global variables an update of a trainable variable reads. The last are a job's gradient accumulators
+    (it sums its gradients into variables over several runs and applies them every N runs): without them,
+    the runs that compute the gradients were not training steps and their clusters were 'not on the
+    training path', so such a job was never stitched. Streaming metrics (local variables), moving averages
+    and exponential averages of the weights are read by no update: their runs stay side runs."""
+    step = tf.compat.v1.train.get_global_step(graph)
+    trained = [*graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES), *([step] if step is not None else [])]
+    names = {_holder(variable) for variable in trained}
+    held = {_holder(variable) for variable in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+    writers = [op for op in graph.get_operations() if _writes_variable(op, names)]
+    return names | (held & set(upstream(writers, control=False)))
+
+
+def _writes_variable(op: Any, variables: set[str]) -> bool:
+    if op.type not in WRITER_TYPES and not op.type.startswith(WRITER_PREFIXES):
+        return False
+    return bool(op.inputs) and op.inputs[0].op.name in variables
+
+
+RESTORES = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
+
+
+def _initializers(graph: Any) -> set[str]:
+    """Names of the variables' initializer ops (their first assignment, which every graph with variables has)."""
+    found: set[str] = set()
+    for variable in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES):
+        initializer = getattr(variable, "initializer", None)
+        if initializer is not None:
+            found.add(initializer.name)
+    return found
+
+
+def _initializes_or_restores(op: Any, initializers: set[str]) -> bool:
+    """Whether a variable write is an initializer, or a checkpoint restore (its value read by a Restore op)."""
+    if op.name in initializers:
+        return True
+    if len(op.inputs) < 2:
+        return False
+    source = op.inputs[1].op
+    while source.type == "Identity" and source.inputs:
+        source = source.inputs[0].op
+    return bool(source.type in RESTORES)
+
+
+def fetched_ops(graph: Any, fetches: Any) -> list[Any]:
+    """The ops a `session.run` fetch structure names (nested lists, tuples, dicts; ops, tensors, names)."""
+    found: list[Any] = []
+    todo = [fetches]
+    while todo:
+        item = todo.pop()
+        if item is None:
+            continue
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+        elif isinstance(item, str):
+            element = graph.as_graph_element(item, allow_tensor=True, allow_operation=True)
+            found.append(element if isinstance(element, tf.Operation) else element.op)
+        elif isinstance(item, tf.Operation):
+            found.append(item)
+        elif hasattr(item, "op") and isinstance(item.op, tf.Operation):
+            found.append(item.op)
+    return found
+
+
+def find_loss(graph: Any, given: Any = None) -> Any:
+    """The job's loss tensor: `given`, else the last of the graph's LOSSES collection, else `loss:0`, else None."""
+    if given is not None:
+        return given
+    losses = graph.get_collection(tf.compat.v1.GraphKeys.LOSSES)
+    if losses:
+        return losses[-1]
+    try:
+        return graph.get_tensor_by_name("loss:0")
+    except KeyError:
+        return None
+
+
+def training_path(graph: Any) -> frozenset[str]:
+    """Names of the ops some trainable-variable update depends on: a cluster elsewhere (a metric, an
+    eval-only head) would never run in a training step, so the hook leaves it to TF."""
+    variables = _variable_ops(graph)
+    return frozenset(ancestors(op for op in graph.get_operations() if _writes_variable(op, variables)))
+
+
+def data_path(graph: Any) -> frozenset[str]:
+    """Names of the ops some trainable-variable update reads through data edges alone: what grappler keeps
+    of a training step's values. A reader tied to the updates by control edges only (the gradient of a
+    product by a constant, held by its `tuple` group) does not stop the remapper's fusions (checked with
+    TF 2.15: `_MklFusedBatchMatMulV2` for BatchMatMul*const+mask in a training graph)."""
+    variables = _variable_ops(graph)
+    writers = [op for op in graph.get_operations() if _writes_variable(op, variables)]
+    return frozenset(upstream(writers, control=False))
+
+
+class TrainingSteps:
+    """Recognises the training step among a session's runs (see the module docstring)."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        variables = _variable_ops(graph)
+        writers = [op for op in graph.get_operations() if _writes_variable(op, variables)]
+        self.updates = frozenset(op.name for op in writers)
+        # Whether any run of this graph can train: a write that neither initializes nor restores a variable
+        # (an evaluate or predict graph has only those). Decided from the graph alone: every rank alike.
+        initializers = _initializers(graph)
+        self.training_updates = frozenset(op.name for op in writers if not _initializes_or_restores(op, initializers))
+        self.trains = bool(self.training_updates)
+        self.clusters: list[frozenset[str]] = []
+        self._known: dict[frozenset[str], frozenset[str]] = {}
+        # Per thread, its last run's walk: another thread's run of a shared session (an eval thread) must not
+        # change what a training step in flight reads between `updates_variables` and the hook's use of it.
+        self._last = threading.local()
+
+    @property
+    def reached(self) -> frozenset[str]:
+        """The ops this thread's last run executes."""
+        return getattr(self._last, "reached", frozenset())
+
+    @property
+    def fetched(self) -> list[Any]:
+        """The ops this thread's last run asked for (whose walk `reached` is)."""
+        return getattr(self._last, "fetched", [])
+
+    def require(self, stitched: Sequence[Sequence[Any]]) -> None:
+        """From now on a training step must also run every cluster of `stitched` (per cluster, the ops
+        that carry its results to the rest of the graph)."""
+        self.clusters = [frozenset(op.name for op in ops) for ops in stitched]
+
+    def updates_variables(self, fetches: Any) -> bool:
+        """True when a run with these fetches updates a trainable variable (the rule every Horovod rank
+        applies alike, whatever it compiled); a fetch this graph cannot name is not."""
+        try:
+            ops = fetched_ops(self.graph, fetches)
+        except (KeyError, ValueError, TypeError):
+            return False
+        key = frozenset(op.name for op in ops)
+        if key not in self._known:
+            self._known[key] = frozenset(ancestors(ops))
+        self._last.fetched, self._last.reached = ops, self._known[key]
+        return not self.updates.isdisjoint(self._known[key])
+
+    def trains_in(self, fetches: Any) -> bool:
+        """True when a run with these fetches updates a variable other than by initializing or restoring it
+        (the run `updates_variables` walked last on this thread)."""
+        return self.updates_variables(fetches) and not self.training_updates.isdisjoint(self.reached)
+
+    def is_training(self, fetches: Any) -> bool:
+        """True when a run with these fetches is a training step (updates a variable, runs every cluster)."""
+        if not self.updates_variables(fetches):
+            return False
+        return bool(self.clusters) and all(not cluster.isdisjoint(self.reached) for cluster in self.clusters)

@@ -1,0 +1,355 @@
+"""The stitched twin: a copy of the graph downstream of the clusters, where stitching is installed.
+
+Input: the TF graph (before it is finalized) and the mapped `Site`s. The rules in full: docs/plugin/graph.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2, graph_pb2
+
+from stitchfleet.plugin.graph.mapping import Site
+from stitchfleet.plugin.graph.op_graph import downstream, upstream
+from stitchfleet.plugin.graph.random_streams import SharingError, owns_stream, share
+
+PREFIX = "stitchfleet_twin"
+# Errors of the data or the session, not of the copy: a diverted run that raises one is not run again.
+PROPAGATED = (tf.errors.OutOfRangeError, tf.errors.CancelledError, tf.errors.AbortedError)
+log = logging.getLogger("stitchfleet.plugin")
+WHILE_V1 = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "NextIteration", "RefNextIteration", "LoopCond"})
+COLOCATION = "_class"
+
+
+class TwinError(ValueError):
+    """The copy cannot be built; the message is the reason recorded for the job."""
+
+
+class NotRunnableError(TwinError):
+    """A run the copy cannot take with its feeds, found before anything ran (nothing ran twice)."""
+
+
+def _name(text: str) -> str:
+    """The op name an input string of a NodeDef refers to ('^op', 'op', 'op:1')."""
+    return text.lstrip("^").split(":", 1)[0]
+
+
+def _shared_state(op: Any) -> bool:
+    """State every path must share: an op without data inputs that holds state (variables, queues)."""
+    return not op.inputs and op.op_def is not None and bool(op.op_def.is_stateful)
+
+
+def _shared(op: Any) -> bool:
+    """Never copied: shared state, and random ops whose stream lives in their kernel."""
+    return _shared_state(op) or owns_stream(op)
+
+
+def _outermost_loop(op: Any) -> Any:
+    context, found = op._get_control_flow_context(), None
+    while context is not None:
+        if context.IsWhileContext():
+            found = context
+        context = context.outer_context
+    return found
+
+
+def _loop_ops(graph: Any, members: set[str]) -> set[str]:
+    """Every op of each TF1 while loop that has an op among `members` (its frame is copied whole)."""
+    loops = set()
+    for name in members:
+        op = graph.get_operation_by_name(name)
+        loop = _outermost_loop(op)
+        if loop is not None:
+            loops.add(loop.name)
+        elif op.type in WHILE_V1:
+            raise TwinError(f"TF1 while-loop op {op.name!r} depends on a cluster and its loop is unknown")
+    if not loops:
+        return set()
+    return {
+        op.name
+        for op in graph.get_operations()
+        if (loop := _outermost_loop(op)) is not None and loop.name in loops and not _shared_state(op)
+    }
+
+
+def _downstream(graph: Any, seeds: Iterable[Any]) -> set[str]:
+    """The ops that depend on `seeds` (included) through data and control edges, loops closed."""
+    members: set[str] = set()
+    stack = list(seeds)
+    while True:
+        members |= set(downstream(stack, skip=_shared, known=members))
+        extra = _loop_ops(graph, members) - members
+        if not extra:
+            return members
+        stack = [graph.get_operation_by_name(name) for name in extra]
+
+
+def _copy_def(graph: Any, members: set[str]) -> tuple[Any, dict[str, Any], dict[str, list[bytes]], dict[str, Any]]:
+    """The members as a GraphDef, what their inputs from shared ops map to, colocations with shared ops,
+    and the shared ops each member waits for (control edges, set on the copy after import)."""
+    graph_def = graph_pb2.GraphDef()
+    graph_def.versions.CopyFrom(graph.graph_def_versions)
+    input_map: dict[str, Any] = {}
+    colocated: dict[str, list[bytes]] = {}
+    waiting: dict[str, Any] = {}
+    for op in graph.get_operations():
+        if op.name not in members:
+            continue
+        node = graph_def.node.add()
+        node.CopyFrom(op.node_def)
+        # import_graph_def maps tensors only (an Operation in input_map raises TypeError): a control edge
+        # from a shared op (Keras' moving-average updates, which the train op waits for) is set after import
+        waits = [text for text in node.input if text.startswith("^") and _name(text) not in members]
+        if waits:
+            kept = [text for text in node.input if text not in waits]
+            del node.input[:]
+            node.input.extend(kept)
+            waiting[op.name] = [graph.get_operation_by_name(text[1:]) for text in waits]
+        for text in node.input:
+            if _name(text) not in members and not text.startswith("^"):
+                key = text if ":" in text else f"{text}:0"
+                input_map[key] = graph.get_tensor_by_name(key)
+        if COLOCATION in node.attr:
+            groups = list(node.attr[COLOCATION].list.s)
+            outside = [g for g in groups if g.decode().removeprefix("loc:@") not in members]
+            if outside:
+                # The importer would look for the shared op under the copy's prefix: set after import.
+                colocated[op.name] = outside
+                inside = [g for g in groups if g not in outside]
+                del node.attr[COLOCATION].list.s[:]
+                node.attr[COLOCATION].list.s.extend(inside)
+                if not inside:
+                    del node.attr[COLOCATION]
+    return graph_def, input_map, colocated, waiting
+
+
+class Twin:
+    """The copy (see the module docstring) and the mapping of original names onto it."""
+
+    def __init__(self, graph: Any, members: frozenset[str]) -> None:
+        self.graph = graph
+        self.members = members
+        self._runnable: dict[tuple[tuple[str, ...], frozenset[str]], bool] = {}
+        # copy op of a mapped cluster -> the ops producing every input of that cluster (see `runnable`)
+        self.cluster_reads: dict[str, list[Any]] = {}
+
+    def op_name(self, name: str) -> str:
+        return f"{PREFIX}/{name}" if name in self.members else name
+
+    def tensor(self, tensor: Any) -> Any:
+        """What carries `tensor`'s value on the copy (itself when it is shared)."""
+        if tensor.op.name not in self.members:
+            return tensor
+        return self.graph.get_tensor_by_name(f"{PREFIX}/{tensor.name}")
+
+    def op(self, op: Any) -> Any:
+        return self.graph.get_operation_by_name(self.op_name(op.name)) if op.name in self.members else op
+
+    def element(self, element: Any) -> Any:
+        """A fetched graph element (tensor or op) on the copy."""
+        return self.op(element) if isinstance(element, tf.Operation) else self.tensor(element)
+
+    def site(self, site: Site) -> Site:
+        """`site` moved onto the copy: the rewrite then installs its cluster there."""
+        ops = self.op
+        folded = {self._tensor_name(name): value for name, value in site.folded.items()}
+        return replace(
+            site,
+            inputs=[self.tensor(t) for t in site.inputs],
+            outputs=[self.tensor(t) for t in site.outputs],
+            internal=[ops(op) for op in site.internal],
+            folded=folded,
+            varying=frozenset(self._tensor_name(name) for name in site.varying),
+            shape_readers=[ops(op) for op in site.shape_readers],
+            control_readers=[ops(op) for op in site.control_readers],
+            ordering_readers=[ops(op) for op in site.ordering_readers],
+        )
+
+    def _tensor_name(self, name: str) -> str:
+        return f"{PREFIX}/{name}" if _name(name) in self.members else name
+
+    def diverts(self, feed_dict: Any, fetched: Sequence[Any] | None = None) -> bool:
+        """False when the run feeds a tensor the copy computes (a fed intermediate value that a stitched
+        cluster would not see), or when the copy would need a placeholder the run does not feed: a
+        cluster joins independent regions (remote stitching), so the copy of a GAN's generator step also
+        computes the discriminator's real-data branch and reads its placeholder, which that step never
+        feeds. Such a run stays on the original graph (before: it failed on the copy, ran again as
+        written, and reverted the whole job). `fetched`: the run's fetched graph elements, when known."""
+        fed = self._fed(feed_dict)
+        return fed is not None and (fetched is None or self.runnable(fetched, fed))
+
+    def _fed(self, feed_dict: Any) -> list[Any] | None:
+        """The fed tensors, or None when one of them is computed by the copy."""
+        fed: list[Any] = []
+        for key in feed_dict or ():
+            tensor = key if isinstance(key, tf.Tensor) else None
+            if isinstance(key, str):
+                tensor = self.graph.as_graph_element(key, allow_tensor=True, allow_operation=False)
+            if tensor is not None and tensor.op.name in self.members:
+                return None
+            if tensor is not None:
+                fed.append(tensor)
+        return fed
+
+    def runnable(self, elements: Sequence[Any], fed: Sequence[Any]) -> bool:
+        """Whether the copy's stand-ins for `elements` need no placeholder beyond the `fed` ones and those the
+        original run needs itself; answered once per (elements, fed tensors): a lookup a step after that."""
+        key = (tuple(e.name for e in elements), frozenset(t.name for t in fed))
+        if key not in self._runnable:
+            fed_ops = {t.op.name for t in fed}
+            # Every mapped cluster counts as one op reading all its inputs, its kernel installed on this rank
+            # or not: the answer depends on the graph alone, so Horovod ranks whose compiles differ count
+            # the same runs as training steps (a rank that declined a run the other took would pair the
+            # ranks' collectives on different runs).
+            copied = _unfed_placeholders([self.element(e) for e in elements], fed_ops, self.cluster_reads)
+            own = _unfed_placeholders(elements, fed_ops) if copied else set()
+            self._runnable[key] = not copied - own
+            if copied - own:
+                names = ", ".join(sorted(copied - own))
+                log.warning(
+                    "stitchfleet: a training run stays unstitched: its stitched copy would read %s, unfed", names
+                )
+        return self._runnable[key]
+
+    def run(self, run: Callable[..., Any], fetches: Any, feed_dict: Any, options: Any, run_metadata: Any) -> Any:
+        """`run(fetches, feed_dict, ...)` on the copy, its results in `fetches`' own structure (TF's fetch
+        mapper flattens the fetches and rebuilds the results, as `Session.run` itself does)."""
+        from tensorflow.python.client import session as tf_session
+
+        with self.graph.as_default():
+            mapper = tf_session._FetchMapper.for_fetch(fetches)
+        elements = mapper.unique_fetches()
+        fed = self._fed(feed_dict)
+        if fed is None or not self.runnable(elements, fed):  # the hook's own fetches included: decline, never fail
+            raise NotRunnableError("the stitched copy cannot take this run with its feeds; it runs as written")
+        flat = [self.element(x) for x in elements]
+        values = run(flat, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+        return mapper.build_results(values)
+
+
+class Diverter:
+    """Sends one `session.run` of one session onto the copy, when armed.
+
+    A `SessionRunHook` cannot change the fetches of the run it joins, so the raw session that
+    `MonitoredSession` wraps gets a `run` that maps the run's fetches (the caller's and every
+    hook's) onto the copy when the hook armed it for this step, and calls the session's own
+    `run` untouched otherwise. Feeds are never changed (a feed into the copy is refused before:
+    `Twin.diverts`). Arming holds for the arming thread's next run only: another thread's run of
+    the same session (an eval thread, say) is never diverted, nor does it use up the arming.
+
+    A diverted run that fails (the copy cannot be built into an executor, an op of it fails where
+    the original would not) never fails the job: the error is kept in `failure` (the hook reverts
+    stitching for the job) and the run is made again as the user wrote it, without the owner's
+    fetches on the copy (its `shared` ones, such as Horovod's consensus, stay, so every rank
+    still joins the collective). The failed run may have applied some variable updates before its
+    error, which the run made again applies once more: one perturbed step, never a failed job.
+    Errors about the data or the session (end of input, a cancelled or aborted session) are not
+    the copy's doing and propagate as they would without it.
+    """
+
+    def __init__(self, twin: Twin, owner: Any = None, shared: Sequence[str] = ()) -> None:
+        self.twin = twin
+        self.owner, self.shared = owner, tuple(shared)
+        self.session: Any = None
+        self.failure: Exception | None = None
+        self._thread: int | None = None  # the thread whose next run goes to the copy
+
+    @property
+    def armed(self) -> bool:
+        return self._thread is not None
+
+    @armed.setter
+    def armed(self, on: bool) -> None:
+        self._thread = threading.get_ident() if on else None
+
+    def attach(self, session: Any) -> None:
+        own = session.run
+        twin = self.twin
+
+        def run(fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
+            if self._thread is None or self._thread != threading.get_ident():
+                return own(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+            self._thread = None
+            try:
+                return twin.run(own, fetches, feed_dict, options, run_metadata)
+            except PROPAGATED:
+                raise
+            except NotRunnableError as err:  # declined before anything ran: no traceback, the step runs once
+                self.failure = err
+                log.warning("stitchfleet: %s", err)
+                return own(self._plain(fetches), feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+            except Exception as err:
+                self.failure = err
+                log.exception("stitchfleet: a step failed on the stitched twin; it runs again as written")
+                return own(self._plain(fetches), feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+
+        session.run = run
+        self.session = session
+
+    def _plain(self, fetches: Any) -> Any:
+        """The run's fetches without the owner's fetches on the copy (its `shared` ones kept)."""
+        if not isinstance(fetches, dict) or self.owner not in fetches:
+            return fetches
+        mine = fetches[self.owner]
+        kept = {k: v for k, v in mine.items() if k in self.shared} if isinstance(mine, dict) else None
+        plain = {k: v for k, v in fetches.items() if k is not self.owner}
+        if kept:
+            plain[self.owner] = kept
+        return plain
+
+    def diverts(self, session: Any, feed_dict: Any, fetched: Sequence[Any] | None = None) -> bool:
+        """Whether a run of `session` with these feeds and fetches can go to the copy: the attached session,
+        no feed into the copy, no placeholder the copy would read unfed (`fetched`: the run's fetched elements)."""
+        return session is not None and session is self.session and self.twin.diverts(feed_dict, fetched)
+
+
+def _unfed_placeholders(
+    roots: Iterable[Any], fed_ops: set[str], also_reads: Mapping[str, Sequence[Any]] | None = None
+) -> set[str]:
+    """The placeholders without a default that running `roots` (tensors or ops) would execute unfed: a walk
+    over data and control inputs that stops at fed ops, as TF's own pruning of a run does; `also_reads`
+    adds the ops an op's run needs beyond its inputs (a cluster's stitched op reads all of its inputs)."""
+    ops = [root if isinstance(root, tf.Operation) else root.op for root in roots]
+    return {name for name, op in upstream(ops, stop=fed_ops, also=also_reads).items() if op.type == "Placeholder"}
+
+
+def built_in(graph: Any) -> bool:
+    """Whether `graph` already holds a copy: an earlier session of this process stitched it (TF unfinalizes a
+    graph when its MonitoredSession closes, and a script may open one per epoch on the same graph)."""
+    return any(op.name.startswith(f"{PREFIX}/") for op in graph.get_operations())
+
+
+def build(graph: Any, sites: Sequence[Site]) -> Twin:
+    """Copies the ops downstream of `sites` (see the module docstring); the graph must not be finalized."""
+    members = _downstream(graph, [op for site in sites for op in site.internal])
+    if not members:
+        raise TwinError("no op depends on a cluster")
+    drawing = sorted(name for name in members if owns_stream(graph.get_operation_by_name(name)))
+    if drawing:  # only a copied TF1 while loop brings one in
+        raise TwinError(f"random op {drawing[0]!r} is inside a TF1 while loop that depends on a cluster")
+    try:
+        share(graph, members)
+    except SharingError as err:
+        raise TwinError(str(err)) from None
+    graph_def, input_map, colocated, waiting = _copy_def(graph, members)
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, input_map=input_map, name=PREFIX)
+    for name, shared in waiting.items():
+        graph.get_operation_by_name(f"{PREFIX}/{name}")._add_control_inputs(shared)
+    for name, outside in colocated.items():
+        copy = graph.get_operation_by_name(f"{PREFIX}/{name}")
+        inside = [g for g in copy.colocation_groups() if g != b"loc:@" + copy.name.encode()]
+        groups = attr_value_pb2.AttrValue.ListValue(s=inside + outside)
+        copy._set_attr(COLOCATION, attr_value_pb2.AttrValue(list=groups))
+    twin = Twin(graph, frozenset(members))
+    for site in sites:  # every mapped cluster, compiled or not: the same on every rank
+        moved = twin.site(site)
+        reads = [t.op for t in moved.inputs]
+        for op in moved.internal:
+            twin.cluster_reads[op.name] = reads
+    return twin

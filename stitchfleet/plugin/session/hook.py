@@ -1,0 +1,447 @@
+"""`StitchHook`: the session hook that stitches a TF1 training graph, guards it and proves savings.
+
+Input: the default graph at `begin`, settings, optionally the loss tensor and a test-only `Fault`. Output: the
+rewired graph, the feeds and fetches each step adds (the controller's two calls per step: `step_plan`,
+`step_done`), telemetry. Every entry point is guarded: the user's job never fails because of it (docs/plugin/hook.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from stitchfleet import settings as settings_module
+from stitchfleet.plugin.control.cluster import Cluster
+from stitchfleet.plugin.control.controller import EXTRA, Controller
+from stitchfleet.plugin.control.schedule import Timing
+from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan
+from stitchfleet.plugin.fleet.ledger import Ledger
+from stitchfleet.plugin.graph.mapping import Site, StepOps
+from stitchfleet.plugin.graph.rewrite import Installed, Rewired, rewire
+from stitchfleet.plugin.graph.training_steps import TrainingSteps, find_loss
+from stitchfleet.plugin.graph.twin import Diverter
+from stitchfleet.plugin.graph.twin import build as build_twin
+from stitchfleet.plugin.graph.twin import built_in as twin_built_in
+from stitchfleet.plugin.guard import evidence
+from stitchfleet.plugin.guard.numeric import Finding, judge
+from stitchfleet.plugin.guard.translation import check_sites
+from stitchfleet.plugin.horovod.decision_sums import Consensus
+from stitchfleet.plugin.horovod.setup_agreement import SLOTS, Agreement
+from stitchfleet.plugin.native.dispatch_op import choose as choose_bridge
+from stitchfleet.plugin.native.faults import Fault
+from stitchfleet.plugin.native.kernels import poll_faults, resolve_backend
+from stitchfleet.plugin.session import gc_pause, job_length
+from stitchfleet.plugin.session.exported_graph import setup_additions
+from stitchfleet.plugin.session.step_threads import StepThreads
+from stitchfleet.plugin.setup import job_graph, selection
+from stitchfleet.plugin.shapes.signature_kernels import Job, SignatureKernels
+from stitchfleet.plugin.shapes.signatures import Specialisation
+from stitchfleet.telemetry.kinds import EventKind
+
+log = logging.getLogger("stitchfleet.plugin")
+HOOKED = "_stitchfleet_hooked"  # on a tf.Graph: a StitchHook began on it (MonitoredSession or a plain session)
+
+
+class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
+    def __init__(
+        self,
+        settings: settings_module.Settings | None = None,
+        *,
+        backend: str | None = None,
+        loss: Any = None,
+        fault: Fault | None = None,
+        db_url: str | None = None,
+    ) -> None:
+        self.settings = settings or settings_module.current()
+        self.backend = backend or self.settings.backend
+        self.loss, self.fault, self.db_url = loss, fault, db_url
+        self.active, self.step = False, 0
+        self.off: dict[int, str] = {}
+        self.installed: list[tuple[Cluster, Installed]] = []
+        self.controller: Controller | None = None
+        self.ledger: Ledger | None = None
+        self.consensus: Consensus | None = None
+        self._started = 0.0
+        self._plan: StepPlan | None = None  # the controller's plan of the current step
+        self._failure: str | None = None  # a plugin error the controller hears of with the next plan
+        self._check_fetches: list[Any] = []
+        self._setup_seconds, self._faults_seen = 0.0, 0
+        self._bridge: Any = None
+        self.training: TrainingSteps | None = None
+        self.runs = StepThreads()  # per thread: its current run is the training step / the agreement run
+        self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
+        self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
+        self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
+        self._positions: list[int] = []  # each controller cluster's place in that vector
+        self.diverter: Diverter | None = None  # runs a step on the stitched twin (see twin.py)
+        self._originals: dict[int, Site] = {}  # each installed cluster's site in the user's graph
+        self.loss_tensor, self.twin_loss = None, None  # the loss in the user's graph, and its value on the twin
+        self.shapes: Specialisation | None = None  # the shape signature begin specialised to, if any
+        self.signatures: SignatureKernels | None = None  # kernels per signature fed (a graph with None dims)
+        self.length = job_length.JobLength(self.settings)  # the job's steps, when known: they bound its probes
+
+    # --- SessionRunHook -------------------------------------------------------------------
+
+    def begin(self) -> None:
+        setattr(tf.compat.v1.get_default_graph(), HOOKED, True)  # a plain session of this graph adds no second hook
+        try:
+            # What begin adds goes at the graph's top level and stays out of its exports (exported_graph.py).
+            with gc_pause.paused(), setup_additions(tf.compat.v1.get_default_graph()):  # gc_pause.py: why paused
+                self._begin()
+        except Exception as err:  # never fail the job: stitching stays off
+            log.exception("stitchfleet: stitching is off for this job")
+            self.active = False
+            self._event("compile_failure", None, f"plugin setup failed: {type(err).__name__}", str(err))
+
+    def not_attached(self, reason: str) -> None:
+        """Telemetry of a job whose training steps run without this hook (a session it cannot join), and why."""
+        try:
+            ledger = Ledger(self.settings, 0, 1, self.db_url)
+            ledger.started()
+            ledger.event(EventKind.NOT_ATTACHED.value, None, None, "not attached", detail=reason)
+            ledger.close()
+        except Exception as err:  # the job runs on whatever happens here
+            log.warning("stitchfleet: could not record that the hook is not attached: %s", err)
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        # Accounting needs what this rank really uses (its GPUs or CPU cores), which only the
+        # created session knows; the job runs on whatever happens here.
+        if self.diverter is not None:
+            try:
+                self.diverter.attach(session)  # a recovered session is attached anew
+            except Exception as err:
+                self._fault(err)
+        if self.ledger is not None:
+            self.ledger.measure_devices(session, self._local_ranks())
+        steps = self.length.created(session, self.step)
+        if self.controller is not None:
+            self.controller.job_steps = steps
+
+    def _local_ranks(self) -> int:
+        """The job's ranks on this host (Horovod's local size; 1 without Horovod)."""
+        hvd = self.consensus.hvd if self.consensus is not None else None
+        try:
+            return int(hvd.local_size()) if hvd is not None else 1
+        except Exception:  # a rank whose Horovod cannot say counts alone
+            return 1
+
+    def before_run(self, run_context: Any) -> Any:
+        self.runs.reset()
+        if self.shapes is not None and self.training is not None:  # the book, for the job's next processes
+            self.shapes.learn(run_context.original_args, self.training.updates_variables)
+        if self._agreeing is not None:
+            return self._agreement_step(run_context.original_args.fetches)
+        over = self.controller is not None and self.controller.done  # stitching is over for the job
+        if not self.active or not self.runs.take(run_context, self.training, self.diverter, over=over):
+            return None
+        if over:  # the step runs as written, only timed and counted (its cost: docs/plugin/hook.md)
+            self._plan, self._started = StepPlan(self.step, quiet=True), time.perf_counter()
+            return None
+        self._plan = None
+        try:
+            self._observe(run_context.original_args.feed_dict)
+            return self._before_run()
+        except Exception as err:
+            log.exception("stitchfleet: plugin error preparing step %d; stitching reverts", self.step)
+            if self.diverter is not None:
+                self.diverter.armed = False
+            return self._consensus_only(err)
+
+    def _observe(self, feed_dict: Any) -> None:
+        """The step's shape signature: kernels are compiled for it when due (`signature_kernels`), in the
+        background; their seconds count as setup. None once no cluster can run stitched again in this job."""
+        if self.signatures is None or (self.controller is not None and self.controller.done):
+            return
+        booked = self.signatures.before(feed_dict, self.step)
+        if booked and self.controller is not None:
+            self._setup_seconds += booked
+            self.controller.setup_spent(booked)
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        if self.runs.in_agreement:
+            self.runs.release()
+            self._agreed((run_values.results or {}).get("agreement"))
+            if self.controller is not None:
+                # The agreement run was the job's first training step, as written (plain TF): booked as step 0
+                # of the job's windows, so iterations equal steps on every rank (it was left out: 499 for 500).
+                seconds = time.perf_counter() - self._started
+                self.controller.step_done(StepPlan(self.step, quiet=True), StepFigures(seconds))
+                self.step += 1
+            return
+        if not self.active or not self.runs.in_step:
+            return
+        seconds = time.perf_counter() - self._started
+        try:
+            self._after_run(run_values.results or {}, seconds)
+        except Exception as err:
+            self._fault(err)
+        self.step += 1
+        self.runs.release()
+
+    def end(self, session: Any) -> None:
+        try:
+            if self.controller is not None:
+                self.controller.finish()
+            if self.shapes is not None and self.ledger is not None:
+                self.shapes.finished(self.ledger, self.step, [c.kernel for c, _ in self.installed], self.signatures)
+        except Exception:
+            log.exception("stitchfleet: could not close the job's telemetry")
+        if self.ledger is not None:
+            self.ledger.close()
+
+    # --- begin ----------------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        current = self.settings
+        graph = tf.compat.v1.get_default_graph()
+        self.training = TrainingSteps(graph)
+        if not self.training.trains:
+            # No op writes a trainable variable or the global step (tf.estimator's evaluate, predict): no run is a
+            # training step, so its setup (seconds on a large graph, at every evaluation) would buy nothing.
+            log.info("stitchfleet: no training op in this session's graph; left as written")
+            return
+        if twin_built_in(graph):
+            # A second setup would cluster the copy itself (its twin build then failed: 'plugin setup failed'
+            # at each new session, after seconds of setup). The earlier session's copy is never run here.
+            log.warning("stitchfleet: this graph was stitched by an earlier session of the job; left as written")
+            return
+        self.consensus = Consensus(current)
+        if self.consensus.hvd is not None:
+            # First, what a rank whose setup fails below still joins: it then says so to the others.
+            self.consensus.build(graph, SLOTS, EXTRA)
+            self.agreement = Agreement(self.consensus.hvd, graph)
+            self._agreeing = Agreement.vector([], ok=False)
+        if self.fault is not None and self.fault.fails_setup(self.consensus.rank):
+            raise RuntimeError("injected setup failure")
+        self.ledger = Ledger(current, self.consensus.rank, self.consensus.size, self.db_url)
+        self.ledger.started()
+        if self.length.short(self, self.ledger):  # too short to repay its setup: no compile, no probe
+            return
+        started = time.perf_counter()
+        steps = StepOps(graph)
+        self.shapes = Specialisation(graph, steps, current.cache_dir, self.ledger)
+        conversion, art = job_graph.compiled(steps, self.shapes, current)
+        backend = resolve_backend(self.backend)
+        memory = self.ledger.recall()
+        found = selection.choose(
+            graph,
+            conversion,
+            art,
+            backend=backend,
+            known_bad=set(memory.reverted),
+            current=current,
+            fault=self.fault,
+            rank=self.consensus.rank,
+            agreeing=self.agreement is not None,
+            slower=memory.slower,
+            signature=self.shapes,
+        )
+        if current.translation_check and found.sites:
+            found.refuse(check_sites(graph, found.sites, current.tolerance_factor, current.cache_dir))
+        for kind, left in (("compile_failure", found.left), ("probe", found.slower)):  # slower: a probe saved
+            for index, fingerprint, reason in left:
+                self._off(index, fingerprint, reason, kind)
+        sites, clusters, mapped = found.sites, found.clusters, found.mapped
+        bridge = choose_bridge(current.bridge, backend, current.cache_dir)
+        twin = build_twin(graph, mapped) if sites else None
+        twin_sites = [twin.site(site) for site in sites] if twin is not None else []
+        rewired = rewire(graph, twin_sites, [c.kernel for c in clusters], bridge)
+        self._bridge, self._faults_seen = bridge, bridge.faults() if bridge is not None else 0
+        self._originals = {site.index: site for site in sites}
+        self._adopt(rewired, clusters)
+        self.switches, self._switch_count = rewired.switches, len(self.installed)
+        self._checking = rewired.checking  # fed True on check steps: ref inputs are copied (`check_reads`)
+        self.loss_tensor = find_loss(graph, self.loss)
+        if twin is not None:
+            self.diverter = Diverter(twin, owner=self, shared=("consensus",))
+            self.twin_loss = rewired.current(twin.tensor(self.loss_tensor)) if self.loss_tensor is not None else None
+        self._setup_seconds = time.perf_counter() - started
+        self.ledger.compiled(self._setup_seconds)
+        built = found.compiles.describe(current.compile_budget)
+        log.info("stitchfleet: %d cluster(s) stitched, %d left off; %s", len(self.installed), len(self.off), built)
+        self._event(EventKind.SETUP.value, None, f"setup {self._setup_seconds:.2f} s", built)
+        if self.agreement is None:
+            self._start(list(range(len(self.installed))))
+        else:  # the controller starts once every rank said what it installed (the first training run)
+            self._agreeing = Agreement.vector([c.index for c, _ in self.installed], ok=True)
+
+    def _start(self, positions: list[int]) -> None:
+        """Runs the controller over the installed clusters at `positions` (all ranks agreed on them)."""
+        assert self.consensus is not None and self.ledger is not None and self.training is not None
+        self._positions = positions
+        self.installed = [self.installed[p] for p in positions]
+        clusters, timing = [c for c, _ in self.installed], Timing.from_settings(self.settings)
+        self.active = bool(self.installed)
+        fault = (self.fault, self.consensus.rank) if self.fault is not None else None
+        if self.active and self._bridge is not None and self.shapes is not None and self.shapes.signature is not None:
+            job = Job(self._bridge, self.settings, self.ledger, fault)
+            self.signatures = SignatureKernels(self.shapes, self.installed, self._originals, job)
+        size, spent = self.consensus.size, self._setup_seconds
+        self.controller = Controller(
+            clusters,
+            timing,
+            self.ledger,
+            size,
+            spent,
+            kernels=self.signatures.probes if self.signatures else None,
+            job_steps=self.length.steps,
+        )
+        self.consensus.clusters = len(self.installed)
+        self.training.require([self._originals[done.site.index].internal for _, done in self.installed])
+        self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
+
+    def _agreement_step(self, fetches: Any) -> Any:
+        """Horovod's first training run: every rank, its setup failed or not, says what it installed."""
+        assert self.agreement is not None and self._agreeing is not None and self.training is not None
+        try:
+            if not self.training.updates_variables(fetches):
+                return None
+        except Exception:
+            log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
+            return None
+        if not self.runs.claim(agreement=True):
+            return None  # another thread's agreement run is in flight
+        feeds, extra = self.agreement.args(self._agreeing)
+        self._started = time.perf_counter()
+        return tf.compat.v1.train.SessionRunArgs(extra, feed_dict=feeds)
+
+    def _agreed(self, summed: Any) -> None:
+        """Every rank's answer: stitch the clusters all installed, or nothing when a rank's setup failed."""
+        assert self.agreement is not None and self._agreeing is not None
+        ok, self._agreeing = bool(self._agreeing[SLOTS]), None
+        agreed = self.agreement.decide(np.asarray(summed, dtype=np.float64)) if summed is not None else None
+        if not ok:
+            return  # this rank's own setup failed: recorded in begin, it stays off like the others
+        if agreed is None:
+            log.warning("stitchfleet: stitching is off for this job: the setup of another rank failed")
+            self._event("compile_failure", None, "another rank's setup failed", "every rank leaves the job to TF")
+            return
+        kept = [p for p, (c, _) in enumerate(self.installed) if c.index in agreed]
+        for c, _ in self.installed:
+            if c.index not in agreed:
+                self._off(c.index, c.fingerprint, "not installed on every rank: left to TF on all of them")
+        self._start(kept)
+
+    def _adopt(self, rewired: Rewired, clusters: list[Cluster]) -> None:
+        for cluster, done in zip(clusters, rewired.clusters, strict=True):
+            if isinstance(done, str):
+                self._off(cluster.index, cluster.fingerprint, done)
+            else:
+                self.installed.append((cluster, done))
+
+    def _off(self, index: int, fingerprint: str, reason: str, kind: str = "compile_failure") -> None:
+        self.off[index] = reason
+        self._event(kind, fingerprint, reason.split(":", maxsplit=1)[0], reason)
+
+    def _event(self, kind: str, fingerprint: str | None, reason: str, detail: str) -> None:
+        if self.ledger is not None:
+            self.ledger.event(kind, None, fingerprint, reason, detail=detail)
+
+    # --- steps ----------------------------------------------------------------------------
+
+    def _before_run(self) -> Any:
+        """Maps the controller's plan of the step onto its feeds and fetches (and the twin's diverter)."""
+        assert self.controller is not None and self.consensus is not None and self.diverter is not None
+        fresh = self.signatures.fresh() if self.signatures is not None else []  # kernels the guard has not judged
+        plan = self._plan = self.controller.step_plan(self.step, self._failure, fresh=fresh)
+        self._failure = None
+        if plan.quiet:
+            # Stitching is over for this job: the step runs as written (no fetch, feed or collective added:
+            # plain TF), only timed and counted for the job's telemetry.
+            self._started = time.perf_counter()
+            return None
+        feeds, fetches = self.consensus.args(plan.local)
+        # Every switch off: the user's own graph runs, exactly plain TF. Otherwise the twin runs (the plan
+        # says which, the same on every rank, so Horovod ranks name the same collectives at every step).
+        self.diverter.armed = plan.on_twin
+        if plan.on_twin:
+            switches = np.zeros(self._switch_count, dtype=bool)
+            switches[self._positions] = plan.switches
+            feeds[self.switches] = switches
+        loss = self.twin_loss if plan.on_twin else self.loss_tensor
+        reached = self.training.reached if self.training is not None else frozenset()
+        if loss is not None and self.loss_tensor.op.name in reached:
+            fetches["loss"] = loss  # only a loss the step computes anyway (no feed it lacks)
+        if self.signatures is not None and self.signatures.reading:
+            fetches["shapes"] = self.signatures.shapes.fetches  # the shapes the step's iterator reads have
+        if plan.checks:
+            # Every cluster's tensors, although only those switched on are judged: one fetch signature
+            # for all check steps. A signature per probed cluster cost a new TF executor each (graph
+            # pruning and grappler, ~300 ms on the demo model) the first time it ran.
+            fetches["checks"] = self._check_fetches
+            feeds[self._checking] = True
+        self._started = time.perf_counter()
+        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
+
+    def _consensus_only(self, err: Exception) -> Any:
+        """A step whose preparation failed still takes part in the consensus (no rank may wait)."""
+        if self.consensus is None or self.controller is None:
+            return None
+        failure, self._failure = self._failure or f"{type(err).__name__}: {err}", None
+        self._plan, self._started = self.controller.step_plan(self.step, failure, prepared=False), time.perf_counter()
+        if self._plan.quiet:  # stitching is over: no rank joins a consensus any more
+            return None
+        feeds, fetches = self.consensus.args(self._plan.local)
+        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds) if fetches else None
+
+    def _after_run(self, results: dict[str, Any], seconds: float) -> None:
+        """Reads what the planned step fetched and hands the controller its figures."""
+        assert self.controller is not None and self.consensus is not None and self._plan is not None
+        plan, fault = self._plan, None
+        if plan.quiet:
+            self.controller.step_done(plan, StepFigures(seconds))
+            return
+        if self.diverter is not None and self.diverter.armed:
+            self.diverter.armed = False
+            raise RuntimeError("the step did not run through the session the twin is attached to")
+        if self.diverter is not None and self.diverter.failure is not None:
+            failure, self.diverter.failure = self.diverter.failure, None
+            log.error("stitchfleet: step %d failed on the twin and ran as written: %s", self.step, failure)
+            fault = f"{type(failure).__name__}: {failure}"  # stitching reverts for the job
+        if self.signatures is not None:  # with an iterator among the sources, the step's signature is known now
+            self.signatures.after(results.get("shapes"), self.step)
+        loss, checks = results.get("loss"), results.get("checks", ())
+        findings = tuple((k, self._judge(k, *checks[k])) for k in plan.judged) if checks else ()
+        if self.signatures is not None:  # a bound signature's faulty kernel is unbound alone when it is safe
+            findings = self.signatures.screen(findings, self.step)
+        summed = self.consensus.result(plan.local, results)
+        signatures = self.signatures
+        measured = signatures.probes.measured(signatures.signature, plan.switches) if signatures else ("", (), "")
+        figures = StepFigures(seconds, None if loss is None else float(loss), findings, summed, fault, *measured)
+        self.controller.step_done(plan, figures)
+        # The native op counts faults while a step runs: read them now, for the next step's figures.
+        self._faults_seen = poll_faults(self._bridge, self._faults_seen, [c.kernel for c, _ in self.installed])
+
+    def _judge(self, k: int, inputs: Any, original: Any, stitched: Any) -> Finding:
+        """The guard's finding on the kernel that ran for this step's signature (`signature_kernels.graph`)."""
+        cluster, done = self.installed[k]
+        graph = self.signatures.graph(cluster.index) if self.signatures is not None else None
+        factor = self.settings.tolerance_factor
+        finding = judge(graph or done.site.graph, inputs, original, stitched, factor)
+        if finding.ok:
+            return finding
+        kept = evidence.captured(graph or done.site.graph, inputs, original, stitched, factor)
+        return replace(finding, evidence=evidence.kept(kept, finding, self.settings.cache_dir / "evidence"))
+
+    def _fault(self, err: Exception) -> None:
+        """A plugin error outside a step's figures: the controller hears of it with the next plan."""
+        log.exception("stitchfleet: plugin error at step %d; stitching reverts", self.step)
+        if self.controller is not None:
+            self._failure = self._failure or f"{type(err).__name__}: {err}"
+
+    # --- figures for tests and scripts ----------------------------------------------------
+
+    @property
+    def prebuild_seconds(self) -> float | None:
+        """The twin's executor builds in warmup beyond usual steps, once measured (booked as setup)."""
+        return self.controller.warmup.seconds if self.controller is not None else None
+
+    @property
+    def backend_calls(self) -> dict[int, int]:
+        """Backend runs per cluster index (the stitched path really executing)."""
+        return {c.index: c.kernel.calls for c, _ in self.installed}

@@ -1,0 +1,112 @@
+"""How many training steps a job has: what bounds its probes and decides whether its setup can pay.
+
+Input: the settings (`job_steps`, when the operator or the user states it) and the hook itself: the list of
+hooks a `MonitoredSession` (or an Estimator's `train`) holds it in, where a `StopAtStepHook` says the job's
+`num_steps` or `last_step`. Output: The rules in full: docs/plugin/session.md.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from typing import Any
+
+import tensorflow as tf
+
+from stitchfleet import settings as settings_module
+from stitchfleet.plugin.control.schedule import Timing
+from stitchfleet.plugin.fleet.ledger import Ledger
+from stitchfleet.telemetry.kinds import EventKind
+
+log = logging.getLogger("stitchfleet.plugin")
+
+
+class JobLength:
+    """A hook's view of its job's length: found at `begin` (`short`), counted from the hook's step 0 once the
+    session exists (`created`: `steps`, None when unknown)."""
+
+    def __init__(self, current: settings_module.Settings) -> None:
+        self.current = current
+        self.stop: tf.compat.v1.train.StopAtStepHook | None = None
+        self.steps: int | None = None
+
+    def short(self, hook: object, ledger: Ledger) -> bool:
+        """At `begin`: whether the job is too short for its setup (`too_short`); if so, the job's telemetry says
+        so (a `setup` event with the figures, the job finished)."""
+        self.stop = stop_hook(hook)
+        why = too_short(Timing.from_settings(self.current, clusters=2), self.current.job_steps, self.stop)
+        if why is None:
+            return False
+        log.info("stitchfleet: setup skipped: %s", why)
+        ledger.event(EventKind.SETUP.value, None, None, "setup skipped: job too short", detail=why)
+        ledger.finished("finished", "setup skipped: job too short")
+        return True
+
+    def created(self, session: Any, step: int) -> int | None:
+        """After the session was created at the hook's `step`: the job's steps from the hook's step 0."""
+        if self.stop is None and not self.current.job_steps:
+            return self.steps
+        try:
+            self.steps = step + remaining_in(session, self.current.job_steps, self.stop)
+        except Exception:
+            log.exception("stitchfleet: could not read the job's length; its probes take it as unknown")
+            self.steps = None
+        return self.steps
+
+
+def stop_hook(hook: object) -> tf.compat.v1.train.StopAtStepHook | None:
+    """The StopAtStepHook in a list of hooks that also holds `hook` (the session's hooks), if any."""
+    for holder in gc.get_referrers(hook):
+        if isinstance(holder, list) and any(item is hook for item in holder):
+            for other in holder:
+                if isinstance(other, tf.compat.v1.train.StopAtStepHook):
+                    return other
+    return None
+
+
+def planned(stated: int, stop: tf.compat.v1.train.StopAtStepHook | None) -> int | None:
+    """At most how many steps the job runs from here: `stated` (settings, > 0), a StopAtStepHook's `num_steps`,
+    or its `last_step` (the global step is at least 0); None when unknown."""
+    if stated > 0:
+        return stated
+    if stop is None:
+        return None
+    num_steps, last_step = getattr(stop, "_num_steps", None), getattr(stop, "_last_step", None)
+    if num_steps is not None:
+        return int(num_steps)
+    return int(last_step) if last_step is not None else None
+
+
+def remaining(stated: int, stop: tf.compat.v1.train.StopAtStepHook | None, global_step: int | None) -> int | None:
+    """The steps left once the session's `global_step` is known: a `last_step` counts from it."""
+    if stated > 0 or stop is None:
+        return planned(stated, stop)
+    if getattr(stop, "_num_steps", None) is not None:
+        return int(stop._num_steps)
+    last_step = getattr(stop, "_last_step", None)
+    if last_step is None:
+        return None
+    return max(int(last_step) - (global_step or 0), 0)
+
+
+def remaining_in(session: Any, stated: int, stop: tf.compat.v1.train.StopAtStepHook | None) -> int:
+    """`remaining` with the global step read from the created `session`; raises when nothing says."""
+    graph_step = tf.compat.v1.train.get_global_step(session.graph) if stop is not None else None
+    value = int(session.run(graph_step)) if graph_step is not None else None
+    left = remaining(stated, stop, value)
+    if left is None:
+        raise ValueError("no setting or StopAtStepHook says the job's length")
+    return left
+
+
+def too_short(timing: Timing, stated: int, stop: tf.compat.v1.train.StopAtStepHook | None) -> str | None:
+    """Why a job is too short for its setup (its warmup and group probe on the twin take more than PROBE_SHARE of
+    its planned steps: a gain it might find could not repay them), or None. The same on every rank: the planned
+    steps come from the script or the settings. Unknown length: not too short (the probes bound themselves)."""
+    planned_steps = planned(stated, stop)
+    if planned_steps is None or timing.affordable(timing.exploring_steps, planned_steps):
+        return None
+    return (
+        f"the job plans {planned_steps} steps; its warmup and group probe would run {timing.exploring_steps} of them"
+        f" on the twin, over PROBE_SHARE {timing.probe_share:.0%}: no compile, no probe, the job runs as written"
+    )

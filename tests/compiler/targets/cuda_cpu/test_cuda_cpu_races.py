@@ -1,0 +1,127 @@
+"""cuda-cpu's shared-memory race check (race builds: shadow state per word between barriers, random yields).
+
+The fast slice is the hand-written kernels: a missing barrier before a read of another thread's word
+(static and extern shared memory) and a write over a word another thread read since the last barrier
+are each reported with the threads and the word; their fixes run clean. Workload clusters (`races.py`,
+slow tier): one small cluster whose kernels use shared memory, the workload slice, every cluster in the
+sweep. Findings on the slice (8 clusters, 2026-11-23): no race, every output within tolerance of
+`evaluate`; crnn_head's two clusters touch no shared memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from stitchfleet.compiler.ir import DType
+from stitchfleet.compiler.kernel import Buffer, Launch, Role
+from stitchfleet.compiler.targets.cuda.signature import CudaKernel
+from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend, CudaCpuError, CudaCpuOptions, CudaCpuProgram
+from stitchfleet.compiler.targets.cuda_cpu.module import CudaCpuError as ModuleError
+from stitchfleet.compiler.targets.cuda_cpu.module import load_module, translation_unit
+from tests.compiler.targets.cuda_cpu.races import check_races
+from tests.compiler.targets.cuda_cpu.sweep import WORKLOADS, workload_cases, workload_slice
+
+pytestmark = pytest.mark.cuda_cpu
+
+X = Buffer("x", DType.F32, 64, Role.INPUT)
+Y = Buffer("y", DType.F32, 64, Role.OUTPUT)
+INPUT = np.arange(64, dtype=np.float32)
+STATIC = "  __shared__ float s[64];\n  s[threadIdx.x] = x[threadIdx.x];\n"
+EXTERN = (
+    "  extern __shared__ __align__(16) unsigned char sf_smem[];\n"
+    "  float* s = reinterpret_cast<float*>(sf_smem);\n  s[threadIdx.x] = x[threadIdx.x];\n"
+)
+NEXT = "  y[threadIdx.x] = s[(threadIdx.x + 1) % 64];"
+# (name, body, the hazard it must be reported with, "" for a clean kernel)
+KERNELS = (
+    ("raw_static", STATIC + NEXT, r"race \(write after read\).*static __shared__ byte 4 "),
+    ("fixed_static", STATIC + "  __syncthreads();\n" + NEXT, ""),
+    ("raw_extern", EXTERN + NEXT, r"race \(write after read\).*extern __shared__ byte 4 "),
+    ("fixed_extern", EXTERN + "  __syncthreads();\n" + NEXT, ""),
+    (
+        "war",
+        STATIC + "  __syncthreads();\n  float v = s[(threadIdx.x + 1) % 64];\n  s[threadIdx.x] = v + 1.0f;\n"
+        "  y[threadIdx.x] = v;",
+        r"race \(write after read\).*generation 1\)",
+    ),
+    (
+        "fixed_war",
+        STATIC + "  __syncthreads();\n  float v = s[(threadIdx.x + 1) % 64];\n  __syncthreads();\n"
+        "  s[threadIdx.x] = v + 1.0f;\n  y[threadIdx.x] = v;",
+        "",
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CudaCpuProgram]:
+    options = CudaCpuOptions(tmp_path_factory.mktemp("races"), debug=True, race=True)
+    kernels = [
+        CudaKernel(
+            name,
+            f'extern "C" __global__ void {name}(const float* x, float* y) {{\n{body}\n}}\n',
+            (X, Y),
+            Launch(1, 64, 1),
+            False,
+            256,
+            0,
+        )
+        for name, body, _ in KERNELS
+    ]
+    library = load_module(kernels, options)  # one unit: the instrumented build is the slow part
+    return {k.name: CudaCpuProgram([(k, library)], {"x": X, "y": Y}, options) for k in kernels}
+
+
+@pytest.mark.parametrize(("name", "hazard"), [(name, hazard) for name, _, hazard in KERNELS])
+def test_hazards_are_reported_and_their_fixes_run_clean(
+    programs: dict[str, CudaCpuProgram], name: str, hazard: str
+) -> None:
+    if hazard:
+        with pytest.raises(CudaCpuError, match=hazard):
+            programs[name]({"x": INPUT})
+        return
+    got: npt.NDArray[Any] = programs[name]({"x": INPUT})["y"]
+    np.testing.assert_array_equal(got, np.roll(INPUT, -1))
+
+
+def test_the_race_check_needs_the_checked_build() -> None:
+    kernel = CudaKernel("k", 'extern "C" __global__ void k() {}\n', (), Launch(1, 32, 1), False, 0, 0)
+    with pytest.raises(ModuleError, match="needs the checked build"):
+        translation_unit([kernel], checked=False, race=True)
+
+
+def _backend(request: pytest.FixtureRequest, tmp_path: Path) -> CudaCpuBackend:
+    cache = getattr(request.config, "cache", None)
+    where = Path(cache.mkdir("stitchfleet-cuda-cpu-races")) if cache is not None else tmp_path
+    return CudaCpuBackend(where, debug=True, race=True)
+
+
+@pytest.mark.slow  # 20 s cold (an instrumented build); `make test` runs it
+@pytest.mark.skipif(not any(WORKLOADS.glob("*/cluster_*.json")), reason="no workload clusters saved")
+def test_a_workload_cluster_with_shared_memory_has_no_race(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    case = next(c for c in workload_cases() if c.label == "dien_attention_gru/cluster_21")  # block reduces
+    (finding,) = check_races(_backend(request, tmp_path), [case])
+    assert finding.checked > 0  # the check saw its shared-memory accesses
+    assert (finding.race, finding.mismatches) == ("", ())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not any(WORKLOADS.glob("*/cluster_*.json")), reason="no workload clusters saved")
+def test_the_workload_slice_has_no_race(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    findings = check_races(_backend(request, tmp_path), workload_slice())
+    assert [f for f in findings if f.race or f.mismatches] == []
+    assert sum(f.checked > 0 for f in findings) >= 4
+
+
+@pytest.mark.slow
+@pytest.mark.sweep  # every workload cluster: long (instrumented builds and runs)
+@pytest.mark.skipif(not any(WORKLOADS.glob("*/cluster_*.json")), reason="no workload clusters saved")
+def test_every_workload_cluster_has_no_race(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    findings = check_races(_backend(request, tmp_path), workload_cases())
+    assert len(findings) >= 145
+    assert [f for f in findings if f.race or f.mismatches] == []

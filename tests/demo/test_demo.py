@@ -1,0 +1,46 @@
+"""`stitchfleet demo`: trains with the plugin, records to a fresh SQLite file, prints the report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stitchfleet import cli
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_demo_trains_records_and_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # told nothing of its length (--job-steps 0): 40 steps could not afford the group probe, and setup is skipped
+    assert cli.main(["demo", "--steps", "40", "--every", "10", "--dir", str(tmp_path), "--job-steps", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "stitched clusters:" in out and out.count("\nstep ") == 4
+    # warmup 10, baseline 20, then the group probe's first pair (6 baseline + 6 with every cluster on)
+    lines = [line for line in out.splitlines() if line.startswith("step ")]
+    assert [line.split()[4] for line in lines] == ["warmup", "baseline", "baseline", "probe"]
+    assert lines[3].split()[4:6] == ["probe", "all"]
+    assert "per-cluster decisions" in out and "not probed yet (the run ended first)" in out
+    assert "median step times: plain TF (the job without the plugin, alternated with it)" in out
+    assert "baseline steps (plain TF inside the job, the report's reference)" in out and "x its noise of" in out
+    databases = list(tmp_path.glob("run-*/telemetry.db"))
+    assert len(databases) == 1 and f"telemetry recorded in {databases[0]}" in out
+    assert "# stitchfleet weekly savings report" in out and "demo-bert-encoder" in out
+    # A CPU job: accounted in CPU core-hours from the cores its rank measured, never in GPU-hours.
+    assert "balance of demo-bert-encoder over 40 steps on" in out and "CPU core-s" in out and "GPU-s" not in out
+    assert "Net CPU core-hours saved" in out and "Net GPU-hours saved" not in out
+    assert "balance against plain TF measured in this run" in out and "s saved (noise" in out
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_a_demo_too_short_for_its_probes_is_left_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["demo", "--steps", "40", "--every", "20", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "stitched clusters: 0 (setup skipped" in out and "plugin off" in out
+    assert "balance against plain TF measured in this run" in out
+
+
+def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["demo", "--steps", "0"]) == 2
+    assert "--steps and --every must be at least 1" in capsys.readouterr().err

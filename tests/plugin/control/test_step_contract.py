@@ -1,0 +1,113 @@
+"""The hook's two calls per step (`Controller.step_plan`, `Controller.step_done`), without TF."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from stitchfleet import settings
+from stitchfleet.plugin.control.cluster import Cluster
+from stitchfleet.plugin.control.controller import EXTRA, Controller
+from stitchfleet.plugin.control.schedule import Timing
+from stitchfleet.plugin.control.step_contract import StepFigures
+from stitchfleet.plugin.fleet.ledger import Ledger
+from stitchfleet.plugin.guard.numeric import Finding
+
+# warmup 0-3 (3 also builds the check executor, 2 the twin's), baseline 4-5, stitched from 6 (6 and 7 check)
+TIMING = Timing(warmup_steps=4, baseline_steps=2, probe_steps=0, check_first=2, check_every=100)
+
+
+def _controller(tmp_path: Path, clusters: int = 2, **kwargs: bool) -> Controller:
+    current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path), "STITCHFLEET_JOB_UID": "contract"})
+    ledger = Ledger(current, 0, 1, f"sqlite:///{tmp_path / 't.db'}")
+    found = [Cluster(i, f"{i:032x}", SimpleNamespace(bad=None), 3, **kwargs) for i in range(clusters)]
+    return Controller(found, TIMING, ledger, 1, setup_seconds=1.5)
+
+
+def _run(controller: Controller, step: int, **figures: object) -> None:
+    plan = controller.step_plan(step)
+    controller.step_done(plan, StepFigures(0.01, summed=plan.local, **figures))  # type: ignore[arg-type]
+
+
+def test_a_plan_says_what_the_step_runs_and_cannot_be_changed(tmp_path: Path) -> None:
+    controller = _controller(tmp_path)
+    plans = []
+    for step in range(8):
+        plans.append(controller.step_plan(step))
+        controller.step_done(plans[-1], StepFigures(0.01, summed=plans[-1].local))
+    assert [p.on_twin for p in plans] == [False, False, True, True, False, False, True, True]
+    assert [p.checks for p in plans] == [False, False, False, True, False, False, True, True]
+    assert [p.judged for p in plans] == [()] * 6 + [(0, 1)] * 2  # the warmup's check build judges nothing
+    assert plans[6].switches.tolist() == [True, True] and not plans[4].switches.any()
+    assert len(plans[6].local) == 2 + EXTRA and not plans[6].quiet
+    with pytest.raises(ValueError):
+        plans[6].switches[0] = False
+    assert controller.check_counts == [2, 2]
+    controller.ledger.close()
+
+
+def test_the_warmup_builds_are_booked_with_the_setup_seconds(tmp_path: Path) -> None:
+    controller = _controller(tmp_path)
+    booked: list[float] = []
+    controller.ledger.compiled = booked.append  # type: ignore[method-assign]
+    for step in range(5):
+        _run(controller, step)
+    assert controller.warmup.seconds is not None and booked == [pytest.approx(1.5 + controller.warmup.seconds)]
+    controller.ledger.close()
+
+
+def test_a_step_that_could_not_be_prepared_only_joins_the_consensus_and_reverts_the_job(tmp_path: Path) -> None:
+    controller = _controller(tmp_path)
+    plan = controller.step_plan(6, "RuntimeError: boom", prepared=False)
+    assert not plan.on_twin and not plan.checks and not plan.judged
+    assert plan.local.tolist() == [0.0, 0.0, 1.0] + [0.0] * (EXTRA - 1)  # the fault flag after the clusters
+    controller.step_done(plan, StepFigures(0.01, summed=plan.local))
+    assert controller.job_reverted == "plugin error: RuntimeError: boom" and controller.done
+    assert controller.step_plan(7).quiet  # stitching is over: nothing is added to the step
+    controller.ledger.close()
+
+
+def test_a_fault_met_between_calls_joins_the_next_plan(tmp_path: Path) -> None:
+    controller = _controller(tmp_path)
+    plan = controller.step_plan(6, "ValueError: late")
+    assert plan.on_twin and plan.local[2] == 1.0
+    controller.step_done(plan, StepFigures(0.01, summed=plan.local))
+    assert controller.job_reverted == "plugin error: ValueError: late"
+    controller.ledger.close()
+
+
+def test_a_nonfinite_loss_counts_on_stitched_steps_only(tmp_path: Path) -> None:
+    controller = _controller(tmp_path)
+    for step in range(6):
+        _run(controller, step, loss=math.nan)  # warmup and baseline: the user's own graph
+    assert not controller.loss_bad and controller.job_reverted is None
+    _run(controller, 6, loss=math.inf)
+    assert controller.loss_bad and controller.job_reverted is None  # in the next step's figures
+    _run(controller, 7)
+    assert controller.job_reverted is not None and controller.job_reverted.startswith("non-finite loss")
+    controller.ledger.close()
+
+
+def test_a_mismatch_finding_reverts_its_cluster_at_the_next_decision(tmp_path: Path) -> None:
+    controller = _controller(tmp_path)
+    for step in range(6):
+        _run(controller, step)
+    bad = Finding(False, "out:0", 1.0, 0.1, "max |error| 1.0 exceeds the tolerance")
+    _run(controller, 6, findings=((1, bad),))
+    assert controller.pending == {1: bad} and controller.clusters[1].enabled
+    plan = controller.step_plan(7)
+    assert plan.local[:2].tolist() == [0.0, 1.0]
+    controller.step_done(plan, StepFigures(0.01, summed=plan.local))
+    assert [c.enabled for c in controller.clusters] == [True, False]
+    assert controller.step_plan(8).switches.tolist() == [True, False]
+    controller.ledger.close()
+
+
+def test_clusters_off_from_the_start_are_flagged_for_every_rank(tmp_path: Path) -> None:
+    controller = _controller(tmp_path, enabled=False)
+    assert controller.pending == {0: "reverted by an earlier job", 1: "reverted by an earlier job"}
+    assert controller.step_plan(0).quiet  # nothing can run stitched
+    controller.ledger.close()

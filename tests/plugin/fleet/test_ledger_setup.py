@@ -1,0 +1,91 @@
+"""The Ledger keeps the database client off the hook's setup: in local mode `begin` imports no
+SQLAlchemy (the fleet's reverted clusters are read with sqlite3), rows wait in memory until the client
+opens in the background after setup, and every row still reaches the database, in order."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from stitchfleet import settings
+from stitchfleet.plugin.fleet import local_memory
+from stitchfleet.plugin.fleet.ledger import Ledger
+from stitchfleet.plugin.fleet.local_memory import sqlite_reverted
+from stitchfleet.telemetry import models
+from stitchfleet.telemetry.queries import reverted_fingerprints
+from stitchfleet.telemetry.recorder import Recorder
+from stitchfleet.telemetry.rows import ClusterVerdict
+from tests.plugin.recorded_events import events
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from stitchfleet import settings
+    from stitchfleet.plugin.fleet.ledger import Ledger
+    ledger = Ledger(settings.current(), rank=0, world_size=1, url=sys.argv[1])
+    ledger.started()
+    assert ledger.reverted(timeout=30.0) == {"f" * 64}
+    ledger.event("compile_failure", None, None, "before the client", detail="recorded during setup")
+    assert "sqlalchemy" not in sys.modules, "setup imported SQLAlchemy"
+    ledger.compiled(1.5)  # setup is booked: the client opens in the background
+    ledger.event("compile_failure", None, None, "after setup", detail="recorded once setup was booked")
+    ledger.close()
+    assert "sqlalchemy" in sys.modules
+    print(ledger.key.job_uid)
+    """
+)
+
+
+def _database_with_a_reverted_cluster(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'telemetry.db'}"
+    recorder = Recorder(url, settings=settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path / "seed")}))
+    recorder.record(ClusterVerdict("f" * 64, "reverted", "an earlier job"))
+    recorder.record(ClusterVerdict("e" * 64, "enabled"))
+    recorder.close()
+    return url
+
+
+def test_sqlite_reverted_reads_what_the_sqlalchemy_query_reads(tmp_path: Path) -> None:
+    url = _database_with_a_reverted_cluster(tmp_path)
+    assert sqlite_reverted(url) == reverted_fingerprints(url) == {"f" * 64}
+    assert models.Cluster.__tablename__ == local_memory.CLUSTERS_TABLE
+    assert sqlite_reverted(f"sqlite:///{tmp_path / 'none.db'}") == set()  # no database yet: none known
+    assert not (tmp_path / "none.db").exists()  # and reading did not create one
+    assert sqlite_reverted("sqlite://") == set()
+
+
+def test_setup_imports_no_database_client_and_every_row_arrives(tmp_path: Path) -> None:
+    url = _database_with_a_reverted_cluster(tmp_path)
+    root = str(Path(__file__).resolve().parents[3])
+    env = {**os.environ, "STITCHFLEET_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": root}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, url], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    failures = events(url, "compile_failure")
+    assert [e.reason for e in sorted(failures, key=lambda e: e.occurred_at)] == ["before the client", "after setup"]
+
+
+def test_rows_still_waiting_at_exit_reach_the_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'exit.db'}"
+    code = (
+        "import sys; from stitchfleet import settings; from stitchfleet.plugin.fleet.ledger import Ledger; "
+        "ledger = Ledger(settings.current(), 0, 1, url=sys.argv[1]); "
+        "ledger.event('compile_failure', None, None, 'setup failed', detail='and the process ended')"
+    )
+    root = str(Path(__file__).resolve().parents[3])
+    env = {**os.environ, "STITCHFLEET_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": root}
+    done = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert [e.reason for e in events(url, "compile_failure")] == ["setup failed"]
+
+
+def test_the_recorder_is_there_once_asked_for(tmp_path: Path) -> None:
+    local = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path / "state"), "STITCHFLEET_JOB_UID": "u"})
+    ledger = Ledger(local, 0, 1)
+    ledger.started()  # waits in memory
+    assert type(ledger.recorder).__name__ == "Recorder"  # asking for it opens it
+    ledger.close()

@@ -1,0 +1,84 @@
+"""Epilogues a target's TF library fuses with their matmul or conv stay with TF, each with its reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import tensorflow as tf
+
+from stitchfleet.compiler import targets
+from stitchfleet.compiler.pipeline import Options, compile_graph
+from stitchfleet.plugin.frontend.converter import convert
+from stitchfleet.plugin.frontend.library_fusions import held
+from stitchfleet.plugin.graph.training_steps import data_path
+
+pytestmark = pytest.mark.tf
+
+v1 = tf.compat.v1
+
+
+def _training_graph() -> Any:
+    """MatMul+BiasAdd+Relu, Conv2D+BiasAdd, a BiasAdd of an Exp and BatchMatMul*scale+mask, with gradients:
+    TF 2.15 with oneDNN runs it as `_MklNativeFusedMatMul` (act), `_MklNativeFusedConv2D` (conv_bias),
+    `_MklFusedBatchMatMulV2` (scores), plain `BiasAdd` (plain_bias) and `BiasAddGrad` (step stats)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(tf.float32, [4, 8], name="x")
+        w, b = v1.get_variable("w", [8, 16]), v1.get_variable("b", [16])
+        act = tf.nn.relu(tf.nn.bias_add(tf.matmul(x, w), b, name="dense_bias"), name="act")
+        images = v1.placeholder(tf.float32, [2, 6, 6, 3], name="images")
+        k, c = v1.get_variable("k", [3, 3, 3, 4]), v1.get_variable("c", [4])
+        conv = tf.nn.bias_add(tf.nn.conv2d(images, k, 1, "SAME"), c, name="conv_bias")
+        plain = tf.nn.bias_add(tf.exp(x), tf.ones([8]), name="plain_bias")
+        q = v1.placeholder(tf.float32, [2, 3, 5, 4], name="q")
+        mask = v1.placeholder(tf.float32, [2, 1, 1, 5], name="mask")
+        scores = tf.add(
+            tf.multiply(tf.matmul(q * act[0, 0], q, transpose_b=True), 0.5, name="scaled"), mask, name="scores"
+        )
+        parts = [tf.reduce_sum(t * t) for t in (act, conv, plain, tf.nn.softmax(scores))]
+        loss = tf.add_n(parts, name="loss")
+        v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+    return graph
+
+
+def _ops_held(backend: str) -> tuple[dict[str, str], set[str]]:
+    """TF op -> reason for the held epilogue ops, and the TF ops inside the compiler's clusters."""
+    graph = _training_graph()
+    conversion = convert(graph, name="t")
+    kept = held(conversion, targets.profile(backend).library_fusions, data_path(graph))
+    art = compile_graph(conversion.graph, Options(origins=frozenset(conversion.origins), held=kept))
+    scope = art.need_clusters()
+    inside = {conversion.origins[n].op for c in scope.clusters for n in c.nodes if n in conversion.origins}
+    reasons = {e.name: e.reason for e in scope.excluded}
+    by_op = {conversion.origins[n].op: reasons[conversion.graph.node(n).name] for n in kept if n in conversion.origins}
+    return by_op, inside
+
+
+def test_cpu_keeps_matmul_and_conv_epilogues_with_onednn() -> None:
+    by_op, inside = _ops_held("cpu")
+    onednn = "for oneDNN's fused epilogue (grappler remapper)"
+    assert by_op == {
+        "dense_bias": f"kept with MatMul {onednn}",
+        "act": f"kept with MatMul {onednn}",
+        "conv_bias": f"kept with Conv2D {onednn}",
+        "scaled": f"kept with BatchMatMulV2 {onednn}",
+        "scores": f"kept with BatchMatMulV2 {onednn}",
+        # the scale's gradient: dead (grappler prunes it), but a cluster would make it a second live reader
+        "gradients/scaled_grad/Mul_1": f"kept with BatchMatMulV2 {onednn}: a dead reader grappler prunes",
+    }
+    assert not inside & set(by_op)
+    # a BiasAdd of a non-matmul input, and the backward's column reductions, are still stitched
+    assert {"plain_bias", "gradients/dense_bias_grad/BiasAddGrad", "gradients/conv_bias_grad/BiasAddGrad"} <= inside
+
+
+def test_cuda_keeps_only_what_tf_gpu_kernels_fuse() -> None:
+    by_op, inside = _ops_held("cuda")
+    assert set(by_op) == {"dense_bias", "act", "conv_bias"}  # BatchMatMul+Mul+Add is a oneDNN-only fusion
+    assert {"scaled", "scores", "plain_bias"} <= inside
+
+
+def test_a_backend_without_library_fusions_stitches_every_epilogue() -> None:
+    by_op, inside = _ops_held("sim")
+    assert by_op == {}
+    assert {"dense_bias", "act", "conv_bias", "plain_bias"} <= inside

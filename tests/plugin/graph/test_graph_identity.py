@@ -1,0 +1,64 @@
+"""graph_identity: a model built again (a tf.estimator's next train(), a restarted pod) has the same key;
+another model does not.
+
+Regression: Keras' initializers put fresh stateless seeds into every graph as constants, and cond_v2 names
+its branch functions with a process-wide counter, so an Estimator's second train() never found the shape
+signature its first had recorded: it guessed the batch again and probed while its kernels were compiling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from stitchfleet.plugin.graph.graph_identity import canonical  # noqa: E402
+from stitchfleet.plugin.shapes.signatures import graph_key  # noqa: E402
+
+pytestmark = pytest.mark.tf
+
+
+def _model(width: int = 32) -> Any:
+    graph = tf.Graph()
+    with graph.as_default():
+        step = tf.compat.v1.train.get_or_create_global_step()
+        tf.cond(step >= 0, lambda: step + 1, lambda: step)  # cond_v2: branch functions named by a counter
+        x = tf.compat.v1.placeholder(tf.float32, [None, 16], name="x")
+        h = tf.keras.layers.LayerNormalization()(tf.keras.layers.Dense(width)(x))
+        tf.reduce_mean(tf.keras.layers.Dense(4)(h), name="loss")
+    return graph
+
+
+def test_the_same_model_built_again_has_the_same_key() -> None:
+    first, second = _model(), _model()
+    assert first.as_graph_def() != second.as_graph_def()  # seeds and function names differ as built
+    assert graph_key(first) == graph_key(second)
+    assert graph_key(_model(width=48)) != graph_key(first)
+
+
+def test_function_references_follow_their_renamed_functions() -> None:
+    graph_def = canonical(_model().as_graph_def())
+    names = {f.signature.name for f in graph_def.library.function}
+    assert names and all(name.startswith("function_") for name in names)
+    used = {v.func.name for n in graph_def.node for v in n.attr.values() if v.HasField("func")}
+    assert used and used <= names
+
+
+def _conds(count: int) -> None:
+    """Moves cond_v2's process-wide counter on by `count` branch pairs."""
+    with tf.Graph().as_default():
+        step = tf.compat.v1.train.get_or_create_global_step()
+        for _ in range(count):
+            tf.cond(step >= 0, lambda: step + 1, lambda: step)
+
+
+def test_the_key_does_not_follow_the_library_order_that_counters_give() -> None:
+    """Regression (CI, session 9): after other tests had built conds in the process, the branch functions'
+    counters gained a digit between two builds, the library listed the else branch before the then branch,
+    and functions numbered in library order gave the same model two keys."""
+    keys = {graph_key(_model())}
+    for count in (1, 9, 90, 900):
+        _conds(count)
+        keys.add(graph_key(_model()))
+    assert len(keys) == 1

@@ -1,0 +1,127 @@
+"""Horovod: two ranks on CPU (Gloo): a corrupted kernel on one rank, probing with timings that differ per rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from stitchfleet.telemetry import models as tables
+
+ROOT = Path(__file__).resolve().parents[3]
+pytestmark = [pytest.mark.horovod, pytest.mark.tf, pytest.mark.slow]
+
+
+def _two_ranks(tmp_path: Path, scenario: str) -> str:
+    """Runs tests.plugin.horovod_job on 2 local ranks; returns its stdout."""
+    horovodrun = shutil.which("horovodrun") or str(Path(sys.executable).with_name("horovodrun"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    command = [horovodrun, "-np", "2", "-H", "localhost:2", sys.executable, "-m", "tests.plugin.horovod_job"]
+    done = subprocess.run(
+        [*command, str(tmp_path), scenario], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_one_corrupted_rank_reverts_both_ranks_at_the_same_step(tmp_path: Path) -> None:
+    stdout = _two_ranks(tmp_path, "fault")
+    lines = re.findall(r"rank (\d) reverted_at (\S+) fingerprint (\S+) losses (\d+)", stdout)
+    assert sorted(r for r, *_ in lines) == ["0", "1"]
+    steps = {s for _, s, _, _ in lines}
+    assert len(steps) == 1 and steps != {"None"}, lines
+    assert {n for *_, n in lines} == {"16"}
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    with engine.connect() as connection:
+        window_ranks = set(connection.execute(sa.select(tables.StepWindow.rank)).scalars())
+        revert_ranks = set(
+            connection.execute(sa.select(tables.Event.rank).where(tables.Event.kind == "revert")).scalars()
+        )
+    engine.dispose()
+    assert window_ranks == {0, 1} and revert_ranks == {0, 1}
+
+
+def test_two_ranks_probing_keep_the_same_clusters_at_the_same_steps(tmp_path: Path) -> None:
+    stdout = _two_ranks(tmp_path, "probe")
+    found = dict(re.findall(r"rank (\d) decisions (.+)", stdout))
+    assert sorted(found) == ["0", "1"]
+    decisions = [json.loads(found[rank]) for rank in ("0", "1")]
+    assert decisions[0] == decisions[1] and all(kept is not None for _, kept, _ in decisions[0])
+    groups = [json.loads(group) for _, group in sorted(re.findall(r"rank (\d) group (.+)", stdout))]
+    assert len(groups) == 2 and groups[0] == groups[1] and groups[0][0] is not None and "ms/step" in groups[0][1]
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    kinds = (tables.Event.kind.in_(("probe", "cluster_enabled")), tables.Event.cluster_fingerprint.is_not(None))
+    with engine.connect() as connection:
+        query = sa.select(tables.Event.rank, tables.Event.cluster_fingerprint, tables.Event.step).where(*kinds)
+        rows = list(connection.execute(query))
+        steps = [{(fp, step) for rank, fp, step in rows if rank == r} for r in (0, 1)]
+    engine.dispose()
+    assert steps[0] == steps[1] and len(steps[0]) == len(decisions[0])
+
+
+def _states(stdout: str) -> dict[str, dict[str, object]]:
+    found = {rank: json.loads(state) for rank, state in re.findall(r"rank (\d) state (.+)", stdout)}
+    assert sorted(found) == ["0", "1"], stdout[-2000:]
+    return found
+
+
+def test_rank_zero_side_runs_never_shift_the_pairing(tmp_path: Path) -> None:
+    states = _states(_two_ranks(tmp_path, "sideruns"))
+    zero, one = states["0"], states["1"]
+    assert zero["runs"] == 24 + 8 and one["runs"] == 24  # rank 0 ran 8 more runs than rank 1...
+    assert zero["steps"] == one["steps"] == 24  # ...yet both counted the same training steps
+    # every training step is in the telemetry on each rank, the agreement run included (issue 30 item 5)
+    assert zero["iterations"] == one["iterations"] == 24
+    assert zero["stitched"] == one["stitched"] and zero["stitched"] and zero["active"] and one["active"]
+    assert zero["reverted"] == one["reverted"]
+
+
+def test_a_cluster_one_rank_failed_to_compile_is_left_to_tf_on_every_rank(tmp_path: Path) -> None:
+    states = _states(_two_ranks(tmp_path, "compile"))
+    zero, one = states["0"], states["1"]
+    assert zero["stitched"] == one["stitched"] and 5 not in zero["stitched"] and len(zero["stitched"]) >= 2
+    assert "not installed on every rank" in str(zero["off5"]) and "compile failed" in str(one["off5"])
+    assert zero["steps"] == one["steps"] == 24 and zero["reverted"] == one["reverted"]
+
+
+def test_a_rank_whose_setup_failed_still_joins_and_every_rank_leaves_the_job_to_tf(tmp_path: Path) -> None:
+    states = _states(_two_ranks(tmp_path, "setup"))
+    assert [states[r]["active"] for r in ("0", "1")] == [False, False]
+    assert states["0"]["stitched"] == [] and states["1"]["stitched"] == []
+    assert states["0"]["runs"] == states["1"]["runs"] == 24
+
+
+def test_a_slower_verdict_only_one_rank_read_leaves_the_cluster_off_on_every_rank(tmp_path: Path) -> None:
+    """Ranks read the fleet's memory apart (a verdict can land between two reads): the agreement keeps
+    them on the same clusters, so they name the same collectives and run the same probe schedule."""
+    import datetime as dt
+
+    from stitchfleet.telemetry import database, store
+    from stitchfleet.telemetry import rows as r
+    from tests.plugin.hook_harness import hooked, train
+
+    first, _ = hooked(tmp_path / "first", "first")  # the clusters' keys, as a job on this machine sees them
+    train(3, first)
+    assert first.controller is not None
+    cluster = next(c for c in first.controller.clusters if c.index == 5)
+    memory = f"sqlite:///{tmp_path / 'memory.sqlite'}"
+    database.upgrade(memory)
+    now, key = dt.datetime.now(dt.UTC), (cluster.fingerprint, cluster.profile, cluster.shapes)
+    findings = [r.ProbeVerdict(r.JobKey("c", "n", "j", uid), *key, "slower", recorded_at=now) for uid in "ab"]
+    engine = database.connect(memory)
+    with engine.begin() as connection:
+        store.write_rows(connection, findings)
+    engine.dispose()
+    states = _states(_two_ranks(tmp_path, "slower"))
+    zero, one = states["0"], states["1"]
+    assert zero["stitched"] == one["stitched"] and 5 not in zero["stitched"] and len(zero["stitched"]) >= 2
+    assert str(one["off5"]).startswith("fleet: slower on cpu:") and "per 2 jobs" in str(one["off5"])
+    assert "not installed on every rank" in str(zero["off5"])
+    assert zero["steps"] == one["steps"] == 24 and zero["reverted"] == one["reverted"]
