@@ -19,8 +19,9 @@ import json
 import secrets
 import socket
 import ssl
+import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,3 +222,12 @@ def as_shipped(rows: list[r.Row], pod_name: str) -> list[r.Row]:
         else:
             shipped.append(row)
     return shipped
+
+
+async def eventually(condition: Callable[[], bool], what: str, seconds: float = 60.0) -> None:
+    """Waits (bounded) until condition holds: the server's side of a connection closes after the client's."""
+    deadline = time.monotonic() + seconds
+    while not await asyncio.to_thread(condition):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
+        await asyncio.sleep(0.05)

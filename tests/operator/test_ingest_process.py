@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import kmock
 import pytest
-from ingest_harness import HOSTNAME, TokenApi, add_pod, as_shipped, job_pod
+from ingest_harness import HOSTNAME, TokenApi, add_pod, as_shipped, eventually, job_pod
 from operator_process import Ports, child_environment, declare_cluster, http_get, operator_process, write_kubeconfig
 
 from stitchfleet import settings
@@ -44,14 +43,6 @@ def windows_in(url: str) -> int:
         return sum(n for *_, n in figures(url)["per_job"])  # type: ignore[misc]
     except Exception:  # before the schema
         return 0
-
-
-async def eventually(condition: Callable[[], bool], what: str, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not await asyncio.to_thread(condition):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {seconds:.0f} s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 @pytest.mark.asyncio
