@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from stitchfleet.compiler.evaluate import random_inputs
 from stitchfleet.compiler.ir import Attrs, DType, Graph, Node, Op, load
 from stitchfleet.plugin.guard import translation
 
+pytestmark = pytest.mark.tf  # translation imports TensorFlow
 WORKLOAD = Path(__file__).resolve().parents[3] / "benchmarks" / "workloads" / "transformer_block" / "cluster_03.json"
 
 
