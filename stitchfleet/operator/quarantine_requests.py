@@ -102,46 +102,19 @@ class QuarantineRequests:
 
     def handle(self, body: Mapping[str, Any]) -> dict[str, Any] | None:
         """Applies the object unless this generation is done or queued; the status written (None: none)."""
-        metadata = body.get("metadata") or {}
-        namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
-        if namespace != self.namespace:
-            log.warning("%s %s/%s ignored: only those in %s count", KIND, namespace, name, self.namespace)
-            return None
-        generation, key = metadata.get("generation"), (namespace, name)
-        if self._seen(key, generation, body.get("status") or {}):
-            return None
-        try:
-            request = parse(body)
-        except RequestError as err:
-            with self._lock:
-                self._done[key] = generation
-            return self._status(namespace, name, generation, "Invalid", str(err))
-        act = fleet_quarantine.confirm if request.action == "confirm" else fleet_quarantine.clear
-        try:
-            act(self.engine, request.fingerprint, actor=request.actor, why=request.reason, cluster=self.cluster)
-        except Exception as err:  # the database down: said in the status, applied by a later retry pass
-            log.warning("%s %s/%s not applied yet (retrying): %s", KIND, namespace, name, err)
-            with self._lock:
-                self._pending[key] = (generation, body)
-            return self._status(namespace, name, generation, "Failed", f"not applied yet: {type(err).__name__}")
+        # One at a time: kopf's event for an object and the retry pass must not both apply one generation.
         with self._lock:
-            self._pending.pop(key, None)
-            self._done[key] = generation
-        done = "reverted fleet-wide" if request.action == "confirm" else "cleared fleet-wide"
-        log.info("%s %s/%s: %s %s by %s", KIND, namespace, name, request.fingerprint, done, request.actor)
-        return self._status(namespace, name, generation, "Applied", f"{request.fingerprint} {done}")
+            return self._handle(body, retrying=False)
 
-    def _seen(self, key: tuple[str, str], generation: Any, status: Mapping[str, Any]) -> bool:
-        """This generation needs nothing now: done (as the status says, after a restart, or as this process
-        knows, for an event that left before our status write) or queued for the retry pass."""
-        if status.get("observedGeneration") == generation and status.get("phase") in DONE:
-            return True
+    def retry(self) -> int:
+        """Applies the queued requests again; how many are still queued after."""
         with self._lock:
-            return bool(self._done.get(key) == generation or self._pending.get(key, (None,))[0] == generation)
-
-    def close(self) -> None:
-        """Releases the database connections."""
-        self.engine.dispose()
+            for _generation, body in list(self._pending.values()):
+                try:
+                    self._handle(body, retrying=True)
+                except Exception as err:  # the status write failed: the request was applied, or is still queued
+                    log.warning("%s status not written: %s", KIND, err)
+            return len(self._pending)
 
     def forget(self, namespace: str, name: str) -> None:
         """The object is deleted: a request still queued is dropped (what was applied stays applied)."""
@@ -149,19 +122,44 @@ class QuarantineRequests:
             self._pending.pop((namespace, name), None)
             self._done.pop((namespace, name), None)
 
-    def retry(self) -> int:
-        """Applies the queued requests again; how many are still queued after."""
-        with self._lock:
-            queued = list(self._pending.items())
-            for key, _ in queued:
-                del self._pending[key]
-        for _key, (_generation, body) in queued:
-            try:
-                self.handle(body)
-            except Exception as err:  # the status write failed: the request was applied or is queued again
-                log.warning("%s status not written: %s", KIND, err)
-        with self._lock:
-            return len(self._pending)
+    def close(self) -> None:
+        """Releases the database connections."""
+        self.engine.dispose()
+
+    def _handle(self, body: Mapping[str, Any], *, retrying: bool) -> dict[str, Any] | None:
+        metadata = body.get("metadata") or {}
+        namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+        if namespace != self.namespace:
+            log.warning("%s %s/%s ignored: only those in %s count", KIND, namespace, name, self.namespace)
+            return None
+        generation, key = metadata.get("generation"), (namespace, name)
+        if self._seen(key, generation, body.get("status") or {}, retrying=retrying):
+            return None
+        try:
+            request = parse(body)
+        except RequestError as err:
+            self._done[key] = generation
+            return self._status(namespace, name, generation, "Invalid", str(err))
+        act = fleet_quarantine.confirm if request.action == "confirm" else fleet_quarantine.clear
+        try:
+            act(self.engine, request.fingerprint, actor=request.actor, why=request.reason, cluster=self.cluster)
+        except Exception as err:  # the database down: said in the status, applied by a later retry pass
+            log.warning("%s %s/%s not applied yet (retrying): %s", KIND, namespace, name, err)
+            self._pending[key] = (generation, body)
+            return self._status(namespace, name, generation, "Failed", f"not applied yet: {type(err).__name__}")
+        self._pending.pop(key, None)
+        self._done[key] = generation
+        done = "reverted fleet-wide" if request.action == "confirm" else "cleared fleet-wide"
+        log.info("%s %s/%s: %s %s by %s", KIND, namespace, name, request.fingerprint, done, request.actor)
+        return self._status(namespace, name, generation, "Applied", f"{request.fingerprint} {done}")
+
+    def _seen(self, key: tuple[str, str], generation: Any, status: Mapping[str, Any], *, retrying: bool) -> bool:
+        """This generation needs nothing now: done (as the status says, after a restart, or as this process
+        knows, for an event that left before our status write) or queued for the retry pass."""
+        if status.get("observedGeneration") == generation and status.get("phase") in DONE:
+            return True
+        queued = not retrying and self._pending.get(key, (None,))[0] == generation
+        return bool(self._done.get(key) == generation or queued)
 
     def _status(self, namespace: str, name: str, generation: Any, phase: str, message: str) -> dict[str, Any]:
         at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
