@@ -1,12 +1,9 @@
 """The ingestion CA as a ConfigMap in every namespace with opted-in pods, kept equal to the webhook's ca.crt.
 
-Input: the CA file of the webhook's TLS dir (rewritten by a self-signed rotation, or by the kubelet when
-cert-manager renews the Secret), the namespaces of opted-in pods (from admissions and from kopf's pod
-events, which re-list them after a restart) and a `ConfigMapWriter`. Output: ConfigMap `name` (key ca.crt,
-nothing else) in each of those namespaces, created or patched whenever its content differs from the file
-(and every 10 minutes, which repairs a copy deleted or edited in its namespace); the webhook mounts it
-into the pods (injection.py), so a rotation reaches running pods without a restart.
-A volume must live in its pod's namespace, hence one copy per namespace; the operator never deletes them.
+Input: the CA file of the TLS dir (a self-signed rotation or a cert-manager renewal rewrites it), the
+namespaces of opted-in pods (admissions, kopf's pod events) and a `ConfigMapWriter`. Output: ConfigMap
+`name` (key ca.crt only) in each, written when it differs and every 10 minutes; the webhook mounts it
+(injection.py): a volume must live in its pod's namespace. Why this design: helm/stitchfleet/README.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The bundled PostgreSQL's generated password: a Secret created once, by the operator pod's init container.
 
-Input: a kubernetes ApiClient, the release namespace and the Secret's name. Output: the Secret (type
-Opaque, key `password`: 32 letters and digits from `secrets`) created when absent; one that exists is
-kept as it is, never read nor rewritten (a create answered 409). The chart renders no password, so
-`helm template`, Argo CD and Flux render the same manifests every time (the chart's `lookup` gave a new
-password on each offline render), and PostgreSQL and the operator read the one Secret.
+Input: a kubernetes ApiClient, the release namespace and the Secret's name. Output: the Secret (key
+`password`, 32 letters and digits) created when absent; an existing one is kept, never read nor rewritten.
+The chart renders no password, so `helm template` and GitOps render the same manifests every time.
 """
 
 from __future__ import annotations

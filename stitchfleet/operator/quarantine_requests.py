@@ -1,12 +1,9 @@
 """StitchQuarantine custom resources: the fleet quarantine's `confirm` / `clear` from GitOps.
 
-Input: a StitchQuarantine object (spec: fingerprint, action confirm|clear, reason, requestedBy) as
-kopf hands it, the telemetry database's URL and a status writer. Output: the same write and audit Event as
-`stitchfleet fleet quarantine confirm|clear` (telemetry.fleet_quarantine: who is "<requestedBy> via
-StitchQuarantine <namespace>/<name>"), applied once per generation of the object: its status records
-the generation applied (a restarted operator, which re-lists every object, writes nothing twice), or
-why not (Invalid: never; Failed, the database down: queued, `retry` applies it, as does a restart). Only objects in the
-operator's namespace count: who may act on the fleet's quarantine is who may write them there.
+Input: StitchQuarantine objects (fingerprint, action, reason, requestedBy) from kopf, the telemetry
+database's URL and a status writer. Output: `stitchfleet fleet quarantine`'s write and audit Event,
+once per generation of an object of the operator's namespace (others are ignored), and its status:
+Applied, Invalid, or Failed (the database refused: queued for `retry`). Rules: docs/fleet-quarantine.md.
 """
 
 from __future__ import annotations
