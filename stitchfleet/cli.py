@@ -267,6 +267,27 @@ def _add_fleet(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _add_operator(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("operator", help="run the Kubernetes operator and admission webhook")
     parser.set_defaults(handler=_operator)
+    steps = parser.add_subparsers(dest="operator_step", required=False)
+    secret = steps.add_parser(
+        "password-secret",
+        help="create the bundled PostgreSQL's password Secret unless it exists (the operator pod's init container)",
+    )
+    secret.add_argument("name", help="the Secret's name, in STITCHFLEET_OPERATOR_NAMESPACE")
+    secret.set_defaults(handler=_password_secret)
+
+
+def _password_secret(args: argparse.Namespace) -> int:
+    from stitchfleet.operator import password_secret, process
+
+    current = settings.current()
+    namespace, timeout = current.operator_namespace, current.api_timeout_seconds
+    try:
+        created = password_secret.ensure(process.kube_api_client(), namespace, args.name, timeout=timeout)
+    except Exception as err:  # the API unreachable or refusing: the init container fails, the kubelet retries
+        print(f"stitchfleet operator password-secret: {err}", file=sys.stderr)
+        return 1
+    print(f"Secret {namespace}/{args.name}: {'created' if created else 'exists, kept as it is'}")
+    return 0
 
 
 def _operator(args: argparse.Namespace) -> int:

@@ -194,6 +194,11 @@ class Settings:
     # telemetry from a pod: shipped to the operator's ingestion endpoint (the webhook injects these)
     ingest_url: str = _knob("", "HTTPS URL of the operator's ingestion endpoint (empty: local mode, no operator).")
     ingest_ca: str = _knob("", "PEM of the CA that signs the ingestion endpoint's certificate (empty: system CAs).")
+    ingest_ca_file: str = _knob(
+        "",
+        "Mounted file holding that CA, which rotation updates: preferred to STITCHFLEET_INGEST_CA while it holds a"
+        " certificate, re-read when the endpoint's certificate fails to verify (empty: the variable only).",
+    )
     ingest_server_name: str = _knob("", "Name the endpoint's certificate must carry (empty: the URL's host).")
     ingest_token_file: Path = _knob(  # noqa: RUF009
         Path("/var/run/secrets/stitchfleet.io/token/token"),
@@ -244,6 +249,12 @@ class Settings:
         10.0, "Longest the operator waits on one of its own Kubernetes API calls.", minimum=0.1
     )
     shim_image: str = _knob(f"stitchfleet:{__version__}", "Image of the init container that copies the boot shim.")
+    ingest_ca_configmap: str = _knob(
+        "",
+        "ConfigMap holding only the ingestion CA that the operator keeps current in each opted-in pod's namespace"
+        " and the webhook mounts (STITCHFLEET_INGEST_CA_FILE) into the pods (empty: the CA reaches pods as a"
+        " variable only).",
+    )
     kernel_cache_claim: str = _knob(
         "",
         "PersistentVolumeClaim (in each job's namespace, ReadWriteMany across nodes) the webhook mounts as opted-in"
@@ -381,6 +392,7 @@ AREAS: dict[str, tuple[str, ...]] = {
         "flush_seconds",
         "ingest_url",
         "ingest_ca",
+        "ingest_ca_file",
         "ingest_server_name",
         "ingest_token_file",
         "ingest_audience",
@@ -416,6 +428,7 @@ AREAS: dict[str, tuple[str, ...]] = {
         "rollup_seconds",
         "api_timeout_seconds",
         "shim_image",
+        "ingest_ca_configmap",
         "kernel_cache_claim",
     ),
 }

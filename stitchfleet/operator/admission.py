@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from stitchfleet.operator.injection import InjectionConfig, Mutation, mutate
@@ -50,10 +51,14 @@ def parse_request(body: bytes) -> dict[str, Any]:
     return request
 
 
-def review(body: bytes, config: InjectionConfig) -> dict[str, Any]:
-    """The response AdmissionReview for a request body."""
+def review(body: bytes, config: InjectionConfig, on_patched: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The response AdmissionReview for a request body; `on_patched` gets the namespace of a pod it patches."""
     request = parse_request(body)
-    return respond(request["uid"], _mutation(request, config))
+    mutation = _mutation(request, config)
+    namespace = request.get("namespace")
+    if mutation.patch and on_patched is not None and isinstance(namespace, str):
+        on_patched(namespace)
+    return respond(request["uid"], mutation)
 
 
 def respond(uid: str, mutation: Mutation) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The kopf handlers of the operator, registered on a fresh registry per operator run.
 
 Input: an `OperatorContext` (cluster name, a telemetry sink, the fleet gauges, the rollup, the
-owner chains). Output: a `kopf.OperatorRegistry` with: an index of opted-in pods by job; event
-handlers for those pods and for their owners (batch Jobs, TFJobs, MPIJobs) that record
+owner chains, StitchQuarantine requests). Output: a `kopf.OperatorRegistry` with: an index of opted-in
+pods by job; event handlers for those pods (their namespaces told to the CA publisher), for
+StitchQuarantine objects (quarantine_requests.py) and for their owners (batch Jobs, TFJobs, MPIJobs) that record
 `JobStarted` / `JobFinished` rows, skipping an MPIJob's launcher Job and its pods (owners.py);
 and start-up/clean-up handlers that set kopf up (standalone, no posting noise) and run the
 periodic rollup.
@@ -24,7 +25,8 @@ from typing import Any, Protocol
 
 import kopf
 
-from stitchfleet.operator import tracking
+from stitchfleet.operator import quarantine_requests, tracking
+from stitchfleet.operator.ca_publisher import CaPublisher
 from stitchfleet.operator.identity import LABEL_ENABLED
 from stitchfleet.operator.owners import OwnerChains
 from stitchfleet.operator.rollup import Rollup
@@ -61,6 +63,11 @@ class OperatorContext:
     rollup: Rollup | None = None
     rollup_seconds: float = 300.0
     owners: OwnerChains = field(default_factory=OwnerChains)
+    # Told each opted-in pod's namespace: it keeps the ingestion CA's ConfigMap there (a restart re-lists them).
+    ca_publisher: CaPublisher | None = None
+    # StitchQuarantine objects (GitOps' confirm/clear), and how often a request the database refused is retried.
+    quarantine: quarantine_requests.QuarantineRequests | None = None
+    quarantine_retry_seconds: float = 30.0
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def record(self, rows: list[Row]) -> None:
@@ -84,6 +91,8 @@ def build_registry(context: OperatorContext, registry: kopf.OperatorRegistry | N
         kopf.on.login(registry=registry)(kopf.login_via_client)
     _register_lifecycle(registry, context)
     _register_pods(registry, context)
+    if context.quarantine is not None:
+        _register_quarantine(registry, context.quarantine)
     for group, version, plural in OWNER_RESOURCES:
         _register_owner(registry, context, group, version, plural)
     return registry
@@ -98,6 +107,9 @@ def _register_lifecycle(registry: kopf.OperatorRegistry, context: OperatorContex
         settings.watching.server_timeout = 300
         if context.rollup is not None:
             context.tasks.append(asyncio.create_task(context.rollup.run_forever(context.rollup_seconds)))
+        if context.quarantine is not None:
+            retrying = _retry_forever(context.quarantine, context.quarantine_retry_seconds)
+            context.tasks.append(asyncio.create_task(retrying))
 
     async def stop(**_: Any) -> None:
         for task in context.tasks:
@@ -119,6 +131,8 @@ def _register_pods(registry: kopf.OperatorRegistry, context: OperatorContext) ->
     def pod_event(event: Mapping[str, Any], body: kopf.Body, pods_by_job: kopf.Index[Any, Any], **_: Any) -> None:
         if context.owners.ignores(body):
             return  # an MPIJob's launcher: not a rank, and the MPIJob's conditions give the outcome
+        if context.ca_publisher is not None and event.get("type") != "DELETED":
+            context.ca_publisher.want(str(body.get("metadata", {}).get("namespace") or ""))
         key = tracking.pod_job_key(body, context.cluster)
         known = len(pods_by_job.get(key, [])) if key is not None else 0
         rows = tracking.pod_rows(body, context.cluster, known, deleted=event.get("type") == "DELETED")
@@ -127,6 +141,28 @@ def _register_pods(registry: kopf.OperatorRegistry, context: OperatorContext) ->
 
     kopf.index("pods", id="pods_by_job", labels=OPTED_IN, registry=registry)(pods_by_job)
     kopf.on.event("pods", labels=OPTED_IN, registry=registry)(pod_event)
+
+
+def _register_quarantine(registry: kopf.OperatorRegistry, requests: quarantine_requests.QuarantineRequests) -> None:
+    async def quarantine_event(event: Mapping[str, Any], body: kopf.Body, **_: Any) -> None:
+        metadata = body.get("metadata", {})
+        if event.get("type") == "DELETED":
+            requests.forget(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+            return
+        # The database write and the status patch block: off kopf's loop.
+        await asyncio.to_thread(requests.handle, dict(body))
+
+    resource = (quarantine_requests.GROUP, quarantine_requests.VERSION, quarantine_requests.PLURAL)
+    kopf.on.event(*resource, id=quarantine_requests.PLURAL, registry=registry)(quarantine_event)
+
+
+async def _retry_forever(requests: quarantine_requests.QuarantineRequests, seconds: float) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await asyncio.to_thread(requests.retry)
+        except Exception:
+            log.exception("retrying StitchQuarantine requests failed")
 
 
 def _register_owner(

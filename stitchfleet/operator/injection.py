@@ -3,12 +3,14 @@
 Input: a Pod as the API server sends it in an AdmissionReview (a JSON dict) and an
 `InjectionConfig`. Output: a `Mutation`: RFC 6902 JSONPatch operations (paths
 escaped per RFC 6901) that give every container the STITCHFLEET_* identity, the
-operator's ingestion endpoint (URL and CA) with a projected ServiceAccount token bound
-to its audience, a writable state dir for the spool (an emptyDir: it outlives a
-container's restart), the kernel cache (STITCHFLEET_CACHE_DIR: in that emptyDir, so each pod
-compiles its clusters once; or, with `kernel_cache_claim`, on that PersistentVolumeClaim, which
-every pod of the namespace mounts, so a job's second pod and its restarts reuse the first one's
-kernels), and the boot shim on PYTHONPATH; plus warnings for the user.
+operator's ingestion endpoint (URL and CA: a variable, and with `ingest_ca_configmap` also a file
+mounted from the ConfigMap the operator keeps current in the pod's namespace, ca_publisher.py, so a
+rotated CA reaches running pods) with a projected ServiceAccount token bound to its audience, a
+writable state dir for the spool (an emptyDir: it outlives a container's restart), the kernel
+cache (STITCHFLEET_CACHE_DIR: in that emptyDir, so each pod compiles its clusters once; or, with
+`kernel_cache_claim`, on that PersistentVolumeClaim, which every pod of the namespace mounts, so a
+job's second pod and its restarts reuse the first one's kernels), and the boot shim on PYTHONPATH;
+plus warnings for the user.
 The pod gets no database credentials: the operator is the only writer.
 The patch never overwrites a variable the user set, an explicit
 `stitchfleet.io/enabled: "false"` always wins, an annotated pod gets an empty patch
@@ -43,6 +45,9 @@ STATE_VOLUME = "stitchfleet-state"
 STATE_MOUNT = "/var/lib/stitchfleet"
 KERNEL_VOLUME = "stitchfleet-kernels"
 KERNEL_MOUNT = "/var/cache/stitchfleet"
+CA_VOLUME = "stitchfleet-ingest-ca"
+CA_MOUNT = "/var/run/secrets/stitchfleet.io/ca"
+CA_FILE_NAME = "ca.crt"
 PYTHONPATH = "PYTHONPATH"
 
 Operation = dict[str, Any]
@@ -60,6 +65,7 @@ class InjectionConfig:
     ingest_audience: str = "stitchfleet"
     token_seconds: int = 3600
     kernel_cache_claim: str = ""  # a PVC in the pod's namespace shared by its pods' kernel caches (empty: none)
+    ingest_ca_configmap: str = ""  # the CA's ConfigMap in the pod's namespace, mounted as a file (empty: none)
     version: str = __version__
 
     @property
@@ -80,7 +86,13 @@ class InjectionConfig:
             ingest_audience=current.ingest_audience,
             token_seconds=current.ingest_token_seconds,
             kernel_cache_claim=current.kernel_cache_claim,
+            ingest_ca_configmap=current.ingest_ca_configmap,
         )
+
+    @property
+    def mounts_ca(self) -> bool:
+        """The pods get the CA as a file too (there is a CA, and a ConfigMap to hold it)."""
+        return bool(self.ingest_ca and self.ingest_ca_configmap)
 
 
 def ingest_url(service: str, namespace: str) -> str:
@@ -203,6 +215,12 @@ def _pod_level_ops(spec: dict[str, Any], config: InjectionConfig) -> list[Operat
     ]
     if config.kernel_cache_claim:
         volumes.append({"name": KERNEL_VOLUME, "persistentVolumeClaim": {"claimName": config.kernel_cache_claim}})
+    if config.mounts_ca:
+        # Optional: the pod starts before the operator's first copy lands in a new namespace (the client then
+        # reads STITCHFLEET_INGEST_CA); the kubelet fills the file once it exists and updates it on rotation.
+        items = [{"key": CA_FILE_NAME, "path": CA_FILE_NAME}]
+        ca_map = {"name": config.ingest_ca_configmap, "items": items, "optional": True}
+        volumes.append({"name": CA_VOLUME, "configMap": ca_map})
     ops = _append_named(spec, "volumes", volumes)
     return ops + _append_named(spec, "initContainers", [_init_container(config)])
 
@@ -265,6 +283,8 @@ def _identity_env(metadata: dict[str, Any], labels: Mapping[str, str], config: I
         env.append(_literal("STITCHFLEET_INGEST_TOKEN_FILE", f"{TOKEN_MOUNT}/{TOKEN_FILE}"))
     if config.ingest_ca:
         env.append(_literal("STITCHFLEET_INGEST_CA", config.ingest_ca))
+    if config.mounts_ca:
+        env.append(_literal("STITCHFLEET_INGEST_CA_FILE", f"{CA_MOUNT}/{CA_FILE_NAME}"))
     return env
 
 
@@ -287,7 +307,7 @@ def _container_ops(
     wanted = [*identity, _literal("STITCHFLEET_GPUS_PER_RANK", gpus)] if gpus else list(identity)
     path_var, path_ops, path_warnings = _pythonpath(base, env, "envFrom" in container, where)
     ops = _env_ops(base, env, wanted + path_var) + path_ops
-    mount_ops, mount_warnings = _mount_ops(base, container, where, bool(config.kernel_cache_claim))
+    mount_ops, mount_warnings = _mount_ops(base, container, where, config)
     return ops + mount_ops, warnings + path_warnings + mount_warnings
 
 
@@ -337,16 +357,19 @@ def _pythonpath(
 
 
 def _mount_ops(
-    base: tuple[str | int, ...], container: dict[str, Any], where: str, shared_kernels: bool
+    base: tuple[str | int, ...], container: dict[str, Any], where: str, config: InjectionConfig
 ) -> tuple[list[Operation], list[str]]:
     wanted: list[dict[str, Any]] = [
         {"name": SHIM_VOLUME, "mountPath": SHIM_MOUNT, "readOnly": True},
         {"name": TOKEN_VOLUME, "mountPath": TOKEN_MOUNT, "readOnly": True},
         {"name": STATE_VOLUME, "mountPath": STATE_MOUNT},
     ]
-    if shared_kernels:
+    if config.kernel_cache_claim:
         wanted.append({"name": KERNEL_VOLUME, "mountPath": KERNEL_MOUNT})
+    if config.mounts_ca:
+        wanted.append({"name": CA_VOLUME, "mountPath": CA_MOUNT, "readOnly": True})
     what = {
+        CA_VOLUME: "ingestion CA",
         SHIM_VOLUME: "boot shim",
         TOKEN_VOLUME: "ingestion token",
         STATE_VOLUME: "telemetry spool",

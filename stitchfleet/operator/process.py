@@ -22,7 +22,17 @@ from typing import Any
 
 import kopf
 
-from stitchfleet.operator import handlers, owners, pod_jobs, savings, tls, tls_secret, token_review
+from stitchfleet.operator import (
+    ca_publisher,
+    handlers,
+    owners,
+    pod_jobs,
+    quarantine_requests,
+    savings,
+    tls,
+    tls_secret,
+    token_review,
+)
 from stitchfleet.operator.ingest import IngestService
 from stitchfleet.operator.rollup import Rollup, Summarizer
 from stitchfleet.operator.webhook_server import WebhookServer
@@ -71,6 +81,14 @@ def prepare_tls(current: Settings, api_client: Any) -> None:
     log.info("self-signed webhook certificate written to %s", current.webhook_tls_dir)
 
 
+def make_ca_publisher(current: Settings, api_client: Any) -> ca_publisher.CaPublisher | None:
+    """The publisher of the webhook's CA into opted-in pods' namespaces (none without a ConfigMap name)."""
+    if not current.ingest_ca_configmap:
+        return None
+    write = ca_publisher.api_configmap_writer(api_client, current.api_timeout_seconds)
+    return ca_publisher.CaPublisher(write, current.ingest_ca_configmap, current.webhook_tls_dir / tls.CA_FILE)
+
+
 def make_rollup(current: Settings, api_client: Any, metrics: FleetMetrics, summarize: Summarizer) -> Rollup:
     """The rollup publishing SavingsReports into the operator namespace."""
 
@@ -105,10 +123,19 @@ def running_services(current: Settings, api_client: Any, summarize: Summarizer) 
     metrics = FleetMetrics()
     recorder = Recorder(current.database_url, settings=current, metrics_port=0)
     writer = BatchWriter(current.database_url)
-    webhook = WebhookServer.from_settings(current, ingest=make_ingest(current, api_client, metrics, writer))
+    publisher = make_ca_publisher(current, api_client)
+    write_status = quarantine_requests.api_status_writer(api_client, current.api_timeout_seconds)
+    quarantine = quarantine_requests.QuarantineRequests(
+        current.database_url, current.cluster, current.operator_namespace, write_status
+    )
+    ingest = make_ingest(current, api_client, metrics, writer)
+    on_injected = None if publisher is None else publisher.want
+    webhook = WebhookServer.from_settings(current, ingest=ingest, on_injected=on_injected)
     try:
         if current.metrics_port:
             metrics.serve(current.metrics_port)
+        if publisher is not None:
+            publisher.start()
         webhook.start()
         rollup = make_rollup(current, api_client, metrics, summarize)
         yield handlers.OperatorContext(
@@ -118,12 +145,17 @@ def running_services(current: Settings, api_client: Any, summarize: Summarizer) 
             rollup=rollup,
             rollup_seconds=current.rollup_seconds,
             owners=owners.OwnerChains(owners.api_job_fetcher(api_client, timeout=current.api_timeout_seconds)),
+            ca_publisher=publisher,
+            quarantine=quarantine,
         )
     finally:
         webhook.stop()
+        if publisher is not None:
+            publisher.stop()
         writer.close()
         recorder.close()
         metrics.stop()
+        quarantine.close()
 
 
 async def operate(

@@ -176,9 +176,17 @@ class _Routes:
     """The request handler: routing, limits, and the blocking work on bounded worker pools."""
 
     def __init__(
-        self, config: InjectionConfig, tls_dir: Path, mutate_path: str, ingest: IngestService | None, limits: Limits
+        self,
+        config: InjectionConfig,
+        tls_dir: Path,
+        mutate_path: str,
+        ingest: IngestService | None,
+        limits: Limits,
+        *,
+        on_injected: Callable[[str], None] | None = None,
     ) -> None:
         self.config, self.mutate_path, self.ingest, self.limits = config, mutate_path, ingest, limits
+        self.on_injected = on_injected
         self._ca_file, self._ca_stamp = tls_dir / CA_FILE, _stamp_of(tls_dir / CA_FILE)
         self._reviews = concurrent.futures.ThreadPoolExecutor(limits.review_workers, "stitchfleet-review")
         self._auth = concurrent.futures.ThreadPoolExecutor(limits.auth_workers, "stitchfleet-auth")
@@ -222,7 +230,7 @@ class _Routes:
             async with _slot(self._review_slots, self.limits.queue_seconds):
                 body = await _body(request, self.limits.review_bytes)
                 config = self._current_config()
-                answer = await _run(self._reviews, lambda: admission.review(body, config))
+                answer = await _run(self._reviews, lambda: admission.review(body, config, self.on_injected))
         except _BodyTooLargeError:
             return _text(413, f"an AdmissionReview is at most {self.limits.review_bytes} bytes")
         except _BodyIncompleteError:
@@ -348,8 +356,10 @@ class WebhookServer:
         path: str = PATH,
         ingest: IngestService | None = None,
         limits: Limits | None = None,
+        on_injected: Callable[[str], None] | None = None,
     ) -> None:
         self._config, self._ingest, self._tls_dir = config, ingest, tls_dir
+        self._on_injected = on_injected
         self._address, self._path = (host, port), path
         self.limits = limits or Limits()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -362,11 +372,18 @@ class WebhookServer:
 
     @classmethod
     def from_settings(
-        cls, current: Settings, *, host: str = "0.0.0.0", ingest: IngestService | None = None
+        cls,
+        current: Settings,
+        *,
+        host: str = "0.0.0.0",
+        ingest: IngestService | None = None,
+        on_injected: Callable[[str], None] | None = None,
     ) -> WebhookServer:
-        """The server the operator runs: port, TLS dir and injection config from settings."""
+        """The server the operator runs: port, TLS dir and injection config from settings; `on_injected` gets the
+        namespace of each pod the webhook patches (the CA publisher's cue)."""
         config = InjectionConfig.from_settings(current)
-        return cls(config, current.webhook_tls_dir, host=host, port=current.webhook_port, ingest=ingest)
+        port = current.webhook_port
+        return cls(config, current.webhook_tls_dir, host=host, port=port, ingest=ingest, on_injected=on_injected)
 
     @property
     def port(self) -> int:
@@ -415,7 +432,9 @@ class WebhookServer:
     async def _main(self, started: concurrent.futures.Future[None]) -> None:
         assert self._certificates is not None
         self._stopped = asyncio.Event()
-        self._routes = _Routes(self._config, self._tls_dir, self._path, self._ingest, self.limits)
+        self._routes = _Routes(
+            self._config, self._tls_dir, self._path, self._ingest, self.limits, on_injected=self._on_injected
+        )
         self._server = _GuardedServer(self._routes, self.limits)
         self._listener = await asyncio.get_running_loop().create_server(
             self._server,

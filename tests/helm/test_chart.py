@@ -134,8 +134,17 @@ def test_every_value_set_passes_the_schema(chart: Any) -> None:
         chart.validate_schema(values)
 
 
+def _crd(rendered: Rendered, name: str) -> dict[str, Any]:
+    (crd,) = [crd for crd in rendered.crds if crd["metadata"]["name"] == name]
+    return crd
+
+
 def test_crd_matches_the_contract(default_render: Rendered) -> None:
-    (crd,) = default_render.crds
+    assert sorted(crd["metadata"]["name"] for crd in default_render.crds) == [
+        "savingsreports.stitchfleet.io",
+        "stitchquarantines.stitchfleet.io",
+    ]
+    crd = _crd(default_render, "savingsreports.stitchfleet.io")
     spec = crd["spec"]
     assert crd["metadata"]["name"] == "savingsreports.stitchfleet.io"
     assert (spec["group"], spec["scope"]) == ("stitchfleet.io", "Namespaced")
@@ -152,7 +161,8 @@ def test_crd_matches_the_contract(default_render: Rendered) -> None:
 
 
 def _report_schema(rendered: Rendered) -> dict[str, Any]:
-    return rendered.crds[0]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema: dict[str, Any] = _crd(rendered, "savingsreports.stitchfleet.io")["spec"]["versions"][0]["schema"]
+    return schema["openAPIV3Schema"]
 
 
 def test_crd_schema_accepts_a_report_and_rejects_bad_ones(default_render: Rendered) -> None:
@@ -173,6 +183,20 @@ def test_crd_schema_accepts_a_report_and_rejects_bad_ones(default_render: Render
     assert not validator.is_valid({"spec": {"week": "2026-47"}})
     assert not validator.is_valid({"spec": {"week": "2026-W47"}, "status": {"revertReasons": {"nan": "one"}}})
     assert not validator.is_valid({"spec": {"week": "2026-W47"}, "status": {"tasks": -1}})
+
+
+def test_quarantine_crd_accepts_a_request_and_rejects_bad_ones(default_render: Rendered) -> None:
+    crd = _crd(default_render, "stitchquarantines.stitchfleet.io")
+    assert crd["spec"]["names"]["kind"] == "StitchQuarantine" and crd["spec"]["scope"] == "Namespaced"
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    validator = jsonschema.Draft7Validator(version["schema"]["openAPIV3Schema"])
+    request = {"fingerprint": "c0ffee42", "action": "confirm", "reason": "reproduced on A100", "requestedBy": "alice"}
+    validator.validate({"spec": request, "status": {"phase": "Applied", "observedGeneration": 1}})
+    validator.validate({"spec": {**request, "action": "clear"}})
+    for bad in ({"action": "revert"}, {"fingerprint": ""}, {"fingerprint": "a" * 65}, {"requestedBy": "a b"}):
+        assert not validator.is_valid({"spec": {**request, **bad}}), bad
+    assert not validator.is_valid({"spec": {key: value for key, value in request.items() if key != "reason"}})
 
 
 def test_names_and_standard_labels(rendered: Rendered) -> None:

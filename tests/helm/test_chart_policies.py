@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from typing import Any
 
 import pytest
-from chart_render import Rendered, render_chart
+from chart_render import CHART_DIR, VALUE_SETS, Rendered, render_chart
 
 SYSTEM_NAMESPACES = {"kube-system", "kube-public", "kube-node-lease"}
 
@@ -29,6 +30,7 @@ CONTRACT_SETTINGS = {
     "STITCHFLEET_SHIM_IMAGE",
     "STITCHFLEET_INGEST_AUDIENCE",
     "STITCHFLEET_INGEST_TOKEN_SECONDS",
+    "STITCHFLEET_INGEST_CA_CONFIGMAP",
 }
 
 READ = {"get", "list", "watch"}
@@ -44,6 +46,10 @@ CLUSTER_PERMISSIONS = {
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"get", "patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): READ,
     ("", "namespaces"): {"list", "watch"},
+    # The ingestion CA's copy in each namespace with opted-in pods (patch limited to its name, below).
+    ("", "configmaps"): {"create", "patch"},
+    # StitchQuarantine requests (GitOps' confirm/clear): read anywhere, applied from the release namespace only.
+    ("stitchfleet.io", "stitchquarantines"): READ,
 }
 NAMESPACE_PERMISSIONS = {
     ("coordination.k8s.io", "leases"): READ | {"create", "update", "patch"},
@@ -52,7 +58,14 @@ NAMESPACE_PERMISSIONS = {
     # SavingsReports are written in the release namespace only.
     ("stitchfleet.io", "savingsreports"): READ | {"create", "patch", "update"},
     ("stitchfleet.io", "savingsreports/status"): READ | {"create", "patch", "update"},
+    ("stitchfleet.io", "stitchquarantines/status"): {"patch"},
 }
+
+
+def _generates_password(rendered: Rendered) -> bool:
+    """The bundled PostgreSQL with a password the operator pod's init container generates."""
+    deployment = rendered.one("Deployment")["spec"]["template"]["spec"]
+    return any(init["name"] == "password-secret" for init in deployment.get("initContainers", []))
 
 
 def _permissions(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
@@ -172,7 +185,12 @@ def test_cluster_role_grants_exactly_the_contract(rendered: Rendered) -> None:
 def test_namespace_role_grants_exactly_the_contract(rendered: Rendered) -> None:
     expected = dict(NAMESPACE_PERMISSIONS)
     if rendered.one("ConfigMap")["data"]["STITCHFLEET_WEBHOOK_SELF_SIGNED"] != "true":
-        del expected[("", "secrets")]  # cert-manager's Secret is mounted, never read through the API
+        # cert-manager's Secret is mounted, never read through the API; a generated database password is
+        # created, never read.
+        if _generates_password(rendered):
+            expected[("", "secrets")] = {"create"}
+        else:
+            del expected[("", "secrets")]
     assert _permissions(rendered.one("Role")) == expected
 
 
@@ -184,10 +202,26 @@ def test_no_role_reads_secrets_or_uses_wildcards(rendered: Rendered) -> None:
             assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
             if "secrets" not in rule["resources"]:
                 continue
-            # Only in self-signed mode, only in the release namespace: its own webhook material's Secret.
-            assert role is not cluster_role and self_signed, role["metadata"]["name"]
+            # Only in the release namespace: its own webhook material's Secret (self-signed mode), and create
+            # (which cannot be limited by name) for that one and for a generated database password.
+            assert role is not cluster_role, role["metadata"]["name"]
             own = f"{rendered.one('ConfigMap')['data']['STITCHFLEET_WEBHOOK_SERVICE']}-webhook-self-signed"
-            assert rule.get("resourceNames") == [own] or rule["verbs"] == ["create"]
+            if rule["verbs"] == ["create"]:
+                assert self_signed or _generates_password(rendered)
+            else:
+                assert self_signed and rule.get("resourceNames") == [own]
+
+
+def test_the_ca_configmaps_are_patched_by_name_only_and_off_with_their_rules(rendered: Rendered) -> None:
+    (role,) = rendered.of_kind("ClusterRole")
+    rules = [rule for rule in role["rules"] if "configmaps" in rule["resources"]]
+    name = rendered.one("ConfigMap")["data"]["STITCHFLEET_INGEST_CA_CONFIGMAP"]
+    assert name.endswith("-ingest-ca") and len(name) <= 63
+    assert [(rule["verbs"], rule.get("resourceNames")) for rule in rules] == [(["patch"], [name]), (["create"], None)]
+    off = render_chart({"ingest": {"caConfigMap": False}}, "stitchfleet", "stitchfleet-system")
+    assert off.one("ConfigMap")["data"]["STITCHFLEET_INGEST_CA_CONFIGMAP"] == ""
+    (off_role,) = off.of_kind("ClusterRole")
+    assert not [rule for rule in off_role["rules"] if "configmaps" in rule["resources"]]
 
 
 def test_webhook_patch_is_limited_to_our_webhook_config(rendered: Rendered) -> None:
@@ -311,13 +345,15 @@ def test_database_url_value_becomes_the_secret(external_db_render: Rendered) -> 
 def test_bundled_postgresql_is_wired_to_the_database_secret(full_render: Rendered) -> None:
     statefulset = full_render.one("StatefulSet")
     name = statefulset["metadata"]["name"]
-    password = _secret_data(full_render.one("Secret", name))["password"]
-    assert len(password) == 32 and password.isalnum()
-    url = _secret_data(full_render.one("Secret", "stitchfleet-db"))["url"]
-    assert (
-        url
-        == f"postgresql+psycopg://stitchfleet:{password}@{name}.ops.svc.cluster.local:5432/stitchfleet?sslmode=prefer"
-    )
+    # A generated password is no value of the chart's: the operator pod's init container creates its Secret.
+    assert full_render.of_kind("Secret") == []
+    (report,) = full_render.one("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    for container in (_operator(full_render), report):
+        assert _env(container, "PGPASSWORD")["valueFrom"]["secretKeyRef"] == {"name": name, "key": "password"}
+        url = _env(container, "STITCHFLEET_DB_URL")["value"]
+        assert url == (
+            f"postgresql+psycopg://stitchfleet:$(PGPASSWORD)@{name}.ops.svc.cluster.local:5432/stitchfleet?sslmode=prefer"
+        )
     service = full_render.one("Service", name)
     assert service["spec"]["ports"][0]["port"] == 5432
     pod = statefulset["spec"]["template"]
@@ -378,9 +414,9 @@ def test_sqlite_on_the_emptydir_only_when_asked_for() -> None:
 
 
 def test_the_bundled_postgresql_url_carries_sslmode(full_render: Rendered) -> None:
-    secret = full_render.one("Secret", "stitchfleet-db")
-    assert _secret_data(secret)["url"].endswith("/stitchfleet?sslmode=prefer")
-    strict = render_chart({"postgresql": {"enabled": True, "sslmode": "require"}}, "stitchfleet", "stitchfleet-system")
+    assert _env(_operator(full_render), "STITCHFLEET_DB_URL")["value"].endswith("/stitchfleet?sslmode=prefer")
+    values = {"postgresql": {"enabled": True, "sslmode": "require", "password": "chosen"}}
+    strict = render_chart(values, "stitchfleet", "stitchfleet-system")
     assert _secret_data(strict.one("Secret", "stitchfleet-db"))["url"].endswith("?sslmode=require")
 
 
@@ -398,6 +434,28 @@ def test_network_policies_open_the_webhook_and_close_metrics_and_postgresql(full
     allowed = render_chart({"networkPolicy": {"metricsFrom": scrape}}, "stitchfleet", "stitchfleet-system")
     metrics_rule = allowed.one("NetworkPolicy", "stitchfleet")["spec"]["ingress"][1]
     assert metrics_rule == {"from": scrape, "ports": [{"port": 9090, "protocol": "TCP"}]}
+
+
+def test_a_generated_password_renders_the_same_every_time_and_is_made_once_in_the_cluster(
+    full_render: Rendered,
+) -> None:
+    # Before: `lookup` (empty under `helm template`, Argo CD, Flux) gave a new random password per render.
+    again = render_chart(*VALUE_SETS["full"])
+    assert again.manifests == full_render.manifests
+    templates = CHART_DIR / "templates"
+    assert not [path.name for path in templates.iterdir() if re.search(r"\blookup\s+\"", path.read_text())]
+    deployment = full_render.one("Deployment")["spec"]["template"]["spec"]
+    (init,) = deployment["initContainers"]
+    name = full_render.one("StatefulSet")["metadata"]["name"]
+    assert init["command"] == ["stitchfleet", "operator", "password-secret", name]
+    assert init["image"] == _operator(full_render)["image"]
+    assert _env(init, "STITCHFLEET_OPERATOR_NAMESPACE")["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert init["securityContext"] == _operator(full_render)["securityContext"]
+    # Creating is all it needs (an existing Secret answers 409 and is kept): no read of any Secret.
+    secret_rules = [rule for rule in full_render.one("Role")["rules"] if "secrets" in rule["resources"]]
+    assert [rule["verbs"] for rule in secret_rules] == [["create"]]  # cert-manager mode: no self-signed Secret
+    for values in ({"postgresql": {"enabled": True, "password": "chosen"}}, {}):
+        assert "initContainers" not in render_chart(values, "sf", "ops").one("Deployment")["spec"]["template"]["spec"]
 
 
 def test_an_existing_password_secret_makes_the_chart_generate_nothing() -> None:

@@ -48,9 +48,11 @@ def api_calls(api: kmock.KubernetesEmulator) -> set[ApiCall]:
     return calls
 
 
-def chart_rules(release: str, namespace: str) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-    """(ClusterRole rules, Role rules) of the chart rendered with its default values."""
-    rendered = render_chart({}, release, namespace)
+def chart_rules(
+    release: str, namespace: str, values: Mapping[str, Any] | None = None
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """(ClusterRole rules, Role rules) of the chart rendered with `values` (default: its default values)."""
+    rendered = render_chart(dict(values or {}), release, namespace)
     cluster_role, role = rendered.one("ClusterRole"), rendered.one("Role")
     return cluster_role["rules"], role["rules"]
 
@@ -65,9 +67,11 @@ def _allows(rule: Mapping[str, Any], call: ApiCall) -> bool:
     )
 
 
-def denied(calls: Iterable[ApiCall], release: str, namespace: str) -> list[str]:
+def denied(
+    calls: Iterable[ApiCall], release: str, namespace: str, values: Mapping[str, Any] | None = None
+) -> list[str]:
     """The calls neither the ClusterRole nor, in the release namespace, the Role allows."""
-    cluster_rules, namespace_rules = chart_rules(release, namespace)
+    cluster_rules, namespace_rules = chart_rules(release, namespace, values)
     refused = []
     for call in calls:
         rules = [*cluster_rules, *(namespace_rules if call.namespace == namespace else [])]

@@ -33,6 +33,7 @@ NAMESPACE, SERVICE, CONFIG_NAME = "stitchfleet-system", "stitchfleet", "stitchfl
 HOSTNAME = f"{SERVICE}.{NAMESPACE}.svc"
 WEBHOOKS = "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 REPORTS = "stitchfleet.io/v1alpha1/savingsreports"
+QUARANTINES = "stitchfleet.io/v1alpha1/stitchquarantines"
 ALL_VERBS = {"list", "watch", "get", "patch", "create", "delete"}
 T = TypeVar("T")
 
@@ -48,6 +49,7 @@ def declare_cluster(api: kmock.KubernetesEmulator) -> None:
         "v1/pods": "Pod",
         "v1/events": "Event",
         "v1/secrets": "Secret",
+        "v1/configmaps": "ConfigMap",
         "batch/v1/jobs": "Job",
         "kubeflow.org/v2beta1/mpijobs": "MPIJob",
         "kubeflow.org/v1/tfjobs": "TFJob",
@@ -57,6 +59,9 @@ def declare_cluster(api: kmock.KubernetesEmulator) -> None:
     api.resources[REPORTS] = kmock.ResourceInfo(
         kind="SavingsReport", namespaced=True, verbs=ALL_VERBS, subresources={"status"}
     )
+    api.resources[QUARANTINES] = kmock.ResourceInfo(
+        kind="StitchQuarantine", namespaced=True, verbs=ALL_VERBS, subresources={"status"}
+    )
     cluster_wide = {
         "v1/namespaces": "Namespace",
         "apiextensions.k8s.io/v1/customresourcedefinitions": "CustomResourceDefinition",
@@ -65,7 +70,7 @@ def declare_cluster(api: kmock.KubernetesEmulator) -> None:
     for resource, kind in cluster_wide.items():
         api.resources[resource] = kmock.ResourceInfo(kind=kind, namespaced=False, verbs=ALL_VERBS)
     api.objects[WEBHOOKS, None, CONFIG_NAME] = webhook_configuration()
-    resources = [*namespaced, REPORTS, *cluster_wide]
+    resources = [*namespaced, REPORTS, QUARANTINES, *cluster_wide]
     api["get /apis"] << group_discovery(resources)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ from webhook_pods import CONFIG, apply_patch, assert_valid_pod, env_of, make_pod
 from stitchfleet import __version__, settings
 from stitchfleet.operator.injection import (
     ANNOTATION_INJECTED,
+    CA_MOUNT,
+    CA_VOLUME,
     SHIM_MOUNT,
     SHIM_PATH,
     SHIM_VOLUME,
@@ -308,3 +311,25 @@ def test_a_user_who_set_the_state_dir_keeps_it() -> None:
     containers = [{"name": "trainer", "image": "tf", "env": [{"name": "STITCHFLEET_STATE_DIR", "value": "/scratch"}]}]
     result, _ = patched(make_pod(containers=containers))
     assert env_of(result["spec"]["containers"][0])["STITCHFLEET_STATE_DIR"] == "/scratch"
+
+
+def test_with_a_ca_configmap_the_pod_mounts_the_ca_as_a_file_that_rotation_updates() -> None:
+    config = dataclasses.replace(CONFIG, ingest_ca_configmap="stitchfleet-ingest-ca")
+    pod = make_pod(containers=[{"name": "trainer", "image": "tf"}, {"name": "sidecar", "image": "log"}])
+    result = apply_patch(pod, mutate(pod, config).patch)
+    assert_valid_pod(result)
+    volume = next(volume for volume in result["spec"]["volumes"] if volume["name"] == CA_VOLUME)
+    # Optional: a pod in a namespace the operator has not written its copy to yet still starts (the variable).
+    items = [{"key": "ca.crt", "path": "ca.crt"}]
+    assert volume["configMap"] == {"name": "stitchfleet-ingest-ca", "items": items, "optional": True}
+    for container in result["spec"]["containers"]:
+        env = env_of(container)
+        assert env["STITCHFLEET_INGEST_CA_FILE"] == f"{CA_MOUNT}/ca.crt"
+        assert env["STITCHFLEET_INGEST_CA"] == CONFIG.ingest_ca  # the fallback until the file exists
+        assert {"name": CA_VOLUME, "mountPath": CA_MOUNT, "readOnly": True} in container["volumeMounts"]
+    assert apply_patch(result, mutate(result, config).patch) == result  # a second pass changes nothing
+    # Without a CA (system CAs) or without a ConfigMap name nothing is mounted.
+    for other in (CONFIG, dataclasses.replace(config, ingest_ca="")):
+        plain = apply_patch(pod, mutate(pod, other).patch)
+        assert CA_VOLUME not in {volume["name"] for volume in plain["spec"]["volumes"]}
+        assert "STITCHFLEET_INGEST_CA_FILE" not in env_of(plain["spec"]["containers"][0])

@@ -25,6 +25,7 @@ from operator_process import (
     CONFIG_NAME,
     NAMESPACE,
     REPORTS,
+    SERVICE,
     WEBHOOKS,
     Ports,
     admission_review,
@@ -142,6 +143,22 @@ async def test_the_operator_process_from_start_to_sigterm(kmock: kmock.Kubernete
     assert all(refuses(port) for port in (ports.health, ports.metrics, ports.webhook))
 
 
+CA_MAP = f"{SERVICE}-ingest-ca"  # the chart's name for the default release
+
+
+def in_namespace(pod: Any, namespace: str) -> dict[str, Any]:
+    copied = json.loads(json.dumps(pod))
+    copied["metadata"]["namespace"] = namespace
+    return dict(copied)
+
+
+def ca_copy(api: kmock.KubernetesEmulator, namespace: str) -> str | None:
+    try:
+        return str(api.objects["v1/configmaps", namespace, CA_MAP]["data"]["ca.crt"])
+    except KeyError:
+        return None
+
+
 def fetched_job(api: kmock.KubernetesEmulator) -> ApiCall | None:
     return next((call for call in api_calls(api) if call.verb == "get" and call.resource == "jobs"), None)
 
@@ -228,12 +245,21 @@ async def test_every_api_call_of_the_process_is_allowed_by_the_charts_rbac(
     kmock.objects["v1/pods", "research", "notebook-x7k2p"] = running_now(bare_pod())
     ports = Ports.pick()
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", str(kmock.url).rstrip("/"))
-    env = child_environment(tmp_path, ports, kubeconfig)
+    # The chart's default: the ingestion CA kept in a ConfigMap of every namespace with opted-in pods.
+    env = child_environment(tmp_path, ports, kubeconfig, STITCHFLEET_INGEST_CA_CONFIGMAP=CA_MAP)
     week = week_label(dt.datetime.now(dt.UTC))
     async with operator_process(env, tmp_path / "operator.log") as run:
         await run.eventually(lambda: report_of(kmock, week, 1), f"SavingsReport of {week} with 1 task")
-        await run.eventually(lambda: stored_ca(kmock), "caBundle on the webhook configuration")
+        ca_pem = await run.eventually(lambda: stored_ca(kmock), "caBundle on the webhook configuration")
         await run.eventually(lambda: fetched_job(kmock), "a get of the launcher Job")
+        # From the pod events of the listing (a restarted operator refreshes every copy so) ...
+        copy = await run.eventually(lambda: ca_copy(kmock, "research"), "the CA's ConfigMap in research")
+        assert copy == ca_pem.decode()
+        # ... and from an admission, before the pod exists.
+        review = admission_review(in_namespace(bare_pod(), "vision"))
+        status, _ = await asyncio.to_thread(post_review, ports.webhook, ca_pem, review)
+        assert status == 200
+        await run.eventually(lambda: ca_copy(kmock, "vision"), "the CA's ConfigMap in vision")
         assert await stop(run.child, STOP_SECONDS) == 0
     calls = api_calls(kmock)
     made = {(call.verb, call.resource) for call in calls}

@@ -84,6 +84,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "tls") }}
 {{- end }}
 
+{{/* The ConfigMap holding only the ingestion CA, one per namespace with opted-in pods (operator/ca_publisher.py). */}}
+{{- define "stitchfleet.ingestCaName" -}}
+{{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "ingest-ca") }}
+{{- end }}
+
 {{- define "stitchfleet.issuerName" -}}
 {{- include "stitchfleet.suffixedName" (dict "ctx" . "suffix" "selfsigned") }}
 {{- end }}
@@ -131,16 +136,31 @@ capabilities:
 {{- end }}
 
 {{/* STITCHFLEET_DB_URL from the DB Secret in the release namespace; call with (dict "ctx" $ "optional" true). */}}
+{{- /*
+"true" when the bundled PostgreSQL's password is generated: no password and no Secret of the user's.
+The operator pod's init container then creates the Secret once (operator/password_secret.py); the
+chart renders no password, so every render of the same values is the same (no `lookup`).
+*/}}
+{{- define "stitchfleet.generatedPassword" -}}
+{{- $pg := .Values.postgresql -}}
+{{- if and $pg.enabled (not $pg.existingSecret) (not $pg.password) }}true{{ end }}
+{{- end }}
+
+{{- /* The Secret holding the bundled PostgreSQL's password (key `password`). */}}
+{{- define "stitchfleet.passwordSecretName" -}}
+{{- .Values.postgresql.existingSecret | default (include "stitchfleet.postgresqlName" .) }}
+{{- end }}
+
 {{- define "stitchfleet.dbUrlEnv" -}}
 {{- $values := .ctx.Values -}}
-{{- if and $values.postgresql.enabled $values.postgresql.existingSecret }}
-{{- /* The user's password Secret; Kubernetes expands $(VAR) in a later variable's value. */}}
+{{- if and $values.postgresql.enabled (or $values.postgresql.existingSecret (include "stitchfleet.generatedPassword" .ctx)) }}
+{{- /* The password Secret (the user's, or the generated one); Kubernetes expands $(VAR) in a later variable's value. */}}
 {{- $pg := $values.postgresql -}}
 {{- $host := printf "%s.%s.svc.%s" (include "stitchfleet.postgresqlName" .ctx) .ctx.Release.Namespace $values.clusterDomain -}}
 - name: PGPASSWORD
   valueFrom:
     secretKeyRef:
-      name: {{ $pg.existingSecret }}
+      name: {{ include "stitchfleet.passwordSecretName" .ctx }}
       key: password
 - name: STITCHFLEET_DB_URL
   value: {{ printf "postgresql+psycopg://%s:$(PGPASSWORD)@%s:5432/%s?sslmode=%s" $pg.username $host $pg.database $pg.sslmode | quote }}

@@ -1,7 +1,9 @@
 """The pod's HTTPS client of the operator's ingestion endpoint, with the standard library only.
 
-Input: the settings (endpoint URL, the CA that signs its certificate, the name that certificate must carry,
-the projected ServiceAccount token file, a timeout). Output: The rules in full: docs/plugin/fleet.md.
+Input: the settings (endpoint URL, the CA that signs its certificate: the mounted file rotation updates, else
+the variable; the name that certificate must carry, the projected ServiceAccount token file, a timeout).
+Output: rows delivered and the fleet's memory read; a certificate that fails to verify makes the client re-read
+the CA file once and retry when it changed. The rules in full: docs/plugin/fleet.md.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class Endpoint:
     ca_pem: str
     token_file: Path
     timeout: float
+    # The CA as a mounted file (the webhook's ConfigMap volume): rotation rewrites it under a running pod.
+    ca_file: Path | None = None
 
     @classmethod
     def from_settings(cls, current: settings_module.Settings) -> Endpoint:
@@ -61,6 +65,7 @@ class Endpoint:
             ca_pem=current.ingest_ca,
             token_file=current.ingest_token_file,
             timeout=current.ingest_timeout_seconds,
+            ca_file=Path(current.ingest_ca_file) if current.ingest_ca_file else None,
         )
 
 
@@ -69,9 +74,41 @@ class IngestClient:
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
-        context = ssl.create_default_context(cadata=endpoint.ca_pem or None)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._context = context
+        self._trusted = endpoint.ca_pem
+        self._context = _context(endpoint.ca_pem)
+        self.reload_trust()
+
+    @property
+    def trusted_ca(self) -> str:
+        """The PEM this client verifies the endpoint with ("" for the system CAs)."""
+        return self._trusted
+
+    def reload_trust(self) -> bool:
+        """Reads the CA again (the file while it holds a certificate, else the variable); True when it changed.
+
+        An unparsable file keeps the CA in use: a broken mount never cuts a working client off.
+        """
+        pem = self._current_ca()
+        if pem == self._trusted:
+            return False
+        try:
+            context = _context(pem)
+        except (ssl.SSLError, ValueError) as err:
+            where = self.endpoint.ca_file
+            log.warning("stitchfleet: the ingestion CA in %s is not usable, keeping the current one: %s", where, err)
+            return False
+        self._trusted, self._context = pem, context
+        return True
+
+    def _current_ca(self) -> str:
+        if self.endpoint.ca_file is not None:
+            try:
+                text = self.endpoint.ca_file.read_text()
+            except (OSError, UnicodeDecodeError):
+                text = ""  # not mounted yet (its ConfigMap not synced yet): the variable the webhook injected
+            if "BEGIN CERTIFICATE" in text:
+                return text
+        return self.endpoint.ca_pem
 
     def post_rows(self, rows: Sequence[Row], timeout: float | None = None) -> int:
         """Delivers `rows` in one request; the number the operator stored (all of them, or it raised)."""
@@ -102,7 +139,7 @@ class IngestClient:
             headers["Content-Type"] = "application/json"
         seconds = self.endpoint.timeout if timeout is None else timeout
         try:
-            connection = self._connect(seconds)
+            connection = self._connect_trusting(seconds)
         except (OSError, ssl.SSLError) as err:
             raise DeliveryError(f"cannot reach {self._where()}: {err}") from None
         try:
@@ -114,6 +151,17 @@ class IngestClient:
         finally:
             connection.close()
         return self._decode(response.status, payload, path)
+
+    def _connect_trusting(self, seconds: float) -> http.client.HTTPConnection:
+        """A connection; on a certificate that fails to verify, the CA is read again and, when it changed
+        (the operator rotated it and the kubelet updated the file), tried once more."""
+        try:
+            return self._connect(seconds)
+        except ssl.SSLCertVerificationError:
+            if not self.reload_trust():
+                raise
+            log.info("stitchfleet: the ingestion endpoint's CA changed; retrying with the new one")
+            return self._connect(seconds)
 
     def _connect(self, seconds: float) -> http.client.HTTPConnection:
         """A connection whose TLS checks the certificate against server_name, wherever host points."""
@@ -141,6 +189,13 @@ class IngestClient:
 
     def _where(self) -> str:
         return f"https://{self.endpoint.server_name}:{self.endpoint.port}{self.endpoint.base_path}"
+
+
+def _context(ca_pem: str) -> ssl.SSLContext:
+    """A TLS client context trusting `ca_pem` (empty: the system CAs), TLS 1.2 at least."""
+    context = ssl.create_default_context(cadata=ca_pem or None)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 def memory_of(answer: dict[str, Any]) -> tuple[set[str], list[SlowerVerdict]]:
