@@ -17,6 +17,9 @@ STYLES = {
     "horovod_tensorflow_mnist.py": "MonitoredTrainingSession + hooks, tf.layers, dropout, Adam, Horovod",
     "horovod_tensorflow_word2vec.py": "plain tf.Session loop, NCE loss, variable batch, Horovod",
     "horovod_tensorflow_mnist_estimator.py": "tf.estimator.Estimator, numpy_input_fn queues, Momentum, evaluate after",
+    "models_cifar10_train.py": "MonitoredTrainingSession, reader queues + random distortions, LRN, SGD + EMA",
+    "models_ptb_word_lm.py": "tf.train.Supervisor, static 2-layer LSTM, gradient clipping, meta-graph re-import",
+    "tfexamples_dcgan.py": "plain tf.Session loop, DCGAN: two Adam optimizers in one run, conv2d_transpose",
 }
 
 
@@ -43,6 +46,10 @@ def main() -> None:
         )
         for reason in found.refused:
             print(f"|  | refused: {reason[:150]} | | | | |")
+        for reason in found.reverted:
+            print(f"|  | reverted: {reason[:150]} | | | | |")
+        for reason in found.not_attached:
+            print(f"|  | not attached: {reason[:150]} | | | | |")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,10 @@
 Input: a `Graph`, a mapping parameter name -> numpy array, and a precision:
 "native" computes every op in its own dtype (the unfused result a framework would
 give), "float64" computes every floating-point value in float64 (the guard's
-reference). Output: a dict output name -> array. Bad inputs (missing, unexpected,
+reference), "float32" every one in float32 (a float64 graph a precision lower),
+"storage" every op in its own dtype with sums accumulating in it too (float16 sums as
+TensorFlow's CPU kernels make them, in float16).
+Output: a dict output name -> array. Bad inputs (missing, unexpected,
 wrong shape or dtype) raise `InputError` naming the input. In float64, `noise` (a draw
 number) evaluates the reference on inputs one rounding away instead: the tolerance
 rule's backward-stability allowance (tolerance.py) measures how far that moves it.
@@ -27,8 +30,11 @@ from stitchfleet.compiler.ir import DType, Graph, Node, Op, is_static
 from stitchfleet.compiler.tolerance import noise_of, roundoff
 
 Array = npt.NDArray[Any]
-Precision = Literal["native", "float64"]
-PRECISIONS = ("native", "float64")
+# "float32": every float value held in float32 (a float64 graph computed a precision lower, so that the guard can
+# size float64 rounding from it: tolerance.rounding_at); "storage": native, float16 sums accumulated in float16
+# (the translation check's measure of TF's CPU rounding)
+Precision = Literal["native", "float64", "float32", "storage"]
+PRECISIONS = ("native", "float64", "float32", "storage")
 NOISE_SEED = 20261123  # with the draw number: the same noise on every run, so a verdict is reproducible
 
 
@@ -58,13 +64,15 @@ def round_bf16(values: Array) -> Array:
 def _storage(dtype: DType, precision: Precision) -> np.dtype[np.generic]:
     if precision == "float64" and dtype.is_float:
         return np.dtype(np.float64)
+    if precision == "float32" and dtype.is_float:
+        return np.dtype(np.float32)
     return dtype.numpy
 
 
 def _store(values: object, dtype: DType, precision: Precision) -> Array:
     """Converts a computed value to how `dtype` holds it (rounding bf16 in native mode)."""
     array = np.asarray(values).astype(_storage(dtype, precision), copy=False)
-    if dtype is DType.BF16 and precision == "native":
+    if dtype is DType.BF16 and precision in ("native", "storage"):
         return round_bf16(array)
     return array
 
@@ -98,9 +106,9 @@ def _slice(node: Node, x: Array) -> Array:
     return x[index]
 
 
-def _reduce(node: Node, x: Array) -> Array:
+def _reduce(node: Node, x: Array, precision: Precision) -> Array:
     axes = node.attrs.get_ints("axes")
-    acc = _accumulator(x)
+    acc = x.dtype if precision == "storage" else _accumulator(x)
     if node.op in (Op.REDUCE_MAX, Op.REDUCE_MIN):
         return _REDUCE[node.op](x, axis=axes)
     return _REDUCE[node.op](x, axis=axes, dtype=acc)
@@ -151,7 +159,7 @@ def _compute(node: Node, args: Sequence[Array], precision: Precision) -> object:
         Op.OPAQUE: lambda: _opaque(node, args),
     }
     if op.is_reduction:
-        return _reduce(node, args[0])
+        return _reduce(node, args[0], precision)
     return handlers[op]()
 
 

@@ -28,6 +28,13 @@ verdict says when the allowance decided (`widened`, `reason`). This is the same 
 estimated from the reference's sensitivity where one native result is a poor sample of it.
 The two caps (`SENSITIVITY_CAP`, and `LINEAR_CAP` where the movement is shown linear in the noise)
 and the case that needed the second: docs/tolerance.md.
+
+A float64 output (`narrow`): its fp64 reference is no more precise than the output, only one more
+float64 rounding order, so the native result's distance from it says nothing of the native result's
+rounding (TF's column sum and numpy's are the same order: distance 0, and 8 x one roundoff forbade
+every other order). The reference's own rounding is then estimated from the same computation a
+precision lower: the float32 evaluation's error times u64 / u32 (rounding errors are linear in the
+unit roundoff to first order), and the native error is taken at least that (`rounding_at`).
 """
 
 from __future__ import annotations
@@ -105,6 +112,20 @@ def error_floor(reference: npt.NDArray[np.float64], floor_ratio: float) -> float
     return max(floor_ratio * rms, float(np.finfo(np.float64).tiny))
 
 
+def rounding_at(
+    dtype: np.dtype[np.generic], computed: Array, reference: npt.NDArray[np.float64], floor: float
+) -> float:
+    """The scaled error the same computation makes when every op and every sum rounds at `dtype`'s roundoff,
+    estimated from `computed` (that computation at another precision, `reference` being more precise than
+    it): its scaled error times the ratio of the roundoffs (rounding errors are linear in the unit roundoff
+    to first order). Elements where `computed` is not finite (a float32 overflow) give no estimate."""
+    usable = np.isfinite(computed.astype(np.float64))
+    if computed.shape != reference.shape or not usable.any():
+        return 0.0
+    error = scaled_error(computed[usable], reference[usable], floor)
+    return error * roundoff(np.dtype(dtype)) / roundoff(computed.dtype)
+
+
 def _exact(compiled: Array, native: Array) -> Verdict:
     mismatches = int(np.count_nonzero(compiled != native))
     reason = f"{mismatches} element(s) differ from the native result" if mismatches else ""
@@ -120,8 +141,10 @@ def check(
     floor_ratio: float = 1e-3,
     bf16: bool = False,
     perturbed: Perturbed | None = None,
+    narrow: object | None = None,
 ) -> Verdict:
-    """Judges one output; see the module docstring for the rule and for `perturbed`."""
+    """Judges one output; see the module docstring for the rule, `perturbed` and `narrow` (the output
+    computed in float32 on the same inputs, read only for a float64 output)."""
     got, base, ref = np.asarray(compiled), np.asarray(native), np.asarray(reference, dtype=np.float64)
     if got.shape != ref.shape or base.shape != ref.shape:
         return Verdict(False, float("inf"), 0.0, 0.0, f"shape {got.shape} differs from the reference {ref.shape}")
@@ -134,6 +157,8 @@ def check(
     floor = error_floor(ref, floor_ratio)
     compiled_error = scaled_error(got, ref, floor)
     native_error = scaled_error(base, ref, floor)
+    if narrow is not None and base.dtype == np.float64:
+        native_error = max(native_error, rounding_at(base.dtype, np.asarray(narrow), ref, floor))
     allowed = factor * max(native_error, roundoff(base.dtype, bf16))
     ok = compiled_error <= allowed
     reason = "" if ok else f"error {compiled_error:.3g} exceeds {factor:g} x native error ({allowed:.3g} allowed)"

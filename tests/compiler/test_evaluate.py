@@ -292,3 +292,25 @@ def test_a_twin_draw_has_its_draws_direction_at_a_fraction_of_the_amplitude() ->
         np.testing.assert_allclose(twin, LINEAR_SCALE * moved, rtol=1e-6)
     with pytest.raises(ValueError, match="not one of the"):
         evaluate(graph, {"x": X}, "float64", noise=2 * DRAWS)
+
+
+def test_float32_precision_holds_every_float_in_float32() -> None:
+    b = GraphBuilder()
+    x = b.parameter("x", (3, 4), "f64")
+    b.output("s", b.reduce_sum(b.mul(x, x), (0,)))
+    values = np.arange(12, dtype=np.float64).reshape(3, 4) / 3.0
+    low = evaluate(b.build(), {"x": values}, "float32")["s"]
+    assert low.dtype == np.float32
+    np.testing.assert_array_equal(low, np.sum(np.square(values.astype(np.float32)), axis=0, dtype=np.float32))
+
+
+def test_storage_precision_sums_float16_in_float16() -> None:
+    b = GraphBuilder()
+    b.output("s", b.reduce_sum(b.parameter("x", (64, 8), "f16"), (0,)))
+    values = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float16)
+    graph = b.build()
+    stored = evaluate(graph, {"x": values}, "storage")["s"]
+    assert stored.dtype == np.float16
+    np.testing.assert_array_equal(stored, np.sum(values, axis=0, dtype=np.float16))
+    native = evaluate(graph, {"x": values})["s"]  # float32 accumulation, rounded once
+    np.testing.assert_array_equal(native, np.sum(values, axis=0, dtype=np.float32).astype(np.float16))

@@ -3,6 +3,7 @@ within k x the reference's own movement under float32 input noise (the backward-
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -15,7 +16,9 @@ from stitchfleet.compiler.tolerance import (
     check_outputs,
     error_floor,
     noise_of,
+    rounding_at,
     roundoff,
+    scaled_error,
 )
 
 
@@ -347,3 +350,48 @@ def test_faults_on_the_adam_data_still_fail() -> None:
     assert calls == list(range(DRAWS))
     # a wrong element index (channels rolled by one)
     assert not check(np.roll(lanes, 1), native, reference, perturbed=perturbed).ok
+
+
+def _float64_column_sums(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Cancelling float64 column sums over 100 rows (a dense layer's bias gradient fed float64 images, as in the
+    Estimator MNIST corpus program): the reference and TF both sum the rows in order (the same bits), another
+    kernel sums four blocks of 25; `narrow` is the same sum in float32."""
+    rng = np.random.default_rng(seed)
+    raw = rng.standard_normal((100, 1024))
+    terms = raw - raw.mean(0) + 1e-4 * rng.standard_normal(1024)
+    reference = terms.sum(0)
+    blocked = terms.reshape(4, 25, 1024).sum(1).sum(0)
+    narrow = terms.astype(np.float32).sum(0)
+    return terms, reference, blocked, narrow
+
+
+def test_a_float64_output_in_another_order_passes_once_the_references_own_rounding_is_sized() -> None:
+    terms, reference, blocked, narrow = _float64_column_sums()
+    exact = np.array([math.fsum(terms[:, j]) for j in range(terms.shape[1])])
+    floor = error_floor(exact, 1e-2)
+    # the blocked order is no further from the exact sums than the reference's own (TF's) order ...
+    assert scaled_error(blocked, exact, floor) <= 2 * scaled_error(reference, exact, floor)
+    # ... yet the reference is its own native result: 8 x one roundoff forbade every other order
+    assert not check(blocked, reference, reference, floor_ratio=1e-2).ok
+    verdict = check(blocked, reference, reference, floor_ratio=1e-2, narrow=narrow)
+    sized = rounding_at(np.dtype(np.float64), narrow, reference, error_floor(reference, 1e-2))
+    assert verdict.ok and verdict.native_error == sized
+    assert verdict.compiled_error < verdict.allowed / 2
+
+
+def test_faults_on_a_float64_output_still_fail_with_the_references_rounding_sized() -> None:
+    terms, reference, blocked, narrow = _float64_column_sums(1)
+    dropped = blocked.copy()
+    dropped[5] -= terms[7, 5]  # one term left out of one sum
+    assert not check(dropped, reference, reference, floor_ratio=1e-2, narrow=narrow).ok
+    assert not check(blocked * (1 + 1e-9), reference, reference, floor_ratio=1e-2, narrow=narrow).ok
+    # a float32 output ignores `narrow`: its reference is 2^29 times more precise than it
+    single = reference.astype(np.float32)
+    assert check(single, single, reference, narrow=narrow * 1e6).allowed == check(single, single, reference).allowed
+
+
+def test_the_references_rounding_ignores_float32_overflow() -> None:
+    reference = np.array([1e300, 1.0, -2.0])
+    narrow = np.array([np.inf, 1.0, -2.0], np.float32)
+    assert rounding_at(np.dtype(np.float64), narrow, reference, 1e-3) == 0.0
+    assert rounding_at(np.dtype(np.float64), np.full(3, np.inf, np.float32), reference, 1e-3) == 0.0

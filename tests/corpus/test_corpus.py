@@ -2,9 +2,10 @@
 
 Issue 30 item 6: the plugin must not change what a job computes. Per program: both runs finish with the same
 number of steps; per-step losses identical when no cluster is installed, close (end to end) when some are;
-no revert; the shim attached (or said why not); a job with installed clusters books as many iterations as it
-ran steps. Every installed cluster passed the translation check (a check that cannot run leaves its cluster
-with TF: `guard/translation.py`). The table in benchmarks/README.md is made with `scripts/corpus_table.py`.
+no revert; the shim attached, or, for a program it cannot hook (`NOT_ATTACHED`), the telemetry says why; a
+job with installed clusters books as many iterations as it ran steps. Every installed cluster passed the
+translation check (a check that cannot run leaves its cluster with TF: `guard/translation.py`). The table in
+benchmarks/README.md is made with `scripts/corpus_table.py`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,17 @@ from tests.corpus import corpus_runs
 
 pytestmark = pytest.mark.tf
 END_TO_END = 1e-3  # relative, per step: stitched float32 kernels within the guard's rule, over a short run
+# Programs whose training loop the hook cannot join, with the reason their telemetry must give: the PTB
+# tutorial trains under tf.train.Supervisor, which finalizes the graph before the session is made.
+NOT_ATTACHED = {"models_ptb_word_lm.py": "finalized graph"}
+PROGRAMS = [
+    "horovod_tensorflow_mnist.py",
+    "horovod_tensorflow_mnist_estimator.py",
+    "horovod_tensorflow_word2vec.py",
+    "models_cifar10_train.py",
+    "models_ptb_word_lm.py",
+    "tfexamples_dcgan.py",
+]
 
 
 def _check(program: str, steps: int, tmp: Path) -> None:
@@ -27,7 +39,10 @@ def _check(program: str, steps: int, tmp: Path) -> None:
     assert len(plain.losses) == len(shimmed.losses) == steps
     found = corpus_runs.telemetry(tmp / "shim", shimmed)
     assert not found.reverted, found.reverted
-    assert not found.not_attached, found.not_attached
+    if program in NOT_ATTACHED:
+        assert any(NOT_ATTACHED[program] in why for why in found.not_attached), found.not_attached
+    else:
+        assert not found.not_attached, found.not_attached
     assert not [r for r in found.refused if "skipped" in r]
     worst = corpus_runs.worst_difference(plain.losses, shimmed.losses)
     if found.installed == 0:
@@ -42,21 +57,11 @@ def test_word2vec_a_plain_session_loop(tmp_path: Path) -> None:
     _check("horovod_tensorflow_word2vec.py", 20, tmp_path)
 
 
+def test_every_program_is_in_the_sweep() -> None:
+    assert sorted(PROGRAMS) == sorted(p.name for p in corpus_runs.PROGRAMS.glob("*.py"))
+
+
 @pytest.mark.sweep
-@pytest.mark.parametrize(
-    "program",
-    [
-        "horovod_tensorflow_mnist.py",
-        pytest.param(
-            "horovod_tensorflow_mnist_estimator.py",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a float64 cluster (numpy_input_fn's float64 images) is reverted at 1.05e-14 against 8.88e-16"
-                " allowed while the losses stay bitwise equal: the guard's float64 rule (benchmarks/README)",
-            ),
-        ),
-        "horovod_tensorflow_word2vec.py",
-    ],
-)
+@pytest.mark.parametrize("program", PROGRAMS)
 def test_each_corpus_program(tmp_path: Path, program: str) -> None:
     _check(program, 100, tmp_path)

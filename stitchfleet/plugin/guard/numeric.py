@@ -75,9 +75,13 @@ def judge(
         return finding
     # Only a miss pays for the second legal order (the IR op by op in the outputs' precision), and only an
     # output that misses that too for the fp64 evaluations on perturbed inputs (cached: shared by the outputs).
+    # A float64 output's reference is one more float64 order: the float32 evaluation sizes its rounding.
     draws = functools.cache(lambda draw: evaluate(graph, given, "float64", noise=draw))
     in_order = evaluate(graph, given)
-    return judge_with_reference(graph, original, stitched, reference, factor, in_order=in_order, perturbed=draws)
+    narrow = evaluate(graph, given, "float32") if any(np.asarray(v).dtype == np.float64 for v in original) else None
+    return judge_with_reference(
+        graph, original, stitched, reference, factor, in_order=in_order, perturbed=draws, narrow=narrow
+    )
 
 
 def _other_shape(declared: Sequence[int], given: Sequence[int]) -> bool:
@@ -96,15 +100,19 @@ def judge_with_reference(
     *,
     in_order: Mapping[str, Any] | None = None,
     perturbed: Callable[[int], Mapping[str, Any]] | None = None,
+    narrow: Mapping[str, Any] | None = None,
 ) -> Finding:
     """The rule against the fp64 reference, with each output's summation allowance (no fast path).
     `in_order`: the cluster evaluated op by op in float32 on the same inputs, a second legal rounding
     order the stitched result may be compared with; `perturbed`: draw number -> the fp64 outputs on
     perturbed inputs, for the backward-stability allowance of an output that misses the rest (module
-    docstring)."""
+    docstring); `narrow`: the cluster evaluated in float32, which sizes the rounding a float64 output's
+    reference carries (tolerance.rounding_at)."""
     outputs = [name for name, _ in graph.outputs]
+    low = {name: None if narrow is None else narrow[name] for name in outputs}
+    order = {name: None if in_order is None else in_order[name] for name in outputs}
     verdicts = {
-        name: _either_order(got, want, None if in_order is None else in_order[name], reference[name], factor)
+        name: _either_order(got, want, order[name], reference[name], factor, narrow=low[name])
         for name, got, want in zip(outputs, stitched, original, strict=True)
     }
     paths = reduction_paths(graph)
@@ -114,16 +122,18 @@ def judge_with_reference(
     }
     if perturbed is not None:
         verdicts = {
-            n: v if v.ok else _sensitive(got, want, reference[n], factor, output_of(perturbed, n))
+            n: v if v.ok else _sensitive(got, want, reference[n], factor, output_of(perturbed, n), narrow=low[n])
             for (n, v), got, want in zip(verdicts.items(), stitched, original, strict=True)
         }
     name, worst = max(verdicts.items(), key=lambda item: (not item[1].ok, item[1].compiled_error))
     return Finding(worst.ok, name, worst.compiled_error, worst.allowed, worst.reason)
 
 
-def _either_order(got: Any, tf_value: Any, in_order: Any, reference: Any, factor: float) -> Verdict:
+def _either_order(
+    got: Any, tf_value: Any, in_order: Any, reference: Any, factor: float, *, narrow: Any = None
+) -> Verdict:
     """The rule with TF's result as the native one, or else with the IR's own float32 evaluation."""
-    verdict = check(got, tf_value, reference, factor=factor, floor_ratio=FLOOR_RATIO)
+    verdict = check(got, tf_value, reference, factor=factor, floor_ratio=FLOOR_RATIO, narrow=narrow)
     if verdict.ok or in_order is None or np.asarray(in_order).shape != np.asarray(tf_value).shape:
         return verdict
     if not np.issubdtype(np.asarray(tf_value).dtype, np.floating):
@@ -134,9 +144,11 @@ def _either_order(got: Any, tf_value: Any, in_order: Any, reference: Any, factor
     return second if second.ok else verdict
 
 
-def _sensitive(got: Any, tf_value: Any, reference: Any, factor: float, perturbed: Callable[[int], object]) -> Verdict:
+def _sensitive(
+    got: Any, tf_value: Any, reference: Any, factor: float, perturbed: Callable[[int], object], *, narrow: Any = None
+) -> Verdict:
     """The rule against TF's result with the backward-stability allowance (tolerance.py's second look)."""
-    return check(got, tf_value, reference, factor=factor, floor_ratio=FLOOR_RATIO, perturbed=perturbed)
+    return check(got, tf_value, reference, factor=factor, floor_ratio=FLOOR_RATIO, perturbed=perturbed, narrow=narrow)
 
 
 def _close_to_tf(

@@ -168,3 +168,24 @@ def test_an_ill_conditioned_gradient_in_another_order_passes_and_faults_fail() -
     dropped[ILL] -= np.float32(dy[0, ILL] * (x[0, ILL] - x[:, ILL].mean()) / np.sqrt(x[:, ILL].var() + 1e-3))
     for fault in (dropped, np.roll(stitched[0], 1), stitched[0] * np.float32(1 + 1e-4)):
         assert not numeric.judge(graph, [dy, x], exact, [fault], 8.0).ok
+
+
+def test_a_float64_bias_gradient_summed_in_another_order_passes_and_faults_fail() -> None:
+    """The Estimator MNIST corpus program's false revert (numpy_input_fn feeds float64 images, so its dense
+    layer's bias gradient is a float64 column sum): TF's and the reference's sums are the same order, the
+    kernel's another, no further from the exact sums; judged against the reference as if it were exact, it
+    was reverted ("error 1.05e-14 exceeds 8 x native error (8.88e-16 allowed)")."""
+    b = GraphBuilder()
+    b.output("bias_grad", b.reduce_sum(b.parameter("x", (100, 1024), "f64"), (0,)))
+    graph = b.build()
+    rng = np.random.default_rng(0)
+    raw = rng.standard_normal((100, 1024))
+    terms = raw - raw.mean(0) + 1e-4 * rng.standard_normal(1024)  # cancelling sums, as a gradient's are
+    tf_like = terms.sum(0)
+    blocked = terms.reshape(4, 25, 1024).sum(1).sum(0)
+    finding = numeric.judge(graph, [terms], [tf_like], [blocked], 8.0)
+    assert finding.ok, finding.reason
+    dropped = blocked.copy()
+    dropped[5] -= terms[7, 5]
+    assert not numeric.judge(graph, [terms], [tf_like], [dropped], 8.0).ok
+    assert not numeric.judge(graph, [terms], [tf_like], [blocked * (1 + 1e-9)], 8.0).ok

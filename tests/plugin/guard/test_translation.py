@@ -11,12 +11,14 @@ import pytest
 import tensorflow as tf
 
 from stitchfleet.compiler.decision import Decision
-from stitchfleet.compiler.ir import Op
+from stitchfleet.compiler.evaluate import evaluate
+from stitchfleet.compiler.ir import GraphBuilder, Op
 from stitchfleet.compiler.pipeline import compile_graph
 from stitchfleet.demo import command
 from stitchfleet.plugin.frontend import elementwise
 from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.graph.mapping import StepOps, map_cluster
+from stitchfleet.plugin.guard import translation
 from stitchfleet.plugin.guard.translation import check_sites, promoted
 from tests.plugin.hook_harness import events, hooked, train
 
@@ -131,3 +133,58 @@ def test_promotion_computes_in_float64() -> None:
     # the constants keep their float32 values, widened exactly
     scale, shift = float(np.float32(1.1)), float(np.float32(0.3))
     np.testing.assert_allclose(got, [math.erf(v * scale + shift) for v in values], rtol=1e-14)
+
+
+def _tf_column_sums(x: np.ndarray) -> np.ndarray:
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        return session.run(tf.reduce_sum(tf.constant(x), axis=0))
+
+
+def test_float16_sums_are_judged_with_tfs_float16_accumulation() -> None:
+    """Regression: TF's CPU kernels sum float16 in float16, the IR's float16 evaluation sums in float32; taking
+    the latter as TF's rounding refused the float16 layer-norm gradient cluster of test_hook_float16 with a cold
+    cache ('output reshape.115 is 0.0182 from TF's ops (0.0124 allowed)'). A column sum of 32 float16 rows, as
+    TF computes it: within TF's own rounding now, measured with float16 sums; a row left out is still refused."""
+    b = GraphBuilder()
+    b.output("s", b.reduce_sum(b.parameter("x", (32, 32), "f16"), (0,)))
+    graph = b.build()
+    rng = np.random.default_rng(3)
+    raw = rng.standard_normal((32, 32))
+    x = (raw - raw.mean(0) + 0.05 * rng.standard_normal(32)).astype(np.float16)  # a gradient's cancelling sums
+    tf_value, dropped = _tf_column_sums(x), _tf_column_sums(x[1:])
+    ir = tuple(evaluate(graph, {"x": x}, p)["s"] for p in ("native", "float64", "storage"))
+    assert translation._compare("s", tf_value, (ir[0], ir[1], None), [32], factor=8.0) is not None  # the old rule
+    assert translation._compare("s", tf_value, ir, [32], factor=8.0) is None
+    assert translation._compare("s", dropped, ir, [32], factor=8.0) is not None
+
+
+def test_a_mistranslated_float16_op_is_still_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(elementwise.UNARY, "Erf", Op.TANH)  # GELU's Erf read as Tanh
+    graph, sites = _float16_layer_norm_sites()
+    with graph.as_default():
+        refused = check_sites(graph, sites, factor=8.0)
+    assert refused and all(reason.startswith("translation differs from TF") for reason in refused.values())
+
+
+def _float16_layer_norm_sites() -> tuple[tf.Graph, list]:
+    """tests/plugin/session/test_hook_float16.py's model (Keras Dense and LayerNormalization in float16, GELU)
+    with a static batch of 32: its layer-norm gradient cluster sums 32 rows of float16 per column."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(0)
+        x = tf.compat.v1.placeholder(tf.float32, [32, 16], name="x")
+        y = tf.compat.v1.placeholder(tf.int64, [32], name="y")
+        init = tf.compat.v1.glorot_uniform_initializer(seed=1)
+        h = tf.keras.layers.Dense(32, dtype=tf.float16, kernel_initializer=init)(tf.cast(x, tf.float16))
+        h = tf.nn.gelu(tf.keras.layers.LayerNormalization(dtype=tf.float16)(h))
+        logits = tf.keras.layers.Dense(4, dtype=tf.float16, kernel_initializer=init)(h)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="loss")
+        tf.compat.v1.train.GradientDescentOptimizer(tf.constant(0.1, tf.float16)).minimize(loss)
+        conversion = convert(StepOps(graph))
+        art = compile_graph(conversion.graph)
+        sites = [
+            map_cluster(graph, conversion, i, cg, plan)
+            for i, (cg, plan) in enumerate(zip(art.cluster_graphs, art.stitch, strict=True))
+            if not isinstance(plan, Decision)
+        ]
+    return graph, sites
