@@ -1,6 +1,7 @@
-"""Prints the corpus table of benchmarks/README.md: each program of tests/corpus/programs, plain and shimmed.
+"""Prints the corpus table of benchmarks/README.md: each program of the corpus, plain and shimmed.
 
-Usage: PYTHONPATH=. python scripts/corpus_table.py [STEPS] (default 100). Figures: finished (both runs),
+Usage: STITCHFLEET_CORPUS_DIR=DIR PYTHONPATH=. python scripts/corpus_table.py [STEPS] (default 100); DIR holds
+the adapted programs (tests/corpus/README.md: they are not committed). Figures: finished (both runs),
 per-step losses vs plain (largest relative difference), clusters installed / refused / reverted (the
 shimmed run's log and ledger), booked iterations vs steps. Nothing is asserted: tests/corpus does that.
 """
@@ -24,6 +25,8 @@ STYLES = {
 
 
 def main() -> None:
+    if corpus_runs.PROGRAMS is None:
+        sys.exit(f"corpus_table: set {corpus_runs.CORPUS_DIR} to the directory holding the corpus programs")
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     print(
         "| program | style | finished (plain/shim) | losses vs plain | clusters installed/refused/reverted "

@@ -1,4 +1,4 @@
-"""Runs a corpus program (tests/corpus/programs) plain and under the boot shim, and reads what the shim did.
+"""Runs a corpus program (from $STITCHFLEET_CORPUS_DIR) plain and under the boot shim, and reads what the shim did.
 
 Input: a program's file name, its step cap, a scratch directory. Output: `Outcome` per run (finished, the
 per-step losses it printed) and, for the shimmed run, `Telemetry` read from its SQLite ledger (clusters
@@ -19,7 +19,10 @@ import sqlalchemy as sa
 from stitchfleet.telemetry import models as tables
 
 ROOT = Path(__file__).resolve().parents[2]
-PROGRAMS = Path(__file__).resolve().parent / "programs"
+# Other people's programs are never committed here (their code stays in their repositories): the corpus is a
+# directory of adapted copies outside the checkout, named by this variable (README.md lists what it holds).
+CORPUS_DIR = "STITCHFLEET_CORPUS_DIR"
+PROGRAMS: Path | None = Path(os.environ[CORPUS_DIR]) if os.environ.get(CORPUS_DIR) else None
 LOSS = re.compile(r"^CORPUS_LOSS (\d+) (\S+)$", re.MULTILINE)
 STITCHED = re.compile(r"stitchfleet: (\d+) cluster\(s\) stitched, (\d+) left off")
 # The harness' settings: clusters on after a short warmup and baseline, every cluster judged every 5 steps.
@@ -64,8 +67,16 @@ class Telemetry:
     not_attached: list[str] = field(default_factory=list)
 
 
+def program_path(program: str) -> Path:
+    """Where the corpus holds `program`; a clear error when the corpus directory is not given."""
+    if PROGRAMS is None:
+        raise FileNotFoundError(f"{CORPUS_DIR} is not set: other people's programs are outside the checkout")
+    return PROGRAMS / program
+
+
 def run(program: str, steps: int, scratch: Path, enabled: bool) -> Outcome:
     """The program in a fresh interpreter with the boot shim on PYTHONPATH (the webhook's injection)."""
+    path = program_path(program)
     env = {k: v for k, v in os.environ.items() if not k.startswith("STITCHFLEET_")}
     env.update(
         PYTHONPATH=f"{ROOT / 'stitchfleet' / 'boot'}{os.pathsep}{ROOT}",
@@ -80,7 +91,7 @@ def run(program: str, steps: int, scratch: Path, enabled: bool) -> Outcome:
     )
     scratch.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        [sys.executable, "-c", WRAPPER, str(PROGRAMS / program)],
+        [sys.executable, "-c", WRAPPER, str(path)],
         cwd=scratch,
         env=env,
         capture_output=True,
