@@ -6,8 +6,8 @@ BERT-like encoder twice: a plain graph (no hook: what the job runs without stitc
 hooked graph whose switch vector is fed directly, so the same session runs, window by window and
 interleaved: the user's graph as the hooked job runs it with every cluster off (the plugin's
 baseline: the graph as built, stitching lives on the twin), the twin with every cluster off
-(each cluster's TF ops cloned inline behind its switch: what stitched steps pay for a cluster
-that is off), every cluster on, and each cluster alone on. Medians over the timed steps of all
+(each cluster's TF ops as a graph function inside the dispatch op: what stitched steps pay for a
+cluster that is off), every cluster on, and each cluster alone on. Medians over the timed steps of all
 rounds, wall and process CPU time; the first steps of each window are untimed (pools settle). The bridge (native op
 or tf.numpy_function) is a process-wide choice, so each bridge runs in its own process (this script re-runs itself).
 

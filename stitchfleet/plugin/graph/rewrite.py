@@ -48,18 +48,16 @@ class Rewired:
 _tensor_name = fallback.tensor_name
 
 
-def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str], gate: Any = None) -> list[Any]:
-    """The cluster's TF ops again, reading `inputs`: inside a cond branch (`gate` None: they run only there), or
-    inline behind `gate`, a pivot of the cluster's Switch: each cloned op that reads nothing else of the clone
-    waits on it, so the clone runs when the pivot is alive and is dead (skipped) otherwise.
+def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str]) -> list[Any]:
+    """The cluster's TF ops again, reading `inputs` (inside a cond branch: they run only there).
 
     `originals` maps earlier clusters' switched outputs back to the tensors they replaced:
     clusters may overlap, so an interior op may have been rerouted to an earlier cluster's
     output that this clone computes itself. (`fallback.function_def` writes the same ops as the
     native bridge's function.)
     """
-    # tf.identity captures each outer tensor into a cond branch; import_graph_def cannot capture.
-    captured = list(inputs) if gate is not None else [tf.identity(x) for x in inputs]
+    # tf.identity captures each outer tensor into the branch; import_graph_def cannot capture.
+    captured = [tf.identity(x) for x in inputs]
     feeds = {t.name: (f"in_{j}", x) for j, (t, x) in enumerate(zip(site.inputs, captured, strict=True))}
     # An interior op may already read an earlier cluster's switched output in place of the original.
     feeds.update({x.name: feeds[t.name] for t, x in zip(site.inputs, inputs, strict=True)})
@@ -74,8 +72,6 @@ def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str], gate: A
     own = {n: o for n, o in originals.items() if o.rsplit(":", 1)[0] in interior}
     chain, renamed = recomputed(site, set(feeds))
     own.update(renamed)
-    cloned = {op.name for op in [*chain, *site.internal]}
-    entries = []  # cloned ops reading no other cloned op: the ones the gate holds
     for op in [*chain, *site.internal]:
         node = graph_def.node.add()
         node.CopyFrom(op.node_def)
@@ -85,15 +81,9 @@ def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str], gate: A
         node.input.extend(kept)
         if "_class" in node.attr:
             del node.attr["_class"]  # colocation with ops that are not cloned
-        if not any(_tensor_name(n).rsplit(":", 1)[0] in cloned for n in kept):
-            entries.append(node.name)
     input_map = {f"{placeholder}:0": value for placeholder, value in feeds.values()}
     names = [t.name for t in site.outputs]
-    wanted = [*names, *entries] if gate is not None else names
-    found = tf.graph_util.import_graph_def(graph_def, input_map=input_map, return_elements=wanted, name="off")
-    for op in found[len(names) :]:
-        op._add_control_input(gate)
-    return list(found[: len(names)])
+    return list(tf.graph_util.import_graph_def(graph_def, input_map=input_map, return_elements=names, name="off"))
 
 
 def _stitched(site: Site, kernel: Kernel, inputs: Sequence[Any]) -> list[Any]:
@@ -119,23 +109,13 @@ def _dispatched(
     switch: tuple[Any, int],
     bridge: BridgeOp,
 ) -> list[Any]:
-    """The native op when `switch` (vector, index) is on (the compiled C; TF's ops as a function only when the C
-    fails or the call has other shapes than its kernel's), a clone of the cluster's TF ops inline in the step
-    when off: one Switch on the switch's own bit and a Merge per output choose, and only the chosen side runs
-    (the other is dead). So a step pays for an off cluster what its TF ops cost in the user's graph, not a
-    function call (docs/plugin/graph.md)."""
+    """One native op: the compiled C when `switch` (vector, index) is on, TF's ops (a function) when off or when
+    the C fails."""
     executable = kernel.executable  # type: ignore[attr-defined]
     dtypes = [t.dtype for t in site.outputs]
     function = fallback.define(site, [x.name for x in inputs], originals, tf.compat.v1.get_default_graph())
     static = [t.shape for t in site.outputs]
-    vector, index = switch
-    bit = vector[index]
-    off, on = tf.raw_ops.Switch(data=bit, pred=bit, name="choose")
-    off_pivot, on_pivot = tf.identity(off, name="off_pivot"), tf.identity(on, name="on_pivot")
-    with tf.control_dependencies([on_pivot]):
-        ours = bridge.dispatch(executable, inputs, dtypes, switch=switch, fallback=function, static_shapes=static)
-    theirs = _clone(site, inputs, originals, gate=off_pivot.op)
-    outs = [tf.raw_ops.Merge(inputs=[a, b], name="switched").output for a, b in zip(ours, theirs, strict=True)]
+    outs = bridge.dispatch(executable, inputs, dtypes, switch=switch, fallback=function, static_shapes=static)
     kernel.bridged = _counter(bridge, executable, "calls")  # type: ignore[attr-defined]
     kernel.faulted = _counter(bridge, executable, "faulted")  # type: ignore[attr-defined]
     kernel.missed = _counter(bridge, executable, "missed")  # type: ignore[attr-defined]
@@ -210,7 +190,7 @@ def _install(
         inputs, copied = check_reads.taken(inputs, checking)
         if bridge is not None and getattr(kernel, "executable", None) is not None:
             switched = _dispatched(site, kernel, inputs, originals, switch=switch, bridge=bridge)
-            anchor = switched[0].op  # a Merge: alive whichever side ran
+            anchor = switched[0].op
         else:
             switched = _conditional(site, kernel, switch[0][switch[1]], inputs, originals)
             anchor = switched[0].op.inputs[0].op
