@@ -2,8 +2,9 @@
 
 Input: the command line (demo model dims, traced steps per configuration, rounds). Output: on stdout, per
 configuration (plain TF, the hooked job's own graph, the twin with every cluster off, every cluster on) the
-median step, the summed op time per op type from `RunOptions(trace_level=FULL_TRACE)`'s `RunMetadata`, the
-op types whose time changed most against plain TF (what the clusters replaced, what TF stopped fusing:
+median step, the nodes the executor ran per step (a count the machine's load does not move), the summed op
+time per op type from `RunOptions(trace_level=FULL_TRACE)`'s `RunMetadata`, the op types whose time changed
+most against plain TF (what the clusters replaced, what TF stopped fusing:
 `_MklFused*`/`_FusedMatMul` kernels), the dispatch op's own time and the threads that ran ops.
 
     PYTHONPATH=. python scripts/profile_step.py --dims 8 32 128 4 --steps 20 --rounds 3
@@ -105,14 +106,15 @@ def profile(dims: dict[str, int], steps: int, rounds: int) -> dict[str, Profile]
 
 def report(found: dict[str, Profile], top: int) -> list[str]:
     plain = found["plain TF"].per_step()
-    lines = ["| configuration | median traced step ms | op time ms/step | dispatch op ms/step | threads |"]
-    lines.append("|---|---:|---:|---:|---:|")
+    head = "| configuration | median traced step ms | op time ms/step | dispatch op ms/step | ops run/step | threads |"
+    lines = [head, "|---|---:|---:|---:|---:|---:|"]
     for name, prof in found.items():
         per = prof.per_step()
         dispatch = sum(v for k, v in per.items() if DISPATCH in k)
+        ran = sum(prof.counts.values()) / max(prof.steps, 1)  # the executor's nodes that ran (dead ones are not traced)
         lines.append(
             f"| {name} | {statistics.median(prof.walls) * 1e3:.3f} | {sum(per.values()) / 1e3:.3f}"
-            f" | {dispatch / 1e3:.3f} | {len(prof.threads)} |"
+            f" | {dispatch / 1e3:.3f} | {ran:.0f} | {len(prof.threads)} |"
         )
     for name in ("twin, all off", "all on"):
         per = found[name].per_step()

@@ -47,6 +47,27 @@ def _readers(
     return (next(iter(alive)) if len(alive) == 1 and "" not in alive else None), dead
 
 
+def _dead_below(
+    graph: Graph,
+    dead: Iterable[str],
+    op_of: Mapping[int, str],
+    nodes_of: Mapping[str, set[int]],
+    live: Collection[str] | None,
+) -> set[str]:
+    """The dead readers and every dead TF op reading them, transitively (a dead reader's Sum and Reshape):
+    a cluster holding any of them would read, and so run, the dead reader."""
+    found: set[str] = set()
+    stack = list(dead)
+    while stack:
+        name = stack.pop()
+        if name in found:
+            continue
+        found.add(name)
+        users = {op_of.get(user, "") for n in nodes_of.get(name, ()) for user in graph.consumers[n]}
+        stack += [u for u in users if u and u != name and live is not None and u not in live]
+    return found
+
+
 def _constant_operands(graph: Graph, nodes: set[int], outputs: set[int]) -> bool:
     """Whether every operand of the op besides `outputs` (the stage before) is a constant."""
     outside = {s for n in nodes for s in graph.node(n).inputs if s not in nodes and s not in outputs}
@@ -76,7 +97,9 @@ def held(
                 if index in fusion.constant_operand and not _constant_operands(graph, nodes_of[reader], outputs):
                     break
                 found.update(dict.fromkeys(nodes_of[reader], why))
-                for name in dead:  # not stitched: a dead reader a cluster made live would cut the fusion
+                for name in _dead_below(graph, dead, op_of, nodes_of, live):
+                    # not stitched: a dead reader a cluster made live would cut the fusion, and so would a cluster
+                    # holding an op of what only the dead reader feeds (its Sum, remote-stitched, read it)
                     found.update(dict.fromkeys(nodes_of[name], f"{why}: a dead reader grappler prunes"))
                 outputs = {n for n in nodes_of[reader] if n in conversion.origins}
     return found

@@ -66,6 +66,10 @@ def test_cpu_keeps_matmul_and_conv_epilogues_with_onednn() -> None:
         "scores": f"kept with BatchMatMulV2 {onednn}",
         # the scale's gradient: dead (grappler prunes it), but a cluster would make it a second live reader
         "gradients/scaled_grad/Mul_1": f"kept with BatchMatMulV2 {onednn}: a dead reader grappler prunes",
+        # and what only it feeds: a cluster holding its Sum read it, and the dispatch op made it live (the demo's
+        # cluster 10 cut `_MklFusedBatchMatMulV2` so)
+        "gradients/scaled_grad/Sum": f"kept with BatchMatMulV2 {onednn}: a dead reader grappler prunes",
+        "gradients/scaled_grad/Reshape": f"kept with BatchMatMulV2 {onednn}: a dead reader grappler prunes",
     }
     assert not inside & set(by_op)
     # a BiasAdd of a non-matmul input, and the backward's column reductions, are still stitched

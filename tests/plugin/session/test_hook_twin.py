@@ -185,3 +185,33 @@ def test_a_step_that_fails_on_the_twin_runs_again_as_written_and_reverts_stitchi
     # again as written, and the revert holds from the step after that decision.
     assert revert.step == failed + 2
     assert min(hook.backend_calls.values()) == 0  # no stitched kernel ever ran
+
+
+def _partition_ops(session: Any, fetches: Any, feeds: Any) -> set[str]:
+    """The op types of the graph TF ran for one step, after grappler and the oneDNN rewrites."""
+    options = tf.compat.v1.RunOptions(output_partition_graphs=True)
+    metadata = tf.compat.v1.RunMetadata()
+    session.run(fetches, feeds, options=options, run_metadata=metadata)
+    return {node.op for graph in metadata.partition_graphs for node in graph.node}
+
+
+def test_the_twin_keeps_the_attention_batchmatmul_fused_as_the_users_graph(tmp_path: Path) -> None:
+    """TF fuses the attention's BatchMatMul x scale + mask into `_MklFusedBatchMatMulV2` only while the product
+    has no other live reader. The scale's gradient reads it too, dead (grappler prunes it); a cluster that held
+    that gradient's Sum made the stitched step run it, and the twin lost the fusion."""
+    hook, _ = hooked(tmp_path, "twin-fusions", STITCHFLEET_BRIDGE="native")
+    graph = models.build("bert_encoder", "small", seed=1)
+    with graph.as_default():
+        fetches = [graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")]
+        feeds = _feeds(graph)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            raw = session._tf_sess()  # the switches fed directly, as scripts/bench_step.py does
+            assert hook.installed and hook.diverter is not None and hook.switches is not None
+            users = _partition_ops(raw, fetches, feeds)
+            hook.diverter.armed = True
+            on = np.ones(len(hook.installed), bool)
+            twins = _partition_ops(raw, fetches, {**feeds, hook.switches: on})
+    if "_MklFusedBatchMatMulV2" not in users:
+        pytest.skip("this TF build does not fuse BatchMatMul x scale + mask (no oneDNN)")
+    assert "StitchfleetDispatch" in twins  # the step ran on the twin
+    assert "_MklFusedBatchMatMulV2" in twins
