@@ -38,6 +38,11 @@ class StitchfleetDispatchOp : public DispatchBase {
     entry_ = reinterpret_cast<Entry>(dlsym(handle, symbol.c_str()));
     OP_REQUIRES(ctx, entry_ != nullptr, NotFound("no symbol ", symbol, " in ", library));
     slot_ = slot_for(symbol);  // once: the step's path then reads its table without a lock
+    // A cluster's TF ops are small elementwise and reduction kernels: handing each to the inter-op pool
+    // cost most of the off path (the twin with every cluster off +13-25% CPU time over the user's graph
+    // against +4.5-9.6% inline, 3 alternated pairs on the loaded 2-core machine; benchmarks/README.md,
+    // "perf (session 11)"). Their own intra-op parallelism is unchanged.
+    inline_fallback_ = true;
     std::lock_guard<std::mutex> hold(bindings_lock);
     base_calls_ = key_counter(slot_, "");
   }

@@ -33,6 +33,10 @@ class DispatchBase : public AsyncOpKernel {
   }
 
  protected:
+  // Whether the fallback function's ops run on this op's own thread rather than each handed to the
+  // inter-op pool (the CPU kernel sets it: see dispatch.cc).
+  bool inline_fallback_ = false;
+
   // Switched on, and the inputs have the shapes of the op's own kernel (the GPU kernel: it binds no other).
   bool SwitchedOn(OpKernelContext *ctx, Status *status) const {
     const bool on = Switch(ctx, status);
@@ -112,7 +116,7 @@ class DispatchBase : public AsyncOpKernel {
     options.collective_executor = ctx->collective_executor();
     options.step_container = ctx->step_container();
     options.runner = ctx->runner();
-    options.run_all_kernels_inline = ctx->run_all_kernels_inline();
+    options.run_all_kernels_inline = inline_fallback_ || ctx->run_all_kernels_inline();
     for (int i = 1; i < ctx->num_inputs(); ++i) pending->args.push_back(ctx->input(i));
     Counters *counters = counters_;
     lib->Run(options, handle, pending->args, &pending->rets,
