@@ -163,7 +163,9 @@ class Controller:
 
     def mode(self, step: int) -> str:
         phase = self.timing.phase(step)
-        off = self.job_reverted is not None or (phase == STITCHED and self.stitching_off is not None)
+        # stitching off: the probe phases that were to follow (skipped) run the user's graph as well, and are
+        # booked so, not as stitched windows claiming a difference from the baseline
+        off = self.job_reverted is not None or self.stitching_off is not None
         return REVERTED if off and phase in (STITCHED, PROBE, REFERENCE) else phase
 
     def switches(self, step: int) -> np.ndarray[Any, np.dtype[np.bool_]]:
@@ -218,6 +220,8 @@ class Controller:
 
     def local(self, step: int) -> np.ndarray[Any, np.dtype[np.float64]]:
         """This rank's figures for `step`, about to run (see the module docstring)."""
+        if not self.recalled:
+            self._recall(step)
         flags = tuple(float(i in self.pending or c.kernel.bad is not None) for i, c in enumerate(self.clusters))
         bracket = self.bracket.take()
         slowdown = (1.0, *bracket) if bracket is not None else (0.0, 0.0, 0.0, 0.0)
@@ -294,7 +298,10 @@ class Controller:
             self.ledger.event("guard_check", step, c.fingerprint, "mismatch", passed=False, **figures)
 
     def decide(self, step: int, summed: np.ndarray[Any, np.dtype[np.float64]]) -> None:
-        """Applies the summed figures of `step`; the new switches hold from the next step."""
+        """Applies the summed figures of `step`; the new switches hold from the next step. Once `done`, nothing
+        is left to decide (the hook sends no figures then: its steps are quiet)."""
+        if self.done:
+            return
         n = len(self.clusters)
         figures = DecisionFigures.unpack(summed, n)
         for i, c in enumerate(self.clusters):
