@@ -21,16 +21,7 @@ from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.telemetry import models as tables
 from stitchfleet.telemetry.kinds import ProbeOutcome
 from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
-from tests.plugin.control.test_probe_controller import (  # noqa: F401 (fixtures)
-    GROUP_STEPS,
-    GROUPED,
-    TIMING,
-    _close_ledgers,
-    _drive,
-    _rows,
-    _step_time,
-    kernels,
-)
+from tests.plugin.control.test_probe_controller import GROUP_STEPS, GROUPED, TIMING, _drive, _rows, _step_time
 
 PROFILE = "cpu:test x2"
 EXPIRES = dt.datetime.now(dt.UTC) + dt.timedelta(days=3)

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from stitchfleet.plugin.control.schedule import BASELINE, STITCHED, Timing
-from stitchfleet.plugin.control.step_windows import Windows
 from stitchfleet.plugin.control.slowdown import Bracket
+from stitchfleet.plugin.control.step_windows import Windows
 
-PAIRED = Timing(warmup_steps=0, baseline_steps=20, rebaseline_every=100, window_steps=100, probe_steps=0, paired_steps=5)
+PAIRED = Timing(
+    warmup_steps=0, baseline_steps=20, rebaseline_every=100, window_steps=100, probe_steps=0, paired_steps=5
+)
 
 
 def _run(timing: Timing, plain: np.ndarray, gain: float) -> tuple[list, float]:
