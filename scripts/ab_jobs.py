@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -227,7 +228,7 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
                     on_steps = r["claimed_gross"] - r["setup_from_steps"]
                     spread = (steps_noise**2 + r["claim_noise"] ** 2) ** 0.5
                     difference = p["steps_seconds"] - r["steps_seconds"]
-                    if spread != spread:  # one round: no noise to judge by
+                    if math.isnan(spread):  # one round: no noise to judge by
                         verdicts.append("n/a")
                     else:
                         verdicts.append("yes" if abs(on_steps - difference) <= 2 * spread else "no")
