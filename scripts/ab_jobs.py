@@ -216,7 +216,7 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
             claimed = measured = agrees = noise = ""
             if mode != "plain":
                 pairs = list(zip(plain, runs, strict=False))
-                measured = " / ".join(
+                measured = "; ".join(
                     f"{p['steps_seconds'] - r['steps_seconds']:+.1f} / {p['wall'] - r['wall']:+.1f}" for p, r in pairs
                 )
                 noise = f"{steps_noise:.1f} / {wall_noise:.1f}"

@@ -260,7 +260,7 @@ class Controller:
         mode = self.mode(step)
         if mode == STITCHED and not self.announced:
             self._announce(step)
-        seconds -= self._first_run(step, seconds)
+        seconds -= 0.0 if checked else self._first_run(step, seconds)
         if plain and self.timing.grouped(step) and len(plain) == int(self.switches(step).sum()):
             plain = (*plain, GROUP)  # every cluster on ran TF's ops for good: the group's half would time TF
         self.probes.add(step, seconds, not checked, measured, plain)
@@ -276,11 +276,12 @@ class Controller:
     def _first_run(self, step: int, seconds: float) -> float:
         """The first step that runs a cluster's kernel in this process loads it (its library, its first call):
         seen on the small BERT encoder, 1.9 s at the group probe's first switched-on step against 1.3 ms
-        steps. That time beyond the usual baseline step is setup, booked with the compile seconds like the
-        warmup's executor builds; returned, so that no probe and no window counts it (within a window's noise
-        it was booked nowhere, and the report's saving missed it against the wall clock)."""
+        steps (its first step on without the check tensors). That time beyond the usual baseline step is setup,
+        booked with the compile seconds like the warmup's executor builds; returned, so that no probe and no
+        window counts it (within a window's noise it was booked nowhere, and the report's saving missed it
+        against the wall clock). Check steps are left to the check budget: their extra is the checks'."""
         on = {k for k, s in enumerate(self.switches(step)) if s}
-        new, usual = on - self.ran, self.windows.baseline_median
+        new, usual = on - self.ran, self.windows.usual
         if not new or usual is None:
             return 0.0
         self.ran |= new

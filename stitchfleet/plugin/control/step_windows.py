@@ -87,6 +87,14 @@ class Windows:
     held: list[_Held] = field(default_factory=list)  # stitched windows since that block, waiting for the next
     last_mode: str = ""  # the mode of the window closed last (consecutive baseline windows make one block)
 
+    @property
+    def usual(self) -> float | None:
+        """A usual step of the user's graph: the last baseline block's median, or the open baseline window's
+        while the first block is still open (a step right after it comes before its close)."""
+        if self.mode == BASELINE and self.timed and not self.block:
+            return statistics.median(seconds for seconds, _ in self.timed)
+        return self.baseline_median
+
     def add(self, step: int, mode: str, seconds: float, timed: bool, signature: str | None = "") -> list[Window]:
         """Adds one step; returns the windows ready (a stitched window once the baseline block after it closed)."""
         ready = self._close() if self.seconds and mode != self.mode else []
