@@ -3,12 +3,15 @@
 Input: the command line (jobs of the corpus, steps per job, rounds). Output: one Markdown table on stdout (and
 appended to --out when given): per job and mode, wall seconds (process start of the job to its end: graph,
 session, setup, steps), the steady step (median of the last half), first and last loss, what the plugin decided,
-the report's claimed saving (gross and net, from the job's telemetry) against the measured difference from plain
-TF in the same round (wall), with the noise (spread of plain TF's walls over the rounds).
+the report's claimed saving (net: the job's windows' gross minus its setup, from its telemetry, per device back
+to the rank's seconds, with the windows' noise) against the measured difference from plain TF in the same round
+(steps alone, and wall), with the noise of the measured difference (spread of plain TF's over the rounds).
 
 Each run is its own process (XLA's flags are read at import; a cold plugin has an empty kernel cache); the rounds
-alternate the modes' order, the warm run reuses its round's cold cache. Jobs run in a MonitoredSession with a
-StopAtStepHook, as users write them, so the plugin knows their length.
+alternate the modes' order, the warm run reuses its round's cold cache. Every plugin run of a job records into one
+telemetry database kept over the rounds: the fleet's memory, so a later run knows what earlier runs' probes found
+(with STITCHFLEET_SLOWER_JOBS=2, from the second round on). Jobs run in a MonitoredSession with a StopAtStepHook,
+as users write them, so the plugin knows their length.
 
     PYTHONPATH=. python scripts/ab_jobs.py --jobs demo mlp transformer --rounds 2
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -85,7 +89,7 @@ def _transformer() -> tuple[Any, Any, Any, dict[Any, Any]]:
 JOBS = {"demo": _demo, "mlp": _mlp, "transformer": _transformer}
 
 
-def _child(job: str, mode: str, steps: int, state: str) -> dict[str, Any]:
+def _child(job: str, mode: str, steps: int, state: str, fleet: str) -> dict[str, Any]:
     """One job in this process; its figures as a dict."""
     started = time.perf_counter()
     import tensorflow as tf
@@ -95,10 +99,11 @@ def _child(job: str, mode: str, steps: int, state: str) -> dict[str, Any]:
 
     graph, loss, train_op, feeds = JOBS[job]()
     hook = None
-    url = f"sqlite:///{Path(state) / 'telemetry.db'}"
+    url = f"sqlite:///{Path(fleet) / 'telemetry.db'}"
+    uid = f"{mode}-{time.time_ns()}"
     if mode in ("cold", "warm"):
         env = {**os.environ, "STITCHFLEET_STATE_DIR": state, "STITCHFLEET_JOB_NAME": f"ab-{job}"}
-        hook = StitchHook(settings.load(env), db_url=url)
+        hook = StitchHook(settings.load({**env, "STITCHFLEET_JOB_UID": uid}), db_url=url)
     with graph.as_default():
         tf.compat.v1.train.get_or_create_global_step()
         step_up = tf.compat.v1.assign_add(tf.compat.v1.train.get_global_step(), 1)
@@ -113,17 +118,20 @@ def _child(job: str, mode: str, steps: int, state: str) -> dict[str, Any]:
     wall = time.perf_counter() - started
     found: dict[str, Any] = {
         "wall": wall,
+        "steps_seconds": sum(times),
         "steady": statistics.median(times[len(times) // 2 :]),
         "losses": [losses[0], losses[-1]],
         "steps": len(times),
     }
     if hook is not None:
-        found.update(_plugin_figures(hook, url))
+        found.update(_plugin_figures(hook, url, uid))
     return found
 
 
-def _plugin_figures(hook: Any, url: str) -> dict[str, Any]:
-    """What the plugin decided and what its telemetry claims (saved seconds of its windows, setup seconds)."""
+def _plugin_figures(hook: Any, url: str, uid: str) -> dict[str, Any]:
+    """What the plugin decided and what its report claims: its windows' saved seconds and its setup seconds (per
+    device, the rank's seconds), the windows' noise, and the setup it booked from steps (warmup builds, first
+    runs: in the steps' time, where `begin`'s compile is not)."""
     import sqlalchemy as sa
 
     controller = hook.controller
@@ -136,22 +144,36 @@ def _plugin_figures(hook: Any, url: str) -> dict[str, Any]:
     else:
         kept = sum(bool(c.kept) and c.enabled for c in controller.clusters)
         decided = f"{kept}/{len(controller.clusters)} kept, group {'proven' if controller.group_proven else 'not'}"
+    if controller is not None and controller.group_probe.startswith("group probe skipped"):
+        decided += " (group known to the fleet)"
+    mine = "select id from jobs where job_uid = :uid"
     engine = sa.create_engine(url)
     try:
         with engine.connect() as connection:
-            saved = connection.execute(sa.text("select coalesce(sum(saved_seconds), 0) from step_windows")).scalar()
-            setup = connection.execute(sa.text("select coalesce(max(compile_seconds), 0) from jobs")).scalar()
+            query = f"select coalesce(sum(saved_seconds), 0) from step_windows where job_id in ({mine})"
+            saved = connection.execute(sa.text(query), {"uid": uid}).scalar()
+            query = f"select coalesce(max(compile_seconds), 0) from jobs where id in ({mine})"
+            setup = connection.execute(sa.text(query), {"uid": uid}).scalar()
     finally:
         engine.dispose()
-    return {"decided": decided, "claimed_gross": float(saved or 0.0), "setup": float(setup or 0.0)}
+    from_steps = (controller.warmup.seconds or 0.0) + controller.first_seconds if controller is not None else 0.0
+    noise = controller.saved_variance**0.5 if controller is not None else 0.0
+    return {
+        "decided": decided,
+        "claimed_gross": float(saved or 0.0),
+        "setup": float(setup or 0.0),
+        "setup_from_steps": from_steps,
+        "claim_noise": noise,
+    }
 
 
-def _run(job: str, mode: str, steps: int, cache: str) -> dict[str, Any]:
+def _run(job: str, mode: str, steps: int, cache: str, fleet: str) -> dict[str, Any]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "STITCHFLEET_CACHE_DIR": cache}
     if mode == "xla":
         env["TF_XLA_FLAGS"] = XLA_FLAGS
     with tempfile.TemporaryDirectory() as state:
         argv = [sys.executable, __file__, "--child", job, mode, "--steps", str(steps), "--state", state]
+        argv += ["--fleet", fleet]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=1800)
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1][:200] if done.stderr.strip() else "failed"}
@@ -164,36 +186,56 @@ def _order(round_: int) -> tuple[str, ...]:
     return ("plain", "cold", "xla", "warm") if round_ % 2 == 0 else ("xla", "cold", "plain", "warm")
 
 
+def _noise(values: list[float]) -> float:
+    """The noise of one run's difference from plain TF: the spread of plain TF's own figure over the rounds,
+    x sqrt 2 (a difference of two runs); nan with one round."""
+    return statistics.stdev(values) * 2**0.5 if len(values) > 1 else float("nan")
+
+
 def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
     lines = [
-        "| job | mode | wall s (per round) | steady ms | vs plain steady | loss first -> last | decided |"
-        " claimed gross / net s (per round) | measured wall vs plain s (per round) | noise s |",
-        "|---|---|---|---:|---:|---|---|---|---|---:|",
+        "| job | mode | wall s (per round) | steady ms | vs plain steady | loss first -> last | decided (last round) |"
+        " claimed net s +- noise (per round) | measured vs plain s: steps / wall (per round) |"
+        " noise s: steps / wall | claim within 2x noise (steps) |",
+        "|---|---|---|---:|---:|---|---|---|---|---|---|",
     ]
     for job, by_mode in results.items():
         plain = [r for r in by_mode["plain"] if "error" not in r]
-        plain_walls = [r["wall"] for r in plain]
-        noise = statistics.stdev(plain_walls) * 2**0.5 if len(plain_walls) > 1 else float("nan")
+        wall_noise = _noise([r["wall"] for r in plain])
+        steps_noise = _noise([r["steps_seconds"] for r in plain])
         plain_steady = statistics.median(r["steady"] for r in plain) if plain else float("nan")
         for mode in MODES:
             runs = by_mode[mode]
             if any("error" in r for r in runs):
-                lines.append(f"| {job} | {mode} | error: {next(r['error'] for r in runs if 'error' in r)} |||||||")
+                lines.append(f"| {job} | {mode} | error: {next(r['error'] for r in runs if 'error' in r)} |||||||||")
                 continue
             walls = " / ".join(f"{r['wall']:.1f}" for r in runs)
             steady = statistics.median(r["steady"] for r in runs)
             loss = f"{runs[-1]['losses'][0]:.4f} -> {runs[-1]['losses'][1]:.4f}"
             decided = runs[-1].get("decided", "")
-            claimed = measured = ""
-            if "claimed_gross" in runs[-1]:
-                gross = [r["claimed_gross"] for r in runs]
-                net = [r["claimed_gross"] - r["setup"] for r in runs]
-                claimed = "; ".join(f"{g:+.2f} / {n:+.2f}" for g, n in zip(gross, net, strict=True))
+            claimed = measured = agrees = noise = ""
             if mode != "plain":
-                measured = " / ".join(f"{p['wall'] - r['wall']:+.1f}" for p, r in zip(plain, runs, strict=False))
+                pairs = list(zip(plain, runs, strict=False))
+                measured = "; ".join(
+                    f"{p['steps_seconds'] - r['steps_seconds']:+.1f} / {p['wall'] - r['wall']:+.1f}" for p, r in pairs
+                )
+                noise = f"{steps_noise:.1f} / {wall_noise:.1f}"
+            if "claimed_gross" in runs[-1]:
+                # the claim on the steps: gross minus the setup booked from steps; the net: gross minus all setup
+                claimed = "; ".join(f"{r['claimed_gross'] - r['setup']:+.2f} +- {r['claim_noise']:.2f}" for r in runs)
+                verdicts = []
+                for p, r in zip(plain, runs, strict=False):
+                    on_steps = r["claimed_gross"] - r["setup_from_steps"]
+                    spread = (steps_noise**2 + r["claim_noise"] ** 2) ** 0.5
+                    difference = p["steps_seconds"] - r["steps_seconds"]
+                    if math.isnan(spread):  # one round: no noise to judge by
+                        verdicts.append("n/a")
+                    else:
+                        verdicts.append("yes" if abs(on_steps - difference) <= 2 * spread else "no")
+                agrees = " / ".join(verdicts)
             lines.append(
                 f"| {job} | {mode} | {walls} | {steady * 1e3:.2f} | {steady / plain_steady:.3f}x | {loss} | {decided}"
-                f" | {claimed} | {measured} | {noise:.1f} |"
+                f" | {claimed} | {measured} | {noise} | {agrees} |"
             )
     return lines
 
@@ -206,18 +248,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="a Markdown file the table is appended to")
     parser.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--state", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--fleet", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         job, mode = args.child
-        print(json.dumps(_child(job, mode, args.steps, args.state)))
+        print(json.dumps(_child(job, mode, args.steps, args.state, args.fleet)))
         return 0
     results: dict[str, dict[str, list[dict[str, Any]]]] = {job: {m: [] for m in MODES} for job in args.jobs}
-    for r in range(args.rounds):
-        for job in args.jobs:
-            with tempfile.TemporaryDirectory() as cache:  # cold: an empty kernel cache; warm: the same, filled
-                for mode in _order(r):
-                    print(f"  round {r + 1}/{args.rounds}: {job} {mode}", flush=True)
-                    results[job][mode].append(_run(job, mode, args.steps or STEPS[job], cache))
+    with tempfile.TemporaryDirectory() as fleets:  # per job, its telemetry over the rounds: the fleet's memory
+        for r in range(args.rounds):
+            for job in args.jobs:
+                fleet = Path(fleets) / job
+                fleet.mkdir(exist_ok=True)
+                with tempfile.TemporaryDirectory() as cache:  # cold: an empty kernel cache; warm: the same, filled
+                    for mode in _order(r):
+                        print(f"  round {r + 1}/{args.rounds}: {job} {mode}", flush=True)
+                        results[job][mode].append(_run(job, mode, args.steps or STEPS[job], cache, str(fleet)))
     lines = table(results)
     print("\n".join(lines))
     if args.out:

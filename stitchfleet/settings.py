@@ -106,7 +106,18 @@ class Settings:
     device: str = _knob("h200", "Device profile the planner targets (occupancy model).", choices=DEVICES)
     warmup_steps: int = _knob(10, "Steps run untouched before timing starts.", minimum=0)
     baseline_steps: int = _knob(20, "Steps per baseline window (all clusters off).", minimum=1)
-    rebaseline_every: int = _knob(1000, "Steps between fresh baseline windows.", minimum=1)
+    rebaseline_every: int = _knob(
+        100,
+        "Steps between the starts of two baseline blocks of the stitched phase: each stitched window is compared with"
+        " the blocks on either side of it (paired), so a load spike hits both.",
+        minimum=1,
+    )
+    paired_steps: int = _knob(
+        5,
+        "Steps of each baseline block of the stitched phase (the user's graph; at most BASELINE_STEPS): with"
+        " REBASELINE_EVERY 100, 5% of the stitched phase's steps forgo the stitched saving to measure it.",
+        minimum=1,
+    )
     window_steps: int = _knob(100, "Steps per telemetry window.", minimum=1)
     check_every: int = _knob(100, "Steps between numeric checks against the fp64 reference.", minimum=1)
     check_first: int = _knob(5, "Checks a cluster passes when it first runs stitched (probe checks count).", minimum=0)
@@ -375,6 +386,7 @@ AREAS: dict[str, tuple[str, ...]] = {
         "warmup_steps",
         "baseline_steps",
         "rebaseline_every",
+        "paired_steps",
         "window_steps",
         "probe_steps",
         "probe_margin",

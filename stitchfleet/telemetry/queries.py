@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, select
 
 from stitchfleet.telemetry import database, models
+from stitchfleet.telemetry.kinds import ProbeOutcome
 from stitchfleet.telemetry.slow_verdicts import Finding, SlowerVerdict, derive, window_start
 
 
@@ -88,9 +89,10 @@ def slower_verdicts(
     ttl: dt.timedelta,
     min_namespaces: int = 1,
     namespace: str | None = None,
+    outcome: ProbeOutcome = ProbeOutcome.SLOWER,
 ) -> list[SlowerVerdict]:
     """The live `slower` verdicts at `now` (slow_verdicts.derive over the findings that can matter);
-    `namespace`: that namespace's findings only."""
+    `namespace`: that namespace's findings only; `outcome` FASTER: the faster verdicts instead."""
     probe, job = models.ProbeVerdict, models.Job
     query = select(
         probe.fingerprint, probe.profile, probe.shapes, probe.job_id, probe.outcome, probe.recorded_at, job.namespace
@@ -99,7 +101,7 @@ def slower_verdicts(
     if namespace is not None:
         query = query.where(job.namespace == namespace)
     rows = _read(target, lambda connection: connection.execute(query).all())
-    return derive((Finding(*row) for row in rows), now, min_jobs, ttl, min_namespaces)
+    return derive((Finding(*row) for row in rows), now, min_jobs, ttl, min_namespaces, outcome=outcome)
 
 
 @dataclass(frozen=True)

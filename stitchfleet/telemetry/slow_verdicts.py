@@ -52,6 +52,7 @@ class SlowerVerdict:
     shapes: str
     jobs: int
     expires: dt.datetime
+    outcome: str = ProbeOutcome.SLOWER  # a faster verdict (`derive(..., outcome=FASTER)`) has the same form
 
     @property
     def key(self) -> Key:
@@ -59,19 +60,22 @@ class SlowerVerdict:
 
     @property
     def reason(self) -> str:
-        """Why a job starts the cluster off, e.g. "fleet: slower on cpu:Xeon x8 for these shapes per 3 jobs,
-        until 2026-11-30 02:00 UTC"."""
+        """Why a job starts the cluster off (or keeps it unprobed), e.g. "fleet: slower on cpu:Xeon x8 for these
+        shapes per 3 jobs, until 2026-11-30 02:00 UTC"."""
         until = self.expires.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        return f"fleet: slower on {self.profile} for these shapes per {self.jobs} jobs, until {until}"
+        return f"fleet: {self.outcome} on {self.profile} for these shapes per {self.jobs} jobs, until {until}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        found: dict[str, Any] = {
             "fingerprint": self.fingerprint,
             "profile": self.profile,
             "shapes": self.shapes,
             "jobs": self.jobs,
             "expires": self.expires.isoformat(),
         }
+        if self.outcome != ProbeOutcome.SLOWER:  # the operator's answers and older caches carry slower ones only
+            found["outcome"] = str(self.outcome)
+        return found
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SlowerVerdict:
@@ -85,7 +89,10 @@ class SlowerVerdict:
             raise ValueError(f"malformed slower verdict: {str(dict(data))[:200]}")
         if expires.tzinfo is None:
             raise ValueError(f"slower verdict expires without a timezone: {data['expires']!r}")
-        return cls(texts[0], texts[1], texts[2], jobs, expires)
+        outcome = data.get("outcome", ProbeOutcome.SLOWER)
+        if outcome not in {o.value for o in ProbeOutcome}:
+            raise ValueError(f"verdict with an unknown outcome {outcome!r}")
+        return cls(texts[0], texts[1], texts[2], jobs, expires, ProbeOutcome(outcome))
 
 
 def window_start(now: dt.datetime, ttl: dt.timedelta) -> dt.datetime:
@@ -95,28 +102,43 @@ def window_start(now: dt.datetime, ttl: dt.timedelta) -> dt.datetime:
 
 
 def derive(
-    findings: Iterable[Finding], now: dt.datetime, min_jobs: int, ttl: dt.timedelta, min_namespaces: int = 1
+    findings: Iterable[Finding],
+    now: dt.datetime,
+    min_jobs: int,
+    ttl: dt.timedelta,
+    min_namespaces: int = 1,
+    *,
+    outcome: ProbeOutcome = ProbeOutcome.SLOWER,
 ) -> list[SlowerVerdict]:
     """The live slower verdicts (see the module docstring), ordered by fingerprint, profile, shapes;
     with `min_namespaces` > 1 the counted jobs must also span that many namespaces (the operator's
-    fleet-wide rule: jobs of one namespace speak for that namespace only)."""
+    fleet-wide rule: jobs of one namespace speak for that namespace only). With `outcome` FASTER, the
+    faster verdicts by the mirror rule (a slower finding clears the faster ones before it): what lets a
+    job skip a probe whose answer the fleet already has (`control.controller`)."""
     by_key: dict[Key, list[Finding]] = {}
     for finding in findings:
         by_key.setdefault(finding.key, []).append(finding)
     verdicts = []
     for key in sorted(by_key):
-        verdict = _verdict(key, by_key[key], now, max(min_jobs, 1), ttl, min_namespaces)
+        verdict = _verdict(key, by_key[key], now, max(min_jobs, 1), ttl, min_namespaces, outcome)
         if verdict is not None:
             verdicts.append(verdict)
     return verdicts
 
 
 def _verdict(  # noqa: PLR0917 (derive's arguments, passed on)
-    key: Key, findings: list[Finding], now: dt.datetime, min_jobs: int, ttl: dt.timedelta, min_namespaces: int
+    key: Key,
+    findings: list[Finding],
+    now: dt.datetime,
+    min_jobs: int,
+    ttl: dt.timedelta,
+    min_namespaces: int,
+    outcome: ProbeOutcome,
 ) -> SlowerVerdict | None:
-    faster = [f.at for f in findings if f.outcome == ProbeOutcome.FASTER]
-    cleared = max(faster) if faster else None
-    slower = [f for f in findings if f.outcome == ProbeOutcome.SLOWER and (cleared is None or f.at > cleared)]
+    other = ProbeOutcome.FASTER if outcome == ProbeOutcome.SLOWER else ProbeOutcome.SLOWER
+    clearing = [f.at for f in findings if f.outcome == other]
+    cleared = max(clearing) if clearing else None
+    slower = [f for f in findings if f.outcome == outcome and (cleared is None or f.at > cleared)]
     if not slower:
         return None
     latest = max(f.at for f in slower)
@@ -125,7 +147,7 @@ def _verdict(  # noqa: PLR0917 (derive's arguments, passed on)
     jobs = {f.job for f in counted}
     if len(jobs) < min_jobs or len({f.namespace for f in counted}) < min_namespaces or now >= expires:
         return None
-    return SlowerVerdict(*key, jobs=len(jobs), expires=expires)
+    return SlowerVerdict(*key, jobs=len(jobs), expires=expires, outcome=outcome)
 
 
 def live(verdicts: Iterable[SlowerVerdict], now: dt.datetime) -> tuple[SlowerVerdict, ...]:

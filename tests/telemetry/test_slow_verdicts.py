@@ -14,6 +14,7 @@ import pytest
 
 from stitchfleet.telemetry import database, queries
 from stitchfleet.telemetry import rows as r
+from stitchfleet.telemetry.kinds import ProbeOutcome
 from stitchfleet.telemetry.slow_verdicts import Finding, SlowerVerdict, derive, live
 from tests.telemetry.workload import T0, job_key, write
 
@@ -135,3 +136,30 @@ def test_a_local_pod_reads_the_same_memory_with_sqlite3_alone(sqlite_url: str) -
     assert list(memory.slower) == queries.slower_verdicts(sqlite_url, now=now, min_jobs=2, ttl=TTL)
     assert len(memory.slower) == 1 and memory.reverted == frozenset(queries.reverted_fingerprints(sqlite_url))
     assert local_memory(sqlite_url, now=now, min_jobs=3, ttl=TTL).slower == ()
+
+
+def test_faster_verdicts_follow_the_mirror_rule_and_round_trip() -> None:
+    """What lets a job skip a probe the fleet already answered: two jobs' faster findings make a faster verdict,
+    a later slower finding clears it, and its JSON form keeps the outcome (a slower one's stays as it was)."""
+    faster = [_found("a", "faster", T0), _found("b", "faster", T0 + dt.timedelta(hours=1))]
+    [verdict] = derive(faster, T0 + dt.timedelta(hours=2), 2, TTL, outcome=ProbeOutcome.FASTER)
+    assert (verdict.outcome, verdict.jobs) == (ProbeOutcome.FASTER, 2)
+    assert verdict.reason.startswith(f"fleet: faster on {CPU} for these shapes per 2 jobs")
+    assert derive(faster, T0 + dt.timedelta(hours=2), 2, TTL) == []  # no slower verdict from faster findings
+    cleared = [*faster, _found("c", "slower", T0 + dt.timedelta(hours=3))]
+    assert derive(cleared, T0 + dt.timedelta(hours=4), 2, TTL, outcome=ProbeOutcome.FASTER) == []
+    assert SlowerVerdict.from_json(verdict.to_json()) == verdict
+    assert "outcome" not in SlowerVerdict(FP, CPU, SHAPES, 2, T0 + TTL).to_json()
+    with pytest.raises(ValueError, match="unknown outcome"):
+        SlowerVerdict.from_json({**verdict.to_json(), "outcome": "sideways"})
+
+
+def test_a_local_pod_reads_the_faster_verdicts_as_the_database_query_does(sqlite_url: str) -> None:
+    from stitchfleet.plugin.fleet.local_memory import local_memory
+
+    database.upgrade(sqlite_url)
+    now = T0 + dt.timedelta(days=1)
+    write(sqlite_url, [_probe("run-1", "faster", T0), _probe("run-2", "faster", T0 + dt.timedelta(hours=1))])
+    memory = local_memory(sqlite_url, now=now, min_jobs=2, ttl=TTL)
+    found = queries.slower_verdicts(sqlite_url, now=now, min_jobs=2, ttl=TTL, outcome=ProbeOutcome.FASTER)
+    assert list(memory.faster) == found and len(found) == 1 and memory.slower == ()

@@ -25,7 +25,9 @@ from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan, froz
 from stitchfleet.plugin.control.step_windows import Window, Windows
 from stitchfleet.plugin.control.warmup import ExecutorWarmup
 from stitchfleet.plugin.fleet.ledger import Ledger
+from stitchfleet.plugin.fleet.verdict_keys import group_key
 from stitchfleet.plugin.guard.numeric import Finding
+from stitchfleet.telemetry.kinds import ProbeOutcome
 
 log = logging.getLogger("stitchfleet.plugin")
 EXTRA = DecisionFigures.EXTRA  # the figures after the cluster flags (`decision_figures`)
@@ -60,13 +62,19 @@ class Controller:
         self.fault: str | None = None
         self.loss_bad = False
         # brackets of `baseline_steps` timed steps, adjacent within as many steps (checks leave holes)
-        self.bracket = Bracket(max(timing.baseline_steps - 1, 1), max(timing.baseline_steps, 2))
+        self.bracket = Bracket(
+            max(timing.baseline_steps - 1, 1), max(timing.baseline_steps, 2), need=timing.baseline_steps
+        )
         self.announced = self.timing.probing  # probed clusters are announced by their decision
         self.check_counts = [0] * len(clusters)
         self.job_seconds = 0.0  # every step's time, and what check steps took beyond a usual step
         self.check_seconds = 0.0
         self.last_check = 0  # the last step that judged a cluster: checks wait for the budget at most check_max_gap
         self.turn = 0  # periodic checks made so far (their rotation over the clusters)
+        self.recalled = False  # the fleet's known decisions were applied (`_recall`, before the first step)
+        self.saved_variance = 0.0  # the squared standard errors of the windows' savings, summed (`Window.noise`)
+        self.ran: set[int] = set()  # clusters (positions) whose kernels ran in a step so far (`_first_run`)
+        self.first_seconds = 0.0  # what their first runs took beyond a usual step: setup
         for c in clusters:
             c.kept = None if self.timing.probing else True
 
@@ -113,6 +121,8 @@ class Controller:
         joins the consensus, saying so (no rank may wait for it). `fresh`: clusters (positions) whose kernel
         for this step's shapes the guard has not judged yet (`signature_kernels`): judged too when switched
         on, outside the checks' budget and rotation (a rank-local extra: it adds fetches, no collective)."""
+        if not self.recalled:
+            self._recall(step)
         if self.done:  # nothing is left to decide: the step runs as written
             return StepPlan(step, quiet=True)
         self.fault = self.fault or fault
@@ -133,7 +143,7 @@ class Controller:
         """Setup after the controller started (clusters rebuilt for the shapes the job feeds): booked with the
         rest of the job's compile seconds."""
         self.setup_seconds += seconds
-        self.ledger.compiled(self.setup_seconds + (self.warmup.seconds or 0.0))
+        self.ledger.compiled(self.setup_total)
 
     def step_done(self, plan: StepPlan, figures: StepFigures) -> None:
         """Books what `plan`'s step took and found, then applies the summed figures (`decide`)."""
@@ -144,7 +154,7 @@ class Controller:
         if plan.quiet:
             return
         if self.warmup.timed(plan.step, figures.seconds):
-            self.ledger.compiled(self.setup_seconds + (self.warmup.seconds or 0.0))  # setup, charged openly
+            self.ledger.compiled(self.setup_total)  # setup, charged openly
         loss, stitched = figures.loss, self.mode(plan.step) in (STITCHED, PROBE, REFERENCE)
         if loss is not None and not math.isfinite(loss) and stitched:
             self.loss_bad = True
@@ -155,7 +165,9 @@ class Controller:
 
     def mode(self, step: int) -> str:
         phase = self.timing.phase(step)
-        off = self.job_reverted is not None or (phase == STITCHED and self.stitching_off is not None)
+        # stitching off: the probe phases that were to follow (skipped) run the user's graph as well, and are
+        # booked so, not as stitched windows claiming a difference from the baseline
+        off = self.job_reverted is not None or self.stitching_off is not None
         return REVERTED if off and phase in (STITCHED, PROBE, REFERENCE) else phase
 
     def switches(self, step: int) -> np.ndarray[Any, np.dtype[np.bool_]]:
@@ -210,6 +222,8 @@ class Controller:
 
     def local(self, step: int) -> np.ndarray[Any, np.dtype[np.float64]]:
         """This rank's figures for `step`, about to run (see the module docstring)."""
+        if not self.recalled:
+            self._recall(step)
         flags = tuple(float(i in self.pending or c.kernel.bad is not None) for i, c in enumerate(self.clusters))
         bracket = self.bracket.take()
         slowdown = (1.0, *bracket) if bracket is not None else (0.0, 0.0, 0.0, 0.0)
@@ -246,6 +260,7 @@ class Controller:
         mode = self.mode(step)
         if mode == STITCHED and not self.announced:
             self._announce(step)
+        seconds -= 0.0 if checked else self._first_run(step, seconds)
         if plain and self.timing.grouped(step) and len(plain) == int(self.switches(step).sum()):
             plain = (*plain, GROUP)  # every cluster on ran TF's ops for good: the group's half would time TF
         self.probes.add(step, seconds, not checked, measured, plain)
@@ -258,6 +273,28 @@ class Controller:
         for window in self.windows.add(step, mode, seconds, not checked, signature):
             self._record(window)
 
+    def _first_run(self, step: int, seconds: float) -> float:
+        """The first step that runs a cluster's kernel in this process loads it (its library, its first call):
+        seen on the small BERT encoder, 1.9 s at the group probe's first switched-on step against 1.3 ms
+        steps (its first step on without the check tensors). That time beyond the usual baseline step is setup,
+        booked with the compile seconds like the warmup's executor builds; returned, so that no probe and no
+        window counts it (within a window's noise it was booked nowhere, and the report's saving missed it
+        against the wall clock). Check steps are left to the check budget: their extra is the checks'."""
+        on = {k for k, s in enumerate(self.switches(step)) if s}
+        new, usual = on - self.ran, self.windows.usual
+        if not new or usual is None:
+            return 0.0
+        self.ran |= new
+        extra = max(seconds - usual, 0.0)
+        self.first_seconds += extra
+        self.ledger.compiled(self.setup_total)
+        return extra
+
+    @property
+    def setup_total(self) -> float:
+        """The job's setup so far: compile, the warmup's executor builds, the kernels' first runs."""
+        return self.setup_seconds + (self.warmup.seconds or 0.0) + self.first_seconds
+
     def _announce(self, step: int) -> None:
         self.announced = True
         for c in self.clusters:
@@ -266,6 +303,7 @@ class Controller:
                 self.ledger.verdict(c.fingerprint, "enabled", op_count=c.op_count)
 
     def _record(self, window: Window) -> None:
+        self.saved_variance += window.noise**2
         self.ledger.window(
             window_index=window.index,
             first_step=window.first_step,
@@ -285,7 +323,10 @@ class Controller:
             self.ledger.event("guard_check", step, c.fingerprint, "mismatch", passed=False, **figures)
 
     def decide(self, step: int, summed: np.ndarray[Any, np.dtype[np.float64]]) -> None:
-        """Applies the summed figures of `step`; the new switches hold from the next step."""
+        """Applies the summed figures of `step`; the new switches hold from the next step. Once `done`, nothing
+        is left to decide (the hook sends no figures then: its steps are quiet)."""
+        if self.done:
+            return
         n = len(self.clusters)
         figures = DecisionFigures.unpack(summed, n)
         for i, c in enumerate(self.clusters):
@@ -294,21 +335,87 @@ class Controller:
         self._guard_job(step, figures.guard)
         timing = self.timing  # as scheduled for this step: a decision may insert a rerun after it
         grouped = timing.decides_group(step) and self.job_reverted is None
-        if grouped and self.decisions.group(step, figures.group) and not self.group_proven:
-            self._after_group_loss(step)
+        if grouped and self.decisions.group(step, figures.group):
+            if self.group_proven:
+                self._bound_probes(step)
+            else:
+                self._after_group_loss(step)
         probed = timing.decides(step)
         if probed is not None and self.job_reverted is None:
             decided = self.decisions.cluster(step, self.clusters[probed], figures.cluster, figures.signed)
-            if decided and probed == n - 1:
+            if decided and probed == timing.probed_clusters[-1]:
                 self._settle(step)
+            elif decided:
+                self._bound_probes(step)
+
+    # --- what the fleet knows, and what the job's remaining steps can repay ---------------------
+
+    def _recall(self, step: int) -> None:
+        """Before the job's first step: the decisions the fleet's memory holds for these clusters (faster or
+        slower, per fingerprint, device profile and shapes; `Ledger.recollection`) and for their group are
+        taken without a probe, each with an event saying so and why. One rank only: Horovod ranks may recall
+        different memories (one read the operator, another its cache) and must share the schedule."""
+        self.recalled = True
+        memory = self.ledger.recollection
+        if memory is None or self.size != 1 or not self.timing.probing or not self.clusters:
+            return
+        verdicts = {v.key: v for v in (*memory.slower, *memory.faster)}
+        known: dict[int, tuple[str, str]] = {}
+        for k, c in enumerate(self.clusters):
+            found = verdicts.get((c.fingerprint, c.profile, c.shapes))
+            if found is not None and c.enabled:
+                known[k] = (str(found.outcome), found.reason)
+        group = verdicts.get(self.group_key()) if self.timing.grouping else None
+        if not known and group is None:
+            return
+        self.decisions.retime(replace(self.timing, known=frozenset(known), group_known=group is not None))
+        for k, (outcome, reason) in sorted(known.items()):
+            self.decisions.known(step, self.clusters[k], outcome == ProbeOutcome.FASTER, reason)
+        if group is not None:
+            self.decisions.known_group(step, group.outcome == ProbeOutcome.FASTER, group.reason)
+            if not self.group_proven:
+                self._after_group_loss(step)
+        if self.stitching_off is None and not self.timing.probed_clusters:
+            self._settle(step)
+
+    def group_key(self) -> tuple[str, str, str]:
+        """The key of this job's group (every cluster on) in the fleet's memory (`verdict_keys.group_key`)."""
+        return group_key([(c.fingerprint, c.profile, c.shapes) for c in self.clusters])
+
+    def _remaining(self, step: int) -> int | None:
+        return None if self.job_steps is None else max(self.job_steps - step - 1, 0)
+
+    def _bound_probes(self, step: int) -> None:
+        """After a decision: the per-cluster probes go on only while what is left of them fits in `probe_share`
+        of the job's remaining steps (each runs a mixed configuration on the twin, whose clusters off pay for
+        their fallback functions: a cost the steps left could not repay). Else they stop now: every cluster
+        not decided yet is kept with a proven group, or left to TF; the stitched phase follows."""
+        remaining, left = self._remaining(step), self.timing.probes_left(step)
+        if left == 0 or remaining is None or self.timing.affordable(left, remaining):
+            return
+        why = (
+            f"per-cluster probes stopped: {left} steps of them left, {remaining} steps left in the job"
+            f" (PROBE_SHARE {self.timing.probe_share:.0%})"
+        )
+        self.decisions.retime(self.timing.stop(step))
+        for c in self.clusters:
+            if c.enabled and c.kept is None:
+                c.probe = why
+                if self.group_proven:
+                    self.decisions.keep(step, c, "kept with the group", finding=False)
+                else:
+                    self.decisions.leave(step, c, "not probed", why)
+        log.info("stitchfleet: %s at step %d", why, step)
+        self.ledger.event("probe", step, None, "per-cluster probes stopped", detail=why)
+        self._settle(step)
 
     def _after_group_loss(self, step: int) -> None:
         """The group was not faster than plain TF: the per-cluster probes go on only when they fit in
         `probe_share` of the job's remaining steps (known: `job_steps`); else stitching is off for the job now
         and every later step runs the user's graph. Each of those probes runs a mixed configuration on the
         twin, where clusters off pay for their fallback functions: on a losing job they are mostly regret."""
-        remaining = None if self.job_steps is None else max(self.job_steps - step - 1, 0)
-        cost = self.timing.cluster_probe_steps
+        remaining = self._remaining(step)
+        cost = self.timing.probes_left(step)
         if self.timing.affordable(cost, remaining):
             log.info("stitchfleet: group not faster; per-cluster probes: %d of %s steps left", cost, remaining)
             return
@@ -368,8 +475,7 @@ class Controller:
         self.ledger.event("revert", step, None, reason, detail=detail)
 
     def finish(self) -> None:
-        window = self.windows.close()
-        if window is not None:
+        for window in self.windows.close():
             self._record(window)
         reverted = [c for c in self.clusters if c.reverted_at is not None]
         if self.job_reverted is not None:

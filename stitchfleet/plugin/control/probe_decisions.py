@@ -17,6 +17,8 @@ from stitchfleet.plugin.control.decision_figures import PairFigures
 from stitchfleet.plugin.control.schedule import GROUP, Probes, Timing
 from stitchfleet.plugin.control.signature_decisions import NOISE_FACTOR, SignatureDecisions, SignatureLookup, needed
 from stitchfleet.plugin.fleet.ledger import Ledger
+from stitchfleet.plugin.fleet.verdict_keys import group_key
+from stitchfleet.telemetry.kinds import ProbeOutcome
 
 log = logging.getLogger("stitchfleet.plugin")
 __all__ = ["NOISE_FACTOR", "ProbeDecisions"]
@@ -43,6 +45,27 @@ class ProbeDecisions:
     @kernels.setter
     def kernels(self, kernels: SignatureLookup | None) -> None:
         self.signatures.kernels = kernels
+
+    def retime(self, timing: Timing) -> None:
+        """A new schedule (the fleet decided some pairs, the probes stopped), for the samples alike."""
+        self.timing = self.probes.timing = timing
+
+    def known(self, step: int, c: Cluster, faster: bool, reason: str) -> None:
+        """`c` decided by the fleet's memory, without a probe (`Controller._recall`)."""
+        c.probe = f"probe skipped: {reason}"
+        log.info("stitchfleet: cluster %d %s", c.index, c.probe)
+        self.ledger.event("probe", step, c.fingerprint, "probe skipped: known to the fleet", detail=c.probe)
+        if faster:
+            self.keep(step, c, "known faster", finding=False)
+        else:
+            self.leave(step, c, "known slower", c.probe)
+
+    def known_group(self, step: int, faster: bool, reason: str) -> None:
+        """The group decided by the fleet's memory, without its probe."""
+        self.group_proven, self.group_probe = faster, f"group probe skipped: {reason}"
+        label = "group proven" if faster else "group not faster"
+        log.info("stitchfleet: %s at step %d: %s", label, step, self.group_probe)
+        self.ledger.event("probe", step, None, f"{label} (known to the fleet)", detail=f"{label}: {self.group_probe}")
 
     def figures(self, k: int | None) -> PairFigures:
         """For the cluster (or GROUP) decided now: [1, switched-on median, paired baseline median, noise, 0];
@@ -98,6 +121,10 @@ class ProbeDecisions:
             on, base, noise = on / self.size, base / self.size, noise / self.size
             self.group_probe = self.describe(GROUP, on, base, noise)
             self.group_proven = base - on > self._needed(base, noise)
+            if self.group_proven or on >= base:  # a finding the fleet keeps (not one within the noise)
+                outcome = ProbeOutcome.FASTER if self.group_proven else ProbeOutcome.SLOWER
+                fingerprint, profile, shapes = group_key([(c.fingerprint, c.profile, c.shapes) for c in self.clusters])
+                self.ledger.probed(fingerprint, profile, shapes, outcome, f"group: {self.group_probe}")
         label = "group proven" if self.group_proven else "group not faster"
         log.info("stitchfleet: %s at step %d: %s", label, step, self.group_probe)
         self.ledger.event("probe", step, None, label, detail=f"{label}: {self.group_probe}")
@@ -164,12 +191,13 @@ class ProbeDecisions:
             f" noise {noise * 1e3:.2f} ms)"
         )
 
-    def keep(self, step: int, c: Cluster, label: str) -> None:
+    def keep(self, step: int, c: Cluster, label: str, *, finding: bool = True) -> None:
         c.kept, c.reason = True, f"{label}: {c.probe}"
         log.info("stitchfleet: cluster %d kept at step %d: %s", c.index, step, c.reason)
         self.ledger.event("cluster_enabled", step, c.fingerprint, label, detail=c.reason)
         self.ledger.verdict(c.fingerprint, "enabled", c.reason, c.op_count)
-        self.ledger.probed(c.fingerprint, c.profile, self.measured(c), "faster", c.reason)
+        if finding:  # a probe's finding: not a decision taken without one (the fleet's, probes stopped)
+            self.ledger.probed(c.fingerprint, c.profile, self.measured(c), "faster", c.reason)
 
     def leave(self, step: int, c: Cluster, label: str, detail: str, *, slower: bool = False) -> None:
         c.kept, c.enabled, c.reason = False, False, f"{label}: {detail}"

@@ -52,6 +52,10 @@ class Timing:
     probe_reruns: int = 2
     probe_share: float = 0.05  # most of the job's remaining steps that exploring a losing configuration may take
     reruns: tuple[tuple[int, int], ...] = ()  # (first step, subject) of each rerun pair's rounds, in order
+    paired_steps: int = 0  # steps of each baseline block of the stitched phase (0: baseline_steps; at most that)
+    known: frozenset[int] = frozenset()  # clusters the fleet's memory decided: no probe pair of their own
+    group_known: bool = False  # the fleet's memory decided the group: no group probe
+    stopped: int | None = None  # the decision step after which the probes stopped: the stitched phase follows
 
     @classmethod
     def from_settings(cls, current: settings_module.Settings, clusters: int = 0) -> Timing:
@@ -74,6 +78,7 @@ class Timing:
             current.check_max_gap,
             current.probe_reruns,
             probe_share=current.probe_share,
+            paired_steps=current.paired_steps,
         )
 
     def __post_init__(self) -> None:
@@ -86,6 +91,7 @@ class Timing:
             "check_budget",
             "probe_reruns",
             "probe_share",
+            "paired_steps",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 0")
@@ -107,6 +113,17 @@ class Timing:
         return max(self.rebaseline_every, self.baseline_steps + 1)
 
     @functools.cached_property
+    def block(self) -> int:
+        """Steps of each baseline block of the stitched phase: the user's graph, between the stitched windows
+        it is paired with (`step_windows`); a share of block / period of the stitched phase's steps."""
+        return min(self.paired_steps, self.baseline_steps) if self.paired_steps else self.baseline_steps
+
+    @functools.cached_property
+    def probed_clusters(self) -> tuple[int, ...]:
+        """The clusters with a probe pair of their own, in order (those the fleet decided have none)."""
+        return tuple(k for k in range(self.clusters) if k not in self.known)
+
+    @functools.cached_property
     def probing(self) -> bool:
         return self.probe_steps > 0
 
@@ -118,7 +135,7 @@ class Timing:
     @functools.cached_property
     def grouping(self) -> bool:
         """Whether a group probe runs: a group of one cluster would only repeat that cluster's probe."""
-        return self.probing and self.probe_group and self.clusters >= 2
+        return self.probing and self.probe_group and self.clusters >= 2 and not self.group_known
 
     @functools.cached_property
     def cluster_start(self) -> int:
@@ -136,6 +153,17 @@ class Timing:
         halves): what a job pays before it knows whether stitching wins."""
         return self.warmup_steps + (self.probe_steps * self.group_rounds if self.grouping else 0)
 
+    def probes_left(self, step: int) -> int:
+        """Per-cluster probe steps still to run after `step` (reruns aside; none once stopped)."""
+        base = self._place(step)[0]
+        if self.stopped is not None or base is None:
+            return 0 if self.stopped is not None else self.cluster_probe_steps
+        return max(self.stitched_start - max(base, self.cluster_start), 0)
+
+    def stop(self, step: int) -> Timing:
+        """This schedule with the probes stopped after `step` (a decision step): the stitched phase follows."""
+        return replace(self, stopped=step)
+
     def affordable(self, steps: int, remaining: int | None) -> bool:
         """Whether `steps` of exploration fit in `probe_share` of the `remaining` steps (unknown: they do not)."""
         return remaining is not None and steps <= self.probe_share * remaining
@@ -147,7 +175,7 @@ class Timing:
     @functools.cached_property
     def stitched_start(self) -> int:
         """The first step of the stitched phase (after every round of every cluster's probe pair)."""
-        return self.cluster_start + 2 * self.probe_steps * self.clusters * self.probe_rounds
+        return self.cluster_start + 2 * self.probe_steps * len(self.probed_clusters) * self.probe_rounds
 
     def _pair(self, step: int) -> tuple[int, int, int, int]:
         """(round, subject, half, index in the half) of a probe-phase step of the schedule without reruns,
@@ -158,7 +186,8 @@ class Timing:
             pair, offset = divmod(step - self.probe_start, 2 * self.probe_steps)
             return pair, GROUP, offset // self.probe_steps, offset % self.probe_steps
         pair, offset = divmod(step - self.cluster_start, 2 * self.probe_steps)
-        return pair // self.clusters, pair % self.clusters, offset // self.probe_steps, offset % self.probe_steps
+        probed = self.probed_clusters
+        return pair // len(probed), probed[pair % len(probed)], offset // self.probe_steps, offset % self.probe_steps
 
     @functools.cached_property
     def probe_checks(self) -> int:
@@ -182,7 +211,9 @@ class Timing:
 
     def _place(self, step: int) -> tuple[int | None, tuple[int, int, int, int] | None]:
         """(the step of the schedule without reruns that `step` runs, None inside a rerun; `_pair`'s figures of
-        `step` when it is a probe step, of a rerun or not)."""
+        `step` when it is a probe step, of a rerun or not). After the probes stopped, the stitched phase."""
+        if self.stopped is not None and step > self.stopped:
+            return self.stitched_start + step - self.stopped - 1, None
         shift = 0
         for start, subject in self.reruns:
             if step < start:
@@ -220,7 +251,7 @@ class Timing:
         if self.confirm_start is not None and 0 <= base - self.confirm_start < self.baseline_steps:
             return BASELINE
         offset = base - self.warmup_steps - (self.stitched_start - self.probe_start)
-        return BASELINE if offset % self.period < self.baseline_steps else STITCHED
+        return BASELINE if offset % self.period < self.block else STITCHED
 
     def subject(self, step: int) -> int | None:
         """What the probe pair holding `step` measures: GROUP or a cluster index; None outside probing."""
@@ -238,16 +269,22 @@ class Timing:
 
     def decides_group(self, step: int) -> bool:
         """The group is decided at the first step after its last round's pair (its figures are in)."""
-        return self.grouping and self._place(step)[0] == self.cluster_start
+        return self.grouping and not self._after_stop(step) and self._place(step)[0] == self.cluster_start
+
+    def _after_stop(self, step: int) -> bool:
+        return self.stopped is not None and step > self.stopped
 
     def decides(self, step: int) -> int | None:
         """The cluster decided at `step`: the first step after its last round's pair (its figures are in)."""
         base = self._place(step)[0]
+        if self._after_stop(step):
+            return None
         if not self.probing or base is None or base <= self.cluster_start or base > self.stitched_start:
             return None
         done, rest = divmod(base - self.cluster_start, 2 * self.probe_steps)
-        last_round = (done - 1) // self.clusters == self.probe_rounds - 1
-        return (done - 1) % self.clusters if rest == 0 and last_round else None
+        probed = self.probed_clusters
+        last_round = (done - 1) // len(probed) == self.probe_rounds - 1
+        return probed[(done - 1) % len(probed)] if rest == 0 and last_round else None
 
     def checks(self, step: int) -> bool:
         """A step that compares every cluster switched on with the fp64 reference."""

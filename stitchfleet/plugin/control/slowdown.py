@@ -1,7 +1,8 @@
 """The job-level slowdown guard's figures: a baseline window against the stitched steps around it.
 
 Input: per step, its number, mode (baseline or stitched; others are ignored) and duration, only for timed
-steps (check steps are not timed). Output: The rules in full: docs/plugin/control.md.
+steps (check steps are not timed). Output: (stitched median, baseline median, noise) once enough baseline
+blocks with their brackets are pooled. The rules in full: docs/plugin/control.md.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from stitchfleet.plugin.control.schedule import BASELINE, STITCHED, median_noise
 @dataclass
 class Bracket:
     """See the module docstring. `size`: timed steps per bracket; `gap`: most steps between a bracket's
-    nearest step and the baseline window."""
+    nearest step and the baseline window; `need`: baseline steps pooled before a figure is ready (short
+    baseline blocks pool with their brackets until they have that many)."""
 
     size: int
     gap: int
+    need: int = 1
+    pooled: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))  # stitched, baseline
     recent: deque[tuple[int, float]] = field(default_factory=deque)  # the last `size` timed stitched steps
     before: list[float] = field(default_factory=list)
     base: list[float] = field(default_factory=list)
@@ -53,9 +57,12 @@ class Bracket:
             return
         self.after.append(seconds)
         if len(self.after) == self.size:
-            stitched = self.before + self.after
-            noise = median_noise(stitched, self.base)
-            self.ready = (statistics.median(stitched), statistics.median(self.base), noise)
+            stitched, base = self.pooled
+            stitched += self.before + self.after
+            base += self.base
+            if len(base) >= self.need:
+                self.ready = (statistics.median(stitched), statistics.median(base), median_noise(stitched, base))
+                self.pooled = ([], [])
 
     def take(self) -> tuple[float, float, float] | None:
         """The figures of the baseline window just bracketed, once; None when there is nothing new."""

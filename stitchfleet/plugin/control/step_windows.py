@@ -26,6 +26,7 @@ class Window:
     baselines: tuple[float | None, ...]  # per step: plain TF's median at its signature (None: no figure)
     signatures: tuple[str | None, ...] = ()  # per step: its signature (with `claimed`)
     claimed: frozenset[str | None] | None = None  # the signatures whose difference is beyond noise (None: all)
+    noise: float = 0.0  # the standard error of the window's saving against its paired baseline, in seconds
 
     @property
     def iterations(self) -> int:
@@ -54,8 +55,21 @@ class Window:
 
 
 @dataclass
+class _Held:
+    """A closed stitched (or probe) window waiting for the baseline block after it."""
+
+    index: int
+    mode: str
+    first: int
+    seconds: tuple[float, ...]
+    signatures: tuple[str | None, ...]
+    timed: tuple[tuple[float, str | None], ...]
+
+
+@dataclass
 class Windows:
-    """Groups steps into telemetry windows and keeps the latest baseline and stitched medians."""
+    """Groups steps into telemetry windows, pairs each stitched window with the baseline blocks on either side
+    of it, and keeps the latest baseline and stitched medians."""
 
     size: int
     index: int = 0
@@ -65,14 +79,25 @@ class Windows:
     signatures: list[str | None] = field(default_factory=list)
     timed: list[tuple[float, str | None]] = field(default_factory=list)
     baseline_median: float | None = None
-    by_signature: dict[str | None, float] = field(default_factory=dict)  # the last baseline window's medians
+    by_signature: dict[str | None, float] = field(default_factory=dict)  # the last baseline block's medians
     samples: dict[str | None, list[float]] = field(default_factory=dict)  # and its timed steps, per signature
     stitched_median: float | None = None
     since_baseline: list[float] = field(default_factory=list)  # timed stitched steps since the last baseline
+    block: list[tuple[float, str | None]] = field(default_factory=list)  # the last baseline block's timed steps
+    held: list[_Held] = field(default_factory=list)  # stitched windows since that block, waiting for the next
+    last_mode: str = ""  # the mode of the window closed last (consecutive baseline windows make one block)
+
+    @property
+    def usual(self) -> float | None:
+        """A usual step of the user's graph: the last baseline block's median, or the open baseline window's
+        while the first block is still open (a step right after it comes before its close)."""
+        if self.mode == BASELINE and self.timed and not self.block:
+            return statistics.median(seconds for seconds, _ in self.timed)
+        return self.baseline_median
 
     def add(self, step: int, mode: str, seconds: float, timed: bool, signature: str | None = "") -> list[Window]:
-        """Adds one step; returns the windows it closed (on a mode change, and when full)."""
-        closed = [w for w in [self.close()] if w is not None] if self.seconds and mode != self.mode else []
+        """Adds one step; returns the windows ready (a stitched window once the baseline block after it closed)."""
+        ready = self._close() if self.seconds and mode != self.mode else []
         if not self.seconds:
             self.mode, self.first = mode, step
         self.seconds.append(seconds)
@@ -80,43 +105,65 @@ class Windows:
         if timed:
             self.timed.append((seconds, signature))
         if len(self.seconds) >= self.size:
-            closed += [w for w in [self.close()] if w is not None]
-        return closed
+            ready += self._close()
+        return ready
 
-    def close(self) -> Window | None:
-        """Ends the open window (also at the end of the job)."""
+    def close(self) -> list[Window]:
+        """At the end of the job: the open window and every stitched window still waiting, compared with the
+        baseline block before them only (no block came after them)."""
+        ready = self._close()
+        ready += [self._paired(held, list(self.block)) for held in self.held]
+        self.held = []
+        return sorted(ready, key=lambda window: window.index)
+
+    def _close(self) -> list[Window]:
+        """Ends the open window: a baseline block releases the stitched windows held since the block before."""
         if not self.seconds:
-            return None
-        timed = [seconds for seconds, _ in self.timed]
-        if timed and self.mode == BASELINE:
-            self.baseline_median = statistics.median(timed)
-            self.by_signature = _medians(self.timed)
-            self.samples = _samples(self.timed)
-            self.since_baseline = []
-        if timed and self.mode == STITCHED:
+            return []
+        held = _Held(self.index, self.mode, self.first, tuple(self.seconds), tuple(self.signatures), tuple(self.timed))
+        self.index += 1
+        self.seconds, self.signatures, self.timed = [], [], []
+        timed = [seconds for seconds, _ in held.timed]
+        if held.mode == STITCHED and timed:
             # every stitched step since the baseline it is compared with: one noisy window is not
             # enough to revert a job, and a real slowdown only gains evidence as windows close
             self.since_baseline += timed
             self.stitched_median = statistics.median(self.since_baseline)
-        last = self.first + len(self.seconds) - 1
-        baselines = tuple(self.by_signature.get(signature) for signature in self.signatures)
-        claimed = self._beyond_noise()
-        signatures = tuple(self.signatures)
-        window = Window(self.index, self.mode, self.first, last, tuple(self.seconds), baselines, signatures, claimed)
-        self.index += 1
-        self.seconds, self.signatures, self.timed = [], [], []
-        return window
+        contiguous, self.last_mode = self.last_mode == held.mode, held.mode
+        if held.mode in (PROBE, REFERENCE, STITCHED):
+            self.held.append(held)
+            return []
+        if held.mode != BASELINE:
+            return [self._window(held, {}, {}, frozenset())]
+        block = [*self.block, *held.timed] if contiguous else list(held.timed)
+        ready = [self._paired(waiting, [*self.block, *held.timed]) for waiting in self.held]
+        self.held, self.block = [], block
+        if timed:
+            self.baseline_median = statistics.median(seconds for seconds, _ in block)
+            self.by_signature, self.samples = _medians(block), _samples(block)
+            self.since_baseline = []
+        return [*ready, self._window(held, _medians(block), {}, frozenset())]
 
-    def _beyond_noise(self) -> frozenset[str | None]:
-        """The signatures whose timed steps in the open window differ from the baseline's beyond the noise."""
-        found = _samples(self.timed)
-        return frozenset(
-            key
-            for key, steps in found.items()
-            if key in self.by_signature and key in self.samples
-            and abs(statistics.median(steps) - self.by_signature[key])
-            > NOISE_FACTOR * median_noise(steps, self.samples[key])
-        )  # fmt: skip
+    def _paired(self, held: _Held, base: list[tuple[float, str | None]]) -> Window:
+        """`held` against the timed baseline steps around it, per signature: claimed only beyond the noise."""
+        medians, samples, found = _medians(base), _samples(base), _samples(list(held.timed))
+        noise: dict[str | None, float] = {}
+        for key, steps in found.items():
+            if key in medians and key in samples:
+                noise[key] = median_noise(steps, samples[key])
+        differences = {key: abs(statistics.median(found[key]) - medians[key]) for key in noise}
+        claimed = frozenset(key for key, error in noise.items() if differences[key] > NOISE_FACTOR * error)
+        return self._window(held, medians, noise, claimed)
+
+    @staticmethod
+    def _window(
+        held: _Held, medians: dict[str | None, float], noise: dict[str | None, float], claimed: frozenset[str | None]
+    ) -> Window:
+        last = held.first + len(held.seconds) - 1
+        baselines = tuple(medians.get(signature) for signature in held.signatures)
+        counts = {key: held.signatures.count(key) for key in noise}
+        error = sum((counts[key] * e) ** 2 for key, e in noise.items()) ** 0.5
+        return Window(held.index, held.mode, held.first, last, held.seconds, baselines, held.signatures, claimed, error)
 
 
 def _samples(timed: list[tuple[float, str | None]]) -> dict[str | None, list[float]]:

@@ -23,12 +23,14 @@ Memory = tuple[frozenset[str], tuple[SlowerVerdict, ...]]
 
 @dataclass(frozen=True)
 class Recollection:
-    """What the job knows of the fleet: `source` is operator, cache or none; `problem` why not operator."""
+    """What the job knows of the fleet: `source` is operator, cache or none; `problem` why not operator;
+    `faster`: keys the fleet found faster (same form as `slower`; the local database's only so far)."""
 
     reverted: frozenset[str]
     source: str
     problem: str = ""
     slower: tuple[SlowerVerdict, ...] = ()
+    faster: tuple[SlowerVerdict, ...] = ()
 
 
 class FleetMemory:

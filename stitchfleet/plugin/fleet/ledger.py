@@ -22,7 +22,7 @@ from stitchfleet.plugin.fleet.ingest_client import Endpoint, IngestClient
 from stitchfleet.plugin.fleet.local_memory import local_memory
 from stitchfleet.plugin.fleet.rank_record import RankRecord
 from stitchfleet.plugin.fleet.shipper import Shipper
-from stitchfleet.telemetry.kinds import EventKind
+from stitchfleet.telemetry.kinds import EventKind, ProbeOutcome
 from stitchfleet.telemetry.rows import (
     ClusterVerdict,
     Event,
@@ -262,7 +262,11 @@ class Ledger:
                 from stitchfleet.telemetry.queries import reverted_fingerprints, slower_verdicts
 
                 slower = slower_verdicts(self.url, now=now, min_jobs=current.slower_jobs, ttl=ttl)
-                found.append(Recollection(frozenset(reverted_fingerprints(self.url)), "database", slower=tuple(slower)))
+                faster = slower_verdicts(
+                    self.url, now=now, min_jobs=current.slower_jobs, ttl=ttl, outcome=ProbeOutcome.FASTER
+                )
+                reverted = frozenset(reverted_fingerprints(self.url))
+                found.append(Recollection(reverted, "database", slower=tuple(slower), faster=tuple(faster)))
             except Exception as err:
                 log.info("stitchfleet: no fleet memory known (%s)", type(err).__name__)
 

@@ -1,6 +1,7 @@
 """The fleet's memory from a local SQLite telemetry database, read with the standard library only.
 
 Input: a SQLite URL (`sqlite:///path`), the time now and the slower rule's settings (jobs of evidence, TTL).
+Output: the reverted fingerprints, the slower verdicts and, by the mirror rule, the faster ones.
 The rules in full: docs/plugin/fleet.md.
 """
 
@@ -11,7 +12,7 @@ import sqlite3
 from urllib.parse import quote
 
 from stitchfleet.plugin.fleet.fleet_memory import Recollection
-from stitchfleet.telemetry.kinds import Verdict
+from stitchfleet.telemetry.kinds import ProbeOutcome, Verdict
 from stitchfleet.telemetry.slow_verdicts import Finding, derive, window_start
 
 CLUSTERS_TABLE = "clusters"  # telemetry.models.Cluster's table (a test holds them equal)
@@ -24,8 +25,12 @@ def local_memory(url: str, *, now: dt.datetime, min_jobs: int, ttl: dt.timedelta
     if connection is None:
         return Recollection(frozenset(), "database")
     try:
+        findings = _findings(connection, now, ttl)
         return Recollection(
-            frozenset(_reverted(connection)), "database", slower=tuple(_slower(connection, now, min_jobs, ttl))
+            frozenset(_reverted(connection)),
+            "database",
+            slower=tuple(derive(findings, now, min_jobs, ttl)),
+            faster=tuple(derive(findings, now, min_jobs, ttl, outcome=ProbeOutcome.FASTER)),
         )
     finally:
         connection.close()
@@ -60,7 +65,7 @@ def _reverted(connection: sqlite3.Connection) -> set[str]:
         return set()
 
 
-def _slower(connection: sqlite3.Connection, now: dt.datetime, min_jobs: int, ttl: dt.timedelta) -> list:  # type: ignore[type-arg]
+def _findings(connection: sqlite3.Connection, now: dt.datetime, ttl: dt.timedelta) -> list[Finding]:
     # SQLAlchemy keeps SQLite times as UTC text "YYYY-MM-DD HH:MM:SS.ffffff" (models.UtcDateTime): they
     # compare as text, and read back as naive UTC.
     since = window_start(now, ttl).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
@@ -71,8 +76,7 @@ def _slower(connection: sqlite3.Connection, now: dt.datetime, min_jobs: int, ttl
         rows = connection.execute(query, (since,)).fetchall()
     except sqlite3.OperationalError:  # a database from before migration 0004, or none yet
         return []
-    findings = [Finding(str(f), str(p), str(s), job, str(o), _utc(str(at))) for f, p, s, job, o, at in rows]
-    return derive(findings, now, min_jobs, ttl)
+    return [Finding(str(f), str(p), str(s), job, str(o), _utc(str(at))) for f, p, s, job, o, at in rows]
 
 
 def _utc(text: str) -> dt.datetime:

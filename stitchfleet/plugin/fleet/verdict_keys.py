@@ -66,3 +66,14 @@ def shape_signature(graph: Any) -> str:
         return text
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     return f"{text[: MAX_SHAPES - 16]}..#{digest}"
+
+
+def group_key(members: list[tuple[str, str, str]]) -> tuple[str, str, str]:
+    """The key of a group probe's finding (every cluster of `members` on together): (fingerprint, profile,
+    shapes) of its own, from the members' keys (fingerprint, profile, shapes) in fingerprint order, so the
+    same clusters on the same device at the same shapes meet the same finding in the fleet's memory."""
+    ordered = sorted(members)
+    fingerprints = hashlib.sha256(",".join(f for f, _, _ in ordered).encode()).hexdigest()[:24]
+    shapes = hashlib.sha256("|".join(s for _, _, s in ordered).encode()).hexdigest()[:24]
+    profile = ordered[0][1] if ordered else ""
+    return f"group:{fingerprints}", profile, f"group of {len(ordered)}: {shapes}"

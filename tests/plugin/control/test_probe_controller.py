@@ -19,8 +19,6 @@ import pytest
 import sqlalchemy as sa
 
 from stitchfleet import settings
-from stitchfleet.compiler import pipeline
-from stitchfleet.compiler.ir import load
 from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.controller import Controller
 from stitchfleet.plugin.control.schedule import GROUP, PROBE, REVERTED, STITCHED, Timing
@@ -32,8 +30,6 @@ from stitchfleet.telemetry import models as tables
 from stitchfleet.telemetry.savings import weekly_summary
 from stitchfleet.telemetry.weeks import week_of
 
-SUITE = Path(__file__).resolve().parents[3] / "benchmarks" / "suite"
-GRAPHS = ("layernorm_fwd_128x768_f32.json", "softmax_bwd_4096x256_f32.json", "softmax_bwd_4096x512_f32.json")
 # warmup 0, baseline 1-2, pairs of 4+4 steps for 3 clusters (3-26), stitched from 27 (no group probe:
 # these tests are about each cluster proving itself; GROUPED below adds the group phase)
 TIMING = Timing(
@@ -50,18 +46,6 @@ TIMING = Timing(
 STEPS = 40
 CHECK_COST = 0.05  # a check step is slow (fp64 reference); it must not count in any median
 StepTime = Callable[[int, np.ndarray[Any, np.dtype[np.bool_]]], float]
-
-
-@pytest.fixture(scope="module")
-def kernels(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, ClusterKernel, int]]:
-    cache = tmp_path_factory.mktemp("cache")
-    found = []
-    for name in GRAPHS:
-        art = pipeline.compile_graph(load(SUITE / name))
-        assert art.report is not None
-        graph, plan = art.cluster_graphs[0], art.stitch[0]
-        found.append((art.report.clusters[0].fingerprint, ClusterKernel(graph, plan, "sim", cache), len(graph.nodes)))
-    return found
 
 
 _OPEN: list[Ledger] = []

@@ -96,13 +96,13 @@ def test_reference_windows_are_booked_as_stitched_and_never_as_the_baseline() ->
     windows = Windows(size=10)
     for step, (mode, seconds) in enumerate([(BASELINE, 2.0), (BASELINE, 2.0), (REFERENCE, 1.0), (PROBE, 1.5)]):
         windows.add(step, mode, seconds, timed=True)
-    last = windows.close()
+    *_, last = windows.close()
     assert windows.baseline_median == 2.0  # the reference step (1.0) did not move it
     assert last is not None and last.mode == PROBE and last.row_mode == STITCHED
     reference = Windows(size=10)
     reference.add(0, REFERENCE, 1.0, timed=True)
-    closed = reference.close()
-    assert closed is not None and closed.row_mode == STITCHED and reference.baseline_median is None
+    [closed] = reference.close()
+    assert closed.row_mode == STITCHED and reference.baseline_median is None
 
 
 def test_probe_windows_are_booked_as_stitched_against_their_paired_baseline() -> None:
@@ -110,8 +110,8 @@ def test_probe_windows_are_booked_as_stitched_against_their_paired_baseline() ->
     closed = []
     for step, (mode, seconds) in enumerate([(BASELINE, 2.0), (BASELINE, 2.0), (PROBE, 3.0), (PROBE, 2.5)]):
         closed += windows.add(step, mode, seconds, timed=True)
-    last = windows.close()
-    assert last is not None and last.mode == PROBE and last.row_mode == STITCHED
+    *_, last = windows.close()
+    assert last.mode == PROBE and last.row_mode == STITCHED
     assert last.saved_seconds == pytest.approx(2 * 2.0 - 5.5)
     assert windows.stitched_median is None  # the job-level slowdown guard only reads stitched-phase windows
     assert closed[0].row_mode == BASELINE

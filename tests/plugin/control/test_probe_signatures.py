@@ -17,7 +17,7 @@ from stitchfleet.plugin.control.controller import Controller
 from stitchfleet.plugin.control.signature_decisions import slot_of
 from stitchfleet.plugin.fleet.verdict_keys import shape_signature
 from stitchfleet.telemetry import models as tables
-from tests.plugin.control.test_probe_controller import _controller, _rows, kernels  # noqa: F401 (the fixture)
+from tests.plugin.control.test_probe_controller import _controller, _rows
 
 FED, COMPILING = "x=16x16,y=16", None  # the signature with kernels, and steps on TF's ops (no kernel yet)
 
@@ -64,7 +64,7 @@ def _drive(controller: Controller, compiling: set[int], steps: int = 40) -> None
 
 def test_steps_on_tfs_ops_are_left_out_of_the_probe_and_its_finding_has_the_measured_shapes(
     tmp_path: Path,
-    kernels: Any,  # noqa: F811 (the fixture imported above)
+    kernels: Any,
 ) -> None:
     # cluster 0's pair: reference 3-6, probe 7-10 (7 checked); its signature compiles on steps 5-9
     controller = _controller(tmp_path, kernels)
@@ -88,7 +88,7 @@ def test_steps_on_tfs_ops_are_left_out_of_the_probe_and_its_finding_has_the_meas
     )
 
 
-def test_the_group_probe_leaves_out_steps_where_every_cluster_on_ran_tfs_ops(tmp_path: Path, kernels: Any) -> None:  # noqa: F811
+def test_the_group_probe_leaves_out_steps_where_every_cluster_on_ran_tfs_ops(tmp_path: Path, kernels: Any) -> None:
     """The group pair: baseline 3-6, every cluster on 7-10 (7 checked). Signature "b" is over the bound: no cluster
     has a kernel for it, so its steps with every cluster on ran TF's ops (`plain`: all of them) and time nothing
     of the group's; "a" has kernels that save 1 ms. Before, "b" (more steps in both halves) decided the group on
@@ -142,7 +142,7 @@ def _lookup(controller: Controller, *keys: str) -> Lookup:
 
 def test_a_kept_cluster_slower_at_one_signature_loses_that_kernel_and_keeps_the_other(
     tmp_path: Path,
-    kernels: Any,  # noqa: F811 (the fixture imported above)
+    kernels: Any,
 ) -> None:
     """Cluster 0's pair (reference 3-14, probe 15-26, decided at 27) alternates 16 and 20 rows: at 16 it saves 1 ms,
     at 20 it costs 0.5 ms. Before, the decision on the signature timed most held for both: the cluster ran its
@@ -162,7 +162,7 @@ def test_a_kept_cluster_slower_at_one_signature_loses_that_kernel_and_keeps_the_
     assert (LARGE not in {key for _, key, _, _ in lookup.withdrawn[1:]}) and (first.index, SMALL) in lookup.shapes
 
 
-def test_a_signature_within_the_noise_or_timed_too_little_keeps_its_kernel(tmp_path: Path, kernels: Any) -> None:  # noqa: F811
+def test_a_signature_within_the_noise_or_timed_too_little_keeps_its_kernel(tmp_path: Path, kernels: Any) -> None:
     controller = _controller(tmp_path, kernels, probe_steps=12)
     lookup = _lookup(controller, SMALL, LARGE, "x=24x16,y=24")
     rare = {5, 9, 17, 21}  # 24 rows on two reference and two probe steps only: below MIN_SIGNATURE_STEPS
@@ -174,14 +174,14 @@ def test_a_signature_within_the_noise_or_timed_too_little_keeps_its_kernel(tmp_p
     assert controller.clusters[0].kept and lookup.withdrawn == []
 
 
-def test_ranks_withdraw_the_same_signature_at_the_same_step(tmp_path: Path, kernels: Any) -> None:  # noqa: F811
+def test_ranks_withdraw_the_same_signature_at_the_same_step(tmp_path: Path, kernels: Any) -> None:
     ranks = [_controller(tmp_path, kernels, rank, size=2, probe_steps=12) for rank in (0, 1)]
     lookups = [_lookup(controller, SMALL, LARGE) for controller in ranks]
     _per_signature(ranks, lambda step: LARGE if step % 2 else SMALL, {SMALL: -1.0, LARGE: 0.5}, steps=50)
     assert [[(i, k, s) for i, k, _, s in lookup.withdrawn] for lookup in lookups] == [[(0, LARGE, 27)]] * 2
 
 
-def test_two_ranks_different_signatures_in_one_slot_are_not_decided_on(tmp_path: Path, kernels: Any) -> None:  # noqa: F811
+def test_two_ranks_different_signatures_in_one_slot_are_not_decided_on(tmp_path: Path, kernels: Any) -> None:
     """Slots are a hash of the key: when rank 0's slower signature and rank 1's meet in one, the summed figures
     are of two signatures, and nobody withdraws on them (their identities do not add up)."""
     taken = slot_of(LARGE)[0]
@@ -199,7 +199,7 @@ def test_two_ranks_different_signatures_in_one_slot_are_not_decided_on(tmp_path:
 
 def test_a_cluster_slower_at_its_main_signature_stays_on_where_it_was_faster_only(
     tmp_path: Path,
-    kernels: Any,  # noqa: F811 (the fixture imported above)
+    kernels: Any,
 ) -> None:
     """At 16 rows (the signature timed most) cluster 0 costs 0.5 ms, at 20 rows it saves 1 ms. Before, the probe
     left it to TF at every signature; now it stays on, restricted to 20 rows (its 16-row kernel withdrawn),
@@ -220,7 +220,7 @@ def test_a_cluster_slower_at_its_main_signature_stays_on_where_it_was_faster_onl
     assert all(controller.switches(s)[0] for s in range(90, 100))  # on in the stitched phase (75-80, from 83)
 
 
-def test_ranks_keep_a_cluster_at_a_signature_one_of_them_never_fed(tmp_path: Path, kernels: Any) -> None:  # noqa: F811
+def test_ranks_keep_a_cluster_at_a_signature_one_of_them_never_fed(tmp_path: Path, kernels: Any) -> None:
     """The switch decision follows from the summed slots alone: rank 1 never fed 20 rows, yet keeps cluster 0 on
     as rank 0 does (its 16-row kernel withdrawn: its calls run TF's ops), so the ranks' switches stay equal."""
     ranks = [_controller(tmp_path, kernels, rank, size=2, probe_steps=12) for rank in (0, 1)]

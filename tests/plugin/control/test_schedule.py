@@ -39,6 +39,7 @@ def test_windows_close_on_mode_change_and_size_and_save_against_the_baseline() -
     for step, (mode, seconds) in enumerate([(BASELINE, 2.9), (BASELINE, 3.1), (STITCHED, 1.0), (STITCHED, 1.5)]):
         closed += windows.add(step, mode, seconds, timed=True)
     closed += windows.add(4, STITCHED, 9.0, timed=False)  # a check step: booked, not timed
+    closed += windows.close()  # no baseline block after it: compared with the one before only
     assert [(w.mode, w.first_step, w.last_step) for w in closed] == [(BASELINE, 0, 1), (STITCHED, 2, 4)]
     assert windows.baseline_median == 3.0 and windows.stitched_median == 1.25
     assert closed[1].baseline == 3.0 and closed[1].saved_seconds == pytest.approx(3 * 3.0 - 11.5)
@@ -57,7 +58,7 @@ def test_a_window_claims_a_saving_only_beyond_its_noise() -> None:
         closed = []
         for step, seconds in enumerate(stitched_mean + spread[::-1], start=20):
             closed += windows.add(step, STITCHED, float(seconds), True)
-        [window] = closed  # the baseline window closed in the first loop
+        [window] = closed + windows.close()  # the baseline window closed in the first loop
         assert window.mode == STITCHED
         assert (window.saved_seconds != 0.0) is claims, stitched_mean
         if claims:
@@ -67,7 +68,8 @@ def test_a_window_claims_a_saving_only_beyond_its_noise() -> None:
 def test_window_size_one_closes_both_windows() -> None:
     windows = Windows(size=1)
     assert len(windows.add(0, BASELINE, 1.0, timed=True)) == 1
-    assert [w.mode for w in windows.add(1, STITCHED, 1.0, timed=True)] == [STITCHED]
+    assert windows.add(1, STITCHED, 1.0, timed=True) == []  # waits for the baseline block after it
+    assert [w.mode for w in windows.add(2, BASELINE, 1.0, timed=True)] == [STITCHED, BASELINE]
 
 
 def _controller(tmp_path: Path, size: int = 1) -> Controller:
@@ -165,8 +167,8 @@ def test_stitched_steps_are_compared_with_plain_tfs_steps_of_their_own_signature
     assert windows.baseline_median == 8.0 and windows.by_signature == {"16": 8.0, "64": 24.0}
     for step, signature in enumerate(["64", "16", "32", None], start=len(mix) + 1):
         windows.add(step, STITCHED, cost[signature or "16"] - 1.0, True, signature)
-    last = windows.close()
-    assert closed[0].mode == BASELINE and last is not None
+    *_, last = windows.close()
+    assert closed[0].mode == BASELINE
     # before: 5 x 8.0 (one median) - (7 + 23 + 7 + 11 + 7) = -15 s "saved"; now 1 ms saved at each 16/64 step
     assert last.saved_seconds == pytest.approx(3.0)
     assert last.baselines == (8.0, 24.0, 8.0, None, None)

@@ -1,0 +1,118 @@
+"""The report's claimed saving against the same job run plain, measured in the same process (TF CPU).
+
+One job (the small BERT encoder, the same script and steps) runs twice in one process, plain and under the
+plugin, in two sessions whose steps alternate chunk by chunk (a load spike hits both). Measured: plain TF's
+step seconds minus the plugin's, summed over the job's steps but its first (session creation, where `begin`'s
+compile runs, and the first run, where TF builds the executor of the user's graph, are left out: the hooked
+graph is larger, its first run ~0.3 s slower, a cost the report does not book). Claimed: the weekly report's
+gross saving of the job's windows minus the setup it booked from steps (the warmup's executor builds, the
+kernels' first runs), per device, back to the rank's seconds, minus the hooked session's own cost: what its
+steps that run the user's graph (baseline blocks, and every step once stitching is over) take beyond plain
+TF's steps of the same number, per step, times the steps. That cost (seen: 0.4-0.7 ms on 1.1-1.3 ms steps,
+not explained yet, not the hook's Python: ~25 us) is measured here and printed, because the report cannot
+see it: its windows compare stitched steps with the job's own baseline, which pays it too. They must agree
+within the stated noise: the chunks' paired differences, the windows' own standard errors (`Window.noise`)
+and the own cost's. No speed is asserted: which way the plugin goes is this machine's business.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tensorflow as tf
+
+from stitchfleet.demo import models
+from stitchfleet.plugin.session.hook import StitchHook
+from stitchfleet.telemetry.savings import weekly_summary
+from stitchfleet.telemetry.weeks import week_of
+from tests.plugin.hook_harness import _feeds, make_settings
+
+pytestmark = pytest.mark.tf
+
+SETTINGS = {
+    "STITCHFLEET_BASELINE_STEPS": "6",
+    "STITCHFLEET_PAIRED_STEPS": "5",
+    "STITCHFLEET_REBASELINE_EVERY": "100",
+    "STITCHFLEET_WINDOW_STEPS": "100",
+    "STITCHFLEET_CHECK_EVERY": "100",
+    "STITCHFLEET_PROBE_STEPS": "4",
+    "STITCHFLEET_PROBE_ROUNDS": "1",
+}
+
+
+@dataclass
+class Job:
+    """One of the two sessions: its step seconds, and whether each ran the user's graph (plain: all)."""
+
+    hook: StitchHook | None
+    graph: Any = None
+    session: Any = None
+    times: list[float] = field(default_factory=list)
+    own: list[bool] = field(default_factory=list)  # the step ran the user's graph (every switch off)
+
+    def run(self, steps: int) -> None:
+        if self.session is None:
+            self.graph = models.build("bert_encoder", "small", seed=1)
+            with self.graph.as_default():
+                self.fetches = [self.graph.get_tensor_by_name("loss:0"), self.graph.get_operation_by_name("train_op")]
+                self.feeds = _feeds(self.graph)
+                self.session = tf.compat.v1.train.MonitoredSession(hooks=[self.hook] if self.hook else [])
+        for _ in range(steps):
+            controller = self.hook.controller if self.hook is not None else None
+            step = len(self.times)
+            off = controller is None or controller.done or not controller.switches(step).any()
+            self.own.append(off and (controller is None or step not in controller.warmup.builds))
+            started = time.perf_counter()
+            self.session.run(self.fetches, self.feeds)
+            self.times.append(time.perf_counter() - started)
+
+
+def _alternated(tmp: Path, steps: int, chunk: int) -> tuple[float, float, float, float]:
+    """(measured seconds saved, its noise, the report's claim on the steps less the own cost, their noise)."""
+    url = f"sqlite:///{tmp / 'telemetry.db'}"
+    hook = StitchHook(make_settings(tmp, "against-plain", **SETTINGS), backend="cpu", db_url=url)
+    plugin, plain = Job(hook), Job(None)
+    for first in range(0, steps, chunk):
+        for job in (plugin, plain) if (first // chunk) % 2 == 0 else (plain, plugin):
+            job.run(min(chunk, steps - first))
+    for job in (plugin, plain):
+        job.session.close()
+    pairs = [sum(plain.times[i : i + chunk]) - sum(plugin.times[i : i + chunk]) for i in range(0, steps, chunk)]
+    pairs[0] -= plain.times[0] - plugin.times[0]  # the first run: TF's executor build (see the module docstring)
+    measured = sum(pairs)
+    noise = statistics.stdev(pairs[1:]) * len(pairs) ** 0.5  # the first pair holds the builds: not its spread
+    own = [plugin.times[s] - plain.times[s] for s in range(1, steps) if plugin.own[s]]
+    cost = statistics.mean(own) * (steps - 1)  # paid by every step of the hooked session
+    cost_noise = statistics.stdev(own) / len(own) ** 0.5 * (steps - 1)
+    print(f"the hooked session's own cost: {statistics.mean(own) * 1e3:+.3f} ms/step over {len(own)} steps")
+    [found] = weekly_summary(url, week_of(dt.datetime.now(dt.UTC))).jobs
+    controller = hook.controller
+    assert controller is not None and found.iterations == steps
+    per_device = 3600.0 / found.devices_per_rank  # device-hours back to the rank's seconds
+    assert found.compile_hours * per_device == pytest.approx(controller.setup_total)  # what the report books
+    from_steps = (controller.warmup.seconds or 0.0) + controller.first_seconds
+    claimed = found.gross_hours * per_device - from_steps - cost
+    return measured, noise, claimed, (controller.saved_variance + cost_noise**2) ** 0.5
+
+
+def _agrees(tmp: Path, steps: int, chunk: int) -> None:
+    measured, noise, claimed, claim_noise = _alternated(tmp, steps, chunk)
+    stated = 3.0 * (noise**2 + claim_noise**2) ** 0.5
+    detail = f"measured {measured:+.3f} s (noise {noise:.3f}), claimed {claimed:+.3f} s (noise {claim_noise:.3f})"
+    print(detail)
+    assert abs(claimed - measured) <= stated, detail
+
+
+def test_the_reports_saving_agrees_with_the_measured_difference_on_a_small_job(tmp_path: Path) -> None:
+    _agrees(tmp_path, 600, 50)
+
+
+@pytest.mark.sweep
+def test_the_reports_saving_agrees_with_the_measured_difference_on_a_longer_job(tmp_path: Path) -> None:
+    _agrees(tmp_path, 4000, 200)
