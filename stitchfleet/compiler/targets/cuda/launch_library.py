@@ -81,7 +81,9 @@ def build(cache: ArtifactCache, compiler: str = "cc") -> Path:
 def pack_arguments(kernel: CudaKernel, pointers: Mapping[str, int], counter: int = 0) -> list[int]:
     """The kernel's arguments in parameter order: each buffer's device pointer, then the barrier counter.
 
-    Checks what a GPU would not: a missing buffer, a pointer not 16-byte aligned (vector accesses
+    Checks what a GPU would not: a missing buffer, a null one (refused alike by the C packer: a
+    zero-size tensor never reaches a kernel, whose buffers have an element each, so a cluster with one
+    gets no launch plan and stays with TF), a pointer not 16-byte aligned (vector accesses
     assume it), a grid barrier without a counter or a counter for a kernel without one.
     """
     missing = [buf.name for buf in kernel.params if buf.name not in pointers]
@@ -89,8 +91,8 @@ def pack_arguments(kernel: CudaKernel, pointers: Mapping[str, int], counter: int
         raise LaunchError(f"kernel {kernel.name}: no pointer for buffer(s) {', '.join(missing)}")
     values = [int(pointers[buf.name]) for buf in kernel.params]
     for buf, value in zip(kernel.params, values, strict=True):
-        if value == 0 and buf.size > 0:
-            raise LaunchError(f"kernel {kernel.name}: buffer {buf.name} is a null pointer")
+        if value == 0:  # as csrc/launch.c's sf_pack: every kernel buffer has an element (kernel/verify.py)
+            raise LaunchError(f"kernel {kernel.name}: buffer {buf.name} is a null buffer")
         if value % ALIGNMENT:
             raise LaunchError(f"kernel {kernel.name}: buffer {buf.name} at {value:#x} is not {ALIGNMENT}-byte aligned")
     if kernel.grid_barrier and not counter:

@@ -123,7 +123,7 @@ class CudaCpuBackend:
         debug: bool = False,
         order: int = 0,
         blocks: int = -1,
-        fma: bool = False,
+        fma: bool = True,
         race: bool = False,
     ) -> None:
         if cache_dir is None:

@@ -7,7 +7,8 @@ compatibility header and the prelude dominate g++'s time (about 1 s per unit), s
 of twenty kernels costs little more than a unit of one; built units are cached on disk by
 the hash of their whole text, the compiler version and the flags.
 
-The normal build compiles the renderer's text unchanged. The checked build (`debug`)
+The normal build compiles the renderer's text unchanged, contracting a*b+c into FMAs as NVRTC
+does by default (`FMA_FLAGS`; `fma=False` builds without). The checked build (`debug`)
 adds `-fsanitize=alignment` (its reports become launch errors, not a dead process) and
 one line after each static `__shared__` declaration, `SF_SHARED_FILL(name);`, so the
 header can fill static shared memory with the launch's fill byte at the start of each
@@ -17,6 +18,7 @@ block, as it does the dynamic `extern __shared__` buffer. Nothing else of the te
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import re
 import shlex
@@ -36,11 +38,18 @@ from stitchfleet.compiler.targets.native_build import BuildError, build_shared_o
 SMEM_CAPACITY = 227 * 1024  # the largest opt-in dynamic shared memory of the profiles (H100/H200)
 STACK_BYTES = 64 * 1024
 COMPILE_TIMEOUT_S = 300.0
-BASE_FLAGS = ("-std=gnu++17", "-O1", "-fPIC", "-shared", "-pthread", "-ffp-contract=off", "-fno-strict-aliasing")
+BASE_FLAGS = ("-std=gnu++17", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing")
 # Recoverable, so that the header's own handler turns a report into a launch error.
 DEBUG_FLAGS = ("-fsanitize=alignment", "-fsanitize-recover=alignment", "-DSF_CHECKED=1")
-# GCC contracts a*b+c into an FMA only from -O2 on (its widening-mul pass); the later -O2 wins.
+# FMA contraction on, as NVRTC's default (--fmad=true) has it: NVVM and ptxas may fuse any a*b+c / a*b-c of
+# float or double into one FMA. GCC does so with -ffp-contract=fast (across statements, as NVVM does after
+# inlining) from -O2 on (its widening-mul pass; -O2 also inlines as nvcc does), with -mfma for the instruction.
+# Its rule is a subset of the GPU's: a product is fused only when every use of it is an add or subtract in
+# the same basic block; NVVM also fuses across a select, and ptxas fuses what NVVM leaves (a product with
+# other uses, a*b - c*d). Which of two products is fused may differ (both legal): the tolerance rule judges.
 FMA_FLAGS = ("-O2", "-ffp-contract=fast", "-mfma")
+# The build without contraction (`fma=False`): what the cuda-cpu tier ran before FMA, kept for comparisons.
+PLAIN_FLAGS = ("-O1", "-ffp-contract=off")
 # GCC's thread-sanitizer instrumentation with csrc/race_check.cc as its runtime (no libtsan): every load and
 # store reports to the race check first.
 RACE_FLAGS = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0")
@@ -94,7 +103,7 @@ class CudaCpuOptions:
     debug: bool = False
     order: int = 0
     blocks: int = -1
-    fma: bool = False
+    fma: bool = True  # contract a*b+c as NVRTC does by default (FMA_FLAGS); False: exact products
     race: bool = False  # the shared-memory race check and random yields (a checked build: needs debug)
     fill: int = 0xFF  # byte that shared memory holds before a block writes it (0xff: NaN in every float type)
     compiler: str = "g++"
@@ -102,7 +111,9 @@ class CudaCpuOptions:
     @property
     def flags(self) -> tuple[str, ...]:
         extra = (
-            (DEBUG_FLAGS if self.debug else ()) + (FMA_FLAGS if self.fma else ()) + (RACE_FLAGS if self.race else ())
+            (FMA_FLAGS if self.fma else PLAIN_FLAGS)
+            + (DEBUG_FLAGS if self.debug else ())
+            + (RACE_FLAGS if self.race else ())
         )
         return (*BASE_FLAGS, *extra, f"-DSF_SMEM_CAPACITY={SMEM_CAPACITY}", f"-DSF_STACK_BYTES={STACK_BYTES}")
 
@@ -202,6 +213,21 @@ def translation_unit(kernels: Sequence[CudaKernel], *, checked: bool = False, ra
     return "\n".join(parts)
 
 
+@functools.cache
+def _cpu_has_fma() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True  # no way to tell: g++'s -mfma build runs or dies with SIGILL, as on any FMA-less CPU
+    return re.search(r"^flags\s*:.*\bfma\b", flags, re.MULTILINE) is not None
+
+
+def _check_cpu(options: CudaCpuOptions) -> None:
+    """A contracting unit (built here or cached) runs only on a CPU with FMA instructions: refuse it elsewhere."""
+    if options.fma and not _cpu_has_fma():
+        raise CudaCpuError("this CPU has no FMA instructions: use cuda-cpu with fma=False (no contraction)")
+
+
 def _build(text: str, options: CudaCpuOptions) -> bytes:
     def command(source: Path, output: Path) -> list[str]:
         for name in _STUB_HEADERS:
@@ -236,6 +262,7 @@ _LOCK = threading.Lock()
 
 def load_module(kernels: Sequence[CudaKernel], options: CudaCpuOptions) -> ctypes.CDLL:
     """The module's shared object, built on a cache miss, loaded once per process."""
+    _check_cpu(options)
     text = translation_unit(kernels, checked=options.debug, race=options.race)
     cache = artifact_cache(Path(options.cache_dir), "cuda-cpu")
     arch = hashlib.sha256(b"x86-64").hexdigest()
@@ -254,6 +281,7 @@ def load_module(kernels: Sequence[CudaKernel], options: CudaCpuOptions) -> ctype
 def driver_image(source: str, kernels: Sequence[CudaKernel], options: CudaCpuOptions) -> bytes:
     """What the fake driver's cuModuleLoadData takes for a cluster module: the magic, then the path of the
     module's cuda-cpu build (`driver_unit`), built on a cache miss."""
+    _check_cpu(options)
     text = driver_unit(source, kernels, checked=options.debug)
     cache = artifact_cache(Path(options.cache_dir), "cuda-cpu")
     key = cache_key(

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks.suite import build_case
-from stitchfleet.compiler.ir import Graph, load
+from stitchfleet.compiler.ir import Graph, GraphBuilder, load
 from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.lower import lower
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster
 from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
 from stitchfleet.compiler.targets.cache import ArtifactCache
+from stitchfleet.compiler.targets.cuda.gpu_executable import GpuCompileError, compile_gpu
 from stitchfleet.compiler.targets.cuda.launch_library import LaunchError, LaunchLibrary, build, pack_arguments
 from stitchfleet.compiler.targets.cuda.launch_plan import SCRATCH, SCRATCH_ALIGNMENT, LaunchPlan, plan_launches
 from stitchfleet.compiler.targets.cuda.nvrtc import find_nvrtc
@@ -134,6 +135,29 @@ def test_a_null_or_unaligned_pointer_is_refused(library: LaunchLibrary) -> None:
         library.pack(plan.spec, 0, [0] * len(plan.inputs), outputs, 0)
     with pytest.raises(LaunchError, match="no such kernel"):
         library.pack(plan.spec, 1, [256] * len(plan.inputs), outputs, 0)
+
+
+def test_zero_size_tensors_alike_in_c_and_python(library: LaunchLibrary, tmp_path: Path) -> None:
+    """Issue 32: the C packer refused a null pointer the Python packer accepted for a zero-size buffer. Both
+    refuse a null buffer now, as "a null buffer"; a zero-size tensor never reaches either, since a kernel's
+    buffers have an element each: a cluster with one gets no launch plan (the GPU compile refuses it, the
+    cluster stays with TF), and the op's concrete signature sends any other shape, a zero-size batch
+    included, to TF's ops before the packer."""
+    plan = _plan(_cluster("layernorm_fwd", (24, 200)))
+    kernel = plan.kernels[0]
+    nulls = [0] * len(plan.inputs)
+    with pytest.raises(LaunchError, match="a null buffer"):
+        library.pack(plan.spec, 0, nulls, [512] * len(plan.outputs), 0)
+    with pytest.raises(LaunchError, match="is a null buffer"):
+        pack_arguments(kernel, {buf.name: 0 if buf.role is ir.Role.INPUT else 512 for buf in kernel.params})
+    b = GraphBuilder()
+    b.output("e", b.exp(b.parameter("x", (0, 4))))
+    b.output("f", b.exp(b.parameter("y", (8, 4))))
+    empty = b.build()
+    with pytest.raises(ValueError, match="buffer 'in_x' has size 0"):
+        plan_launches(empty, lower(empty, plan_cluster(empty, 0, PlanOptions())))
+    with pytest.raises(GpuCompileError, match=r"no launch plan: .*has size 0"):
+        compile_gpu(empty, plan_cluster(empty, 0, PlanOptions()), "sm_90", tmp_path)
 
 
 def test_a_program_needs_the_driver(library: LaunchLibrary) -> None:

@@ -12,7 +12,8 @@ NaN input on a second program of the same cluster without touching the first's, 
 host's reset and a clean run); the blame kernels (nothing blamed where TF's values are non-finite too,
 blamed exactly where ours are NaN/Inf and TF's finite); the programs' destroy unloading each module and
 freeing its pinned words (the fake's books back where they were). Then one cluster of each kind under each
-injected failure, and what the fake refuses that a GPU would punish.
+injected failure, what the fake refuses that a GPU would punish, and a kernel past 48 KiB of dynamic shared
+memory (`large_shared_memory`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ import numpy as np
 import numpy.typing as npt
 
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
+from stitchfleet.compiler.ir import GraphBuilder
 from stitchfleet.compiler.lower import Lowered
+from stitchfleet.compiler.plan import PlanOptions
 from stitchfleet.compiler.targets.cache import ArtifactCache
 from stitchfleet.compiler.targets.cuda.device_arrays import device_dtype, from_device, to_device
 from stitchfleet.compiler.targets.cuda.launch_library import LaunchError, LaunchLibrary, Program
@@ -42,8 +45,8 @@ from stitchfleet.compiler.targets.cuda.launch_source import SOURCE as LAUNCH_SOU
 from stitchfleet.compiler.targets.cuda_cpu import fake_driver
 from stitchfleet.compiler.targets.cuda_cpu.module import CudaCpuOptions, driver_image
 from stitchfleet.compiler.targets.sim.interpreter import buffer_layout
-from stitchfleet.compiler.tolerance import check_outputs
-from tests.compiler.targets.cuda_cpu.sweep import Case, workload_cases, workload_slice
+from tests.compiler.targets.cuda.suite_kernels import LARGE_TILE, large_smem_kernel
+from tests.compiler.targets.cuda_cpu.sweep import Case, design_rule, workload_cases, workload_slice
 
 Array = npt.NDArray[Any]
 STREAM = 0x5F0000  # a stream handle the fake maps to its primary context: the log shows it is passed through
@@ -245,7 +248,7 @@ def drive(driver: fake_driver.FakeDriver, library: LaunchLibrary, options: CudaC
         pushes, pops, depth = driver.balance
         if pushes != pops or depth != 0:
             report.problems.append(f"context pushes {pushes}, pops {pops}, depth {depth} after a run")
-        verdicts = check_outputs(bound.results(), want, wide)
+        verdicts = design_rule(case.graph, inputs, bound.results(), want, wide)
         report.problems += [f"{name}: {v.reason}" for name, v in verdicts.items() if not v.ok]
         report.runs += 1
     expected = (int(carries_nonfinite(bound.plan, want)), 0)
@@ -314,7 +317,8 @@ def _poisoned(
     expected_flags = (int(carries_nonfinite(clean.plan, want)), 0)
     if other.program.flags() != expected_flags:
         report.problems.append(f"after the reset and a clean run the flags read {other.program.flags()}")
-    verdicts = check_outputs(clean.results(), want, evaluate(case.graph, clean.host_inputs, "float64"))
+    wide = evaluate(case.graph, clean.host_inputs, "float64")
+    verdicts = design_rule(case.graph, clean.host_inputs, clean.results(), want, wide)
     report.problems += [f"second program {n}: {v.reason}" for n, v in verdicts.items() if not v.ok]
     report.flag_checked = True
     return other
@@ -451,7 +455,7 @@ def faults(
         driver.reset()
         again = bound or bind(library, options, case, memory, inputs)
         again.run()
-        verdicts = check_outputs(again.results(), want, wide)
+        verdicts = design_rule(case.graph, inputs, again.results(), want, wide)
         problems += [f"after recovery {n}: {v.reason}" for n, v in verdicts.items() if not v.ok]
         again.program.close()
         if (driver.books.modules, driver.books.pinned) != (books.modules, books.pinned):
@@ -523,6 +527,77 @@ def fake_refusals(
     return found
 
 
+@dataclass(frozen=True)
+class HandCase(Case):
+    """A hand-written kernel program standing for a cluster: `graph` gives the op's inputs and outputs by
+    name (its own ops are not what the kernels compute), `program` the kernels and their buffers."""
+
+    program: Lowered | None = None
+
+    def lowered(self) -> Lowered:
+        assert self.program is not None
+        return self.program
+
+
+def large_smem_case() -> HandCase:
+    """`suite_kernels.large_smem_kernel` (64 KiB of dynamic shared memory per block, past the 48 KiB a launch
+    gets without opting in) as a one-kernel program from input `x` to output `y`."""
+    kernel = large_smem_kernel()
+    builder = GraphBuilder()
+    x = builder.parameter("x", (2 * LARGE_TILE,))
+    builder.output("y", builder.neg(x))
+    graph = builder.build()
+    return HandCase(
+        "large shared memory", graph, PlanOptions(), program=Lowered((kernel,), (("x", "x"),), (("y", "y"),))
+    )
+
+
+def large_shared_memory(
+    driver: fake_driver.FakeDriver, library: LaunchLibrary, options: CudaCpuOptions
+) -> dict[str, Any]:
+    """The > 48 KiB dynamic shared-memory kernel through the launch library: the program opts the function in
+    (cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) at create) and runs it twice on garbage-filled output;
+    a launch of the same kernel from a function that was not opted in is refused by the fake, as a GPU
+    refuses it; a failure of the opt-in call is a LaunchError naming it, leaking nothing."""
+    case = large_smem_case()
+    driver.forget_device_memory()
+    memory = Memory(driver)
+    books = driver.books
+    x = np.arange(2 * LARGE_TILE, dtype=np.float32)
+    driver.reset()
+    bound = bind(library, options, case, memory, {"x": x})
+    found: dict[str, Any] = {"dynamic_smem": bound.plan.kernels[0].dynamic_smem_bytes}
+    found["opt_in"] = [line for line in driver.log() if line.startswith("cuFuncSetAttribute")]
+    want = x.reshape(2, LARGE_TILE)[:, ::-1].reshape(-1)
+    runs = []
+    for _ in range(RUNS):
+        driver.reset()
+        bound.run()
+        runs.append(bool(np.array_equal(bound.results()["y"], want)) and not _refused(driver.log()))
+    found["runs_equal"] = runs
+    kernel = bound.plan.kernels[0]
+    with library.primary(0):
+        module = library.load(driver_image(bound.plan.source, bound.plan.kernels, options))
+        plain = library.function(module, dataclasses.replace(kernel, dynamic_smem_bytes=0))  # no opt-in
+        driver.reset()
+        try:
+            library.launch(plain, kernel, [a.ctypes.data for a in (*bound.inputs, *bound.outputs)], STREAM)
+            found["without_opt_in"] = ""
+        except LaunchError as err:
+            found["without_opt_in"] = f"{err}\n{_refusal(driver)}"
+        library.unload(module)
+    bound.program.close()
+    driver.reset()
+    driver.inject("cuFuncSetAttribute", fake_driver.INVALID_VALUE)
+    try:
+        bind(library, options, case, memory, {"x": x})
+        found["opt_in_fault"] = ""
+    except LaunchError as err:
+        found["opt_in_fault"] = str(err)
+    found["leaked"] = (driver.books.modules, driver.books.pinned) != (books.modules, books.pinned)
+    return found
+
+
 def _declare_memory_calls(lib: Any) -> None:
     lib.cuModuleGetGlobal_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t)]
     lib.cuModuleGetGlobal_v2.argtypes += [ctypes.c_void_p, ctypes.c_char_p]
@@ -576,6 +651,7 @@ def main(argv: list[str]) -> int:
     report["faults"] = [f for c in kinds.values() for f in faults(driver, library, options, c)]
     if True in kinds:
         report["refusals"] = fake_refusals(driver, library, options, kinds[True])
+    report["large_shared_memory"] = large_shared_memory(driver, library, options)
     report["books"] = asdict(driver.books)
     out.write_text(json.dumps(report, indent=1))
     return 0

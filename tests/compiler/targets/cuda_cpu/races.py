@@ -16,10 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend, CudaCpuError
-from stitchfleet.compiler.tolerance import check_outputs
-from tests.compiler.targets.cuda_cpu.sweep import Case, buffers_of, workload_cases, workload_slice
+from tests.compiler.targets.cuda_cpu.sweep import Case, buffers_of, judge, workload_cases, workload_slice
 
 
 @dataclass(frozen=True)
@@ -45,8 +43,7 @@ def check_races(backend: CudaCpuBackend, cases: Sequence[Case]) -> list[RaceFind
             continue
         shapes = {name: case.graph.node(node).shape for name, node in case.graph.outputs}
         got = {name: raw[buf].reshape(shapes[name]) for name, buf in low.outputs}
-        inputs = random_inputs(case.graph, case.seed)
-        verdicts = check_outputs(got, evaluate(case.graph, inputs), evaluate(case.graph, inputs, "float64"))
+        verdicts = judge(case, got)
         off = tuple(n for n, v in verdicts.items() if not v.ok)
         findings.append(RaceFinding(case.label, "", off, int(library.sf_race_checked()) - before))
     return findings

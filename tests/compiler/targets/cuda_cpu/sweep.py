@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from stitchfleet.compiler.subgraph import extract
 from stitchfleet.compiler.targets.cuda.render import kernel_text, render_kernel
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend, CudaCpuProgram
 from stitchfleet.compiler.targets.sim.interpreter import run as run_sim
-from stitchfleet.compiler.tolerance import check_outputs
+from stitchfleet.compiler.tolerance import Verdict, check_outputs
 from tests.compiler.test_stitch_sim import SMALL
 
 Array = npt.NDArray[Any]
@@ -89,14 +89,33 @@ def _rel(a: Array, b: Array) -> float:
     return float(np.nanmax(np.abs(a64 - b64), initial=0.0)) / scale
 
 
+def design_rule(
+    graph: Graph,
+    inputs: Mapping[str, Any],
+    got: Mapping[str, object],
+    native: Mapping[str, object],
+    reference: Mapping[str, object],
+) -> dict[str, Verdict]:
+    """The DESIGN rule as `stitchfleet compile` applies it: 8 x the unfused float32 result's error, with the
+    backward-stability allowance (float64 re-evaluations on inputs with float32 noise) for an output that
+    misses it. Without that second look, one scalar sum of 1,280 terms (dien cluster_71's `add.1704`,
+    `mul.1706`) failed in the FMA build's index order: numpy's unfused sum is nearly exact there by chance."""
+    return check_outputs(got, native, reference, perturbed=lambda draw: evaluate(graph, inputs, "float64", noise=draw))
+
+
+def judge(case: Case, got: Mapping[str, object]) -> dict[str, Verdict]:
+    """`design_rule` on the case's own inputs."""
+    inputs = random_inputs(case.graph, case.seed)
+    return design_rule(case.graph, inputs, got, evaluate(case.graph, inputs), evaluate(case.graph, inputs, "float64"))
+
+
 def check_case(case: Case, lowered: Lowered, program: CudaCpuProgram, *, strict: bool, sim: bool) -> Outcome:
     """Runs one compiled case as `program`'s options say; `strict` adds the other-fill and other-order reruns."""
     buffers = buffers_of(case, lowered)
     raw = program(buffers)
     shapes = {name: case.graph.node(node).shape for name, node in case.graph.outputs}
     got = {name: raw[buf].reshape(shapes[name]) for name, buf in lowered.outputs}
-    inputs = random_inputs(case.graph, case.seed)
-    verdicts = check_outputs(got, evaluate(case.graph, inputs), evaluate(case.graph, inputs, "float64"))
+    verdicts = judge(case, got)
     outcome = Outcome(case.label, len(lowered.outputs), {n: v.reason for n, v in verdicts.items() if not v.ok})
     if strict:
         outcome.fill_diffs = differing(raw, program.with_options(fill=OTHER_FILL)(buffers), lowered)
@@ -183,10 +202,10 @@ def _print_figures(title: str, outcomes: Sequence[Outcome], seconds: float) -> N
 
 
 def fma_shift(cache: Path, cases: Sequence[Case]) -> str:
-    """How far outputs move when g++ may contract a*b+c into one FMA (as nvcc does by default)."""
+    """How far outputs move when g++ may contract a*b+c into one FMA (the default build, as NVRTC's default)."""
     lowered = [case.lowered() for case in cases]
-    plain = CudaCpuBackend(cache).compile_many([low.kernels for low in lowered])
-    fused = CudaCpuBackend(cache, fma=True).compile_many([low.kernels for low in lowered])
+    plain = CudaCpuBackend(cache, fma=False).compile_many([low.kernels for low in lowered])
+    fused = CudaCpuBackend(cache).compile_many([low.kernels for low in lowered])
     outputs = equal = failed = 0
     worst = 0.0
     for case, low, one, other in zip(cases, lowered, plain, fused, strict=True):
@@ -208,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=Path(".cuda-cpu-sweep-cache"))
     parser.add_argument("--profile", default="tiny")
     parser.add_argument(
-        "--fma", action="store_true", help="compare a -ffp-contract=fast -mfma build with the plain one"
+        "--fma", action="store_true", help="compare the default (FMA) build with one without contraction"
     )
     parser.add_argument("--no-sim", action="store_true", help="skip the bit comparison with the sim")
     args = parser.parse_args(argv)

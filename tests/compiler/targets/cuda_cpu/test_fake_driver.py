@@ -30,7 +30,8 @@ pytestmark = [
 
 # Driver calls the tier does not fail on purpose: cuInit and the primary-context path (sf_primary_enter/leave,
 # set-up outside a program), the error text itself, the pop (the library pops whatever happened, so it must
-# not fail), cuFuncSetAttribute (only kernels above 48 KiB of dynamic shared memory call it; none in the slice),
+# not fail), cuFuncSetAttribute (only kernels above 48 KiB of dynamic shared memory call it, none in the slice: its
+# fault is injected on the > 48 KiB kernel, `_assert_large_shared_memory`),
 # occupancy (its fault is the device holding no block, "occupancy 0") and the teardown calls, whose failure the
 # void destroy cannot report (the books would show the leak).
 _NOT_INJECTED = {
@@ -103,6 +104,18 @@ def test_workload_slice_through_the_launch_library_on_the_fake_driver(
     assert "function of an unloaded module" in refusals["launch after unload"]
     assert "invalid resource handle" in refusals["second unload"]
     assert "pop without a push" in refusals["pop without a push"]
+    _assert_large_shared_memory(report["large_shared_memory"])
+
+
+def _assert_large_shared_memory(found: dict[str, Any]) -> None:
+    """The > 48 KiB dynamic shared-memory kernel (issue 32): opted in at create, right twice on garbage, refused
+    by the fake from a function not opted in (as a GPU refuses it), and a failed opt-in a LaunchError."""
+    assert found["dynamic_smem"] > 48 * 1024
+    assert found["opt_in"] == [f"cuFuncSetAttribute attribute=8 value={found['dynamic_smem']}"]  # MAX_DYNAMIC_SHARED
+    assert found["runs_equal"] == [True, True]
+    assert "dynamic shared memory above the function's allowance" in found["without_opt_in"]
+    assert found["opt_in_fault"].startswith("cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) failed")
+    assert not found["leaked"]
 
 
 @pytest.mark.slow
