@@ -61,7 +61,7 @@ def function_def(site: Site, outer: Sequence[str], originals: Mapping[str, str],
         node.attr["value"].tensor.CopyFrom(constant)
         refs[folded] = f"folded_{j}:output:0"
     interior = site.internal_names
-    chain, renamed = recomputed(site, set(refs))
+    chain, renamed = recomputed(site, set(refs), originals)
     by_name = {op.name: op for op in [*chain, *site.internal]}
     own = {n: o for n, o in originals.items() if o.rsplit(":", 1)[0] in interior}
     own.update(renamed)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import tensorflow as tf
 
@@ -20,6 +20,12 @@ SEEDS = frozenset({"seed", "seed2"})
 # the shapes of shared tensors, so the op need not read the twin's members at all.
 SHAPED = frozenset({"RandomUniform", "RandomStandardNormal", "TruncatedNormal", "RandomUniformInt"})
 FEEDS = ("Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGetNextSync", "QueueDequeueV2")
+
+
+class ShapePairs(Protocol):
+    """A tensor's shape under the job's shape signature and under a second one (`signatures.ShapeOracle`)."""
+
+    def pair(self, tensor: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None: ...
 
 
 class SharingError(ValueError):
@@ -34,11 +40,12 @@ def owns_stream(op: Any) -> bool:
     return {attr.name for attr in op.op_def.attr} >= SEEDS
 
 
-def share(graph: Any, members: Collection[str]) -> list[str]:
+def share(graph: Any, members: Collection[str], oracle: ShapePairs | None = None) -> list[str]:
     """Rewires every random op that `owns_stream` and reads an op of `members` so that the twin shares it.
 
     Control inputs from members are dropped (they order the draw, never change it); a shape input from
-    members is rebuilt from shared tensors (`_shared_shape`); any other data input from members stays,
+    members is rebuilt from shared tensors (`_shared_shape`; `oracle`: the job's `signatures.ShapeOracle`
+    under a shape signature, for dimensions Grappler cannot relate); any other data input from members stays,
     so the twin's run computes that value on the original ops as plain TF does, allowed only when those
     ops hold no state (they would run beside their copies). Returns the names of the ops rewired."""
     rewired: list[str] = []
@@ -56,7 +63,7 @@ def share(graph: Any, members: Collection[str]) -> list[str]:
         if op.type in SHAPED and op.inputs[0].op.name in members:
             if properties is None:
                 properties = _properties(graph, reading)
-            op._update_input(0, _shared_shape(graph, op, properties, set(members) | after))
+            op._update_input(0, _shared_shape(graph, op, properties, set(members) | after, oracle))
         left = [t for t in op.inputs if t.op.name in members]
         if left:
             stateful = [o.name for o in upstream([t.op for t in left]).values() if o.name in members and _holds(o)]
@@ -89,27 +96,74 @@ def _properties(graph: Any, roots: Iterable[Any]) -> dict[str, Any]:
     return dict(grappler_item.Item(meta).GetOpProperties())
 
 
-def _shared_shape(graph: Any, op: Any, properties: dict[str, Any], excluded: Collection[str]) -> Any:
+def _shared_shape(
+    graph: Any, op: Any, properties: dict[str, Any], excluded: Collection[str], oracle: ShapePairs | None
+) -> Any:
     """A tensor equal to `op`'s shape input on every step, computed from tensors outside `excluded`:
-    constants for static dimensions, `Shape(t)[i]` of a shared tensor with the same symbolic dimension."""
+    constants for static dimensions, `Shape(t)[i]` of a shared tensor with the same symbolic dimension
+    (Grappler's), else with the same size under both of the oracle's signatures."""
     if op._get_control_flow_context() is not None:
         raise SharingError(f"random op {op.name!r} inside TF control flow draws a shape computed by a cluster")
+    try:
+        parts = _symbolic_parts(graph, op, properties, excluded)
+    except SharingError:
+        if oracle is None:
+            raise
+        parts = _signature_parts(graph, op, oracle, excluded)
+    dtype = op.inputs[0].dtype
+    with graph.as_default(), tf.name_scope(f"{op.name}/stitchfleet_shape/"), tf.device(op.device):
+        built = [
+            tf.constant(part, dtype) if isinstance(part, int) else tf.compat.v1.shape(part[0], out_type=dtype)[part[1]]
+            for part in parts
+        ]
+        return tf.stack(built) if built else tf.constant([], dtype)
+
+
+Part = int | tuple[Any, int]  # a static size, or (tensor, axis) carrying a varying one
+
+
+def _symbolic_parts(graph: Any, op: Any, properties: dict[str, Any], excluded: Collection[str]) -> list[Part]:
+    """Per dimension of `op`'s draw: its size, or a shared tensor and axis with its Grappler symbolic id."""
     dims = _dims(properties.get(op.name, ()), 0)
     if dims is None or -1 in dims:
         raise SharingError(f"random op {op.name!r} draws a shape TF cannot relate to the job's inputs")
     sources = _sources(graph, properties, {d for d in dims if d < -1}, excluded)
-    dtype = op.inputs[0].dtype
-    with graph.as_default(), tf.name_scope(f"{op.name}/stitchfleet_shape/"), tf.device(op.device):
-        parts = []
-        for d in dims:
-            if d >= 0:
-                parts.append(tf.constant(d, dtype))
-                continue
-            if d not in sources:
-                raise SharingError(f"random op {op.name!r} draws a shape no tensor outside the clusters has")
-            tensor, axis = sources[d]
-            parts.append(tf.compat.v1.shape(tensor, out_type=dtype)[axis])
-        return tf.stack(parts) if parts else tf.constant([], dtype)
+    parts: list[Part] = []
+    for d in dims:
+        if d < 0 and d not in sources:
+            raise SharingError(f"random op {op.name!r} draws a shape no tensor outside the clusters has")
+        parts.append(d if d >= 0 else sources[d])
+    return parts
+
+
+def _signature_parts(graph: Any, op: Any, oracle: ShapePairs, excluded: Collection[str]) -> list[Part]:
+    """Per dimension of `op`'s draw: its size when it is the same under both of the oracle's signatures, else a
+    shared tensor and axis of the same size under both, the job's inputs first. Grappler loses the relation
+    through an `Einsum` (Keras' MultiHeadAttention: its attention dropout draws `Shape(softmax)`, whose batch
+    dimension Grappler gives a fresh id), and the job's setup failed: no cluster of it was stitched."""
+    pair = oracle.pair(op.outputs[0])
+    if pair is None:
+        raise SharingError(f"random op {op.name!r} draws a shape the job's shape signature does not give")
+    wanted = {(a, b) for a, b in zip(*pair, strict=True) if a != b}
+    found: dict[tuple[int, int], tuple[Any, int]] = {}
+    ops = [o for o in graph.get_operations() if o.name not in excluded and o.type != "Const"]
+    ops.sort(key=lambda o: o.type not in FEEDS)  # stable: otherwise the graph's order
+    for source in ops:
+        if len(found) == len(wanted):
+            break
+        if source._get_control_flow_context() is not None:
+            continue
+        for tensor in source.outputs:
+            sizes = oracle.pair(tensor) if tensor.dtype != tf.resource else None
+            for axis, size in enumerate(zip(*sizes, strict=True) if sizes is not None else ()):
+                if size in wanted and size not in found:
+                    found[size] = (tensor, axis)
+    parts: list[Part] = []
+    for size in zip(*pair, strict=True):
+        if size[0] != size[1] and size not in found:
+            raise SharingError(f"random op {op.name!r} draws a shape no tensor outside the clusters has")
+        parts.append(size[0] if size[0] == size[1] else found[size])
+    return parts
 
 
 def _dims(outputs: Any, index: int) -> list[int] | None:

@@ -70,7 +70,7 @@ def _clone(site: Site, inputs: Sequence[Any], originals: dict[str, str]) -> list
         node.attr["dtype"].type = value.dtype.as_datatype_enum
     interior = site.internal_names
     own = {n: o for n, o in originals.items() if o.rsplit(":", 1)[0] in interior}
-    chain, renamed = recomputed(site, set(feeds))
+    chain, renamed = recomputed(site, set(feeds), originals)
     own.update(renamed)
     for op in [*chain, *site.internal]:
         node = graph_def.node.add()

@@ -333,7 +333,7 @@ def build(graph: Any, sites: Sequence[Site]) -> Twin:
     if drawing:  # only a copied TF1 while loop brings one in
         raise TwinError(f"random op {drawing[0]!r} is inside a TF1 while loop that depends on a cluster")
     try:
-        share(graph, members)
+        share(graph, members, next((site.oracle for site in sites if site.oracle is not None), None))
     except SharingError as err:
         raise TwinError(str(err)) from None
     graph_def, input_map, colocated, waiting = _copy_def(graph, members)

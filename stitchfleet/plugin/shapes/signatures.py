@@ -189,7 +189,7 @@ class SignatureBook:
 
 @dataclass(frozen=True)
 class ShapeOracle:
-    """Tensor shapes under the job's signature and under a second one (every unknown dimension one larger),
+    """Tensor shapes under the job's signature and under a second one (`wider`: unknown dimensions larger),
     by original tensor name: two tensors whose shapes agree under both have the same shape for the job's
     feeds (its dimensions are the same functions of the batch), so a shape read of one may read the other.
     Names of the stitched twin (`twin.PREFIX`) read as their originals."""
@@ -200,14 +200,15 @@ class ShapeOracle:
 
     def shape(self, tensor: Any) -> tuple[int, ...] | None:
         """The tensor's shape under the job's signature (None when not known)."""
-        pair = self._pair(tensor)
+        pair = self.pair(tensor)
         return None if pair is None else pair[0]
 
     def same(self, a: Any, b: Any) -> bool:
-        mine = self._pair(a)
-        return mine is not None and mine == self._pair(b)
+        mine = self.pair(a)
+        return mine is not None and mine == self.pair(b)
 
-    def _pair(self, tensor: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    def pair(self, tensor: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """The tensor's shape under both signatures (None when either is not known)."""
         if tensor.shape.is_fully_defined():
             shape = tuple(int(d) for d in tensor.shape.as_list())
             return shape, shape
@@ -274,17 +275,12 @@ class Specialisation:
 
     def mark(self, graph: Any, conversion: Any, sites: Sequence[Any]) -> None:
         """Sets each site's `varying`: the folded tensors it reads whose values depend on the signature. They
-        are found by converting again under a second signature (every unknown dimension one larger): a
+        are found by converting again under a second signature (`wider`): a
         value that differs, or that cannot be folded there, varies. The rewrite has the cluster's TF ops
         compute those for each call instead of reading the signature's constants."""
         if self.signature is None or not sites:
             return
-        mine = self.signature.as_dict()
-        wider = {
-            key: tuple(d + 1 if known is None else d for d, known in zip(mine[key], shape, strict=True))
-            for key, shape in partial_shapes(self.sources).items()
-        }
-        second = concrete_shapes(graph, Signature.of(wider), self.graph_def)
+        second = concrete_shapes(graph, wider(self.signature, self.sources), self.graph_def)
         other = convert(StepOps(graph), shapes=second).folded
         oracle = ShapeOracle(self.known, second)
         varying = {
@@ -323,6 +319,23 @@ class Specialisation:
         if seen != self.signature or self.guessed:
             self.book.record(seen)
         return seen
+
+
+def wider(signature: Signature, sources: Sequence[Any]) -> Signature:
+    """The signature with each unknown dimension larger by one plus its axis: a batch (axis 0 of every source)
+    grows alike everywhere, so feeds stay consistent, and a batch and a sequence length of the same size (`GUESS`
+    for both) differ in the second signature. One larger for all made them the same size under both, so a
+    tokens tensor's `[batch, length]` could stand for a `[length, batch]` shape."""
+    mine = signature.as_dict()
+    return Signature.of(
+        {
+            key: tuple(
+                d + 1 + axis if known is None else d
+                for axis, (d, known) in enumerate(zip(mine[key], shape, strict=True))
+            )
+            for key, shape in partial_shapes(sources).items()
+        }
+    )
 
 
 def _guess(sources: Sequence[Any]) -> Signature:

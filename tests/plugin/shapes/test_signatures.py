@@ -131,3 +131,20 @@ def test_an_iterators_reads_are_sources_too() -> None:
     shapes = signatures.concrete_shapes(graph, Signature.of(read))
     assert shapes["MatMul:0"] == (8, 32)
     assert _clusters(convert(StepOps(graph), shapes=shapes)) == _clusters(convert(StepOps(mlp(8))))
+
+
+def test_the_second_signature_tells_a_batch_from_a_length_of_the_same_size() -> None:
+    """The oracle's second signature grows each unknown dimension by one plus its axis: the batch alike in every
+    source (feeds stay consistent), a length guessed as large as the batch to another size. With one larger for
+    all, a tokens tensor's `[batch, length]` and a `[length, batch]` one had the same shapes under both."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tokens = tf.compat.v1.placeholder(tf.int32, [None, None], name="tokens")
+        tf.compat.v1.placeholder(tf.int64, [None], name="labels")
+        flipped = tf.transpose(tokens)
+    sources = signatures.unknown_sources(graph)
+    guess = Signature.of({"tokens": (32, 32), "labels": (32,)})
+    wider = signatures.wider(guess, sources)
+    assert wider.as_dict() == {"tokens": (33, 34), "labels": (33,)}
+    oracle = signatures.ShapeOracle(signatures.concrete_shapes(graph, guess), signatures.concrete_shapes(graph, wider))
+    assert oracle.pair(tokens) == ((32, 32), (33, 34)) and not oracle.same(tokens, flipped)

@@ -29,7 +29,7 @@ from tests.compiler.targets.cuda_cpu.sweep import (
     workload_slice,
 )
 
-ATOMIC_SUMS = "dien_attention_gru/cluster_71"
+ATOMIC_SUMS = "dien_attention_gru/cluster_73"  # cluster_71 lost its atomics: its (128, 1) sums are rows now
 
 pytestmark = [
     pytest.mark.cuda_cpu,
