@@ -21,7 +21,7 @@ from stitchfleet.plugin.control.schedule import STITCHED
 from tests.plugin.hook_harness import _feeds, hooked
 
 pytestmark = pytest.mark.tf
-WATCHED: dict[str, Any] = {"thread": None, "under": None, "seen": []}
+WATCHED: dict[str, Any] = {"thread": None, "under": None, "seen": [], "added": False}
 
 
 def _audit(event: str, args: tuple[Any, ...]) -> None:
@@ -33,10 +33,10 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         WATCHED["seen"].append((event, str(args[0])))
 
 
-sys.addaudithook(_audit)
-
-
 def test_windows_close_without_file_io_on_the_steps_thread(tmp_path: Path) -> None:
+    if not WATCHED["added"]:  # once per process: an audit hook cannot be removed
+        sys.addaudithook(_audit)
+        WATCHED["added"] = True
     hook, url = hooked(tmp_path, "step-io")
     graph = models.build("bert_encoder", "small", seed=1)
     with graph.as_default():
