@@ -5,7 +5,9 @@ step of three sessions of the demo model in one process, windows alternated (ord
 plain TF (a MonitoredSession without the plugin), the hooked job in its stitched phase (every cluster on,
 probes off, run through `MonitoredSession.run` as a job runs it: the hook's per-step work included), and the
 same twin with every cluster on run on the raw session (the hook's Python left out). The difference between
-the last two is what the hook's per-step work costs a stitched step.
+the last two is what the hook's per-step work costs a stitched step. Also the mean and median time spent inside
+the hook's before_run + after_run per stitched step (wall and thread CPU): the mean includes the steps that
+close a telemetry window (every STITCHFLEET_WINDOW_STEPS = 20 steps here), which a median of steps leaves out.
 
     PYTHONPATH=. python scripts/hook_step.py 12 30
 """
@@ -18,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -31,7 +34,28 @@ SETTLE = 2  # untimed steps at the start of each window
 START = 60  # steps before timing: warmup (10), baseline (20), the first stitched window's executor build
 
 
-def _hook(tmp: str) -> StitchHook:
+class _Timed(StitchHook):
+    """The hook, with the time spent inside its two calls per step (when `timing`)."""
+
+    timing = False
+    inside: list[tuple[float, float]]
+
+    def before_run(self, run_context: Any) -> Any:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        args = super().before_run(run_context)
+        if self.timing:
+            self.inside.append((time.perf_counter() - wall, time.thread_time() - cpu))
+        return args
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        super().after_run(run_context, run_values)
+        if self.timing:
+            before_wall, before_cpu = self.inside[-1]
+            self.inside[-1] = (before_wall + time.perf_counter() - wall, before_cpu + time.thread_time() - cpu)
+
+
+def _hook(tmp: str) -> _Timed:
     env = {
         "STITCHFLEET_STATE_DIR": tmp,
         "STITCHFLEET_JOB_UID": "hook-step",
@@ -48,11 +72,14 @@ def _hook(tmp: str) -> StitchHook:
         "STITCHFLEET_SLOWDOWN_MARGIN": "100",
         "STITCHFLEET_CACHE_DIR": str(settings.current().cache_dir),
     }
-    return StitchHook(settings.load(env), db_url=f"sqlite:///{Path(tmp) / 't.db'}")
+    hook = _Timed(settings.load(env), db_url=f"sqlite:///{Path(tmp) / 't.db'}")
+    hook.inside = []
+    return hook
 
 
-def measure(steps: int, rounds: int) -> dict[str, tuple[float, float]]:
-    """Median (wall, CPU) seconds per step of each session (see the module docstring)."""
+def measure(steps: int, rounds: int) -> tuple[dict[str, tuple[float, float, float, float]], list[tuple[float, float]]]:
+    """Per session (median wall, median CPU, mean wall, mean CPU) seconds per step, and per hooked step the
+    (wall, thread CPU) seconds inside the hook (see the module docstring)."""
     with tempfile.TemporaryDirectory() as tmp:
         hook = _hook(tmp)
         graph, loss, train_op, feeds = command._build(command.DIMS)
@@ -81,6 +108,7 @@ def measure(steps: int, rounds: int) -> dict[str, tuple[float, float]]:
         }
         wall: dict[str, list[float]] = {name: [] for name in runs}
         cpu: dict[str, list[float]] = {name: [] for name in runs}
+        hook.timing = True
         for r in range(rounds):
             for name in list(runs) if r % 2 == 0 else list(runs)[::-1]:
                 for i in range(steps):
@@ -93,7 +121,9 @@ def measure(steps: int, rounds: int) -> dict[str, tuple[float, float]]:
             raise SystemExit(f"the hooked job left its stitched phase: {controller.job_reverted}")
         hooked.close()
         plain.close()
-    return {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in runs}
+    found = {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in runs}
+    means = {name: (statistics.mean(wall[name]), statistics.mean(cpu[name])) for name in runs}
+    return {name: (*found[name], *means[name]) for name in runs}, hook.inside
 
 
 def main(argv: list[str]) -> int:
@@ -102,13 +132,20 @@ def main(argv: list[str]) -> int:
     if steps <= SETTLE or rounds < 1:
         print(f"usage: hook_step.py [steps > {SETTLE}] [rounds >= 1]", file=sys.stderr)
         return 2
-    found = measure(steps, rounds)
-    base_wall, base_cpu = found["plain TF"]
-    for name, (wall, cpu) in found.items():
+    found, inside = measure(steps, rounds)
+    base_wall, base_cpu, base_mean_wall, base_mean_cpu = found["plain TF"]
+    for name, (wall, cpu, mean_wall, mean_cpu) in found.items():
         print(
-            f"{name:42s} wall {wall * 1e3:7.3f} ms ({wall / base_wall:.3f}x)  CPU {cpu * 1e3:7.3f} ms"
-            f" ({cpu / base_cpu:.3f}x plain TF)"
+            f"{name:42s} median wall {wall * 1e3:7.3f} ms ({wall / base_wall:.3f}x)  CPU {cpu * 1e3:7.3f} ms"
+            f" ({cpu / base_cpu:.3f}x plain TF); mean wall {mean_wall * 1e3:7.3f} ms"
+            f" ({mean_wall / base_mean_wall:.3f}x)  CPU {mean_cpu * 1e3:7.3f} ms ({mean_cpu / base_mean_cpu:.3f}x)"
         )
+    walls, cpus = [w for w, _ in inside], [c for _, c in inside]
+    print(
+        f"inside before_run + after_run, {len(inside)} stitched steps: wall mean {statistics.mean(walls) * 1e6:.1f} us"
+        f" median {statistics.median(walls) * 1e6:.1f} us max {max(walls) * 1e6:.0f} us; thread CPU mean"
+        f" {statistics.mean(cpus) * 1e6:.1f} us median {statistics.median(cpus) * 1e6:.1f} us"
+    )
     return 0
 
 

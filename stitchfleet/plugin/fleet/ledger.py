@@ -217,14 +217,20 @@ class Ledger:
         self.safely(ProbeVerdict, self.key, fingerprint, profile, shapes, outcome, detail[:200])
 
     def window(self, **fields: Any) -> None:
-        """A closed window; its index (the session's own) becomes the rank's, unique across its sessions."""
+        """A closed window; its index (the session's own) becomes the rank's, unique across its sessions. Numbered
+        and recorded on the rank record's writer thread: no file I/O on the step's thread (`rank_record`)."""
+
+        def numbered(number: int) -> None:
+            self.safely(StepWindow, self.key, self.rank, **{**fields, "window_index": number})
+
         try:
-            fields["window_index"] = self.rank_record.window(int(fields["window_index"]))
+            self.rank_record.window_then(int(fields["window_index"]), numbered)
         except Exception as err:
             log.warning("stitchfleet: rank record failed (%s); the window keeps its session index", err)
-        self.safely(StepWindow, self.key, self.rank, **fields)
+            self.safely(StepWindow, self.key, self.rank, **fields)
 
     def finished(self, status: str, reason: str = "") -> None:
+        self.rank_record.drain()  # the job's last windows are recorded before its end
         self.safely(JobFinished, self.key, status, reason[:200], self.rank)
 
     def close(self) -> None:

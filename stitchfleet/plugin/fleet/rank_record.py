@@ -2,17 +2,22 @@
 
 Input: the state directory (STITCHFLEET_STATE_DIR: in a pod the state emptyDir, which outlives a container
 restart), the job's uid and the rank; per session, its windows' own indices and its setup seconds so far.
-Output: The rules in full: docs/plugin/fleet.md.
+Output: the rank-wide numbers and totals. A window's number is taken on this record's writer thread
+(`window_then`): the file's lock, read and atomic replace (ms on a busy disk) stay off the training step's
+thread. The rules in full: docs/plugin/fleet.md.
 """
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import logging
 import os
+import queue
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +25,7 @@ log = logging.getLogger("stitchfleet.plugin")
 _LOCK = threading.Lock()
 # Per record path, when the file cannot be used: what the file would hold, for this process's sessions.
 _MEMORY: dict[str, dict[str, Any]] = {}
+DRAIN_SECONDS = 10.0  # at most this long, at close or exit, for the windows still being numbered
 
 
 def _empty() -> dict[str, Any]:
@@ -36,6 +42,45 @@ class RankRecord:
         self.session = uuid.uuid4().hex
         self._windows: dict[int, int] = {}
         self._warned = False
+        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._writer: threading.Thread | None = None
+        self._writer_lock = threading.Lock()  # not _LOCK: the writer holds that one through its file I/O
+
+    def window_then(self, index: int, use: Callable[[int], None]) -> None:
+        """Numbers window `index` (as `window`) on this record's writer thread, then calls `use` with the number
+        there; returns at once. Windows are numbered in the order they were handed in, so the numbers are those
+        `window` would give; `drain` waits for them."""
+        with self._writer_lock:
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_queued, name="stitchfleet-rank-record", daemon=True)
+                self._writer.start()
+                atexit.register(self.drain)
+        self._queue.put(lambda: use(self._numbered(index)))
+
+    def _numbered(self, index: int) -> int:
+        try:
+            return self.window(index)
+        except Exception as err:  # the window's row still goes out, with the session's own index
+            log.warning("stitchfleet: rank record failed (%s); the window keeps its session index", err)
+            return index
+
+    def drain(self, timeout: float = DRAIN_SECONDS) -> bool:
+        """Waits until every window handed to `window_then` so far is numbered and used; False on timeout."""
+        if self._writer is None:
+            return True
+        done = threading.Event()
+        self._queue.put(done.set)
+        return done.wait(timeout)
+
+    def _write_queued(self) -> None:
+        while True:
+            work = self._queue.get()
+            if work is None:
+                return
+            try:
+                work()
+            except Exception:  # bookkeeping: the next windows are still numbered
+                log.exception("stitchfleet: rank record: a window could not be numbered")
 
     def window(self, index: int) -> int:
         """The rank-wide number of this session's window `index` (the same number if asked again)."""
@@ -51,6 +96,13 @@ class RankRecord:
 
     def close(self) -> None:
         """The session is over: its setup seconds join the closed sum (the record stays small over many sessions)."""
+        if not self.drain():
+            log.warning("stitchfleet: rank record: windows still being numbered after %.0f s", DRAIN_SECONDS)
+        with self._writer_lock:
+            if self._writer is not None:
+                self._queue.put(None)  # the writer ends after what is queued
+                self._writer = None
+                atexit.unregister(self.drain)
         with _LOCK:
             self._update(lambda held: _close_session(held, self.session))
 
