@@ -29,7 +29,7 @@ test: $(DEPS) $(HOROVOD) $(SYSTEM) $(TFGPU)
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure, not a pass" >&2; exit 1; fi; \
 	exit $$rc
 
-# The fast loop: no TensorFlow, Horovod, PostgreSQL or C++ builds of cuda-cpu (well under 2 minutes).
+# The fast loop: no TensorFlow, Horovod, PostgreSQL or C++ builds of cuda-cpu (4.5 minutes on 2 quiet cores).
 UNIT_MARKERS := not tf and not horovod and not postgres and not cuda_cpu and not gpu and not slow and not sweep
 test-unit: $(DEPS)
 	$(PY) -m pytest -q --without-tf -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
