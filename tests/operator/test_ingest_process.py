@@ -26,7 +26,7 @@ from stitchfleet.plugin.fleet.shipper import Shipper
 from stitchfleet.telemetry import rows as r
 from tests.telemetry.conftest import create_database, running_server
 from tests.telemetry.test_recorder import reference_figures
-from tests.telemetry.workload import figures, workload
+from tests.telemetry.workload import figures, windows_in, workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.timeout(300)]
 POD, POD_UID = "resnet-train-0-x7k2p", "pod-uid-1"
@@ -36,13 +36,6 @@ POD, POD_UID = "resnet-train-0-x7k2p", "pod-uid-1"
 def pg_url() -> Iterator[str]:
     with running_server() as server:
         yield create_database(server)
-
-
-def windows_in(url: str) -> int:
-    try:
-        return sum(n for *_, n in figures(url)["per_job"])  # type: ignore[misc]
-    except Exception:  # before the schema
-        return 0
 
 
 @pytest.mark.asyncio

@@ -39,7 +39,7 @@ from tests.operator.ingest_harness import (
 )
 from tests.operator.operator_process import free_port
 from tests.telemetry.test_recorder import reference_figures
-from tests.telemetry.workload import figures, workload
+from tests.telemetry.workload import figures, windows_in, workload
 
 pytestmark = pytest.mark.timeout(180)
 REPO = Path(__file__).resolve().parents[3]
@@ -72,13 +72,6 @@ async def eventually(condition: Callable[[], bool], what: str, seconds: float = 
 
 def db(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'db' / 'telemetry.db'}"
-
-
-def windows_in(url: str) -> int:
-    try:
-        return sum(n for *_, n in figures(url)["per_job"])  # type: ignore[misc]
-    except Exception:  # before the schema
-        return 0
 
 
 @pytest.mark.asyncio
