@@ -7,7 +7,8 @@ rules in full: docs/plugin/horovod.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -15,11 +16,14 @@ import numpy.typing as npt
 SLOTS = 512  # cluster indices a job can agree on; clusters past it stay with TF (a reason says so)
 Vector = npt.NDArray[np.float64]
 
+if TYPE_CHECKING:
+    import tensorflow as tf
+
 
 class Agreement:
     """The agreement allreduce, built in `begin` before anything of the rank's setup can fail."""
 
-    def __init__(self, hvd: Any, graph: Any) -> None:
+    def __init__(self, hvd: ModuleType, graph: tf.Graph) -> None:
         import tensorflow as tf
 
         self.size = int(hvd.size())
@@ -35,7 +39,7 @@ class Agreement:
         local[SLOTS] = float(ok)
         return local
 
-    def args(self, local: Vector) -> tuple[dict[Any, Any], dict[str, Any]]:
+    def args(self, local: Vector) -> tuple[dict[tf.Tensor, object], dict[str, tf.Tensor]]:
         return {self.feed: local}, {"agreement": self.summed}
 
     def decide(self, summed: Vector) -> list[int] | None:
