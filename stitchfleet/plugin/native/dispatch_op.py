@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
 import tensorflow as tf
 
@@ -39,19 +39,19 @@ class BridgeUnavailableError(RuntimeError):
 @dataclass(frozen=True)
 class BridgeOp:
     path: Path
-    module: Any
+    module: ModuleType  # the op library tf.load_op_library loaded
     counters: ctypes.CDLL
 
     def dispatch(
         self,
         kernel: NativeKernel,
-        inputs: Sequence[Any],
-        dtypes: Sequence[Any],
+        inputs: Sequence[tf.Tensor],
+        dtypes: Sequence[tf.DType],
         *,
-        switch: tuple[Any, int],
-        fallback: Any,
-        static_shapes: Sequence[Any] = (),
-    ) -> list[Any]:
+        switch: tuple[tf.Tensor, int],
+        fallback: str,
+        static_shapes: Sequence[tf.TensorShape] = (),
+    ) -> list[tf.Tensor]:
         """The cluster's outputs (TF tensors, in output order): the compiled code when switch (vector, index) is
         on and the inputs have the shapes it was built for, else (or when it reports a failure) `fallback`, a
         function of the cluster's TF ops (a concrete function, or the name of one in the graph's library:

@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,9 @@ from stitchfleet.compiler.pipeline import compile_cluster
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan
 from stitchfleet.compiler.targets.base import NativeKernel, Placement
 from stitchfleet.plugin.native.faults import Fault
+
+if TYPE_CHECKING:
+    from stitchfleet.plugin.native.dispatch_op import BridgeOp
 
 log = logging.getLogger("stitchfleet.plugin")
 Array = npt.NDArray[Any]
@@ -215,7 +218,7 @@ class ClusterKernel:
         return values  # the unfused computation is non-finite too: not the kernel's fault
 
 
-def poll_faults(bridge: Any, seen: int, kernels: Sequence[Any]) -> int:
+def poll_faults(bridge: BridgeOp | None, seen: int, kernels: Sequence[ClusterKernel]) -> int:
     """Flags the kernels whose native op found NaN/Inf where TF's ops were finite; returns the process-wide
     fault count to pass next time (one read per step; the per-cluster counts only when that count moved)."""
     if bridge is None or bridge.faults() == seen:
