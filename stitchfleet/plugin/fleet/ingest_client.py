@@ -13,7 +13,7 @@ import json
 import logging
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -198,7 +198,7 @@ def _context(ca_pem: str) -> ssl.SSLContext:
     return context
 
 
-def memory_of(answer: dict[str, Any]) -> tuple[set[str], list[SlowerVerdict]]:
+def memory_of(answer: Mapping[str, object]) -> tuple[set[str], list[SlowerVerdict]]:
     """The reverted fingerprints and slower verdicts of a quarantine answer; DeliveryError when its
     "reverted" list is malformed (an operator that answers no "slower" list has no slower verdicts)."""
     found = answer.get("reverted")
@@ -207,7 +207,7 @@ def memory_of(answer: dict[str, Any]) -> tuple[set[str], list[SlowerVerdict]]:
     return set(found), slower_list(answer.get("slower"))
 
 
-def slower_list(items: Any) -> list[SlowerVerdict]:
+def slower_list(items: object) -> list[SlowerVerdict]:
     """The slower verdicts of an answer (or a cache file): none when absent, malformed entries skipped."""
     verdicts = []
     for item in items if isinstance(items, list) else []:

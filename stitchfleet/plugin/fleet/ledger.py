@@ -12,8 +12,9 @@ import datetime as dt
 import logging
 import ssl
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack
 
 from stitchfleet import settings as settings_module
 from stitchfleet.plugin.fleet import rank_devices
@@ -38,6 +39,31 @@ from stitchfleet.telemetry.rows import (
 from stitchfleet.telemetry.spool import Spool
 
 log = logging.getLogger("stitchfleet.plugin")
+
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+
+class Sink(Protocol):
+    """Where rows go: the Shipper (in Kubernetes), the Recorder (a database) or the spool."""
+
+    def record(self, row: Row) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class WindowFields(TypedDict):
+    """A closed window's figures (`telemetry.rows.StepWindow` less its job and rank), the session's index."""
+
+    window_index: int
+    first_step: int
+    last_step: int
+    iterations: int
+    mode: str
+    step_seconds_sum: float
+    baseline_step_seconds: float | None
+    saved_seconds: float
 
 
 class SpoolSink:
@@ -74,7 +100,7 @@ class Ledger:
         # Several sessions of one job's rank (tf.estimator's train and evaluate, a restarted container) share
         # window numbers and add up their setup seconds through the rank's record in the state directory.
         self.rank_record = RankRecord(current.state_dir, self.key.job_uid, rank)
-        self._sink: Any = None
+        self._sink: Sink | None = None
         self.memory: FleetMemory | None = None
         self.recollection: Recollection | None = None  # what `recall` last found (kernels bound later read it)
         self._pending: list[Row] | None = None  # rows recorded before the database client is open
@@ -98,7 +124,7 @@ class Ledger:
 
     def _open(self) -> None:
         """The local sink (the Recorder, or the spool without SQLAlchemy), then the rows that waited for it."""
-        sink: Any = None
+        sink: Sink | None = None
         try:
             from stitchfleet.telemetry.recorder import Recorder
 
@@ -112,8 +138,9 @@ class Ledger:
             log.warning("stitchfleet: telemetry is off for this job: %s", err)
         with self._lock:
             pending, self._pending, self._sink = self._pending or [], None, sink
-            for row in pending if sink is not None else ():
-                sink.record(row)
+            for row in pending:
+                if sink is not None:
+                    sink.record(row)
 
     def _at_exit(self) -> None:
         """A process that ends before the client opened (setup failed, no session end) still records its rows."""
@@ -129,7 +156,7 @@ class Ledger:
         self._opening.start()
 
     @property
-    def recorder(self) -> Any:
+    def recorder(self) -> Sink | None:
         """The sink rows go to (Shipper, Recorder or SpoolSink; None when telemetry is off), once open."""
         self.open_later()
         if self._opening is not None:
@@ -145,7 +172,7 @@ class Ledger:
         if sink is not None:
             sink.record(row)
 
-    def safely(self, make: Any, *args: Any, **kwargs: Any) -> None:
+    def safely(self, make: Callable[..., Row], *args: object, **kwargs: object) -> None:
         """Builds a row and records it; a bad figure is logged, never raised."""
         try:
             self.record(make(*args, **kwargs))
@@ -184,12 +211,14 @@ class Ledger:
         self.safely(JobCompiled, self.key, self.rank, seconds)
         self.open_later()  # setup is booked: the client's imports overlap TF's session creation, not begin
 
-    def event(self, kind: str, step: int | None, fingerprint: str | None, reason: str, **figures: Any) -> None:
+    def event(
+        self, kind: str, step: int | None, fingerprint: str | None, reason: str, **figures: float | str | None
+    ) -> None:
         short = reason if len(reason) <= Event.MAX_REASON else reason[: Event.MAX_REASON - 3] + "..."
         detail = figures.pop("detail", reason)
         self.safely(Event, self.key, kind, self.rank, step, fingerprint, short, detail, **figures)
 
-    def measure_devices(self, session: Any, local_ranks: int = 1) -> None:
+    def measure_devices(self, session: tf.compat.v1.Session, local_ranks: int = 1) -> None:
         """Records what this rank really uses (its GPUs or its share of the CPU cores, `local_ranks` ranks on
         this host), which only a created session knows; a failure is logged and the job runs on."""
         try:
@@ -216,7 +245,7 @@ class Ledger:
         """This job's probe finding for the fleet's slower verdicts (kinds.ProbeOutcome)."""
         self.safely(ProbeVerdict, self.key, fingerprint, profile, shapes, outcome, detail[:200])
 
-    def window(self, **fields: Any) -> None:
+    def window(self, **fields: Unpack[WindowFields]) -> None:
         """A closed window; its index (the session's own) becomes the rank's, unique across its sessions. Numbered
         and recorded on the rank record's writer thread: no file I/O on the step's thread (`rank_record`)."""
 

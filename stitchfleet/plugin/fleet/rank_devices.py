@@ -10,7 +10,10 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 CGROUP_V2_MAX = Path("/sys/fs/cgroup/cpu.max")
 CGROUP_V1_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
@@ -25,7 +28,7 @@ class RankDevices:
     count: int
 
 
-def measure(session: Any, local_ranks: int = 1) -> RankDevices:
+def measure(session: tf.compat.v1.Session, local_ranks: int = 1) -> RankDevices:
     """The GPUs `session` can place ops on, else this rank's share of the usable CPU cores (`local_ranks`:
     the job's ranks on this host, Horovod's local size)."""
     gpus = sum(1 for device in session.list_devices() if device.device_type == "GPU")

@@ -11,9 +11,12 @@ import hashlib
 import logging
 import platform
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stitchfleet.plugin.fleet.rank_devices import usable_cores
+
+if TYPE_CHECKING:
+    from stitchfleet.compiler.ir import Graph
 
 log = logging.getLogger("stitchfleet.plugin")
 CPUINFO = Path("/proc/cpuinfo")
@@ -55,7 +58,7 @@ def profile(backend: str, declared_gpu: str = "") -> str:
     return f"{backend}:{found}"[:MAX_PROFILE]
 
 
-def shape_signature(graph: Any) -> str:
+def shape_signature(graph: Graph) -> str:
     """The IR graph's parameters in order, dtype and dims ('?' for an unknown dim)."""
     parts = []
     for node in graph.parameters:
