@@ -52,7 +52,7 @@ def _elu_grad(site: Site) -> list[Value]:
 
 
 def _alpha(site: Site) -> float:
-    return float(site.attr("alpha", 0.2))
+    return site.number("alpha", 0.2)
 
 
 def _leaky_relu(site: Site) -> list[Value]:

@@ -62,12 +62,12 @@ def _check_reserve_readers(site: Site) -> None:
 def _forward(site: Site) -> list[Value]:
     b = site.b
     x, scale, offset = site.value(0), site.value(1), site.value(2)
-    layout, eps = _Layout(site, x), float(site.attr("epsilon", 1e-4))
+    layout, eps = _Layout(site, x), site.number("epsilon", 1e-4)
     xf = b.cast(x, scale.dtype)
     if site.attr("is_training", True):
         _check_reserve_readers(site)
         mean, centred, variance = _stats(site, xf, layout)
-        factor = float(site.attr("exponential_avg_factor", 1.0))
+        factor = site.number("exponential_avg_factor", 1.0)
         corrected = variance * (layout.count / max(layout.count - 1, 1))
         if factor == 1.0:  # the old statistics may be empty tensors then: never read them
             running_mean, running_variance = mean, corrected
@@ -88,7 +88,7 @@ def _forward(site: Site) -> list[Value]:
 def _gradient(site: Site) -> list[Value]:
     b = site.b
     dy, x, scale = site.value(0), site.value(1), site.value(2)
-    layout, eps = _Layout(site, x), float(site.attr("epsilon", 1e-4))
+    layout, eps = _Layout(site, x), site.number("epsilon", 1e-4)
     dyf, xf = b.cast(dy, scale.dtype), b.cast(x, scale.dtype)
     sum_dy = b.reduce_sum(dyf, layout.reduced)
     if site.attr("is_training", True):

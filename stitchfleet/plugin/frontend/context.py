@@ -6,15 +6,18 @@ docs/plugin/frontend.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from stitchfleet.compiler.ir import DType, GraphBuilder, Shape, TensorType, Value
 from stitchfleet.plugin.frontend.result import TensorRef
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 Array = npt.NDArray[Any]
 # Larger constant arrays are passed in as parameters, not written into the IR.
@@ -82,7 +85,7 @@ class Lowering:
 class Site:
     """One TF op handed to a lowering rule."""
 
-    op: Any  # tf.Operation; typed loosely so this module needs no TensorFlow
+    op: tf.Operation
     args: list[Arg]
     outs: list[TensorType]
     lowering: Lowering
@@ -95,11 +98,33 @@ class Site:
     def type(self) -> str:
         return str(self.op.type)
 
-    def attr(self, name: str, default: object = None) -> Any:
+    def attr(self, name: str, default: object = None) -> object:
+        """The op's attribute `name` as TF gives it, `default` when the op has none."""
         try:
             return self.op.get_attr(name)
         except ValueError:
             return default
+
+    def integer(self, name: str, default: int = 0) -> int:
+        """An int attribute (an axis, a mask); LoweringError when the op holds something else there."""
+        value = self.attr(name, default)
+        if not isinstance(value, int):
+            raise LoweringError(f"{self.type} attribute {name!r} is {value!r}, not an int")
+        return value
+
+    def number(self, name: str, default: float) -> float:
+        """A float attribute (epsilon, alpha); LoweringError when the op holds something else there."""
+        value = self.attr(name, default)
+        if not isinstance(value, int | float):
+            raise LoweringError(f"{self.type} attribute {name!r} is {value!r}, not a number")
+        return float(value)
+
+    def integers(self, name: str) -> list[int]:
+        """A list-of-ints attribute (squeeze dims), empty when the op has none."""
+        value = self.attr(name, []) or []
+        if not isinstance(value, list | tuple) or not all(isinstance(v, int) for v in value):
+            raise LoweringError(f"{self.type} attribute {name!r} is {value!r}, not a list of ints")
+        return [int(v) for v in value]
 
     def value(self, index: int) -> Value:
         return self.lowering.value(self.args[index])
@@ -137,7 +162,7 @@ class LiveMarks:
     unfetchable: frozenset[str] = frozenset()
 
     @classmethod
-    def of(cls, graph: Any, ops: Any) -> LiveMarks:
+    def of(cls, graph: tf.Graph, ops: Iterable[tf.Operation]) -> LiveMarks:
         """The marks of `ops` (of the live `graph`)."""
         ops = list(ops)
         in_context = frozenset(op.name for op in ops if getattr(op, "_control_flow_context", None) is not None)

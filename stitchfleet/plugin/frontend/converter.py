@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import tensorflow as tf
 
@@ -53,7 +53,7 @@ _OPAQUE_ATTRS = ("transpose_a", "transpose_b", "adj_x", "adj_y")
 _IR_DTYPES = {d.numpy.name: d for d in DType if d is not DType.BF16} | {"bfloat16": DType.BF16}
 
 
-def ir_dtype(tf_dtype: Any) -> DType | None:
+def ir_dtype(tf_dtype: tf.DType) -> DType | None:
     """The IR type of a TF dtype (references read as their base type), None when the IR has none."""
     return _IR_DTYPES.get(tf_dtype.base_dtype.name)
 
@@ -277,7 +277,7 @@ def _has_value(low: Lowering, arg: Arg) -> bool:
     return arg.ref.name in low.values or arg.known is not None
 
 
-def ordered(ops: Iterable[Any]) -> list[Any]:
+def ordered(ops: Iterable[tf.Operation]) -> list[tf.Operation]:
     """Ops in a topological order of data and control edges, creation order where free; loops come last."""
     ops = list(ops)
     position = {op.name: i for i, op in enumerate(ops)}
@@ -342,8 +342,17 @@ def _assemble(walk: _Walk, name: str) -> Conversion:
     return Conversion(graph, origins, tensors, dict(walk.ops), dict(low.known))
 
 
+class Operations(Protocol):
+    """What `convert` reads of a graph: a `tf.Graph`, or a training step's ops (`graph.mapping.StepOps`)."""
+
+    def get_operations(self) -> list[tf.Operation]: ...
+
+
 def convert(
-    graph: Any, name: str = "graph", shapes: Mapping[str, tuple[int, ...]] | None = None, marks: LiveMarks | None = None
+    graph: Operations,
+    name: str = "graph",
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    marks: LiveMarks | None = None,
 ) -> Conversion:
     """Converts a `tf.Graph`; see the module docstring. `shapes` (tensor name -> shape) stands in for TF's
     shape of a tensor where that is partial, e.g. under a job's shape signature; `marks`, for a copy of a
@@ -355,7 +364,7 @@ def convert(
         return _assemble(walk, name)
 
 
-def convert_graph_def(graph_def: Any, name: str = "graph") -> Conversion:
+def convert_graph_def(graph_def: tf.compat.v1.GraphDef, name: str = "graph") -> Conversion:
     """Imports a GraphDef into a fresh graph (known calls and conds inlined, inlining.py) and converts it;
     a malformed GraphDef raises FrontendError."""
     graph = tf.Graph()

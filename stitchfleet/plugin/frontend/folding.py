@@ -128,7 +128,7 @@ def _concat(site: Site, known: list[Array]) -> list[Array]:
 
 
 def _squeeze(site: Site, known: list[Array]) -> list[Array]:
-    dims = site.attr("squeeze_dims", []) or []
+    dims = site.integers("squeeze_dims")
     return [np.squeeze(known[0], axis=tuple(dims)) if dims else np.squeeze(known[0])]
 
 
@@ -164,8 +164,8 @@ _FOLDERS: dict[str, _Folder] = {
     "Slice": _slice,
     "ConcatV2": _concat,
     "Concat": _concat,
-    "Pack": lambda s, k: [np.stack(k, axis=int(s.attr("axis", 0)))],
-    "Unpack": lambda s, k: list(np.moveaxis(k[0], int(s.attr("axis", 0)), 0)),
+    "Pack": lambda s, k: [np.stack(k, axis=s.integer("axis"))],
+    "Unpack": lambda s, k: list(np.moveaxis(k[0], s.integer("axis"), 0)),
     "Reshape": lambda s, k: [k[0].reshape([int(d) for d in k[1]])],
     "ExpandDims": lambda s, k: [np.expand_dims(k[0], int(k[1]))],
     "Squeeze": _squeeze,

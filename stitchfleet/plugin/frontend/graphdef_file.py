@@ -7,7 +7,6 @@ docs/plugin/frontend.md.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from google.protobuf import message, text_format
 from tensorflow.core.framework import graph_pb2
@@ -18,7 +17,7 @@ from stitchfleet.plugin.frontend.result import Conversion, FrontendError
 SUFFIXES = (".pb", ".pbtxt")
 
 
-def read_graph_def(path: str | Path) -> Any:
+def read_graph_def(path: str | Path) -> graph_pb2.GraphDef:
     """The GraphDef stored in `path` (.pb binary, .pbtxt text)."""
     source = Path(path)
     if source.suffix not in SUFFIXES:

@@ -77,7 +77,7 @@ def _inline(node: Any, fdef: Any, inputs: list[str]) -> list[Any]:
     return [*made, forward]
 
 
-def inline_functions(graph_def: Any) -> Any:
+def inline_functions(graph_def: tf.compat.v1.GraphDef) -> tf.compat.v1.GraphDef:
     """The GraphDef with known calls and conds inlined (a copy; the input is left alone)."""
     library = {f.signature.name: f for f in graph_def.library.function}
     current = graph_def

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
+import numpy as np
 import numpy.typing as npt
 
 from stitchfleet.compiler.ir import Graph
@@ -52,7 +53,7 @@ class Conversion:
     origins: Mapping[int, TensorRef]
     tensors: Mapping[str, int]
     ops: Mapping[str, Disposition]
-    folded: Mapping[str, npt.NDArray[Any]]
+    folded: Mapping[str, npt.NDArray[np.generic]]
 
     @property
     def skipped(self) -> dict[str, Disposition]:

@@ -76,7 +76,7 @@ def _zeros_like(site: Site) -> list[Value]:
 
 def strided_index(site: Site, begin: Array, end: Array, strides: Array) -> list[object]:
     """The numpy index StridedSlice's operands and masks describe (Ellipsis, None, ints, slices)."""
-    masks = {m: int(site.attr(f"{m}_mask", 0) or 0) for m in ("begin", "end", "ellipsis", "new_axis", "shrink_axis")}
+    masks = {m: site.integer(f"{m}_mask") for m in ("begin", "end", "ellipsis", "new_axis", "shrink_axis")}
     index: list[object] = []
     for i in range(len(begin)):
         bit = 1 << i
@@ -195,7 +195,7 @@ def _concat(site: Site) -> list[Value]:
 
 def _pack(site: Site) -> list[Value]:
     out = site.out.shape
-    axis = int(site.attr("axis", 0)) % len(out)
+    axis = site.integer("axis") % len(out)
     piece = (*out[:axis], 1, *out[axis + 1 :])
     values = [site.b.reshape(v, piece) for v in site.values()]
     return [values[0] if len(values) == 1 else site.b.concat(values, axis)]
@@ -222,7 +222,7 @@ def _split(site: Site) -> list[Value]:
 
 def _unpack(site: Site) -> list[Value]:
     x = site.value(0)
-    return _pieces(site, x, int(site.attr("axis", 0)) % len(x.shape))
+    return _pieces(site, x, site.integer("axis") % len(x.shape))
 
 
 def _shifted(site: Site, x: Value) -> tuple[Value, Value, Value]:

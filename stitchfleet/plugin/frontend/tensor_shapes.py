@@ -19,7 +19,7 @@ import tensorflow as tf
 _KNOWN_SHAPES: ContextVar[Mapping[str, tuple[int, ...]] | None] = ContextVar("known_shapes", default=None)
 
 
-def tensor_shape(tensor: Any) -> tuple[int, ...] | None:
+def tensor_shape(tensor: tf.Tensor) -> tuple[int, ...] | None:
     """The tensor's static shape (-1 for an unknown dimension, None for an unknown rank): TF's, else the one
     the running conversion was given (`known_shapes`), else what its op's attributes declare."""
     shape = tensor.shape

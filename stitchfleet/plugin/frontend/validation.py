@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from stitchfleet.compiler.scope import find_clusters
 from stitchfleet.compiler.subgraph import extract
 from stitchfleet.compiler.tolerance import check
 from stitchfleet.plugin.frontend.result import Conversion
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 BOUNDARY_OPS = (Op.PARAMETER, Op.OPAQUE)
 # Looser than the backends' 8: the IR is evaluated along whole chains from TF's boundary values, so
@@ -117,7 +120,9 @@ def _run(session: Any, conversion: Conversion, feeds: Mapping[str, Any]) -> _Run
     )
 
 
-def compare(session: Any, conversion: Conversion, feeds: Mapping[str, Any], factor: float = FACTOR) -> Comparison:
+def compare(
+    session: tf.compat.v1.Session, conversion: Conversion, feeds: Mapping[str, Array], factor: float = FACTOR
+) -> Comparison:
     """Every mapped IR value between boundaries against TF (see the module docstring)."""
     run = _run(session, conversion, feeds)
     if run is None:
@@ -128,7 +133,7 @@ def compare(session: Any, conversion: Conversion, feeds: Mapping[str, Any], fact
 
 
 def compare_clusters(
-    session: Any, conversion: Conversion, feeds: Mapping[str, Any], factor: float = FACTOR
+    session: tf.compat.v1.Session, conversion: Conversion, feeds: Mapping[str, Array], factor: float = FACTOR
 ) -> tuple[int, Comparison]:
     """Each stitch cluster evaluated alone on its inputs' values, against TF; (cluster count, comparison).
 
@@ -152,7 +157,7 @@ def compare_clusters(
     return len(clusters), result
 
 
-def compare_folded(session: Any, conversion: Conversion, feeds: Mapping[str, Any]) -> Comparison:
+def compare_folded(session: tf.compat.v1.Session, conversion: Conversion, feeds: Mapping[str, Array]) -> Comparison:
     """Every constant-folded tensor against TF's value: they must be equal (shape arithmetic is exact)."""
     names = sorted(conversion.folded)
     result = Comparison()
@@ -166,7 +171,7 @@ def compare_folded(session: Any, conversion: Conversion, feeds: Mapping[str, Any
     return result
 
 
-def random_feeds(graph: Any, seed: int = 0) -> dict[str, Array]:
+def random_feeds(graph: tf.Graph, seed: int = 0) -> dict[str, Array]:
     """Standard-normal values (small ints, fair bools) for every placeholder of a TF graph."""
     rng = np.random.default_rng(seed)
     feeds: dict[str, Array] = {}
