@@ -7,7 +7,6 @@ compiler's artifacts, with the epilogues the backend's TF library fuses held out
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from stitchfleet import settings as settings_module
 from stitchfleet.compiler import targets
@@ -15,6 +14,7 @@ from stitchfleet.compiler.pipeline import SOURCE_TARGETS, Artifacts, Options, co
 from stitchfleet.compiler.targets.base import LibraryFusion
 from stitchfleet.plugin.frontend import Conversion, library_fusions
 from stitchfleet.plugin.frontend.converter import convert
+from stitchfleet.plugin.graph.mapping import StepOps
 from stitchfleet.plugin.graph.placement import AUTO
 from stitchfleet.plugin.graph.training_steps import data_path
 from stitchfleet.plugin.native import gpu_device
@@ -27,7 +27,7 @@ def fusions(backend: str) -> tuple[LibraryFusion, ...]:
     return targets.profile(name).library_fusions
 
 
-def compiled(steps: Any, shapes: Specialisation, current: settings_module.Settings) -> tuple[Conversion, Artifacts]:
+def compiled(steps: StepOps, shapes: Specialisation, current: settings_module.Settings) -> tuple[Conversion, Artifacts]:
     """The conversion of the training step's ops and its compile (see the module docstring)."""
     conversion = convert(steps, name=current.job_name or "graph", shapes=shapes.known)
     dump = Path(current.dump_dir) if current.dump_dir else None

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stitchfleet import settings as settings_module
 from stitchfleet.compiler import targets
@@ -32,6 +32,12 @@ from stitchfleet.plugin.native.faults import Fault
 from stitchfleet.plugin.native.kernels import ClusterKernel, gpu_op_unavailable
 from stitchfleet.plugin.shapes.signatures import Specialisation
 from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from stitchfleet.compiler.pipeline import Artifacts
+    from stitchfleet.plugin.frontend import Conversion
 
 log = logging.getLogger("stitchfleet.plugin")
 
@@ -89,7 +95,7 @@ def _left_to_tf(site: Site, path: frozenset[str], where: placement.Route) -> str
 FUSED_ACTIVATIONS = frozenset({"Relu", "Elu", "LeakyRelu"})
 
 
-def fallback_hazard(ops: Any, *, onednn: bool) -> str | None:
+def fallback_hazard(ops: Iterable[tf.Operation], *, onednn: bool) -> str | None:
     """Why the cluster's TF ops cannot run as a graph function here, or None. On a oneDNN build (TF's
     default on x86 CPUs), grappler fuses a FusedBatchNorm whose output 0 feeds an activation (directly,
     or through an Add of a side input) inside a function into one op that then fails every call
@@ -214,9 +220,9 @@ def _compile_later(builds: list[_Build], cache_dir: Any) -> threading.Thread:
 
 
 def choose(
-    graph: Any,
-    conversion: Any,
-    art: Any,
+    graph: tf.Graph,
+    conversion: Conversion,
+    art: Artifacts,
     *,
     backend: str,
     known_bad: set[str],
@@ -237,6 +243,8 @@ def choose(
     path = training_path(graph)
     routes = _router(backend, current)
     builds: list[_Build] = []
+    if art.report is None:
+        raise ValueError("artifacts without a compile report: choose reads each cluster's fingerprint from it")
     for i, (cg, plan, summary) in enumerate(zip(art.cluster_graphs, art.stitch, art.report.clusters, strict=True)):
         fingerprint = summary.fingerprint
         if isinstance(plan, Decision):
