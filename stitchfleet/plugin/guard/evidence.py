@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from stitchfleet.compiler.evaluate import Array
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.ir.serialization import dumps, loads
 from stitchfleet.plugin.guard.numeric import Finding, judge
@@ -29,9 +31,9 @@ SAMPLE = 4
 @dataclass(frozen=True)
 class Evidence:
     graph: Graph
-    inputs: list[np.ndarray[Any, Any]]
-    original: list[np.ndarray[Any, Any]]
-    stitched: list[np.ndarray[Any, Any]]
+    inputs: list[Array]
+    original: list[Array]
+    stitched: list[Array]
     factor: float
 
     @property
@@ -50,15 +52,15 @@ class Evidence:
         np.savez_compressed(buffer, meta=np.frombuffer(meta.encode(), np.uint8), **arrays)
         return buffer.getvalue()
 
-    def _side(self, side: str) -> list[np.ndarray[Any, Any]]:
+    def _side(self, side: str) -> list[Array]:
         return {"in": self.inputs, "tf": self.original, "st": self.stitched}[side]
 
-    def summary(self, finding: Finding, stored: Path | None) -> dict[str, Any]:
+    def summary(self, finding: Finding, stored: Path | None) -> dict[str, object]:
         """The JSON of a revert's detail (see the module docstring)."""
         outputs = [name for name, _ in self.graph.outputs]
         worst = outputs.index(finding.output) if finding.output in outputs else 0
         blob = self.blob()
-        doc: dict[str, Any] = {
+        doc: dict[str, object] = {
             "digest": self.digest,
             "inputs": [_sample(v) for v in self.inputs],
             "output": outputs[worst],
@@ -73,13 +75,17 @@ class Evidence:
         return doc
 
 
-def _sample(value: np.ndarray[Any, Any]) -> dict[str, Any]:
+def _sample(value: Array) -> dict[str, Any]:
     flat = np.asarray(value).ravel()
     return {"shape": list(np.shape(value)), "dtype": str(flat.dtype), "first": flat[:SAMPLE].tolist()}
 
 
 def captured(
-    graph: Graph, inputs: Sequence[Any], original: Sequence[Any], stitched: Sequence[Any], factor: float
+    graph: Graph,
+    inputs: Sequence[npt.ArrayLike],
+    original: Sequence[npt.ArrayLike],
+    stitched: Sequence[npt.ArrayLike],
+    factor: float,
 ) -> Evidence:
     as_arrays = [np.array(v, copy=True) for v in inputs], [np.array(v) for v in original]
     return Evidence(graph, *as_arrays, [np.array(v) for v in stitched], factor)
@@ -99,7 +105,7 @@ def kept(evidence: Evidence, finding: Finding, directory: Path | None) -> str:
     return MARK + json.dumps(evidence.summary(finding, stored), separators=(",", ":"))
 
 
-def parsed(detail: str) -> dict[str, Any] | None:
+def parsed(detail: str) -> dict[str, object] | None:
     """The evidence JSON of a revert's detail, or None when it holds none."""
     for line in detail.splitlines():
         if line.startswith(MARK):
@@ -108,13 +114,13 @@ def parsed(detail: str) -> dict[str, Any] | None:
     return None
 
 
-def loaded(doc: Mapping[str, Any], path: Path | None = None) -> Evidence:
+def loaded(doc: Mapping[str, object], path: Path | None = None) -> Evidence:
     """The evidence from its inline blob, else from `path` or the path it names; ValueError when neither is
     there or its inputs do not match the digest."""
     if "blob" in doc:
-        raw = base64.b64decode(doc["blob"])
+        raw = base64.b64decode(str(doc["blob"]))
     else:
-        source = path or (Path(doc["path"]) if doc.get("path") else None)
+        source = path or (Path(str(doc["path"])) if doc.get("path") else None)
         if source is None or not source.is_file():
             raise ValueError(f"the evidence blob is not inline and {source or 'no file'} cannot be read")
         raw = source.read_bytes()

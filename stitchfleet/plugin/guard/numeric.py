@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
-from stitchfleet.compiler.evaluate import evaluate
+from stitchfleet.compiler.evaluate import Array, evaluate
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.tolerance import Verdict, check, error_floor, output_of, roundoff, scaled_error
 
@@ -50,12 +51,12 @@ class Finding:
 
 def judge(
     graph: Graph,
-    inputs: Sequence[Any],
-    original: Sequence[Any],
-    stitched: Sequence[Any],
+    inputs: Sequence[npt.ArrayLike],
+    original: Sequence[npt.ArrayLike],
+    stitched: Sequence[npt.ArrayLike],
     factor: float,
     *,
-    reference: Mapping[str, Any] | None = None,
+    reference: Mapping[str, Array] | None = None,
 ) -> Finding:
     """The worst output of the cluster on this step (see the module docstring); `reference`: the fp64
     outputs on these inputs when the caller already has them (judging several results of one step)."""
@@ -93,14 +94,14 @@ def _other_shape(declared: Sequence[int], given: Sequence[int]) -> bool:
 
 def judge_with_reference(
     graph: Graph,
-    original: Sequence[Any],
-    stitched: Sequence[Any],
-    reference: Mapping[str, Any],
+    original: Sequence[npt.ArrayLike],
+    stitched: Sequence[npt.ArrayLike],
+    reference: Mapping[str, Array],
     factor: float,
     *,
-    in_order: Mapping[str, Any] | None = None,
-    perturbed: Callable[[int], Mapping[str, Any]] | None = None,
-    narrow: Mapping[str, Any] | None = None,
+    in_order: Mapping[str, Array] | None = None,
+    perturbed: Callable[[int], Mapping[str, Array]] | None = None,
+    narrow: Mapping[str, Array] | None = None,
 ) -> Finding:
     """The rule against the fp64 reference, with each output's summation allowance (no fast path).
     `in_order`: the cluster evaluated op by op in float32 on the same inputs, a second legal rounding
@@ -201,7 +202,7 @@ def reduction_paths(graph: Graph) -> dict[str, list[int]]:
     return {name: sorted(length[r] for r in upstream[node_id]) for name, node_id in graph.outputs}
 
 
-def summation_allowance(dtype: np.dtype[Any], lengths: Sequence[int], factor: float) -> float:
+def summation_allowance(dtype: np.dtype[np.generic], lengths: Sequence[int], factor: float) -> float:
     """factor x u x sum(sqrt(L)) over the output's reductions (at least factor x u), capped (module docstring)."""
     u = roundoff(dtype)
     spread = max(1.0, sum(math.sqrt(length) for length in lengths))

@@ -11,7 +11,7 @@ import hashlib
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from stitchfleet.plugin.graph.cluster_ops import UNREAD_KEY
 from stitchfleet.plugin.graph.mapping import Site
 from stitchfleet.plugin.guard import wide_batchnorm
 from stitchfleet.plugin.guard.numeric import FLOOR_RATIO, reduction_paths, summation_allowance
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 log = logging.getLogger("stitchfleet.plugin")
 SEED = 20261122
@@ -47,7 +50,7 @@ OTHER_FLOATS = frozenset({DType.F16, DType.BF16, DType.F64})  # a cluster holdin
 TF_ROUNDING = {np.dtype(np.float16): "storage", np.dtype(np.float64): "float32"}
 
 
-def check_sites(graph: Any, sites: Sequence[Site], factor: float, cache_dir: Path | None = None) -> dict[int, str]:
+def check_sites(graph: tf.Graph, sites: Sequence[Site], factor: float, cache_dir: Path | None = None) -> dict[int, str]:
     """The sites (by cluster index) whose IR disagrees with TF's ops, with why; the others pass. With
     `cache_dir`, a pass is remembered per (TF ops, IR, TF version), so a restarted pod, or a second pod of
     the same job sharing its kernel cache (README, "Setup cost in a pod"), skips the check."""
@@ -87,7 +90,7 @@ def _remember(marker: Path) -> None:
         log.info("stitchfleet: translation check not cached: %s", err)
 
 
-def isolated(graph: Any, site: Site) -> Any:
+def isolated(graph: tf.Graph, site: Site) -> tf.compat.v1.GraphDef:
     """A GraphDef of the cluster's TF ops alone: its inputs become placeholders `stitchfleet_in_K`, a
     value the frontend folded (a shape computation, a constant) becomes a constant, and control edges
     and colocation constraints into it are dropped (ordering only: gradient code reaches the whole
@@ -247,7 +250,7 @@ def _plain_config() -> Any:
     return config
 
 
-def promoted(graph_def: Any) -> Any:
+def promoted(graph_def: tf.compat.v1.GraphDef) -> tf.compat.v1.GraphDef:
     """A copy of `graph_def` computing in float64 where it computed in float32 (type attrs, constants);
     fused batch norms, which have no float64 kernel, become their float64 formulas (`wide_batchnorm`)."""
     import tensorflow as tf

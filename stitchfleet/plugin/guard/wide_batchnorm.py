@@ -7,7 +7,10 @@ The rules in full: docs/plugin/guard.md.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 FORWARD = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
 GRADIENT = frozenset({"FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"})
@@ -16,7 +19,7 @@ CHANNEL_SHAPES = {"NHWC": None, "NDHWC": None, "NCHW": [1, -1, 1, 1], "NCDHW": [
 PREFIX = "stitchfleet_f64"
 
 
-def decomposable(node: Any) -> bool:
+def decomposable(node: tf.compat.v1.NodeDef) -> bool:
     """Whether `node` is a fused batch norm (forward or gradient) in a data format this module writes."""
     if node.op not in FORWARD | GRADIENT:
         return False
@@ -24,7 +27,7 @@ def decomposable(node: Any) -> bool:
     return data_format in CHANNEL_SHAPES
 
 
-def widened(graph_def: Any) -> Any:
+def widened(graph_def: tf.compat.v1.GraphDef) -> tf.compat.v1.GraphDef:
     """A copy of the promoted `graph_def` with every decomposable fused batch norm computed in float64 ops."""
     import tensorflow as tf
 
