@@ -7,7 +7,6 @@ the hook feeds True on check steps). Output: The rules in full: docs/plugin/grap
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_ops
@@ -15,7 +14,7 @@ from tensorflow.python.ops import control_flow_ops
 ALIASES = frozenset({"Identity", "RefIdentity"})  # forward their input's buffer: no copy
 
 
-def aliases_ref(tensor: Any) -> bool:
+def aliases_ref(tensor: tf.Tensor) -> bool:
     """Whether `tensor` is a TF1 ref variable's buffer itself (a float_ref tensor, or its `read` Identity):
     an update later in the step (ApplyGradientDescent, Assign) changes it in place."""
     while True:
@@ -26,7 +25,7 @@ def aliases_ref(tensor: Any) -> bool:
         tensor = tensor.op.inputs[0]
 
 
-def taken(inputs: Sequence[Any], checking: Any) -> tuple[list[Any], list[int]]:
+def taken(inputs: Sequence[tf.Tensor], checking: tf.Tensor) -> tuple[list[tf.Tensor], list[int]]:
     """`inputs` with each ref alias replaced by `Merge(Switch(x))`: its buffer as before on other steps,
     a private copy (`Snapshot`) on check steps, taken before the stitched op reads it; the positions
     replaced. Ops inside TF control flow are left as they are (a Switch there would need its frame)."""

@@ -6,9 +6,9 @@ which TF tensors the cluster's IR computes (`computed_by`). Output: The rules in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stitchfleet.compiler.ir import Graph, IRError, Node, Op
 from stitchfleet.compiler.ir.attrs import Attrs
@@ -17,6 +17,9 @@ from stitchfleet.plugin.frontend.batchnorm import FORWARD, RESERVE_OUTPUTS, UNBO
 from stitchfleet.plugin.frontend.converter import CONTROL_FLOW, FEEDABLE, ir_dtype
 from stitchfleet.plugin.graph.op_graph import upstream
 from stitchfleet.plugin.graph.placement import device_fields
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 MAX_OPS = 5000
 UNREAD_KEY = "unread_inputs"  # cluster graph metadata: how many trailing PARAMETERs nothing reads
@@ -29,12 +32,12 @@ class UnmappableError(ValueError):
 
 @dataclass
 class Interior:
-    ops: dict[str, Any] = field(default_factory=dict)  # the cluster's TF ops by name
+    ops: dict[str, tf.Operation] = field(default_factory=dict)  # the cluster's TF ops by name
     reads: set[str] = field(default_factory=set)  # folded tensors they read
-    unread: dict[str, Any] = field(default_factory=dict)  # outside tensors they read and the IR does not
+    unread: dict[str, tf.Tensor] = field(default_factory=dict)  # outside tensors they read and the IR does not
 
 
-def check_op(op: Any) -> None:
+def check_op(op: tf.Operation) -> None:
     """UnmappableError when `op` cannot be cloned into a cluster's TF fallback."""
     if op.op_def.is_stateful or op.type in FEEDABLE or op.type in CONTROL_FLOW:
         raise UnmappableError(f"reaches {op.type} op {op.name!r} outside its inputs")
@@ -42,7 +45,9 @@ def check_op(op: Any) -> None:
         raise UnmappableError(f"op {op.name!r} is inside TF control flow")
 
 
-def computed_by(conversion: Conversion, members: Collection[int], inputs: Collection[int]) -> Callable[[Any], bool]:
+def computed_by(
+    conversion: Conversion, members: Collection[int], inputs: Collection[int]
+) -> Callable[[tf.Tensor], bool]:
     """Whether the cluster of IR nodes `members` (reading IR nodes `inputs`) computes a TF tensor: its IR
     node is a member, or it is another output of a TF op the cluster clones (Unpack's other slices, batch
     norm's reserve spaces), or an alias (Identity) of an input, whose walk ends at that input."""
@@ -57,7 +62,9 @@ def computed_by(conversion: Conversion, members: Collection[int], inputs: Collec
     return computes
 
 
-def walk(outputs: list[Any], inputs: set[str], folded: dict[str, Any], computes: Callable[[Any], bool]) -> Interior:
+def walk(
+    outputs: list[tf.Tensor], inputs: set[str], folded: Mapping[str, object], computes: Callable[[tf.Tensor], bool]
+) -> Interior:
     """The TF ops between the inputs and the outputs (see the module docstring)."""
     found = Interior()
     stack = [t.op for t in outputs]
@@ -89,7 +96,7 @@ def _checked_unread(tensor: Any, reader: Any) -> Any:
     return tensor
 
 
-def input_shape(tensor: Any) -> tuple[int, ...] | None:
+def input_shape(tensor: tf.Tensor) -> tuple[int, ...] | None:
     """The shape of an unread input's PARAMETER: TF's static shape with -1 for unknown dimensions, or -1
     for every dimension of the rank `UNBOUND_RANKS` declares when TF knows no rank (nothing reads the
     value, so only its rank must be right); None when the rank is unknown."""
@@ -100,7 +107,7 @@ def input_shape(tensor: Any) -> tuple[int, ...] | None:
     return None if rank is None else (-1,) * rank
 
 
-def with_unread(graph: Graph, tensors: list[Any]) -> Graph:
+def with_unread(graph: Graph, tensors: list[tf.Tensor]) -> Graph:
     """`graph` with one PARAMETER per tensor after its own (in order; nothing reads them), `UNREAD_KEY` set."""
     if not tensors:
         return graph
@@ -130,7 +137,7 @@ def _unique(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def check_device_specific(outputs: list[Any], gpu_visible: Callable[[], bool]) -> None:
+def check_device_specific(outputs: list[tf.Tensor], gpu_visible: Callable[[], bool]) -> None:
     """UnmappableError when the cluster would hand an outside op a batch-norm reserve space on a GPU.
 
     The IR computes the reserve spaces as TF's CPU kernel does (batch mean, biased variance); on a GPU
@@ -147,7 +154,7 @@ def check_device_specific(outputs: list[Any], gpu_visible: Callable[[], bool]) -
             )
 
 
-def writes_read_state(late: list[Any], inputs: list[Any]) -> bool:
+def writes_read_state(late: list[tf.Operation], inputs: list[tf.Tensor]) -> bool:
     """Whether a stateful op of `late` writes a resource (a variable) that an op upstream of the cluster's
     `inputs` reads, while nothing but the control edge being dropped orders it after that read.
 

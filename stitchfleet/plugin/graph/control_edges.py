@@ -7,24 +7,27 @@ changes no value (`only_orders`). The rules in full: docs/plugin/graph.md.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stitchfleet.plugin.graph import cluster_ops
 from stitchfleet.plugin.graph.op_graph import downstream
 
+if TYPE_CHECKING:
+    import tensorflow as tf
 
-def data_descendants(ops: list[Any]) -> set[str]:
+
+def data_descendants(ops: list[tf.Operation]) -> set[str]:
     """The ops that read, through data edges, what `ops` compute: they run after them whatever the edges."""
     return set(downstream([r for op in ops for t in op.outputs for r in t.consumers()], control=False))
 
 
-def only_orders(op: Any, after: set[str], inputs: list[Any]) -> bool:
+def only_orders(op: tf.Operation, after: set[str], inputs: list[tf.Tensor]) -> bool:
     """Whether dropping stateless `op`'s control edges to the cluster changes no value (see `stateful`)."""
     late = [found for name, found in downstream([op], control=True).items() if stateful(found) and name not in after]
     return not cluster_ops.writes_read_state(late, inputs)
 
 
-def stateful(op: Any) -> bool:
+def stateful(op: tf.Operation) -> bool:
     """Whether an op's effect depends on when it runs.
 
     A stateless op's control edge only orders it (TF's gradient functions put the incoming gradient

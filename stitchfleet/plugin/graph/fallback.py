@@ -108,7 +108,7 @@ def _check_acyclic(fdef: Any) -> None:
                 stack += [(name, True), *((read, False) for read in reads[name])]
 
 
-def define(site: Site, outer: Sequence[str], originals: Mapping[str, str], graph: Any) -> str:
+def define(site: Site, outer: Sequence[str], originals: Mapping[str, str], graph: tf.Graph) -> str:
     """Registers the site's function in `graph`'s library and returns its name."""
     fdef = function_def(site, outer, originals, f"stitchfleet_fallback_{site.index}_{next(_NAMES)}")
     library = graph_pb2.GraphDef()

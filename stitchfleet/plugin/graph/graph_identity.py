@@ -6,12 +6,15 @@ Input: a GraphDef (modified in place by `canonical`). The rules in full: docs/pl
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 SEED_ATTRS = ("seed", "seed2")
 
 
-def canonical(graph_def: Any) -> Any:
+def canonical(graph_def: tf.compat.v1.GraphDef) -> tf.compat.v1.GraphDef:
     """`graph_def` (changed in place and returned) without its seeds and with canonical function names."""
     _blank_seeds(graph_def)
     _rename_functions(graph_def)

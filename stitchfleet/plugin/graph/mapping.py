@@ -8,8 +8,9 @@ stitch plan. The rules in full: docs/plugin/graph.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import numpy.typing as npt
 
 from stitchfleet.compiler.decision import Decision
@@ -25,26 +26,39 @@ from stitchfleet.plugin.graph.cluster_ops import computed_by, walk, with_unread
 from stitchfleet.plugin.graph.op_graph import ancestors
 from stitchfleet.plugin.native import gpu_device
 
+if TYPE_CHECKING:
+    import tensorflow as tf
+
 UnmappableError = cluster_ops.UnmappableError  # what `map_cluster` raises (defined beside the walk that raises it too)
 MAX_ABSORPTIONS = 16  # rounds of inputs closing a cycle pulled into the cluster
 FOLDS_SHAPES = frozenset({"Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs"})
 STAGE = "sites"  # the stage named in the decisions that say why a site's cluster differs from the compiler's
 
 
+class SignatureShapes(Protocol):
+    """Tensors' shapes under the job's shape signature and a second one (`shapes.signatures.ShapeOracle`)."""
+
+    def shape(self, tensor: tf.Tensor) -> tuple[int, ...] | None: ...
+
+    def same(self, a: tf.Tensor, b: tf.Tensor) -> bool: ...
+
+    def pair(self, tensor: tf.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None: ...
+
+
 @dataclass
 class Site:
     index: int
     graph: Graph
-    inputs: list[Any]
-    outputs: list[Any]
-    internal: list[Any]
-    folded: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
-    shape_readers: list[Any] = field(default_factory=list)
-    control_readers: list[Any] = field(default_factory=list)  # stateful: their edges move to the stitched op
-    ordering_readers: list[Any] = field(default_factory=list)  # stateless: their edges to its ops are dropped
+    inputs: list[tf.Tensor]
+    outputs: list[tf.Tensor]
+    internal: list[tf.Operation]
+    folded: dict[str, npt.NDArray[np.generic]] = field(default_factory=dict)
+    shape_readers: list[tf.Operation] = field(default_factory=list)
+    control_readers: list[tf.Operation] = field(default_factory=list)  # stateful: their edges move to the stitched op
+    ordering_readers: list[tf.Operation] = field(default_factory=list)  # stateless: their edges to its ops are dropped
     plan: StitchPlan | None = None  # the plan of `graph`, when the caller passed one to map_cluster
     varying: frozenset[str] = frozenset()  # folded tensors whose values depend on the job's shape signature
-    oracle: Any = None  # signatures.ShapeOracle: which tensors share a shape whatever the signature
+    oracle: SignatureShapes | None = None  # signatures.ShapeOracle: which tensors share a shape whatever the signature
     changes: list[Decision] = field(default_factory=list)  # why `graph` differs from the compiler's, in order
 
     @property
@@ -117,7 +131,7 @@ class Closure:
     """A path out of a cluster back into it: `start` (an outside op that reads the cluster's outputs
     or waits for its ops, as `how` says) leads to `tensor`, one of the cluster's inputs."""
 
-    tensor: Any
+    tensor: tf.Tensor
     start: str
     how: str
 
@@ -126,7 +140,7 @@ class Closure:
         return f"a cycle: outside TF op {self.start!r} {self.how} and leads to {self.tensor.op.name!r}, an input"
 
 
-def closures(site: Site, inputs: list[Any] | None = None) -> list[Closure]:
+def closures(site: Site, inputs: list[tf.Tensor] | None = None) -> list[Closure]:
     """Every input (default: the site's own) that its outputs reach through outside TF ops.
 
     The IR cannot show every such path: control edges (moved onto the stitched op when
@@ -152,14 +166,14 @@ def closures(site: Site, inputs: list[Any] | None = None) -> list[Closure]:
     return found
 
 
-def check_acyclic(site: Site, inputs: list[Any] | None = None) -> None:
+def check_acyclic(site: Site, inputs: list[tf.Tensor] | None = None) -> None:
     """UnmappableError (a ValueError) naming the first path that closes a cycle, if any (see `closures`)."""
     found = closures(site, inputs)
     if found:
         raise UnmappableError(found[0].reason)
 
 
-def topological(ops: dict[str, Any]) -> list[Any]:
+def topological(ops: dict[str, tf.Operation]) -> list[tf.Operation]:
     """The ops in an order where every op follows the ops of the set it reads (data edges)."""
     order: list[Any] = []
     state: dict[str, bool] = {}
@@ -235,7 +249,13 @@ def _plan(site: Site, original: Graph, plan: StitchPlan | None) -> StitchPlan | 
 
 
 def site_of(
-    tf_graph: Any, conversion: Conversion, index: int, graph: Graph, members: frozenset[int], *, fresh: bool = False
+    tf_graph: tf.Graph,
+    conversion: Conversion,
+    index: int,
+    graph: Graph,
+    members: frozenset[int],
+    *,
+    fresh: bool = False,
 ) -> Site:
     """The site of `members` (`graph` when they are its members, unless `fresh`: `graph` is of another
     conversion), interior tensors read outside added as outputs, outside tensors its TF ops read and its
@@ -302,7 +322,7 @@ def _shed(conversion: Conversion, members: frozenset[int], found: list[Closure])
 
 
 def map_cluster(
-    tf_graph: Any, conversion: Conversion, index: int, graph: Graph, plan: StitchPlan | None = None
+    tf_graph: tf.Graph, conversion: Conversion, index: int, graph: Graph, plan: StitchPlan | None = None
 ) -> Site:
     """The `Site` of cluster graph `graph`; `UnmappableError` with the reason when there is none.
 
@@ -340,7 +360,7 @@ class StepOps:
     before those exist. Quacks like a tf.Graph for the frontend (`get_operations`).
     """
 
-    def __init__(self, graph: Any) -> None:
+    def __init__(self, graph: tf.Graph) -> None:
         import tensorflow as tf
 
         self.graph = graph
@@ -351,5 +371,5 @@ class StepOps:
         needed = ancestors([op for op in ops if op.name not in init])
         self.ops = [op for op in ops if op.name not in init or op.name in needed]
 
-    def get_operations(self) -> list[Any]:
+    def get_operations(self) -> list[tf.Operation]:
         return self.ops

@@ -7,16 +7,19 @@ The rules in full: docs/plugin/graph.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def upstream(
-    roots: Iterable[Any],
+    roots: Iterable[tf.Operation],
     *,
     control: bool = True,
     stop: Collection[str] = (),
-    also: Mapping[str, Sequence[Any]] | None = None,
-) -> dict[str, Any]:
+    also: Mapping[str, Sequence[tf.Operation]] | None = None,
+) -> dict[str, tf.Operation]:
     """`roots` and every op they depend on through data edges (and control edges with `control`), not
     entering ops named in `stop`; `also` adds what an op needs beyond its inputs (by its name)."""
     seen: dict[str, Any] = {}
@@ -33,12 +36,12 @@ def upstream(
 
 
 def downstream(
-    roots: Iterable[Any],
+    roots: Iterable[tf.Operation],
     *,
     control: bool = True,
-    skip: Callable[[Any], bool] | None = None,
+    skip: Callable[[tf.Operation], bool] | None = None,
     known: Collection[str] = (),
-) -> dict[str, Any]:
+) -> dict[str, tf.Operation]:
     """`roots` and every op that depends on them through data edges (and control edges with `control`),
     leaving out (and not walking past) ops `skip` names and ops already `known`."""
     seen: dict[str, Any] = {}
@@ -53,6 +56,6 @@ def downstream(
     return seen
 
 
-def ancestors(roots: Iterable[Any]) -> set[str]:
+def ancestors(roots: Iterable[tf.Operation]) -> set[str]:
     """Names of the ops `roots` depend on through data and control edges, the roots included."""
     return set(upstream(roots))

@@ -9,9 +9,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stitchfleet.compiler import targets
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 SETTINGS = ("auto", *targets.names(in_jobs=True))  # the job backends of the target registry
 AUTO = {"cpu": "cpu", "gpu": "cuda"}  # what `auto` picks per device kind
@@ -89,7 +92,7 @@ def _gpu_words(ops: list[Any]) -> str:
     return f"would be placed on a GPU ({name} has no device and this process sees a GPU)"
 
 
-def route(ops: Iterable[Any], setting: str, gpu_visible: bool, gpu_op: str | None) -> Route:
+def route(ops: Iterable[tf.Operation], setting: str, gpu_visible: bool, gpu_op: str | None) -> Route:
     """The backend for these ops (see the module docstring); `gpu_op` is why the GPU op cannot run, or None."""
     if setting not in SETTINGS:
         raise ValueError(f"unknown backend {setting!r} (expected {', '.join(SETTINGS)})")
@@ -113,6 +116,8 @@ def route(ops: Iterable[Any], setting: str, gpu_visible: bool, gpu_op: str | Non
     return Route(AUTO["gpu"] if setting == "auto" else setting, device)
 
 
-def gpu_reason(ops: Iterable[Any], gpu_visible: bool, gpu_op: str | None = "the GPU op is not loaded") -> str | None:
+def gpu_reason(
+    ops: Iterable[tf.Operation], gpu_visible: bool, gpu_op: str | None = "the GPU op is not loaded"
+) -> str | None:
     """Why these ops stay with TF because of where they run (None: the cpu backend or the GPU op takes them)."""
     return route(ops, "auto", gpu_visible, gpu_op).reason

@@ -25,14 +25,14 @@ FEEDS = ("Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGe
 class ShapePairs(Protocol):
     """A tensor's shape under the job's shape signature and under a second one (`signatures.ShapeOracle`)."""
 
-    def pair(self, tensor: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None: ...
+    def pair(self, tensor: tf.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None: ...
 
 
 class SharingError(ValueError):
     """A random op cannot be shared by both paths; the message is the reason recorded for the job."""
 
 
-def owns_stream(op: Any) -> bool:
+def owns_stream(op: tf.Operation) -> bool:
     """A TF1 stateful random op (RandomUniform, TruncatedNormal, Multinomial...): its kernel holds the
     generator, so a copy of the op draws its own stream (seeded: the original's stream again)."""
     if op.op_def is None or not op.op_def.is_stateful:
@@ -40,7 +40,7 @@ def owns_stream(op: Any) -> bool:
     return {attr.name for attr in op.op_def.attr} >= SEEDS
 
 
-def share(graph: Any, members: Collection[str], oracle: ShapePairs | None = None) -> list[str]:
+def share(graph: tf.Graph, members: Collection[str], oracle: ShapePairs | None = None) -> list[str]:
     """Rewires every random op that `owns_stream` and reads an op of `members` so that the twin shares it.
 
     Control inputs from members are dropped (they order the draw, never change it); a shape input from

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.core.framework import op_def_pb2
 
 from stitchfleet.plugin.graph.mapping import FOLDS_SHAPES, Site
 from stitchfleet.plugin.graph.op_graph import downstream
@@ -24,7 +25,7 @@ Size = int | tuple[Any, int, int, int]  # a static size, or (tensor, axis, times
 
 def recomputed(
     site: Site, known: Collection[str], originals: Mapping[str, str] | None = None
-) -> tuple[list[Any], dict[str, str]]:
+) -> tuple[list[tf.Operation | Made], dict[str, str]]:
     """The ops computing the site's varying folded tensors (shapes under a shape signature: a gradient's
     `Reshape` to `Shape(x)`) from constants and shapes, so the clone computes them for whatever shapes a
     call has instead of reading the signature's constants, and the renames of the tensors whose shapes
@@ -69,7 +70,7 @@ def recomputed(
     return [*found.values(), *made], renamed
 
 
-def held(site: Site, found: Mapping[str, Any]) -> list[Any]:
+def held(site: Site, found: Mapping[str, tf.Operation | Made]) -> list[tf.Tensor]:
     """The tensors the cluster holds that it computes without any value recomputed here (the varying tensors and
     the ops `found` to recompute them): only these may stand for a shape the recomputing ops read. One computed
     from such a value closed a cycle (a `[None, None, 64]` input's Dense: the Tensordot's Reshape to its
@@ -82,14 +83,15 @@ def held(site: Site, found: Mapping[str, Any]) -> list[Any]:
     return [t for op in site.internal if op.name not in after for t in op.outputs]
 
 
-def same_shape(site: Site, tensor: Any, candidates: Sequence[Any]) -> Any:
+def same_shape(site: Site, tensor: tf.Tensor, candidates: Sequence[tf.Tensor]) -> tf.Tensor:
     """A tensor of `candidates` with `tensor`'s dtype and its shape under every signature (the site's oracle), else
     ValueError. The dtype too: the reader (`Shape`, `Size`...) is typed by its input (its `T`), and a tensor of
     the same shape but another dtype (the float16 input of a cluster that casts to float32, as Keras' layer
     normalization does under mixed precision) made a graph TF refuses when the session is created."""
-    for candidate in candidates if site.oracle is not None else ():
-        if candidate.dtype.base_dtype == tensor.dtype.base_dtype and site.oracle.same(tensor, candidate):
-            return candidate
+    if site.oracle is not None:
+        for candidate in candidates:
+            if candidate.dtype.base_dtype == tensor.dtype.base_dtype and site.oracle.same(tensor, candidate):
+                return candidate
     raise ValueError(f"the shape of {tensor.name!r} depends on the job's shape signature and no tensor at hand has it")
 
 
@@ -99,7 +101,7 @@ class Made:
     it reads the cluster's tensors by their names (`reads`: scratch tensor name -> the cluster's). It has what
     the clone and the fallback function read of a TF op: its name, NodeDef, OpDef and attributes."""
 
-    op: Any
+    op: tf.Operation
     reads: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -107,7 +109,7 @@ class Made:
         return str(self.op.name)
 
     @property
-    def node_def(self) -> Any:
+    def node_def(self) -> tf.compat.v1.NodeDef:
         node = self.op.node_def
         kept = [self.reads.get(n if ":" in n else f"{n}:0", n) for n in node.input]
         del node.input[:]
@@ -115,14 +117,14 @@ class Made:
         return node
 
     @property
-    def op_def(self) -> Any:
+    def op_def(self) -> op_def_pb2.OpDef:
         return self.op.op_def
 
-    def get_attr(self, name: str) -> Any:
+    def get_attr(self, name: str) -> object:
         return self.op.get_attr(name)
 
 
-def rebuilt(site: Site, reader: Any, tensor: Any, candidates: Sequence[Any]) -> list[Made]:
+def rebuilt(site: Site, reader: tf.Operation, tensor: tf.Tensor, candidates: Sequence[tf.Tensor]) -> list[Made]:
     """The ops computing `reader`'s value (a `Shape` or `Size` of `tensor`, whose shape no candidate has) from the
     candidates' dimensions, its output last; ValueError when a dimension that varies relates to none of them.
     A dimension varying with the signature is a candidate's dimension of the same size under both of the oracle's
@@ -161,6 +163,8 @@ def _size(site: Site, first: int, second: int, candidates: Sequence[Any]) -> Siz
     candidate's dimension equal to it under both (preferred) or in the same ratio under both; None if none is."""
     if first == second:
         return first
+    if site.oracle is None:  # one signature only: no candidate's dimension can be told to vary alike
+        return None
     ratio: Size | None = None
     for candidate in candidates:
         pair = site.oracle.pair(candidate)
@@ -173,5 +177,5 @@ def _size(site: Site, first: int, second: int, candidates: Sequence[Any]) -> Siz
     return ratio
 
 
-def graph_of(site: Site) -> Any:
+def graph_of(site: Site) -> tf.Graph:
     return (site.internal or site.outputs)[0].graph

@@ -27,20 +27,20 @@ class Installed:
     """One rewired cluster: what the guard fetches to compare both paths on the same inputs."""
 
     site: Site
-    inputs: list[Any]
-    original: list[Any]
-    switched: list[Any]
+    inputs: list[tf.Tensor]
+    original: list[tf.Tensor]
+    switched: list[tf.Tensor]
     copied: tuple[int, ...] = ()  # inputs read through `check_reads` (a copy on check steps)
 
 
 @dataclass
 class Rewired:
-    switches: Any
+    switches: tf.Tensor
     clusters: list[Installed | str]
-    replaced: dict[str, Any]
-    checking: Any = None  # bool placeholder: True on check steps (`check_reads`)
+    replaced: dict[str, tf.Tensor]
+    checking: tf.Tensor | None = None  # bool placeholder: True on check steps (`check_reads`)
 
-    def current(self, tensor: Any) -> Any:
+    def current(self, tensor: tf.Tensor) -> tf.Tensor:
         """The tensor that now carries `tensor`'s value (its switched output if a cluster produced it)."""
         return self.replaced.get(tensor.name, tensor)
 
@@ -227,7 +227,9 @@ def _conditional(site: Site, kernel: Kernel, switch: Any, inputs: list[Any], ori
     return switched
 
 
-def rewire(graph: Any, sites: Sequence[Site], kernels: Sequence[Kernel], bridge: BridgeOp | None = None) -> Rewired:
+def rewire(
+    graph: tf.Graph, sites: Sequence[Site], kernels: Sequence[Kernel], bridge: BridgeOp | None = None
+) -> Rewired:
     """Installs every site (see the module docstring); the graph must not be finalized. With `bridge`,
     cpu clusters run through the native op instead of tf.numpy_function.
 

@@ -75,7 +75,7 @@ def _initializes_or_restores(op: Any, initializers: set[str]) -> bool:
     return bool(source.type in RESTORES)
 
 
-def fetched_ops(graph: Any, fetches: Any) -> list[Any]:
+def fetched_ops(graph: tf.Graph, fetches: object) -> list[tf.Operation]:
     """The ops a `session.run` fetch structure names (nested lists, tuples, dicts; ops, tensors, names)."""
     found: list[Any] = []
     todo = [fetches]
@@ -97,7 +97,7 @@ def fetched_ops(graph: Any, fetches: Any) -> list[Any]:
     return found
 
 
-def find_loss(graph: Any, given: Any = None) -> Any:
+def find_loss(graph: tf.Graph, given: tf.Tensor | None = None) -> tf.Tensor | None:
     """The job's loss tensor: `given`, else the last of the graph's LOSSES collection, else `loss:0`, else None."""
     if given is not None:
         return given
@@ -110,14 +110,14 @@ def find_loss(graph: Any, given: Any = None) -> Any:
         return None
 
 
-def training_path(graph: Any) -> frozenset[str]:
+def training_path(graph: tf.Graph) -> frozenset[str]:
     """Names of the ops some trainable-variable update depends on: a cluster elsewhere (a metric, an
     eval-only head) would never run in a training step, so the hook leaves it to TF."""
     variables = _variable_ops(graph)
     return frozenset(ancestors(op for op in graph.get_operations() if _writes_variable(op, variables)))
 
 
-def data_path(graph: Any) -> frozenset[str]:
+def data_path(graph: tf.Graph) -> frozenset[str]:
     """Names of the ops some trainable-variable update reads through data edges alone: what grappler keeps
     of a training step's values. A reader tied to the updates by control edges only (the gradient of a
     product by a constant, held by its `tuple` group) does not stop the remapper's fusions (checked with
@@ -130,7 +130,7 @@ def data_path(graph: Any) -> frozenset[str]:
 class TrainingSteps:
     """Recognises the training step among a session's runs (see the module docstring)."""
 
-    def __init__(self, graph: Any) -> None:
+    def __init__(self, graph: tf.Graph) -> None:
         self.graph = graph
         variables = _variable_ops(graph)
         writers = [op for op in graph.get_operations() if _writes_variable(op, variables)]
@@ -152,16 +152,16 @@ class TrainingSteps:
         return getattr(self._last, "reached", frozenset())
 
     @property
-    def fetched(self) -> list[Any]:
+    def fetched(self) -> list[tf.Operation]:
         """The ops this thread's last run asked for (whose walk `reached` is)."""
         return getattr(self._last, "fetched", [])
 
-    def require(self, stitched: Sequence[Sequence[Any]]) -> None:
+    def require(self, stitched: Sequence[Sequence[tf.Operation]]) -> None:
         """From now on a training step must also run every cluster of `stitched` (per cluster, the ops
         that carry its results to the rest of the graph)."""
         self.clusters = [frozenset(op.name for op in ops) for ops in stitched]
 
-    def updates_variables(self, fetches: Any) -> bool:
+    def updates_variables(self, fetches: object) -> bool:
         """True when a run with these fetches updates a trainable variable (the rule every Horovod rank
         applies alike, whatever it compiled); a fetch this graph cannot name is not."""
         try:
@@ -174,12 +174,12 @@ class TrainingSteps:
         self._last.fetched, self._last.reached = ops, self._known[key]
         return not self.updates.isdisjoint(self._known[key])
 
-    def trains_in(self, fetches: Any) -> bool:
+    def trains_in(self, fetches: object) -> bool:
         """True when a run with these fetches updates a variable other than by initializing or restoring it
         (the run `updates_variables` walked last on this thread)."""
         return self.updates_variables(fetches) and not self.training_updates.isdisjoint(self.reached)
 
-    def is_training(self, fetches: Any) -> bool:
+    def is_training(self, fetches: object) -> bool:
         """True when a run with these fetches is a training step (updates a variable, runs every cluster)."""
         if not self.updates_variables(fetches):
             return False

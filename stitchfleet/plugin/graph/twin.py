@@ -18,6 +18,8 @@ from stitchfleet.plugin.graph.mapping import Site
 from stitchfleet.plugin.graph.op_graph import downstream, upstream
 from stitchfleet.plugin.graph.random_streams import SharingError, owns_stream, share
 
+Feeds = Mapping[object, object]  # a session.run feed_dict: tensors (or their names) -> values
+
 PREFIX = "stitchfleet_twin"
 # Errors of the data or the session, not of the copy: a diverted run that raises one is not run again.
 PROPAGATED = (tf.errors.OutOfRangeError, tf.errors.CancelledError, tf.errors.AbortedError)
@@ -131,7 +133,7 @@ def _copy_def(graph: Any, members: set[str]) -> tuple[Any, dict[str, Any], dict[
 class Twin:
     """The copy (see the module docstring) and the mapping of original names onto it."""
 
-    def __init__(self, graph: Any, members: frozenset[str]) -> None:
+    def __init__(self, graph: tf.Graph, members: frozenset[str]) -> None:
         self.graph = graph
         self.members = members
         self._runnable: dict[tuple[tuple[str, ...], frozenset[str]], bool] = {}
@@ -141,16 +143,16 @@ class Twin:
     def op_name(self, name: str) -> str:
         return f"{PREFIX}/{name}" if name in self.members else name
 
-    def tensor(self, tensor: Any) -> Any:
+    def tensor(self, tensor: tf.Tensor) -> tf.Tensor:
         """What carries `tensor`'s value on the copy (itself when it is shared)."""
         if tensor.op.name not in self.members:
             return tensor
         return self.graph.get_tensor_by_name(f"{PREFIX}/{tensor.name}")
 
-    def op(self, op: Any) -> Any:
+    def op(self, op: tf.Operation) -> tf.Operation:
         return self.graph.get_operation_by_name(self.op_name(op.name)) if op.name in self.members else op
 
-    def element(self, element: Any) -> Any:
+    def element(self, element: tf.Tensor | tf.Operation) -> tf.Tensor | tf.Operation:
         """A fetched graph element (tensor or op) on the copy."""
         return self.op(element) if isinstance(element, tf.Operation) else self.tensor(element)
 
@@ -173,7 +175,7 @@ class Twin:
     def _tensor_name(self, name: str) -> str:
         return f"{PREFIX}/{name}" if _name(name) in self.members else name
 
-    def diverts(self, feed_dict: Any, fetched: Sequence[Any] | None = None) -> bool:
+    def diverts(self, feed_dict: Feeds | None, fetched: Sequence[tf.Tensor | tf.Operation] | None = None) -> bool:
         """False when the run feeds a tensor the copy computes (a fed intermediate value that a stitched
         cluster would not see), or when the copy would need a placeholder the run does not feed: a
         cluster joins independent regions (remote stitching), so the copy of a GAN's generator step also
@@ -196,7 +198,7 @@ class Twin:
                 fed.append(tensor)
         return fed
 
-    def runnable(self, elements: Sequence[Any], fed: Sequence[Any]) -> bool:
+    def runnable(self, elements: Sequence[tf.Tensor | tf.Operation], fed: Sequence[tf.Tensor]) -> bool:
         """Whether the copy's stand-ins for `elements` need no placeholder beyond the `fed` ones and those the
         original run needs itself; answered once per (elements, fed tensors): a lookup a step after that."""
         key = (tuple(e.name for e in elements), frozenset(t.name for t in fed))
@@ -216,7 +218,14 @@ class Twin:
                 )
         return self._runnable[key]
 
-    def run(self, run: Callable[..., Any], fetches: Any, feed_dict: Any, options: Any, run_metadata: Any) -> Any:
+    def run(
+        self,
+        run: Callable[..., object],
+        fetches: object,
+        feed_dict: Feeds | None,
+        options: tf.compat.v1.RunOptions | None,
+        run_metadata: tf.compat.v1.RunMetadata | None,
+    ) -> object:
         """`run(fetches, feed_dict, ...)` on the copy, its results in `fetches`' own structure (TF's fetch
         mapper flattens the fetches and rebuilds the results, as `Session.run` itself does)."""
         from tensorflow.python.client import session as tf_session
@@ -252,7 +261,7 @@ class Diverter:
     the copy's doing and propagate as they would without it.
     """
 
-    def __init__(self, twin: Twin, owner: Any = None, shared: Sequence[str] = ()) -> None:
+    def __init__(self, twin: Twin, owner: object = None, shared: Sequence[str] = ()) -> None:
         self.twin = twin
         self.owner, self.shared = owner, tuple(shared)
         self.session: Any = None
@@ -267,7 +276,7 @@ class Diverter:
     def armed(self, on: bool) -> None:
         self._thread = threading.get_ident() if on else None
 
-    def attach(self, session: Any) -> None:
+    def attach(self, session: tf.compat.v1.Session) -> None:
         own = session.run
         twin = self.twin
 
@@ -302,7 +311,12 @@ class Diverter:
             plain[self.owner] = kept
         return plain
 
-    def diverts(self, session: Any, feed_dict: Any, fetched: Sequence[Any] | None = None) -> bool:
+    def diverts(
+        self,
+        session: tf.compat.v1.Session | None,
+        feed_dict: Feeds | None,
+        fetched: Sequence[tf.Tensor | tf.Operation] | None = None,
+    ) -> bool:
         """Whether a run of `session` with these feeds and fetches can go to the copy: the attached session,
         no feed into the copy, no placeholder the copy would read unfed (`fetched`: the run's fetched elements)."""
         return session is not None and session is self.session and self.twin.diverts(feed_dict, fetched)
@@ -318,13 +332,13 @@ def _unfed_placeholders(
     return {name for name, op in upstream(ops, stop=fed_ops, also=also_reads).items() if op.type == "Placeholder"}
 
 
-def built_in(graph: Any) -> bool:
+def built_in(graph: tf.Graph) -> bool:
     """Whether `graph` already holds a copy: an earlier session of this process stitched it (TF unfinalizes a
     graph when its MonitoredSession closes, and a script may open one per epoch on the same graph)."""
     return any(op.name.startswith(f"{PREFIX}/") for op in graph.get_operations())
 
 
-def build(graph: Any, sites: Sequence[Site]) -> Twin:
+def build(graph: tf.Graph, sites: Sequence[Site]) -> Twin:
     """Copies the ops downstream of `sites` (see the module docstring); the graph must not be finalized."""
     members = _downstream(graph, [op for site in sites for op in site.internal])
     if not members:
