@@ -161,6 +161,7 @@ class ClusterKernel:
         self.executable = compiled if fault is None or fault.in_graph else None
         self.bridged: Callable[[], int] | None = None  # calls made through the bridge op, once it is wired
         self.faulted: Callable[[], int] | None = None  # the bridge op's NaN/Inf where TF's ops were finite
+        self.missed: Callable[[], int] | None = None  # the bridge op's calls of shapes it has no kernel for
         self._calls = 0
         self.fallbacks = 0
         self.bad: str | None = None

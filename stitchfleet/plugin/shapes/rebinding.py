@@ -8,13 +8,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stitchfleet import settings as settings_module
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.pipeline import compile_cluster
 from stitchfleet.compiler.plan import PlanOptions
 from stitchfleet.compiler.targets.base import NativeKernel
+from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.graph.mapping import Site, UnmappableError, site_of
@@ -22,6 +23,9 @@ from stitchfleet.plugin.guard.translation import check_sites
 from stitchfleet.plugin.native.faults import Fault
 from stitchfleet.plugin.native.kernels import ClusterKernel
 from stitchfleet.plugin.shapes.signatures import Signature, Specialisation, shaped_copy
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 @dataclass
@@ -31,7 +35,7 @@ class Built:
     seconds: float = 0.0
 
 
-def remap(tf_graph: Any, conversion: Conversion, site: Site) -> Site:
+def remap(tf_graph: tf.Graph, conversion: Conversion, site: Site) -> Site:
     """The same TF ops as `site` (by name) in another conversion of the same graph, e.g. under other shapes:
     their IR, inputs and outputs; UnmappableError when they do not make the same inputs and outputs."""
     names = site.internal_names
@@ -52,17 +56,17 @@ def remap(tf_graph: Any, conversion: Conversion, site: Site) -> Site:
 class _Ops:
     """The ops of `graph` named `names`, in that order: the frontend then numbers its IR as it did at `begin`."""
 
-    def __init__(self, graph: Any, names: Sequence[str]) -> None:
+    def __init__(self, graph: tf.Graph, names: Sequence[str]) -> None:
         self.ops = [graph.get_operation_by_name(name) for name in names]
 
-    def get_operations(self) -> list[Any]:
+    def get_operations(self) -> list[tf.Operation]:
         return self.ops
 
 
 def build(
     shapes: Specialisation,
     signature: Signature,
-    clusters: Sequence[tuple[Any, Site]],
+    clusters: Sequence[tuple[Cluster, Site]],
     *,
     current: settings_module.Settings,
     fault: tuple[Fault, int] | None = None,
@@ -118,7 +122,7 @@ def _build_one(
     return kernel.executable, new_site.graph
 
 
-def symbol(cluster: Any) -> str:
+def symbol(cluster: Cluster) -> str:
     """The dispatch op's symbol of a cluster (its begin kernel's entry); "" when it has no native kernel."""
     executable: NativeKernel | None = getattr(cluster.kernel, "executable", None)
     return executable.symbol if executable is not None and executable.binds else ""

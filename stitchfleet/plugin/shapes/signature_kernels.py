@@ -9,9 +9,9 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stitchfleet import settings as settings_module
 from stitchfleet.compiler.ir import Graph
@@ -23,6 +23,13 @@ from stitchfleet.plugin.shapes.rebinding import Built, build, inputs, symbol
 from stitchfleet.plugin.shapes.signature_probes import BOUND, COMPILING, LEFT, OVER, SEEN, Entry, SignatureProbes
 from stitchfleet.plugin.shapes.signatures import SHAPE_EVENT, Signature, Specialisation, observed
 
+if TYPE_CHECKING:
+    from stitchfleet.plugin.control.cluster import Cluster
+    from stitchfleet.plugin.fleet.ledger import Ledger
+    from stitchfleet.plugin.graph.rewrite import Installed
+    from stitchfleet.plugin.graph.twin import Feeds
+    from stitchfleet.plugin.native.dispatch_op import BridgeOp
+
 log = logging.getLogger("stitchfleet.plugin")
 TRACKED = 256  # signatures followed at most: a job feeding ever new shapes is not remembered without end
 
@@ -32,13 +39,13 @@ class Job:
     """What the kernels of a job's signatures need of it: the bridge op, settings, ledger, the test-only fault
     and this rank."""
 
-    bridge: Any
+    bridge: BridgeOp
     current: settings_module.Settings
-    ledger: Any
+    ledger: Ledger
     fault: tuple[Fault, int] | None = None
 
     @property
-    def parts(self) -> tuple[Any, settings_module.Settings, Any, tuple[Fault, int] | None]:
+    def parts(self) -> tuple[BridgeOp, settings_module.Settings, Ledger, tuple[Fault, int] | None]:
         return self.bridge, self.current, self.ledger, self.fault
 
 
@@ -48,7 +55,7 @@ class SignatureKernels:
     def __init__(
         self,
         shapes: Specialisation,
-        installed: Sequence[tuple[Any, Any]],
+        installed: Sequence[tuple[Cluster, Installed]],
         originals: dict[int, Site],
         job: Job,
     ) -> None:
@@ -97,7 +104,7 @@ class SignatureKernels:
 
     # --- per training step (the hook, before the step runs) -------------------------------------------
 
-    def before(self, feed_dict: Any, step: int) -> float:
+    def before(self, feed_dict: Feeds | None, step: int) -> float:
         """A training step about to run: binds what finished compiling; its signature when its feeds give it all
         (no iterator among the sources), booked (`observe`). Returns the compile seconds booked now."""
         booked = self.poll()
@@ -112,7 +119,7 @@ class SignatureKernels:
         """Whether the step under way must fetch its iterator's read shapes (`Specialisation.fetches`)."""
         return bool(self.shapes.read) and self.feeds is not None
 
-    def after(self, read: Sequence[Any] | None, step: int) -> None:
+    def after(self, read: Sequence[Iterable[int]] | None, step: int) -> None:
         """The step ran: with an iterator among the sources, its signature from the shapes its reads had (`read`:
         the fetched `Specialisation.fetches`, None when not fetched), learnt and booked (`observe`)."""
         if not self.reading:

@@ -10,12 +10,17 @@ import logging
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.plugin.control.signature_decisions import Allowed, slot_of
 from stitchfleet.plugin.fleet.verdict_keys import shape_signature
 from stitchfleet.plugin.shapes.signatures import SHAPE_EVENT, Signature
+
+if TYPE_CHECKING:
+    from stitchfleet.plugin.fleet.ledger import Ledger
+    from stitchfleet.plugin.native.dispatch_op import BridgeOp
+    from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
 log = logging.getLogger("stitchfleet.plugin")
 SEEN, COMPILING, BOUND, LEFT, OVER = "seen", "compiling", "bound", "left", "over"
@@ -54,9 +59,9 @@ class SignatureProbes:
         served: dict[int, dict[tuple[tuple[int, ...], ...], str]],
         keys: dict[int, tuple[str, str]],
         unjudged: set[tuple[int, str]],
-        bridge: Any,
-        ledger: Any,
-        slower: dict[tuple[str, str, str], Any],
+        bridge: BridgeOp,
+        ledger: Ledger,
+        slower: dict[tuple[str, str, str], SlowerVerdict | Withdrawn],
     ) -> None:
         self.entries, self.order, self.symbols, self.served = entries, order, symbols, served
         self.keys, self.unjudged, self.bridge, self.ledger = keys, unjudged, bridge, ledger
@@ -64,7 +69,7 @@ class SignatureProbes:
         self.only: dict[int, Allowed] = {}  # cluster index -> the signatures it may have kernels for; else any
 
     def measured(
-        self, signature: Signature | None, switches: Iterable[Any]
+        self, signature: Signature | None, switches: Iterable[bool]
     ) -> tuple[str | None, tuple[int, ...], str | None]:
         """The step's (`signature`) key and the switched-on clusters (controller positions) on TF's ops for it for good
         (a settled signature: left, over, withheld, unbound), the key None while its kernels are to come

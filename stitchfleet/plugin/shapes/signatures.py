@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +26,13 @@ from stitchfleet.plugin.graph.mapping import StepOps
 from stitchfleet.plugin.graph.training_steps import training_path
 from stitchfleet.plugin.graph.twin import PREFIX as TWIN_PREFIX
 from stitchfleet.telemetry.kinds import EventKind
+
+if TYPE_CHECKING:
+    from stitchfleet.plugin.fleet.ledger import Ledger
+    from stitchfleet.plugin.frontend import Conversion
+    from stitchfleet.plugin.graph.mapping import Site
+    from stitchfleet.plugin.graph.twin import Feeds
+    from stitchfleet.plugin.native.kernels import ClusterKernel
 
 log = logging.getLogger("stitchfleet.plugin")
 FEEDABLE = frozenset({"Placeholder", "PlaceholderV2"})
@@ -56,7 +63,7 @@ class Signature:
         return dict(self.shapes)
 
 
-def unknown_sources(graph: Any, reached: frozenset[str] | None = None) -> list[Any]:
+def unknown_sources(graph: tf.Graph, reached: frozenset[str] | None = None) -> list[tf.Operation]:
     """The placeholders and iterator reads with an output of known rank and an unknown dimension, that a
     training step reads when `reached` (op names the step runs) is given."""
     return [
@@ -72,7 +79,7 @@ def _partial(tensor: Any) -> bool:
     return bool(tensor.shape.rank is not None and not tensor.shape.is_fully_defined())
 
 
-def partial_shapes(sources: Sequence[Any]) -> dict[str, tuple[int | None, ...]]:
+def partial_shapes(sources: Sequence[tf.Operation]) -> dict[str, tuple[int | None, ...]]:
     """Each source's key (a placeholder's op name, an iterator output's tensor name) -> its partial shape."""
     found: dict[str, tuple[int | None, ...]] = {}
     for op in sources:
@@ -83,12 +90,14 @@ def partial_shapes(sources: Sequence[Any]) -> dict[str, tuple[int | None, ...]]:
     return found
 
 
-def read_tensors(sources: Sequence[Any]) -> list[Any]:
+def read_tensors(sources: Sequence[tf.Operation]) -> list[tf.Tensor]:
     """The iterator outputs among the sources' keys: their shapes are known only once a step ran."""
     return [t for op in sources if op.type in ITERATORS for t in op.outputs if _partial(t)]
 
 
-def observed(sources: list[Any], feed_dict: Any, read: Mapping[str, Any] | None = None) -> Signature | None:
+def observed(
+    sources: list[tf.Operation], feed_dict: Feeds | None, read: Mapping[str, Sequence[int]] | None = None
+) -> Signature | None:
     """The signature a run gives the sources: the placeholders' from its feeds, the iterator outputs' from
     `read` (tensor name -> the shape it had in the run); None when one of them is missing (or has a rank
     or known dimensions that disagree with the graph's)."""
@@ -110,7 +119,7 @@ def observed(sources: list[Any], feed_dict: Any, read: Mapping[str, Any] | None 
     return Signature.of(shapes)
 
 
-def shaped_copy(graph_def: Any, signature: Signature) -> Any:
+def shaped_copy(graph_def: tf.compat.v1.GraphDef, signature: Signature) -> tf.Graph:
     """A fresh graph of `graph_def` (left as it is) whose placeholders have the signature's shapes; TF's
     shape inference gives every other tensor its shape under them."""
     graph_def = type(graph_def).FromString(graph_def.SerializeToString())
@@ -128,7 +137,9 @@ def shaped_copy(graph_def: Any, signature: Signature) -> Any:
     return copy
 
 
-def concrete_shapes(graph: Any, signature: Signature, graph_def: Any = None) -> dict[str, tuple[int, ...]]:
+def concrete_shapes(
+    graph: tf.Graph, signature: Signature, graph_def: tf.compat.v1.GraphDef | None = None
+) -> dict[str, tuple[int, ...]]:
     """Tensor name -> fully defined shape, for every tensor whose shape TF leaves partial in `graph` but
     knows once the placeholders have the signature's shapes (TF's shape inference on a copy).
     `graph_def`: `graph`'s, when the caller has it already."""
@@ -144,7 +155,7 @@ def concrete_shapes(graph: Any, signature: Signature, graph_def: Any = None) -> 
     return found
 
 
-def graph_key(graph: Any, graph_def: Any = None) -> str:
+def graph_key(graph: tf.Graph, graph_def: tf.compat.v1.GraphDef | None = None) -> str:
     """The graph's identity for the book: its GraphDef without what each construction draws anew (random
     seeds, counters in function names: `graph_identity`), serialized deterministically; otherwise the same
     script, or an Estimator's next `train()`, would never find its own signature. `graph_def`: `graph`'s,
@@ -187,6 +198,14 @@ class SignatureBook:
         return True
 
 
+class Served(Protocol):
+    """What `Specialisation.finished` reads of the job's `signature_kernels.SignatureKernels`."""
+
+    over: int
+
+    def bound(self) -> list[str]: ...
+
+
 @dataclass(frozen=True)
 class ShapeOracle:
     """Tensor shapes under the job's signature and under a second one (`wider`: unknown dimensions larger),
@@ -198,16 +217,16 @@ class ShapeOracle:
     second: Mapping[str, tuple[int, ...]]
     prefix: str = TWIN_PREFIX
 
-    def shape(self, tensor: Any) -> tuple[int, ...] | None:
+    def shape(self, tensor: tf.Tensor) -> tuple[int, ...] | None:
         """The tensor's shape under the job's signature (None when not known)."""
         pair = self.pair(tensor)
         return None if pair is None else pair[0]
 
-    def same(self, a: Any, b: Any) -> bool:
+    def same(self, a: tf.Tensor, b: tf.Tensor) -> bool:
         mine = self.pair(a)
         return mine is not None and mine == self.pair(b)
 
-    def pair(self, tensor: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    def pair(self, tensor: tf.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
         """The tensor's shape under both signatures (None when either is not known)."""
         if tensor.shape.is_fully_defined():
             shape = tuple(int(d) for d in tensor.shape.as_list())
@@ -223,7 +242,7 @@ class Specialisation:
     which the book keeps for the job's next processes. Without a recorded signature `begin` guesses one
     (`GUESS` for every unknown dimension). Nothing here raises into the job."""
 
-    def __init__(self, graph: Any, steps: Any, cache_dir: Path, ledger: Any = None) -> None:
+    def __init__(self, graph: tf.Graph, steps: StepOps, cache_dir: Path, ledger: Ledger | None = None) -> None:
         # Only a graph with such sources pays for the training path and the GraphDef (both once).
         self.sources = unknown_sources(graph)
         if self.sources:
@@ -254,17 +273,19 @@ class Specialisation:
         if ledger is not None:
             self.recorded(ledger)
 
-    def recorded(self, ledger: Any) -> None:
+    def recorded(self, ledger: Ledger) -> None:
         """An event saying what the job's clusters were built for (nothing when the graph is fully shaped)."""
         if self.signature is None:
             return
         how = "guessed" if self.guessed else "specialised"
         ledger.event(SHAPE_EVENT, None, None, how, detail=f"clusters built for {self.signature.key}")
 
-    def finished(self, ledger: Any, step: int, kernels: Sequence[Any], served: Any = None) -> None:
+    def finished(
+        self, ledger: Ledger, step: int, kernels: Sequence[ClusterKernel], served: Served | None = None
+    ) -> None:
         """An event with the calls whose shapes no kernel had (TF's ops ran them), if any; `served`: the job's
         `signature_kernels.SignatureKernels`, naming the signatures that had kernels and the steps past the bound."""
-        missed = [int(k.missed()) for k in kernels if getattr(k, "missed", None) is not None]
+        missed = [int(m()) for k in kernels if (m := getattr(k, "missed", None)) is not None]
         if self.signature is None or not any(missed):
             return
         bound = served.bound() if served is not None else [self.signature.key]
@@ -273,7 +294,7 @@ class Specialisation:
             detail += f"; {served.over} training step(s) fed signatures past STITCHFLEET_SIGNATURES_MAX"
         ledger.event(SHAPE_EVENT, step, None, "other shapes", detail=detail)
 
-    def mark(self, graph: Any, conversion: Any, sites: Sequence[Any]) -> None:
+    def mark(self, graph: tf.Graph, conversion: Conversion, sites: Sequence[Site]) -> None:
         """Sets each site's `varying`: the folded tensors it reads whose values depend on the signature. They
         are found by converting again under a second signature (`wider`): a
         value that differs, or that cannot be folded there, varies. The rewrite has the cluster's TF ops
@@ -291,7 +312,7 @@ class Specialisation:
         for site in sites:
             site.varying, site.oracle = frozenset(site.folded) & varying, oracle
 
-    def learn(self, args: Any, is_training: Callable[[Any], bool]) -> Signature | None:
+    def learn(self, args: tf.compat.v1.train.SessionRunArgs, is_training: Callable[[object], bool]) -> Signature | None:
         """On the job's first training step (`is_training(fetches)`) whose feeds give every source: its signature
         (`learned`). A graph whose iterator is a source learns from the shapes a step read instead."""
         if not self.learning or self.book is None or self.read:
@@ -321,7 +342,7 @@ class Specialisation:
         return seen
 
 
-def wider(signature: Signature, sources: Sequence[Any]) -> Signature:
+def wider(signature: Signature, sources: Sequence[tf.Operation]) -> Signature:
     """The signature with each unknown dimension larger by one plus its axis: a batch (axis 0 of every source)
     grows alike everywhere, so feeds stay consistent, and a batch and a sequence length of the same size (`GUESS`
     for both) differ in the second signature. One larger for all made them the same size under both, so a
