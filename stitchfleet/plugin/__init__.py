@@ -5,10 +5,15 @@ modules that need them. `stitchfleet.plugin.StitchHook` is resolved on first use
 (importing this package does not import TensorFlow).
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stitchfleet.plugin.session.hook import StitchHook
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> type[StitchHook]:
     if name == "StitchHook":
         from stitchfleet.plugin.session.hook import StitchHook
 
