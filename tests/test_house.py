@@ -1,16 +1,18 @@
-"""House rules: a line budget per package, one-way layers in the compiler, one-way compile.
+"""House rules: a line budget per package, one-way layers in the compiler, one-way compile, typed plugin.
 
 Input: the source files of the package (read, not imported). Output: a failure naming each package
 over its line budget (a long file only warns: ideas are not split by line count), each upward import
-between the compiler's layers, and each plugin module that calls the planner itself. Why each rule
-exists: docs/architecture.md ("House rules").
+between the compiler's layers, each plugin module that calls the planner itself, each `Any` in a plugin
+subpackage's public signatures and each Python string holding C/C++/CUDA. Why: docs/architecture.md.
 """
 
 from __future__ import annotations
 
 import ast
 import configparser
+import sys
 import warnings
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,14 @@ FILE_WARNING = 600  # a file past this many lines is worth a look (a warning, ne
 # plugin module (path under stitchfleet/) -> why it may still call the planner itself; keep it empty
 PLANS_ITSELF: dict[str, str] = {}
 PLANNER = "plan_cluster"
+# plugin subpackage -> why its public signatures may still say `Any`; keep it empty. control/ and session/
+# are being typed on the `stepcost` branch (issue 28 item 4); the skip goes when that branch is merged.
+UNTYPED_PLUGIN: dict[str, str] = {
+    "control": "typed on the stepcost branch (issue 28 item 4)",
+    "session": "typed on the stepcost branch (issue 28 item 4)",
+}
+# where no Python module may hold a C/C++/CUDA source (tests keep such strings only as the finders' samples)
+NATIVE_FREE = ("stitchfleet", "scripts", "benchmarks")
 # lowest first: a layer may import the ones below it, never one above
 LAYERS = ("ir", "plan", "kernel", "lower", "targets", "pipeline", "compile_command")
 
@@ -106,6 +116,78 @@ def planning_plugin_modules() -> set[str]:
     }
 
 
+def _says_any(annotation: ast.expr | None) -> bool:
+    """Whether an annotation names `Any` (`Any`, `typing.Any`, or inside a string annotation)."""
+    for node in ast.walk(annotation) if annotation is not None else ():
+        if (isinstance(node, ast.Name) and node.id == "Any") or (
+            isinstance(node, ast.Attribute) and node.attr == "Any"
+        ):
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                if _says_any(ast.parse(node.value, mode="eval").body):
+                    return True
+            except SyntaxError:
+                continue
+    return False
+
+
+def _public(name: str) -> bool:
+    return not name.startswith("_") or (name.startswith("__") and name.endswith("__"))
+
+
+def _function_any(function: ast.FunctionDef | ast.AsyncFunctionDef, owner: str) -> list[str]:
+    a = function.args
+    params = [
+        *a.posonlyargs,
+        *a.args,
+        *a.kwonlyargs,
+        *([a.vararg] if a.vararg else []),
+        *([a.kwarg] if a.kwarg else []),
+    ]
+    found = [f"{owner}{function.name}({p.arg})" for p in params if _says_any(p.annotation)]
+    return found + ([f"{owner}{function.name} -> return"] if _says_any(function.returns) else [])
+
+
+def any_in_public_signatures(source: str) -> list[str]:
+    """Each `Any` in a module's public signatures: its public functions' parameters and returns, its public
+    classes' public (and dunder) methods and class-level annotated attributes, its annotated public names."""
+    found: list[str] = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _public(node.name):
+            found += _function_any(node, "")
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _public(node.target.id):
+            found += [node.target.id] if _says_any(node.annotation) else []
+        elif isinstance(node, ast.ClassDef) and _public(node.name):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and _public(item.name):
+                    found += _function_any(item, f"{node.name}.")
+                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and _public(item.target.id):
+                    found += [f"{node.name}.{item.target.id}"] if _says_any(item.annotation) else []
+    return found
+
+
+def untyped_plugin_signatures(skipped: Collection[str] = ()) -> dict[str, list[str]]:
+    """Plugin module (path under stitchfleet/) -> the `Any` in its public signatures, skipping subpackages."""
+    found = {}
+    for path in sorted((PACKAGE / "plugin").rglob("*.py")):
+        parts = path.relative_to(PACKAGE / "plugin").parts
+        if len(parts) > 1 and parts[0] in skipped:
+            continue
+        if hits := any_in_public_signatures(path.read_text()):
+            found[str(path.relative_to(PACKAGE))] = hits
+    return found
+
+
+def strings_with_includes(source: str) -> list[int]:
+    """Lines of the string constants holding `#include`: a C, C++ or CUDA source kept in Python."""
+    return [
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "#include" in node.value
+    ]
+
+
 def layer(module: str) -> int | None:
     """The layer index of a compiler module (None: a module outside the layers, free to import)."""
     if not module.startswith(COMPILER + "."):
@@ -168,6 +250,59 @@ def test_every_listed_planner_exception_still_plans() -> None:
 )
 def test_planner_use_is_found(source: str, expected: bool) -> None:
     assert names_the_planner(source) is expected
+
+
+def test_no_any_in_the_plugins_public_signatures() -> None:
+    found = untyped_plugin_signatures(skipped=UNTYPED_PLUGIN)
+    count = sum(len(hits) for hits in found.values())
+    assert count == 0, f"{count} `Any` in public plugin signatures (use TF types, a Protocol, object): {found}"
+
+
+def test_every_untyped_plugin_subpackage_exists() -> None:
+    # an entry for a subpackage that is gone (renamed, merged) must leave the list
+    assert all((PACKAGE / "plugin" / name / "__init__.py").is_file() for name in UNTYPED_PLUGIN)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("def f(x: Any) -> int: ...", ["f(x)"]),
+        ("def f(*args: Any, **kw: Any) -> None: ...", ["f(args)", "f(kw)"]),
+        ("def f() -> typing.Any: ...", ["f -> return"]),
+        ("def f() -> 'dict[str, Any]': ...", ["f -> return"]),
+        ("class C:\n    x: list[Any]\n    def m(self, y: Any) -> None: ...", ["C.x", "C.m(y)"]),
+        ("class C:\n    def __init__(self, g: Any) -> None: ...", ["C.__init__(g)"]),
+        ("X: Any = None", ["X"]),
+        ("def _f(x: Any) -> Any: ...\nclass _C:\n    x: Any", []),
+        ("class C:\n    def _m(self, x: Any) -> None: ...", []),
+        ("def f(x: tf.Tensor, y: object) -> Many: ...", []),
+    ],
+)
+def test_any_in_public_signatures_is_found(source: str, expected: list[str]) -> None:
+    assert any_in_public_signatures(source) == expected
+
+
+def test_an_untyped_plugin_module_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "plugin" / "graph").mkdir(parents=True)
+    (tmp_path / "plugin" / "control").mkdir()
+    (tmp_path / "plugin" / "graph" / "walk.py").write_text("def walk(op: Any) -> None: ...\n")
+    (tmp_path / "plugin" / "control" / "c.py").write_text("def decide(x: Any) -> None: ...\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
+    assert untyped_plugin_signatures(skipped={"control"}) == {"plugin/graph/walk.py": ["walk(op)"]}
+
+
+@pytest.mark.parametrize("tree", NATIVE_FREE)
+def test_no_python_module_holds_a_native_source(tree: str) -> None:
+    held = {}
+    for path in sorted((ROOT / tree).rglob("*.py")):
+        if lines := strings_with_includes(path.read_text()):
+            held[str(path.relative_to(ROOT))] = lines
+    assert not held, f"C/C++/CUDA in Python strings (move it to a source file shipped as package data): {held}"
+
+
+def test_a_native_source_in_a_string_is_found() -> None:
+    assert strings_with_includes('SOURCE = r"""\n#include <cuda.h>\nint x;\n"""\n') == [1]
+    assert strings_with_includes("# a comment naming #include is no source\nx = 1\n") == []
 
 
 def test_import_linter_contract_lists_the_same_layers() -> None:
