@@ -7,7 +7,7 @@ then `EXTRA` figures in a fixed order: the layout every rank shares, so their su
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -65,10 +65,8 @@ class DecisionFigures:
 
     def pack(self) -> Vector:
         """The float64 vector the ranks sum: flags, then the EXTRA figures in the fields' order."""
-        g, c, p = self.guard, self.cluster, self.group
-        head = [g.fault, g.loss, g.fresh, g.stitched, g.baseline, g.noise]
-        pairs = [c.ready, c.on, c.base, c.noise, c.waiting, p.ready, p.on, p.base, p.noise, p.waiting]
-        return np.concatenate([np.asarray(self.flags, dtype=np.float64), head, pairs, self.signed]).astype(np.float64)
+        figures = [*astuple(self.guard), *astuple(self.cluster), *astuple(self.group)]
+        return np.concatenate([np.asarray(self.flags, dtype=np.float64), figures, self.signed]).astype(np.float64)
 
     @classmethod
     def unpack(cls, vector: Vector, clusters: int) -> DecisionFigures:
@@ -76,14 +74,19 @@ class DecisionFigures:
         values = np.asarray(vector, dtype=np.float64)
         if len(values) != clusters + cls.EXTRA:
             raise ValueError(f"a decision vector of {len(values)} figures, not {clusters} + {cls.EXTRA}")
-        extra = [float(x) for x in values[clusters : clusters + GuardFigures.SIZE + 2 * PairFigures.SIZE]]
-        guard, cluster, group = extra[:6], extra[6:11], extra[11:16]
+        guard_end = clusters + GuardFigures.SIZE
+        cluster_end = guard_end + PairFigures.SIZE
+        group_end = cluster_end + PairFigures.SIZE
+
+        def part(start: int, end: int) -> list[float]:
+            return [float(x) for x in values[start:end]]
+
         return cls(
-            tuple(float(x) for x in values[:clusters]),
-            GuardFigures(*guard),
-            PairFigures(*cluster),
-            PairFigures(*group),
-            values[clusters + 16 :].copy(),
+            tuple(part(0, clusters)),
+            GuardFigures(*part(clusters, guard_end)),
+            PairFigures(*part(guard_end, cluster_end)),
+            PairFigures(*part(cluster_end, group_end)),
+            values[group_end:].copy(),
         )
 
     @classmethod

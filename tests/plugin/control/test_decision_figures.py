@@ -3,6 +3,8 @@ sums of their fields (what Horovod's allreduce relies on)."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 
@@ -45,3 +47,8 @@ def test_a_vector_of_another_length_is_refused() -> None:
     with pytest.raises(ValueError, match="decision vector"):
         DecisionFigures.unpack(np.zeros(2 + DecisionFigures.EXTRA), 3)
     assert DecisionFigures.fault_only(2).pack().tolist() == [0.0, 0.0, 1.0] + [0.0] * (DecisionFigures.EXTRA - 1)
+
+
+def test_each_part_s_size_is_its_field_count() -> None:
+    # pack and unpack place the parts by SIZE: a field added without it would shift every later figure
+    assert len(fields(GuardFigures)) == GuardFigures.SIZE and len(fields(PairFigures)) == PairFigures.SIZE
