@@ -305,6 +305,17 @@ def test_a_native_source_in_a_string_is_found() -> None:
     assert strings_with_includes("# a comment naming #include is no source\nx = 1\n") == []
 
 
+def test_the_plugin_is_forbidden_every_target_s_code() -> None:
+    # the plugin reaches a backend through the targets registry only: a new target's package joins the contract
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    contract = config["importlinter:contract:plugin-through-registry"]
+    targets = PACKAGE / "compiler" / "targets"
+    packages = {f"stitchfleet.compiler.targets.{p.parent.name}" for p in targets.glob("*/__init__.py")}
+    assert contract["source_modules"].split() == ["stitchfleet.plugin"]
+    assert packages and set(contract["forbidden_modules"].split()) == packages
+
+
 def test_import_linter_contract_lists_the_same_layers() -> None:
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
