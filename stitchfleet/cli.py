@@ -403,7 +403,7 @@ def _install_shim(args: argparse.Namespace) -> int:
         from stitchfleet.plugin.native.dispatch_op import build_prebuilt
 
         # Both builds of this TF version: the CPU wheel's and the GPU wheel's (-DGOOGLE_CUDA=1, its own name),
-        # which loads and runs under the `tensorflow` GPU wheel of the same version (bridge_op.prebuilt_name).
+        # which loads and runs under the `tensorflow` GPU wheel of the same version (dispatch_op.prebuilt_name).
         built = [build_prebuilt(Path(args.dir), gpu=gpu) for gpu in (False, True)]
     except Exception as err:  # no TensorFlow or no compiler here: say which, and fail the image build
         print(f"stitchfleet shim install: cannot prebuild the native TF op: {err}", file=sys.stderr)

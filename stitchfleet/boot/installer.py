@@ -4,7 +4,7 @@ Input: a target directory (the webhook's shared emptyDir, /opt/stitchfleet).
 Output: DIR/stitchfleet (a copy of this installed package, without bytecode),
 DIR/shim/sitecustomize.py (stitchfleet/boot/sitecustomize.py) and DIR/ops, a copy of the
 prebuilt native TF ops lying beside this package (`ops/` next to it: where the shim image's
-builder stage puts them; `--with-op` builds them, see bridge_op.build_prebuilt). Running it
+builder stage puts them; `--with-op` builds them, see plugin.native.dispatch_op.build_prebuilt). Running it
 again overwrites the same files, so a restarted init container is harmless.
 """
 
@@ -18,7 +18,7 @@ import stitchfleet
 
 SHIM_DIR = "shim"
 SHIM_FILE = "sitecustomize.py"
-OPS_DIR = "ops"  # prebuilt ops beside the package (bridge_op.prebuilt_dirs reads the same folder)
+OPS_DIR = "ops"  # prebuilt ops beside the package (plugin.native.dispatch_op.prebuilt_dirs reads it)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ optionally an NVRTC (default: the wheel's or a toolkit's). Output: `GpuExecutabl
 loading and launching it need a driver. `GpuCompileError` says why a cluster cannot be compiled.
 
 Under a job's shape signature the op checks each call's input shapes against the graph's parameter
-shapes (`bridge_op.dispatch` passes them as `input_shapes`) and runs TF's ops on a miss.
+shapes (`plugin.native.dispatch_op.BridgeOp.dispatch` passes them as `input_shapes`) and runs TF's ops on a miss.
 """
 
 from __future__ import annotations
