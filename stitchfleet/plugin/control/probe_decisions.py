@@ -208,7 +208,7 @@ class ProbeDecisions:
             self.ledger.probed(c.fingerprint, c.profile, self.measured(c), "slower", c.reason)
 
     def measured(self, c: Cluster) -> str:
-        """The shapes `c`'s probe timed (`verdict_keys.shape_signature` of its kernel for the signature it was
+        """The shapes `c`'s probe timed (`verdict_keys.input_shapes` of its kernel for the signature it was
         decided on); begin's (`Cluster.shapes`) with static shapes or when its kernel for it is unknown."""
         signature = self.probes.measured(self.clusters.index(c))
         found = (

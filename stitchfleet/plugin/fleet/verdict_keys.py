@@ -58,7 +58,7 @@ def profile(backend: str, declared_gpu: str = "") -> str:
     return f"{backend}:{found}"[:MAX_PROFILE]
 
 
-def shape_signature(graph: Graph) -> str:
+def input_shapes(graph: Graph) -> str:
     """The IR graph's parameters in order, dtype and dims ('?' for an unknown dim)."""
     parts = []
     for node in graph.parameters:

@@ -22,7 +22,7 @@ from stitchfleet import settings as settings_module
 from stitchfleet.compiler import targets
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.plugin.control.cluster import Cluster
-from stitchfleet.plugin.fleet.verdict_keys import profile, shape_signature
+from stitchfleet.plugin.fleet.verdict_keys import input_shapes, profile
 from stitchfleet.plugin.graph import placement
 from stitchfleet.plugin.graph.mapping import Site, UnmappableError, map_cluster
 from stitchfleet.plugin.graph.training_steps import training_path
@@ -259,7 +259,7 @@ def choose(
             continue
         site, site_backend, placed = mapped
         found.mapped.append(site)
-        device, shapes = profile(site_backend, current.gpu_type), shape_signature(site.graph)
+        device, shapes = profile(site_backend, current.gpu_type), input_shapes(site.graph)
         verdict = verdicts.get((fingerprint, device, shapes))
         if verdict is not None:  # after mapping: the twin still copies what depends on it, as on every rank
             found.slower.append((i, fingerprint, verdict.reason))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from stitchfleet import settings as settings_module
 from stitchfleet.compiler.ir import Graph
-from stitchfleet.plugin.fleet.verdict_keys import shape_signature
+from stitchfleet.plugin.fleet.verdict_keys import input_shapes
 from stitchfleet.plugin.graph.mapping import Site
 from stitchfleet.plugin.guard.numeric import Finding
 from stitchfleet.plugin.native.faults import Fault
@@ -311,7 +311,7 @@ class SignatureKernels:
             if not self.probes.allows(index, entry.signature.key):
                 built.left[index] = f"{entry.signature.key}: its probe kept it at other signatures only"
                 continue
-            verdict = self.slower.get((*self.keys[index], shape_signature(graph)))
+            verdict = self.slower.get((*self.keys[index], input_shapes(graph)))
             if verdict is not None:  # the fleet found it slower at these shapes: TF's ops serve them
                 built.left[index] = f"{entry.signature.key}: {verdict.reason}"
                 continue

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.plugin.control.signature_decisions import Allowed, slot_of
-from stitchfleet.plugin.fleet.verdict_keys import shape_signature
+from stitchfleet.plugin.fleet.verdict_keys import input_shapes
 from stitchfleet.plugin.shapes.signatures import SHAPE_EVENT, Signature
 
 if TYPE_CHECKING:
@@ -82,11 +82,11 @@ class SignatureProbes:
         return entry.signature.key, tuple(k for k in on if self.order[k] not in entry.graphs), step
 
     def shapes_of(self, index: int, key: str) -> str | None:
-        """The inputs' shapes (`verdict_keys.shape_signature`) of cluster `index`'s kernel for signature `key`;
+        """The inputs' shapes (`verdict_keys.input_shapes`) of cluster `index`'s kernel for signature `key`;
         None without one."""
         entry = self.entries.get(key)
         graph = entry.graphs.get(index) if entry is not None else None
-        return shape_signature(graph) if graph is not None else None
+        return input_shapes(graph) if graph is not None else None
 
     def withdraw(self, index: int, key: str, reason: str, step: int) -> bool:
         """Unbinds cluster `index`'s kernel for signature `key` (module docstring); False when it has none bound."""
@@ -102,7 +102,7 @@ class SignatureProbes:
             del each.graphs[index], each.owners[index]
         self.served[index] = {shapes: k for shapes, k in self.served.get(index, {}).items() if k != owner}
         self.unjudged.discard((index, owner))
-        self.slower[(*self.keys[index], shape_signature(graph))] = Withdrawn(reason)
+        self.slower[(*self.keys[index], input_shapes(graph))] = Withdrawn(reason)
         keys = " and ".join(e.signature.key for e in sharing)
         detail = f"cluster {index}, {keys}: {reason}"
         log.info("stitchfleet: kernel withdrawn: %s", detail)

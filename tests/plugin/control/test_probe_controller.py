@@ -23,7 +23,7 @@ from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.controller import Controller
 from stitchfleet.plugin.control.schedule import GROUP, PROBE, REVERTED, STITCHED, Timing
 from stitchfleet.plugin.fleet.ledger import Ledger
-from stitchfleet.plugin.fleet.verdict_keys import shape_signature
+from stitchfleet.plugin.fleet.verdict_keys import input_shapes
 from stitchfleet.plugin.guard.numeric import Finding
 from stitchfleet.plugin.native.kernels import ClusterKernel
 from stitchfleet.telemetry import models as tables
@@ -528,7 +528,7 @@ def test_the_budget_delays_checks_but_never_beyond_the_max_gap(tmp_path: Path, k
 def test_a_probe_that_measured_a_cluster_is_this_jobs_finding_for_the_fleet(tmp_path: Path, kernels: Any) -> None:
     controller = _controller(tmp_path, kernels)
     for c in controller.clusters:
-        c.profile, c.shapes = "cpu:test x2", shape_signature(c.kernel.graph)
+        c.profile, c.shapes = "cpu:test x2", input_shapes(c.kernel.graph)
     _drive([controller], [_step_time(3.0, [-0.5, 0.41, -0.01], jitter=0.001)])
     fast, slow, _even = controller.clusters
     assert fast.shapes.startswith("f32[") and slow.shapes != fast.shapes

@@ -15,7 +15,7 @@ import numpy as np
 
 from stitchfleet.plugin.control.controller import Controller
 from stitchfleet.plugin.control.signature_decisions import slot_of
-from stitchfleet.plugin.fleet.verdict_keys import shape_signature
+from stitchfleet.plugin.fleet.verdict_keys import input_shapes
 from stitchfleet.telemetry import models as tables
 from tests.plugin.control.test_probe_controller import _controller, _rows
 
@@ -68,10 +68,10 @@ def test_steps_on_tfs_ops_are_left_out_of_the_probe_and_its_finding_has_the_meas
 ) -> None:
     # cluster 0's pair: reference 3-6, probe 7-10 (7 checked); its signature compiles on steps 5-9
     controller = _controller(tmp_path, kernels)
-    measured = {(c.index, FED): shape_signature(kernels[(c.index + 1) % 3][1].graph) for c in controller.clusters}
+    measured = {(c.index, FED): input_shapes(kernels[(c.index + 1) % 3][1].graph) for c in controller.clusters}
     controller.kernels = Lookup(measured)
     for c in controller.clusters:
-        c.profile, c.shapes = "cpu:test x2", shape_signature(c.kernel.graph)  # begin's (a guess)
+        c.profile, c.shapes = "cpu:test x2", input_shapes(c.kernel.graph)  # begin's (a guess)
     _drive(controller, compiling=set(range(5, 10)))
     fast = controller.clusters[0]
     # before, 2 of the probe half's 3 timed steps ran TF's ops: "slower than TF" (+2 ms), a slower finding

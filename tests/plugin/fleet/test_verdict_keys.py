@@ -6,7 +6,7 @@ from pathlib import Path
 
 from stitchfleet.compiler.ir.builder import GraphBuilder
 from stitchfleet.plugin.fleet.rank_devices import usable_cores
-from stitchfleet.plugin.fleet.verdict_keys import MAX_SHAPES, cpu_model, profile, shape_signature
+from stitchfleet.plugin.fleet.verdict_keys import MAX_SHAPES, cpu_model, input_shapes, profile
 
 CPUINFO = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R)   Platinum 8480C\nflags\t: fpu\n"
 
@@ -33,9 +33,9 @@ def _graph(*shapes: tuple[int, ...]) -> object:
     return builder.build()
 
 
-def test_the_shape_signature_lists_the_inputs_and_shortens_long_ones_with_a_hash() -> None:
-    assert shape_signature(_graph((32, 128), (32, 128))) == "f32[32,128],f32[32,128]"
-    assert shape_signature(_graph((64, 128), (64, 128))) != shape_signature(_graph((32, 128), (32, 128)))
-    many = shape_signature(_graph(*[(8, 1024, 1024)] * 12))
-    other = shape_signature(_graph(*[(8, 1024, 1024)] * 13))
+def test_the_input_shapes_list_the_inputs_and_shorten_long_ones_with_a_hash() -> None:
+    assert input_shapes(_graph((32, 128), (32, 128))) == "f32[32,128],f32[32,128]"
+    assert input_shapes(_graph((64, 128), (64, 128))) != input_shapes(_graph((32, 128), (32, 128)))
+    many = input_shapes(_graph(*[(8, 1024, 1024)] * 12))
+    other = input_shapes(_graph(*[(8, 1024, 1024)] * 13))
     assert len(many) < MAX_SHAPES and many.startswith("f32[8,1024,1024],") and "..#" in many and many != other

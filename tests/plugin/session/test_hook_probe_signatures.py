@@ -19,7 +19,7 @@ import sqlalchemy as sa
 tf = pytest.importorskip("tensorflow")
 
 from stitchfleet.plugin.control.signature_decisions import slot_of  # noqa: E402
-from stitchfleet.plugin.fleet.verdict_keys import shape_signature  # noqa: E402
+from stitchfleet.plugin.fleet.verdict_keys import input_shapes  # noqa: E402
 from stitchfleet.plugin.session.hook import StitchHook  # noqa: E402
 from stitchfleet.plugin.shapes import signatures  # noqa: E402
 from stitchfleet.plugin.shapes.signature_kernels import BOUND, OVER  # noqa: E402
@@ -73,7 +73,7 @@ def test_probes_time_only_steps_whose_signature_had_kernels_and_key_findings_by_
         counts = re.search(rf"(\d+)\+(\d+) steps at {re.escape(SIXTEEN)}, (\d+) on TF's ops left out", c.probe)
         assert counts is not None and all(int(n) > 0 for n in counts.groups()), c.probe
         # the fleet key: the inputs of the 16-row kernel the probe timed (c.shapes: begin's, built for 32 rows)
-        assert hook.controller.measured(c) == shape_signature(hook.signatures.entries[SIXTEEN].graphs[c.index])
+        assert hook.controller.measured(c) == input_shapes(hook.signatures.entries[SIXTEEN].graphs[c.index])
     assert any(hook.controller.measured(c) != c.shapes for c in decided)  # batch-shaped inputs: not the guess's
     written = {(p.fingerprint, p.shapes) for p in verdicts(url)}
     # a finding is written only for a cluster found faster or slower (its timings decide which): whichever it is,
@@ -91,8 +91,8 @@ def test_a_signature_the_fleet_found_slower_runs_that_clusters_tf_ops_and_the_ot
     assert first.signatures is not None and first.controller is not None
     kernels = first.signatures.entries[SIXTEEN].graphs
     # the last probed of the clusters whose inputs follow the batch: it is on in the other clusters' pairs
-    slow = [c for c in first.controller.clusters if shape_signature(kernels[c.index]) != c.shapes][-1]
-    key = (slow.fingerprint, slow.profile, shape_signature(kernels[slow.index]))
+    slow = [c for c in first.controller.clusters if input_shapes(kernels[c.index]) != c.shapes][-1]
+    key = (slow.fingerprint, slow.profile, input_shapes(kernels[slow.index]))
     _findings(url, [key], "slow-1", "slow-2")
 
     second, _ = hooked(tmp_path, "second", **PROBING)
@@ -188,7 +188,7 @@ def test_a_withdrawn_kernel_leaves_its_signature_to_tfs_ops_and_the_others_run_o
     key = (*kernels.keys[index], kernels.probes.shapes_of(index, SIXTEEN) or "")
     withdrawn = [k for k, v in kernels.slower.items() if getattr(v, "reason", "").endswith(": test")]
     assert len(withdrawn) == 1 and withdrawn[0][:2] == key[:2]
-    said = [e.detail for e in events(url, "shape_signature") if e.reason == "withdrawn"]
+    said = [e.detail for e in events(url, "input_shapes") if e.reason == "withdrawn"]
     assert said == [f"cluster {index}, {TWENTY}: slower than TF at these shapes: test"]
 
 
