@@ -370,8 +370,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.signatures is not None and self.signatures.reading:
             fetches["shapes"] = self.signatures.shapes.fetches  # the shapes the step's iterator reads have
         if plan.checks:
-            # Every cluster's tensors, although only those switched on are judged: one fetch signature
-            # for all check steps. A signature per probed cluster cost a new TF executor each (graph
+            # Every cluster's tensors, although only those switched on are judged: one set of fetches
+            # for all check steps. A set per probed cluster cost a new TF executor each (graph
             # pruning and grappler, ~300 ms on the demo model) the first time it ran.
             fetches["checks"] = self._check_fetches
             feeds[self._checking] = True
