@@ -188,7 +188,7 @@ def test_a_withdrawn_kernel_leaves_its_signature_to_tfs_ops_and_the_others_run_o
     key = (*kernels.keys[index], kernels.probes.shapes_of(index, SIXTEEN) or "")
     withdrawn = [k for k, v in kernels.slower.items() if getattr(v, "reason", "").endswith(": test")]
     assert len(withdrawn) == 1 and withdrawn[0][:2] == key[:2]
-    said = [e.detail for e in events(url, "input_shapes") if e.reason == "withdrawn"]
+    said = [e.detail for e in events(url, "shape_signature") if e.reason == "withdrawn"]
     assert said == [f"cluster {index}, {TWENTY}: slower than TF at these shapes: test"]
 
 
