@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +27,7 @@ KINDS: tuple[str, ...] = (
     "setup",
 )
 SLOW_SECONDS = 0.05  # what a `slow` kernel adds to each of its runs: far beyond any margin on a test graph
-Array = npt.NDArray[Any]
+Array = npt.NDArray[np.generic]
 
 
 class FaultError(ValueError):

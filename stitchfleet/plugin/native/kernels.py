@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from stitchfleet.plugin.native.dispatch_op import BridgeOp
 
 log = logging.getLogger("stitchfleet.plugin")
-Array = npt.NDArray[Any]
+Array = npt.NDArray[np.generic]
 Run = Callable[[Sequence[Array]], tuple[tuple[Array, ...], bool]]
 
 
