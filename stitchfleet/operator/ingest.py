@@ -5,11 +5,11 @@ Input: HTTPS requests the webhook server routes here (method, path, headers, bod
   after the batch is committed (a lost answer makes the pod resend; the upserts on natural keys
   make that harmless);
 - GET {BASE}/quarantine: 200 {"reverted": [fingerprint, ...], "slower": [{"fingerprint", "profile",
-  "shapes", "jobs", "expires"}, ...]}, the fleet memory as the caller's job may read it:
-  fingerprints quarantined for a numeric mismatch (fleet-wide, its namespace's, its own job's:
-  telemetry/fleet_quarantine.py) and the live slower verdicts (telemetry.slow_verdicts;
-  `slower_jobs` jobs' evidence of several namespaces, or of its own namespace; `slower_ttl`).
-  A pod that knows only "reverted" reads what it knows.
+  "shapes", "jobs", "expires"}, ...], "faster": [same, with "outcome": "faster"]}, the fleet memory as the
+  caller's job may read it: fingerprints quarantined for a numeric mismatch (fleet-wide, its namespace's,
+  its own job's: telemetry/fleet_quarantine.py) and the live slower and faster verdicts
+  (telemetry.slow_verdicts; `slower_jobs` jobs' evidence of several namespaces, or of its own namespace;
+  `slower_ttl`). A pod that knows only "reverted" (or "slower") reads what it knows.
 Each request carries `Authorization: Bearer <projected ServiceAccount token>`. Output: the answer.
 
 Who may write what: the TokenReview names the pod, the API server's copy of the pod names its job
@@ -178,10 +178,14 @@ class IngestService:
 
     def _memory(self, job: PodJob) -> dict[str, Any]:
         now = dt.datetime.now(dt.UTC)
-        reverted, slower = self.writer.memory_for(
+        memory = self.writer.memory_for(
             job.namespace, job.job_uid, now=now, min_jobs=self.slower_jobs, ttl=self.slower_ttl
         )
-        return {"reverted": sorted(reverted), "slower": [verdict.to_json() for verdict in slower]}
+        return {
+            "reverted": sorted(memory.reverted),
+            "slower": [verdict.to_json() for verdict in memory.slower],
+            "faster": [verdict.to_json() for verdict in memory.faster],
+        }
 
     def _database(self, call: Callable[[], T]) -> T:
         try:

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from sqlalchemy import exc as sqlalchemy_exc
 
 from stitchfleet.telemetry import database, fleet_quarantine, queries, store
+from stitchfleet.telemetry.kinds import ProbeOutcome
 from stitchfleet.telemetry.rows import Row
-from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
+from stitchfleet.telemetry.slow_verdicts import Remembered, SlowerVerdict
 
 
 class BatchWriter:
@@ -70,17 +71,25 @@ class BatchWriter:
 
     def memory_for(
         self, namespace: str, job_uid: str, *, now: dt.datetime, min_jobs: int, ttl: dt.timedelta
-    ) -> tuple[set[str], list[SlowerVerdict]]:
+    ) -> Remembered:
         """What the job (namespace, job_uid) may read of the fleet's memory: the reverted fingerprints
-        (fleet_quarantine.reverted_for) and the slower verdicts of jobs of several namespaces, or of its own."""
+        (fleet_quarantine.reverted_for) and the slower and faster verdicts of jobs of several namespaces, or
+        of its own (one namespace's jobs never speak for another's)."""
         try:
             reverted = fleet_quarantine.reverted_for(self._engine, namespace, job_uid, fleet_quarantine.Rule(min_jobs))
-            fleet = queries.slower_verdicts(self._engine, now=now, min_jobs=min_jobs, ttl=ttl, min_namespaces=2)
-            local = queries.slower_verdicts(self._engine, now=now, min_jobs=min_jobs, ttl=ttl, namespace=namespace)
+            verdicts = []
+            for outcome in (ProbeOutcome.SLOWER, ProbeOutcome.FASTER):
+                fleet = queries.slower_verdicts(
+                    self._engine, now=now, min_jobs=min_jobs, ttl=ttl, min_namespaces=2, outcome=outcome
+                )
+                local = queries.slower_verdicts(
+                    self._engine, now=now, min_jobs=min_jobs, ttl=ttl, namespace=namespace, outcome=outcome
+                )
+                by_key = {verdict.key: verdict for verdict in [*local, *fleet]}
+                verdicts.append(tuple(by_key[key] for key in sorted(by_key)))
         except Exception as err:
             raise database.DatabaseError(database.describe_failure(self.url, err)) from None
-        by_key = {verdict.key: verdict for verdict in [*local, *fleet]}
-        return reverted, [by_key[key] for key in sorted(by_key)]
+        return Remembered(frozenset(reverted), slower=verdicts[0], faster=verdicts[1])
 
     def close(self) -> None:
         """Releases the pooled connections."""

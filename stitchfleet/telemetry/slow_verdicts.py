@@ -150,6 +150,16 @@ def _verdict(  # noqa: PLR0917 (derive's arguments, passed on)
     return SlowerVerdict(*key, jobs=len(jobs), expires=expires, outcome=outcome)
 
 
+@dataclass(frozen=True)
+class Remembered:
+    """What one job may read of the fleet's memory: the reverted fingerprints (the numeric quarantine) and
+    the live speed verdicts, keys found slower and keys found faster (the same rule, mirrored)."""
+
+    reverted: frozenset[str] = frozenset()
+    slower: tuple[SlowerVerdict, ...] = ()
+    faster: tuple[SlowerVerdict, ...] = ()
+
+
 def live(verdicts: Iterable[SlowerVerdict], now: dt.datetime) -> tuple[SlowerVerdict, ...]:
     """The verdicts not yet expired at `now` (a pod's cached copy ages)."""
     return tuple(verdict for verdict in verdicts if verdict.expires > now)

@@ -182,7 +182,7 @@ async def test_a_pod_ships_across_a_ca_rotation_without_restarting_its_client(
             reverted = {
                 row.fingerprint for row in rows if isinstance(row, ClusterVerdict) and row.verdict == "reverted"
             }
-            assert (await asyncio.to_thread(client.recall, 30.0))[0] == reverted  # fleet memory reads follow too
+            assert (await asyncio.to_thread(client.recall, 30.0)).reverted == reverted  # fleet memory reads follow too
         finally:
             shipper.close()
         assert figures(url) == reference_figures(as_shipped(rows, POD), tmp_path)
@@ -215,4 +215,4 @@ async def test_the_file_wins_while_it_holds_a_certificate_and_a_broken_file_keep
         assert client.reload_trust() is False and client.trusted_ca == stranger  # a broken file keeps the CA
         mounted.unlink()  # the ConfigMap not synced into a new pod yet: the variable's CA
         assert client.reload_trust() is True and client.trusted_ca == endpoint.ca_pem
-        assert (await asyncio.to_thread(client.recall, 30.0))[0] == set()
+        assert (await asyncio.to_thread(client.recall, 30.0)).reverted == set()

@@ -35,6 +35,7 @@ from stitchfleet.operator.pod_jobs import PodJob
 from stitchfleet.plugin.fleet.ingest_client import DeliveryError, IngestClient
 from stitchfleet.plugin.fleet.ingest_client import Endpoint as ClientEndpoint
 from stitchfleet.telemetry import rows as r
+from stitchfleet.telemetry.slow_verdicts import Remembered
 from tests.telemetry.test_recorder import reference_figures
 from tests.telemetry.workload import figures, workload
 
@@ -171,31 +172,37 @@ async def test_the_quarantine_is_the_fleets_reverted_clusters(
 
 
 @pytest.mark.asyncio
-async def test_the_quarantine_answers_slower_verdicts_of_two_jobs_never_of_one(
-    kmock: kmock.KubernetesEmulator, tokens: TokenApi, tmp_path: Path
+@pytest.mark.parametrize("outcome", ["slower", "faster"])
+async def test_the_quarantine_answers_speed_verdicts_of_two_jobs_never_of_one(
+    kmock: kmock.KubernetesEmulator, tokens: TokenApi, tmp_path: Path, outcome: str
 ) -> None:
+    """Slower and faster verdicts reach pods through the operator by the same rule (a pod behind the operator
+    skips a probe the fleet already answered either way); each in its own list."""
     now = dt.datetime.now(dt.UTC)
     vision_job = r.JobKey(CLUSTER, "vision", "resnet-train", "run-1")
     research_job = r.JobKey(CLUSTER, "research", "notebook", "run-9")
+    other = "faster" if outcome == "slower" else "slower"
 
-    def slower(job: r.JobKey) -> r.ProbeVerdict:
-        return r.ProbeVerdict(job, "fp-gelu", "cpu:Xeon x8", "f32[8,768]", "slower", "+0.4 ms/step", now)
+    def finding(job: r.JobKey) -> r.ProbeVerdict:
+        return r.ProbeVerdict(job, "fp-gelu", "cpu:Xeon x8", "f32[8,768]", outcome, "0.4 ms/step", now)
 
     async with serving(kmock, tmp_path / "tls", db(tmp_path)) as endpoint:
         vision = client_for(endpoint, tmp_path, tokens.issue("vision", POD, POD_UID))
         research = client_for(endpoint, tmp_path, tokens.issue("research", "notebook-0", "pod-uid-2"))
-        assert await asyncio.to_thread(vision.post_rows, [slower(vision_job)]) == 1
-        assert await asyncio.to_thread(vision.recall) == (set(), [])  # one job's finding turns nothing off
+        assert await asyncio.to_thread(vision.post_rows, [finding(vision_job)]) == 1
+        assert await asyncio.to_thread(vision.recall) == Remembered()  # one job's finding decides nothing
         with pytest.raises(DeliveryError, match="403"):  # nor can a pod add evidence in another job's name
-            await asyncio.to_thread(research.post_rows, [slower(dataclasses.replace(vision_job, job_uid="run-2"))])
-        assert await asyncio.to_thread(research.post_rows, [slower(research_job)]) == 1
-        reverted, [verdict] = await asyncio.to_thread(research.recall)
-        assert reverted == set() and verdict.key == ("fp-gelu", "cpu:Xeon x8", "f32[8,768]") and verdict.jobs == 2
-        assert verdict.expires == now + dt.timedelta(days=7)
+            await asyncio.to_thread(research.post_rows, [finding(dataclasses.replace(vision_job, job_uid="run-2"))])
+        assert await asyncio.to_thread(research.post_rows, [finding(research_job)]) == 1
+        memory = await asyncio.to_thread(research.recall)
+        [verdict] = getattr(memory, outcome)
+        assert memory.reverted == frozenset() and getattr(memory, other) == ()
+        assert verdict.key == ("fp-gelu", "cpu:Xeon x8", "f32[8,768]") and verdict.jobs == 2
+        assert verdict.outcome == outcome and verdict.expires == now + dt.timedelta(days=7)
         assert await asyncio.to_thread(vision.quarantined) == set()  # what an old pod reads still reads
         token = tokens.issue("vision", POD, POD_UID)
         status, answer = await asyncio.to_thread(endpoint.call, "GET", QUARANTINE, f"Bearer {token}")
-        assert status == 200 and answer == {"reverted": [], "slower": [verdict.to_json()]}
+        assert status == 200 and answer == {"reverted": [], outcome: [verdict.to_json()], other: []}
 
 
 def test_rows_are_attributed_from_the_token_never_the_body() -> None:

@@ -1,4 +1,4 @@
-"""The fleet's memory as a pod reads it: clusters quarantined anywhere in the fleet, and slower verdicts.
+"""The fleet's memory as a pod reads it: clusters quarantined anywhere in the fleet, slower and faster verdicts.
 
 Input: an `IngestClient` and a cache file in the pod's state directory. Output: The rules in full:
 docs/plugin/fleet.md.
@@ -13,18 +13,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from stitchfleet.plugin.fleet.ingest_client import DeliveryError, IngestClient, slower_list
-from stitchfleet.telemetry.slow_verdicts import SlowerVerdict, live
+from stitchfleet.plugin.fleet.ingest_client import DeliveryError, IngestClient, verdict_list
+from stitchfleet.telemetry.kinds import ProbeOutcome
+from stitchfleet.telemetry.slow_verdicts import Remembered, SlowerVerdict, live
 
 log = logging.getLogger("stitchfleet.plugin")
 CACHE_FILE = "fleet-memory.json"
-Memory = tuple[frozenset[str], tuple[SlowerVerdict, ...]]
 
 
 @dataclass(frozen=True)
 class Recollection:
     """What the job knows of the fleet: `source` is operator, cache or none; `problem` why not operator;
-    `faster`: keys the fleet found faster (same form as `slower`; the local database's only so far)."""
+    `faster`: keys the fleet found faster (same form as `slower`)."""
 
     reverted: frozenset[str]
     source: str
@@ -40,23 +40,21 @@ class FleetMemory:
         self.client = client
         self.cache_path = state_dir / CACHE_FILE
         self.timeout, self.ttl = timeout, ttl
-        self._fresh: tuple[float, Memory] | None = None
+        self._fresh: tuple[float, Remembered] | None = None
 
     def read(self) -> Recollection:
         """The quarantine now: the operator's answer, else the cache, else nothing (never raises)."""
         if self._fresh is not None and time.monotonic() - self._fresh[0] < self.ttl:
-            reverted, slower = self._fresh[1]
-            return Recollection(reverted, "operator", slower=_live(slower))
+            return _recollection(self._fresh[1], "operator")
         try:
-            answered, verdicts = self.client.recall(timeout=self.timeout)
+            found = self.client.recall(timeout=self.timeout)
         except DeliveryError as err:
             return self._fallback(str(err))
         except Exception as err:  # never fail the job over its memory
             return self._fallback(f"{type(err).__name__}: {err}")
-        found = (frozenset(answered), tuple(verdicts))
         self._fresh = (time.monotonic(), found)
         self._store(found)
-        return Recollection(found[0], "operator", slower=_live(found[1]))
+        return _recollection(found, "operator")
 
     def _fallback(self, problem: str) -> Recollection:
         cached = self._load()
@@ -64,20 +62,24 @@ class FleetMemory:
             log.warning("stitchfleet: fleet memory unavailable, proceeding without it: %s", problem)
             return Recollection(frozenset(), "none", problem)
         log.warning("stitchfleet: fleet memory from the pod's cache (%s): %s", self.cache_path, problem)
-        return Recollection(cached[0], "cache", problem, _live(cached[1]))
+        return _recollection(cached, "cache", problem)
 
-    def _store(self, found: Memory) -> None:
+    def _store(self, found: Remembered) -> None:
         try:
             self.cache_path.parent.mkdir(parents=True, exist_ok=True)
             temporary = self.cache_path.with_suffix(".tmp")
-            reverted, slower = found
-            document = {"reverted": sorted(reverted), "slower": [v.to_json() for v in slower], "saved_at": time.time()}
+            document = {
+                "reverted": sorted(found.reverted),
+                "slower": [verdict.to_json() for verdict in found.slower],
+                "faster": [verdict.to_json() for verdict in found.faster],
+                "saved_at": time.time(),
+            }
             temporary.write_text(json.dumps(document))
             temporary.replace(self.cache_path)
         except OSError as err:
             log.info("stitchfleet: fleet memory not cached: %s", err)
 
-    def _load(self) -> Memory | None:
+    def _load(self) -> Remembered | None:
         try:
             data = json.loads(self.cache_path.read_text())
         except (OSError, ValueError):
@@ -86,8 +88,13 @@ class FleetMemory:
         if not isinstance(found, list):
             return None
         assert isinstance(data, dict)
-        return frozenset(str(item) for item in found), tuple(slower_list(data.get("slower")))
+        slower = verdict_list(data.get("slower"), ProbeOutcome.SLOWER)
+        return Remembered(
+            frozenset(str(item) for item in found), slower, verdict_list(data.get("faster"), ProbeOutcome.FASTER)
+        )
 
 
-def _live(slower: tuple[SlowerVerdict, ...]) -> tuple[SlowerVerdict, ...]:
-    return live(slower, dt.datetime.now(dt.UTC))
+def _recollection(found: Remembered, source: str, problem: str = "") -> Recollection:
+    """`found` as the job's recollection, with the verdicts expired by now dropped (a cached copy ages)."""
+    now = dt.datetime.now(dt.UTC)
+    return Recollection(found.reverted, source, problem, live(found.slower, now), live(found.faster, now))

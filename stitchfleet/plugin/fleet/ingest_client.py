@@ -20,8 +20,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from stitchfleet import settings as settings_module
+from stitchfleet.telemetry.kinds import ProbeOutcome
 from stitchfleet.telemetry.rows import Row, to_json
-from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
+from stitchfleet.telemetry.slow_verdicts import Remembered, SlowerVerdict
 
 log = logging.getLogger("stitchfleet.plugin")
 
@@ -121,10 +122,10 @@ class IngestClient:
 
     def quarantined(self, timeout: float | None = None) -> set[str]:
         """The cluster fingerprints the fleet has reverted, as the operator's database holds them."""
-        return self.recall(timeout)[0]
+        return set(self.recall(timeout).reverted)
 
-    def recall(self, timeout: float | None = None) -> tuple[set[str], list[SlowerVerdict]]:
-        """The fleet's memory: reverted fingerprints and live slower verdicts (see the module docstring)."""
+    def recall(self, timeout: float | None = None) -> Remembered:
+        """The fleet's memory: reverted fingerprints and live speed verdicts (see the module docstring)."""
         return memory_of(self._request("GET", QUARANTINE_PATH, None, timeout))
 
     def _token(self) -> str:
@@ -198,23 +199,28 @@ def _context(ca_pem: str) -> ssl.SSLContext:
     return context
 
 
-def memory_of(answer: Mapping[str, object]) -> tuple[set[str], list[SlowerVerdict]]:
-    """The reverted fingerprints and slower verdicts of a quarantine answer; DeliveryError when its
-    "reverted" list is malformed (an operator that answers no "slower" list has no slower verdicts)."""
+def memory_of(answer: Mapping[str, object]) -> Remembered:
+    """The reverted fingerprints and speed verdicts of a quarantine answer; DeliveryError when its
+    "reverted" list is malformed (an operator that answers no "slower" or "faster" list has none of those)."""
     found = answer.get("reverted")
     if not isinstance(found, list) or not all(isinstance(item, str) for item in found):
         raise DeliveryError(f"malformed quarantine answer: {str(answer)[:200]}")
-    return set(found), slower_list(answer.get("slower"))
+    slower = verdict_list(answer.get("slower"), ProbeOutcome.SLOWER)
+    return Remembered(frozenset(found), slower, verdict_list(answer.get("faster"), ProbeOutcome.FASTER))
 
 
-def slower_list(items: object) -> list[SlowerVerdict]:
-    """The slower verdicts of an answer (or a cache file): none when absent, malformed entries skipped."""
+def verdict_list(items: object, outcome: ProbeOutcome) -> tuple[SlowerVerdict, ...]:
+    """The `outcome` verdicts of an answer's (or a cache file's) list: none when absent, malformed entries
+    and entries of the other outcome skipped (a "faster" list never turns a cluster off, nor the reverse)."""
     verdicts = []
     for item in items if isinstance(items, list) else []:
         try:
             if not isinstance(item, dict):
                 raise ValueError(f"{type(item).__name__}, expected an object")
-            verdicts.append(SlowerVerdict.from_json(item))
+            verdict = SlowerVerdict.from_json(item)
+            if verdict.outcome != outcome:
+                raise ValueError(f"a {verdict.outcome} verdict in the list of {outcome} ones")
+            verdicts.append(verdict)
         except ValueError as err:
-            log.warning("stitchfleet: a slower verdict of the fleet memory skipped: %s", err)
-    return verdicts
+            log.warning("stitchfleet: a %s verdict of the fleet memory skipped: %s", outcome, err)
+    return tuple(verdicts)

@@ -2,12 +2,14 @@
 
 A pod may meet an operator that answers only {"reverted": [...]} (older than slower verdicts) and a
 cache file an older plugin wrote: both still give the quarantine, with no slower verdict. A new
-answer's slower verdicts are read, a malformed one skipped, an expired cached one dropped. Outside
+answer's slower and faster verdicts are read, a malformed one (or one in the other outcome's list) skipped,
+an expired cached one dropped. Outside
 Kubernetes the job reads the same from the database.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from pathlib import Path
@@ -21,7 +23,8 @@ from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.plugin.horovod.setup_agreement import Agreement, agreed
 from stitchfleet.telemetry import database
 from stitchfleet.telemetry import rows as r
-from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
+from stitchfleet.telemetry.kinds import ProbeOutcome
+from stitchfleet.telemetry.slow_verdicts import Remembered, SlowerVerdict
 from tests.operator.operator_process import free_port
 from tests.telemetry.workload import write
 
@@ -30,16 +33,40 @@ LIVE = SlowerVerdict("fp-gelu", "cpu:Xeon x8", "f32[8,768]", 2, NOW + dt.timedel
 EXPIRED = SlowerVerdict("fp-softmax", "cpu:Xeon x8", "f32[8,8]", 2, NOW - dt.timedelta(minutes=1))
 
 
+FAST = SlowerVerdict("fp-ln", "cpu:Xeon x8", "f32[8,768]", 2, NOW + dt.timedelta(days=3), ProbeOutcome.FASTER)
+
+
 def test_an_old_operators_answer_gives_the_quarantine_and_no_slower_verdict() -> None:
-    assert memory_of({"reverted": ["fp-ln-bwd"]}) == ({"fp-ln-bwd"}, [])
+    assert memory_of({"reverted": ["fp-ln-bwd"]}) == Remembered(frozenset({"fp-ln-bwd"}))
 
 
-def test_a_new_answer_gives_both_lists_and_skips_a_malformed_verdict() -> None:
-    answer = {"reverted": ["fp-ln-bwd"], "slower": [LIVE.to_json(), {"fingerprint": "fp-x"}, "not an object"]}
-    assert memory_of(answer) == ({"fp-ln-bwd"}, [LIVE])
-    assert memory_of({"reverted": [], "slower": "not a list"}) == (set(), [])
+def test_a_new_answer_gives_every_list_and_skips_a_malformed_verdict() -> None:
+    answer = {
+        "reverted": ["fp-ln-bwd"],
+        "slower": [LIVE.to_json(), {"fingerprint": "fp-x"}, "not an object"],
+        "faster": [FAST.to_json()],
+    }
+    assert memory_of(answer) == Remembered(frozenset({"fp-ln-bwd"}), (LIVE,), (FAST,))
+    assert memory_of({"reverted": [], "slower": "not a list"}) == Remembered()
     with pytest.raises(DeliveryError, match="malformed quarantine answer"):
         memory_of({"slower": [LIVE.to_json()]})
+
+
+def test_a_verdict_in_the_other_outcomes_list_is_skipped() -> None:
+    """A faster verdict filed under "slower" must not turn a cluster off, nor a slower one keep it unprobed."""
+    answer = {"reverted": [], "slower": [FAST.to_json()], "faster": [LIVE.to_json()]}
+    assert memory_of(answer) == Remembered()
+
+
+def test_the_cache_keeps_faster_verdicts_for_a_pod_that_loses_the_operator(tmp_path: Path) -> None:
+    document = {
+        "reverted": [],
+        "slower": [],
+        "faster": [FAST.to_json(), dataclasses.replace(FAST, expires=NOW).to_json()],
+    }
+    (tmp_path / CACHE_FILE).write_text(json.dumps(document))
+    memory = FleetMemory(_unreachable(tmp_path), tmp_path, timeout=0.5).read()
+    assert memory.source == "cache" and memory.faster == (FAST,) and memory.slower == ()
 
 
 def _unreachable(tmp_path: Path) -> IngestClient:
