@@ -11,12 +11,13 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.decision_figures import DecisionFigures, GuardFigures
+from stitchfleet.plugin.control.job_course import JobCourse, finding_figures
 from stitchfleet.plugin.control.probe_decisions import NOISE_FACTOR, ProbeDecisions
 from stitchfleet.plugin.control.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing
 from stitchfleet.plugin.control.signature_decisions import SignatureLookup
@@ -53,8 +54,7 @@ class Controller:
         self.warmup = ExecutorWarmup(timing.warmup_steps)
         self.setup_seconds = setup_seconds  # the job's compile seconds so far; the warmup's builds join them
         self.job_steps = job_steps  # the job's training steps from this controller's step 0, when known
-        self.job_reverted: str | None = None
-        self.stitching_off: str | None = None
+        self.course = JobCourse(clusters, ledger)  # whether stitching goes on: the reverts, stitching off
         # a cluster off from the start is flagged in the consensus, so that every rank reverts it
         self.pending: dict[int, Finding | str] = {
             k: "reverted by an earlier job" for k, c in enumerate(clusters) if not c.enabled
@@ -108,6 +108,23 @@ class Controller:
         return self.decisions.measured(c)
 
     @property
+    def job_reverted(self) -> str | None:
+        return self.course.job_reverted
+
+    @property
+    def stitching_off(self) -> str | None:
+        return self.course.stitching_off
+
+    @stitching_off.setter
+    def stitching_off(self, why: str | None) -> None:
+        self.course.stitching_off = why
+
+    @property
+    def done(self) -> bool:
+        """No cluster can run stitched again in this job (`JobCourse.done`)."""
+        return self.course.done
+
+    @property
     def length(self) -> int:
         return len(self.clusters) + EXTRA
 
@@ -137,7 +154,9 @@ class Controller:
         # from the summed decisions and the step number only, so Horovod ranks take the same path.
         on_twin = bool(switches.any()) or step in self.warmup.builds
         checks = bool(judged) or step == self.warmup.checks  # the latter judged by nobody: see ExecutorWarmup
-        return StepPlan(step, False, frozen(switches, bool), on_twin, tuple(judged), checks, frozen(local, float))
+        return StepPlan(
+            step, False, frozen(switches, np.bool_), on_twin, tuple(judged), checks, frozen(local, np.float64)
+        )
 
     def setup_spent(self, seconds: float) -> None:
         """Setup after the controller started (clusters rebuilt for the shapes the job feeds): booked with the
@@ -163,6 +182,13 @@ class Controller:
         if figures.summed is not None:
             self.decide(plan.step, figures.summed)
 
+    def quiet_step(self, step: int, seconds: float) -> None:
+        """Books a step run once `done` (the user's graph as written): its time and the job's telemetry
+        windows only, nothing decided. The hook's one controller call per step then (its cost: issue 29)."""
+        self.job_seconds += seconds
+        for window in self.windows.add(step, self.mode(step), seconds, True, ""):
+            self._record(window)
+
     def mode(self, step: int) -> str:
         phase = self.timing.phase(step)
         # stitching off: the probe phases that were to follow (skipped) run the user's graph as well, and are
@@ -170,7 +196,7 @@ class Controller:
         off = self.job_reverted is not None or self.stitching_off is not None
         return REVERTED if off and phase in (STITCHED, PROBE, REFERENCE) else phase
 
-    def switches(self, step: int) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    def switches(self, step: int) -> NDArray[np.bool_]:
         mode = self.mode(step)
         if mode == PROBE:  # the group, or every cluster still enabled with the probed one
             return np.array([c.enabled for c in self.clusters], dtype=bool)
@@ -220,7 +246,7 @@ class Controller:
             if self.mode(step) == STITCHED and not self.timing.first_checks(step):
                 self.turn += 1  # a periodic check was made: the rotation moves on
 
-    def local(self, step: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    def local(self, step: int) -> NDArray[np.float64]:
         """This rank's figures for `step`, about to run (see the module docstring)."""
         if not self.recalled:
             self._recall(step)
@@ -319,10 +345,10 @@ class Controller:
         if not finding.ok:
             self.pending.setdefault(index, finding)
             c = self.clusters[index]
-            figures = _figures(finding)
+            figures = finding_figures(finding)
             self.ledger.event("guard_check", step, c.fingerprint, "mismatch", passed=False, **figures)
 
-    def decide(self, step: int, summed: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+    def decide(self, step: int, summed: NDArray[np.float64]) -> None:
         """Applies the summed figures of `step`; the new switches hold from the next step. Once `done`, nothing
         is left to decide (the hook sends no figures then: its steps are quiet)."""
         if self.done:
@@ -420,12 +446,26 @@ class Controller:
             log.info("stitchfleet: group not faster; per-cluster probes: %d of %s steps left", cost, remaining)
             return
         left = "the job's length is unknown" if remaining is None else f"{remaining} steps are left"
-        self.stitching_off = (
+        why = (
             f"group not faster and per-cluster probes skipped: they would take {cost} steps on the twin,"
             f" {left} (PROBE_SHARE {self.timing.probe_share:.0%}); the job runs its own graph"
         )
-        log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
-        self.ledger.event("probe", step, None, "per-cluster probes skipped", detail=self.stitching_off)
+        self.course.switch_off(step, "per-cluster probes skipped", why)
+
+    def _revert_job(self, step: int, reason: str, detail: str) -> None:
+        self.course.revert_job(step, reason, detail)
+
+    def _revert_cluster(self, step: int, c: Cluster, why: Finding | str) -> None:
+        self.course.revert_cluster(step, c, why)
+
+    def _settle(self, step: int) -> None:
+        self.course.settle(step)
+
+    def finish(self) -> None:
+        """The job's end: its last windows, then its outcome (`JobCourse.finish`)."""
+        for window in self.windows.close():
+            self._record(window)
+        self.course.finish(self.timing.probing, self.group_proven)
 
     def _guard_job(self, step: int, figures: GuardFigures) -> None:
         """Job-wide reverts from the summed fault, loss and (rank-summed) bracket figures: a slowdown must
@@ -436,68 +476,8 @@ class Controller:
             self._revert_job(step, "plugin error", self.fault or "a plugin error on another rank")
         elif loss > 0:
             self._revert_job(step, "non-finite loss", "the loss was NaN/Inf on a stitched step")
-        elif fresh >= self.size and self._stitching:
+        elif fresh >= self.size and self.course.stitching:
             mean_s, mean_b, mean_n = stitched / self.size, base / self.size, noise / self.size
             if mean_s - mean_b > max(mean_b * self.timing.slowdown_margin, NOISE_FACTOR * mean_n):
                 detail = f"stitched median {mean_s:.6f} s vs baseline {mean_b:.6f} s per step (noise {mean_n:.6f} s)"
                 self._revert_job(step, "slowdown", detail)
-
-    @property
-    def done(self) -> bool:
-        """No cluster can run stitched again in this job (the job reverted, no cluster kept, or every one
-        reverted): nothing is left to decide, so the hook stops adding anything to the job's steps. Every
-        rank sees it at the same step, since it follows from the summed decisions only."""
-        over = self.job_reverted is not None or self.stitching_off is not None
-        return over or not any(c.enabled for c in self.clusters)
-
-    @property
-    def _stitching(self) -> bool:
-        """Whether any cluster can still run stitched: with none on, a slow step is not the plugin's doing
-        (regression: a job whose probes kept nothing was reverted "for slowdown" on one noisy step)."""
-        return self.stitching_off is None and any(c.enabled for c in self.clusters)
-
-    def _revert_cluster(self, step: int, c: Cluster, why: Finding | str) -> None:
-        c.enabled, c.reverted_at = False, step
-        reason = "mismatch" if isinstance(why, Finding) else why
-        figures = _figures(why) if isinstance(why, Finding) else {}
-        detail = why.reason if isinstance(why, Finding) else why
-        c.reason = f"{reason}: {detail}" if isinstance(why, Finding) else why  # a text is said once, not twice
-        log.warning("stitchfleet: cluster %d reverted at step %d: %s", c.index, step, c.reason)
-        evidenced = why.detail if isinstance(why, Finding) else detail  # with the evidence a recheck judges
-        self.ledger.event("revert", step, c.fingerprint, reason, detail=evidenced, **figures)
-        self.ledger.verdict(c.fingerprint, "reverted", c.reason, c.op_count)
-
-    def _revert_job(self, step: int, reason: str, detail: str) -> None:
-        if self.job_reverted is not None:
-            return
-        self.job_reverted = f"{reason}: {detail}"
-        log.warning("stitchfleet: stitching reverted for the job at step %d: %s", step, self.job_reverted)
-        self.ledger.event("revert", step, None, reason, detail=detail)
-
-    def finish(self) -> None:
-        for window in self.windows.close():
-            self._record(window)
-        reverted = [c for c in self.clusters if c.reverted_at is not None]
-        if self.job_reverted is not None:
-            self.ledger.finished("reverted", self.job_reverted)
-            return
-        notes = [self.stitching_off] if self.stitching_off else []
-        if self.timing.probing:
-            notes.append(f"probe kept {sum(bool(c.kept) for c in self.clusters)}/{len(self.clusters)} clusters")
-        if self.group_proven is not None:
-            notes.append("group proven" if self.group_proven else "group not faster")
-        notes += [f"cluster {c.index} {c.reason}" for c in reverted]
-        self.ledger.finished("finished", "; ".join(notes))
-
-    def _settle(self, step: int) -> None:
-        """After the last probe: with no cluster kept, stitching is off for the job (not an error)."""
-        if any(c.enabled and c.kept for c in self.clusters):
-            return
-        self.stitching_off = "no cluster kept: none passed its probe; the job runs TF's own ops"
-        log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
-        self.ledger.event("probe", step, None, "no cluster kept", detail=self.stitching_off)
-
-
-def _figures(finding: Finding) -> dict[str, Any]:
-    error = finding.compiled_error
-    return {"max_abs_error": error if np.isfinite(error) else None, "error_ratio": finding.ratio}
