@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.decision_figures import DecisionFigures, GuardFigures
 from stitchfleet.plugin.control.job_course import JobCourse, finding_figures
+from stitchfleet.plugin.control.probe_course import ProbeCourse
 from stitchfleet.plugin.control.probe_decisions import NOISE_FACTOR, ProbeDecisions
 from stitchfleet.plugin.control.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing
 from stitchfleet.plugin.control.signature_decisions import SignatureLookup
@@ -26,9 +27,7 @@ from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan, froz
 from stitchfleet.plugin.control.step_windows import Window, Windows
 from stitchfleet.plugin.control.warmup import ExecutorWarmup
 from stitchfleet.plugin.fleet.ledger import Ledger
-from stitchfleet.plugin.fleet.verdict_keys import group_key
 from stitchfleet.plugin.guard.numeric import Finding
-from stitchfleet.telemetry.kinds import ProbeOutcome
 
 log = logging.getLogger("stitchfleet.plugin")
 EXTRA = DecisionFigures.EXTRA  # the figures after the cluster flags (`decision_figures`)
@@ -53,8 +52,10 @@ class Controller:
         self.windows = Windows(timing.window_steps)
         self.warmup = ExecutorWarmup(timing.warmup_steps)
         self.setup_seconds = setup_seconds  # the job's compile seconds so far; the warmup's builds join them
-        self.job_steps = job_steps  # the job's training steps from this controller's step 0, when known
+        self._nothing = frozen(np.zeros(len(clusters) + EXTRA), np.float64)  # `local` when nothing is to say
         self.course = JobCourse(clusters, ledger)  # whether stitching goes on: the reverts, stitching off
+        # the fleet's known decisions; the probes cut to what the job's remaining steps can repay
+        self.probing = ProbeCourse(clusters, ledger, size, self.decisions, self.course, job_steps=job_steps)
         # a cluster off from the start is flagged in the consensus, so that every rank reverts it
         self.pending: dict[int, Finding | str] = {
             k: "reverted by an earlier job" for k, c in enumerate(clusters) if not c.enabled
@@ -71,7 +72,6 @@ class Controller:
         self.check_seconds = 0.0
         self.last_check = 0  # the last step that judged a cluster: checks wait for the budget at most check_max_gap
         self.turn = 0  # periodic checks made so far (their rotation over the clusters)
-        self.recalled = False  # the fleet's known decisions were applied (`_recall`, before the first step)
         self.saved_variance = 0.0  # the squared standard errors of the windows' savings, summed (`Window.noise`)
         self.ran: set[int] = set()  # clusters (positions) whose kernels ran in a step so far (`_first_run`)
         self.first_seconds = 0.0  # what their first runs took beyond a usual step: setup
@@ -106,6 +106,19 @@ class Controller:
     def measured(self, c: Cluster) -> str:
         """The shapes `c`'s probe timed (`ProbeDecisions.measured`)."""
         return self.decisions.measured(c)
+
+    @property
+    def job_steps(self) -> int | None:
+        """The job's training steps from this controller's step 0, when known (the hook learns it late)."""
+        return self.probing.job_steps
+
+    @job_steps.setter
+    def job_steps(self, steps: int | None) -> None:
+        self.probing.job_steps = steps
+
+    @property
+    def recalled(self) -> bool:
+        return self.probing.recalled
 
     @property
     def job_reverted(self) -> str | None:
@@ -250,16 +263,18 @@ class Controller:
         """This rank's figures for `step`, about to run (see the module docstring)."""
         if not self.recalled:
             self._recall(step)
+        bracket, decided, grouped = self.bracket.take(), self.timing.decides(step), self.timing.decides_group(step)
+        quiet = bracket is None and decided is None and not grouped and self.fault is None and not self.loss_bad
+        if quiet and not self.pending and all(c.kernel.bad is None for c in self.clusters):
+            return self._nothing  # most steps: nothing to say, and no record to build and pack
         flags = tuple(float(i in self.pending or c.kernel.bad is not None) for i, c in enumerate(self.clusters))
-        bracket = self.bracket.take()
         slowdown = (1.0, *bracket) if bracket is not None else (0.0, 0.0, 0.0, 0.0)
         guard = GuardFigures(float(self.fault is not None), float(self.loss_bad), *slowdown)
-        decided = self.timing.decides(step)
         return DecisionFigures(
             flags,
             guard,
             self.decisions.figures(decided),
-            self.decisions.figures(GROUP if self.timing.decides_group(step) else None),
+            self.decisions.figures(GROUP if grouped else None),
             self.decisions.signatures.figures(decided),
         ).pack()
 
@@ -353,13 +368,16 @@ class Controller:
         is left to decide (the hook sends no figures then: its steps are quiet)."""
         if self.done:
             return
+        timing = self.timing  # as scheduled for this step: a decision may insert a rerun after it
+        deciding = timing.decides(step) is not None or timing.decides_group(step)
+        if not deciding and len(summed) == self.length and not summed.any():
+            return  # most steps: no rank flagged anything and nothing is decided (no record unpacked)
         n = len(self.clusters)
         figures = DecisionFigures.unpack(summed, n)
         for i, c in enumerate(self.clusters):
             if figures.flags[i] > 0 and c.enabled:
                 self._revert_cluster(step, c, self.pending.get(i) or c.kernel.bad or "reverted on another rank")
         self._guard_job(step, figures.guard)
-        timing = self.timing  # as scheduled for this step: a decision may insert a rerun after it
         grouped = timing.decides_group(step) and self.job_reverted is None
         if grouped and self.decisions.group(step, figures.group):
             if self.group_proven:
@@ -374,83 +392,20 @@ class Controller:
             elif decided:
                 self._bound_probes(step)
 
-    # --- what the fleet knows, and what the job's remaining steps can repay ---------------------
+    # --- what the fleet knows, and what the job's remaining steps can repay (`ProbeCourse`) -----
 
     def _recall(self, step: int) -> None:
-        """Before the job's first step: the decisions the fleet's memory holds for these clusters (faster or
-        slower, per fingerprint, device profile and shapes; `Ledger.recollection`) and for their group are
-        taken without a probe, each with an event saying so and why. One rank only: Horovod ranks may recall
-        different memories (one read the operator, another its cache) and must share the schedule."""
-        self.recalled = True
-        memory = self.ledger.recollection
-        if memory is None or self.size != 1 or not self.timing.probing or not self.clusters:
-            return
-        verdicts = {v.key: v for v in (*memory.slower, *memory.faster)}
-        known: dict[int, tuple[str, str]] = {}
-        for k, c in enumerate(self.clusters):
-            found = verdicts.get((c.fingerprint, c.profile, c.shapes))
-            if found is not None and c.enabled:
-                known[k] = (str(found.outcome), found.reason)
-        group = verdicts.get(self.group_key()) if self.timing.grouping else None
-        if not known and group is None:
-            return
-        self.decisions.retime(replace(self.timing, known=frozenset(known), group_known=group is not None))
-        for k, (outcome, reason) in sorted(known.items()):
-            self.decisions.known(step, self.clusters[k], outcome == ProbeOutcome.FASTER, reason)
-        if group is not None:
-            self.decisions.known_group(step, group.outcome == ProbeOutcome.FASTER, group.reason)
-            if not self.group_proven:
-                self._after_group_loss(step)
-        if self.stitching_off is None and not self.timing.probed_clusters:
-            self._settle(step)
+        self.probing.recall(step)
 
     def group_key(self) -> tuple[str, str, str]:
-        """The key of this job's group (every cluster on) in the fleet's memory (`verdict_keys.group_key`)."""
-        return group_key([(c.fingerprint, c.profile, c.shapes) for c in self.clusters])
-
-    def _remaining(self, step: int) -> int | None:
-        return None if self.job_steps is None else max(self.job_steps - step - 1, 0)
+        """The key of this job's group in the fleet's memory (`ProbeCourse.group_key`)."""
+        return self.probing.group_key()
 
     def _bound_probes(self, step: int) -> None:
-        """After a decision: the per-cluster probes go on only while what is left of them fits in `probe_share`
-        of the job's remaining steps (each runs a mixed configuration on the twin, whose clusters off pay for
-        their fallback functions: a cost the steps left could not repay). Else they stop now: every cluster
-        not decided yet is kept with a proven group, or left to TF; the stitched phase follows."""
-        remaining, left = self._remaining(step), self.timing.probes_left(step)
-        if left == 0 or remaining is None or self.timing.affordable(left, remaining):
-            return
-        why = (
-            f"per-cluster probes stopped: {left} steps of them left, {remaining} steps left in the job"
-            f" (PROBE_SHARE {self.timing.probe_share:.0%})"
-        )
-        self.decisions.retime(self.timing.stop(step))
-        for c in self.clusters:
-            if c.enabled and c.kept is None:
-                c.probe = why
-                if self.group_proven:
-                    self.decisions.keep(step, c, "kept with the group", finding=False)
-                else:
-                    self.decisions.leave(step, c, "not probed", why)
-        log.info("stitchfleet: %s at step %d", why, step)
-        self.ledger.event("probe", step, None, "per-cluster probes stopped", detail=why)
-        self._settle(step)
+        self.probing.bound(step)
 
     def _after_group_loss(self, step: int) -> None:
-        """The group was not faster than plain TF: the per-cluster probes go on only when they fit in
-        `probe_share` of the job's remaining steps (known: `job_steps`); else stitching is off for the job now
-        and every later step runs the user's graph. Each of those probes runs a mixed configuration on the
-        twin, where clusters off pay for their fallback functions: on a losing job they are mostly regret."""
-        remaining = self._remaining(step)
-        cost = self.timing.probes_left(step)
-        if self.timing.affordable(cost, remaining):
-            log.info("stitchfleet: group not faster; per-cluster probes: %d of %s steps left", cost, remaining)
-            return
-        left = "the job's length is unknown" if remaining is None else f"{remaining} steps are left"
-        why = (
-            f"group not faster and per-cluster probes skipped: they would take {cost} steps on the twin,"
-            f" {left} (PROBE_SHARE {self.timing.probe_share:.0%}); the job runs its own graph"
-        )
-        self.course.switch_off(step, "per-cluster probes skipped", why)
+        self.probing.after_group_loss(step)
 
     def _revert_job(self, step: int, reason: str, detail: str) -> None:
         self.course.revert_job(step, reason, detail)

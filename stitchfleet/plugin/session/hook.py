@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,17 +26,17 @@ from stitchfleet.plugin.graph.training_steps import TrainingSteps, find_loss
 from stitchfleet.plugin.graph.twin import Diverter
 from stitchfleet.plugin.graph.twin import build as build_twin
 from stitchfleet.plugin.graph.twin import built_in as twin_built_in
-from stitchfleet.plugin.guard import evidence
-from stitchfleet.plugin.guard.numeric import Finding, judge
 from stitchfleet.plugin.guard.translation import check_sites
 from stitchfleet.plugin.horovod.decision_sums import Consensus
 from stitchfleet.plugin.horovod.setup_agreement import SLOTS, Agreement
+from stitchfleet.plugin.native.dispatch_op import BridgeOp
 from stitchfleet.plugin.native.dispatch_op import choose as choose_bridge
 from stitchfleet.plugin.native.faults import Fault
-from stitchfleet.plugin.native.kernels import poll_faults, resolve_backend
+from stitchfleet.plugin.native.kernels import resolve_backend
 from stitchfleet.plugin.session import gc_pause, job_length
 from stitchfleet.plugin.session.exported_graph import setup_additions
 from stitchfleet.plugin.session.step_args import StepArgs
+from stitchfleet.plugin.session.step_results import StepResults
 from stitchfleet.plugin.session.step_threads import StepThreads
 from stitchfleet.plugin.setup import job_graph, selection
 from stitchfleet.plugin.shapes.signature_kernels import Job, SignatureKernels
@@ -72,13 +71,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._plan: StepPlan | None = None  # the controller's plan of the current step
         self._failure: str | None = None  # a plugin error the controller hears of with the next plan
         self._setup_seconds, self._faults_seen = 0.0, 0
-        self._bridge: Any = None
+        self._bridge: BridgeOp | None = None
         self.training: TrainingSteps | None = None
         self.runs = StepThreads()  # per thread: its current run is the training step / the agreement run
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
         self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
         self.step_args: StepArgs | None = None  # a planned step's feeds and fetches (from `_start`)
+        self.step_results: StepResults | None = None  # and its figures, from what it fetched
         self.diverter: Diverter | None = None  # runs a step on the stitched twin (see twin.py)
         self._originals: dict[int, Site] = {}  # each installed cluster's site in the user's graph
         self.loss_tensor, self.twin_loss = None, None  # the loss in the user's graph, and its value on the twin
@@ -320,6 +320,10 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             twin_loss=self.twin_loss,
             signatures=self.signatures,
         )
+        bridge, seen = self._bridge, self._faults_seen
+        self.step_results = StepResults(
+            self.settings, self.consensus, self.installed, self.signatures, bridge=bridge, faults_seen=seen
+        )
 
     def _agreement_step(self, fetches: object) -> tf.compat.v1.train.SessionRunArgs | None:
         """Horovod's first training run: every rank, its setup failed or not, says what it installed."""
@@ -411,30 +415,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             failure, self.diverter.failure = self.diverter.failure, None
             log.error("stitchfleet: step %d failed on the twin and ran as written: %s", self.step, failure)
             fault = f"{type(failure).__name__}: {failure}"  # stitching reverts for the job
-        if self.signatures is not None:  # with an iterator among the sources, the step's signature is known now
-            self.signatures.after(results.get("shapes"), self.step)
-        loss, checks = results.get("loss"), results.get("checks", ())
-        findings = tuple((k, self._judge(k, *checks[k])) for k in plan.judged) if checks else ()
-        if self.signatures is not None:  # a bound signature's faulty kernel is unbound alone when it is safe
-            findings = self.signatures.screen(findings, self.step)
-        summed = self.consensus.result(plan.local, results)
-        signatures = self.signatures
-        measured = signatures.probes.measured(signatures.signature, plan.switches) if signatures else ("", (), "")
-        figures = StepFigures(seconds, None if loss is None else float(loss), findings, summed, fault, *measured)
-        self.controller.step_done(plan, figures)
-        # The native op counts faults while a step runs: read them now, for the next step's figures.
-        self._faults_seen = poll_faults(self._bridge, self._faults_seen, [c.kernel for c, _ in self.installed])
-
-    def _judge(self, k: int, inputs: Any, original: Any, stitched: Any) -> Finding:
-        """The guard's finding on the kernel that ran for this step's signature (`signature_kernels.graph`)."""
-        cluster, done = self.installed[k]
-        graph = self.signatures.graph(cluster.index) if self.signatures is not None else None
-        factor = self.settings.tolerance_factor
-        finding = judge(graph or done.site.graph, inputs, original, stitched, factor)
-        if finding.ok:
-            return finding
-        kept = evidence.captured(graph or done.site.graph, inputs, original, stitched, factor)
-        return replace(finding, evidence=evidence.kept(kept, finding, self.settings.cache_dir / "evidence"))
+        assert self.step_results is not None
+        self.controller.step_done(plan, self.step_results.figures(plan, results, seconds, self.step, fault))
+        self.step_results.poll()
 
     def _fault(self, err: Exception) -> None:
         """A plugin error outside a step's figures: the controller hears of it with the next plan."""
