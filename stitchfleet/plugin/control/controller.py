@@ -321,7 +321,9 @@ class Controller:
         booked with the compile seconds like the warmup's executor builds; returned, so that no probe and no
         window counts it (within a window's noise it was booked nowhere, and the report's saving missed it
         against the wall clock). Check steps are left to the check budget: their extra is the checks'."""
-        on = {k for k, s in enumerate(self.switches(step)) if s}
+        if len(self.ran) == len(self.clusters):  # every kernel has run: nothing is new (most steps)
+            return 0.0
+        on = set(np.flatnonzero(self.switches(step)).tolist())  # not a Python loop over numpy booleans
         new, usual = on - self.ran, self.windows.usual
         if not new or usual is None:
             return 0.0
