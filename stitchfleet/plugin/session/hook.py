@@ -133,19 +133,16 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def before_run(self, run_context: tf.compat.v1.train.SessionRunContext) -> tf.compat.v1.train.SessionRunArgs | None:
         self.runs.reset()
-        if (
-            self.shapes is not None and self.shapes.learning and self.training is not None
-        ):  # the book, for the job's next processes
+        if self.shapes is not None and self.shapes.learning and self.training is not None:  # for the next processes
             self.shapes.learn(run_context.original_args, self.training.updates_variables)
+        if not self.quiet and self.active and self.controller is not None and self.controller.done:
+            self.quiet = True  # stitching is over: from now on no fetch, feed or decision per step (issue 29)
         if self.quiet:  # the step runs as written, only timed and counted (its cost: docs/plugin/session.md)
             if self.runs.take(run_context, self.training, None, over=True):
                 self._started = time.perf_counter()
             return None
         if self._agreeing is not None:
             return self._agreement_step(run_context.original_args.fetches)
-        if self.active and self.controller is not None and self.controller.done:  # stitching is over for the job
-            self.quiet = True  # from now on: no fetch, feed or controller decision per step (issue 29 item 6)
-            return self.before_run(run_context)
         if not self.active or not self.runs.take(run_context, self.training, self.diverter):
             return None
         self._plan = None
