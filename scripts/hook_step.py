@@ -10,6 +10,10 @@ the hook's before_run + after_run per stitched step (wall and thread CPU): the m
 close a telemetry window (every STITCHFLEET_WINDOW_STEPS = 20 steps here), which a median of steps leaves out.
 
     PYTHONPATH=. python scripts/hook_step.py 12 30
+    PYTHONPATH=. python scripts/hook_step.py 12 30 off   # the same once stitching is off for the job
+
+`off`: the job is reverted (`Controller._revert_job`, as its slowdown guard does) before timing, so every timed
+hooked step is one the hook only times and counts: the hook's cost once stitching is off (issue 29 item 6).
 """
 
 from __future__ import annotations
@@ -77,7 +81,9 @@ def _hook(tmp: str) -> _Timed:
     return hook
 
 
-def measure(steps: int, rounds: int) -> tuple[dict[str, tuple[float, float, float, float]], list[tuple[float, float]]]:
+def measure(
+    steps: int, rounds: int, off: bool = False
+) -> tuple[dict[str, tuple[float, float, float, float]], list[tuple[float, float]]]:
     """Per session (median wall, median CPU, mean wall, mean CPU) seconds per step, and per hooked step the
     (wall, thread CPU) seconds inside the hook (see the module docstring)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,6 +99,8 @@ def measure(steps: int, rounds: int) -> tuple[dict[str, tuple[float, float, floa
         controller = hook.controller
         if controller is None or controller.mode(hook.step) != STITCHED:
             raise SystemExit(f"the hooked job is not stitching at step {hook.step}: nothing to measure")
+        if off:
+            controller._revert_job(hook.step, "measurement", "hook_step.py off: the hook's cost once stitching is off")
         raw, count = hooked._tf_sess(), len(hook.installed)
         on = {**feeds(), hook.switches: np.ones(count, bool)}
 
@@ -117,7 +125,7 @@ def measure(steps: int, rounds: int) -> tuple[dict[str, tuple[float, float, floa
                     if i >= SETTLE:
                         wall[name].append(time.perf_counter() - started)
                         cpu[name].append(time.process_time() - started_cpu)
-        if controller.job_reverted or controller.mode(hook.step) != STITCHED:
+        if not off and (controller.job_reverted or controller.mode(hook.step) != STITCHED):
             raise SystemExit(f"the hooked job left its stitched phase: {controller.job_reverted}")
         hooked.close()
         plain.close()
@@ -129,10 +137,11 @@ def measure(steps: int, rounds: int) -> tuple[dict[str, tuple[float, float, floa
 def main(argv: list[str]) -> int:
     steps = int(argv[0]) if argv else 12
     rounds = int(argv[1]) if len(argv) > 1 else 20
-    if steps <= SETTLE or rounds < 1:
-        print(f"usage: hook_step.py [steps > {SETTLE}] [rounds >= 1]", file=sys.stderr)
+    off = len(argv) > 2 and argv[2] == "off"
+    if steps <= SETTLE or rounds < 1 or (len(argv) > 2 and not off):
+        print(f"usage: hook_step.py [steps > {SETTLE}] [rounds >= 1] [off]", file=sys.stderr)
         return 2
-    found, inside = measure(steps, rounds)
+    found, inside = measure(steps, rounds, off)
     base_wall, base_cpu, base_mean_wall, base_mean_cpu = found["plain TF"]
     for name, (wall, cpu, mean_wall, mean_cpu) in found.items():
         print(
@@ -142,7 +151,8 @@ def main(argv: list[str]) -> int:
         )
     walls, cpus = [w for w, _ in inside], [c for _, c in inside]
     print(
-        f"inside before_run + after_run, {len(inside)} stitched steps: wall mean {statistics.mean(walls) * 1e6:.1f} us"
+        f"inside before_run + after_run, {len(inside)} {'quiet' if off else 'stitched'} steps:"
+        f" wall mean {statistics.mean(walls) * 1e6:.1f} us"
         f" median {statistics.median(walls) * 1e6:.1f} us max {max(walls) * 1e6:.0f} us; thread CPU mean"
         f" {statistics.mean(cpus) * 1e6:.1f} us median {statistics.median(cpus) * 1e6:.1f} us"
     )

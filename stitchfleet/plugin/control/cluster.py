@@ -7,14 +7,17 @@ Input: set up by `setup.selection` for each installed cluster. Output: the recor
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stitchfleet.plugin.native.kernels import ClusterKernel
 
 
 @dataclass
 class Cluster:
     index: int
     fingerprint: str
-    kernel: Any
+    kernel: ClusterKernel
     op_count: int
     enabled: bool = True
     reverted_at: int | None = None

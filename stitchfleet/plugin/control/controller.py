@@ -11,12 +11,14 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.decision_figures import DecisionFigures, GuardFigures
+from stitchfleet.plugin.control.job_course import JobCourse, finding_figures
+from stitchfleet.plugin.control.probe_course import ProbeCourse
 from stitchfleet.plugin.control.probe_decisions import NOISE_FACTOR, ProbeDecisions
 from stitchfleet.plugin.control.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing
 from stitchfleet.plugin.control.signature_decisions import SignatureLookup
@@ -25,9 +27,7 @@ from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan, froz
 from stitchfleet.plugin.control.step_windows import Window, Windows
 from stitchfleet.plugin.control.warmup import ExecutorWarmup
 from stitchfleet.plugin.fleet.ledger import Ledger
-from stitchfleet.plugin.fleet.verdict_keys import group_key
 from stitchfleet.plugin.guard.numeric import Finding
-from stitchfleet.telemetry.kinds import ProbeOutcome
 
 log = logging.getLogger("stitchfleet.plugin")
 EXTRA = DecisionFigures.EXTRA  # the figures after the cluster flags (`decision_figures`)
@@ -52,9 +52,10 @@ class Controller:
         self.windows = Windows(timing.window_steps)
         self.warmup = ExecutorWarmup(timing.warmup_steps)
         self.setup_seconds = setup_seconds  # the job's compile seconds so far; the warmup's builds join them
-        self.job_steps = job_steps  # the job's training steps from this controller's step 0, when known
-        self.job_reverted: str | None = None
-        self.stitching_off: str | None = None
+        self._nothing = frozen(np.zeros(len(clusters) + EXTRA), np.float64)  # `local` when nothing is to say
+        self.course = JobCourse(clusters, ledger)  # whether stitching goes on: the reverts, stitching off
+        # the fleet's known decisions; the probes cut to what the job's remaining steps can repay
+        self.probing = ProbeCourse(clusters, ledger, size, self.decisions, self.course, job_steps=job_steps)
         # a cluster off from the start is flagged in the consensus, so that every rank reverts it
         self.pending: dict[int, Finding | str] = {
             k: "reverted by an earlier job" for k, c in enumerate(clusters) if not c.enabled
@@ -71,7 +72,6 @@ class Controller:
         self.check_seconds = 0.0
         self.last_check = 0  # the last step that judged a cluster: checks wait for the budget at most check_max_gap
         self.turn = 0  # periodic checks made so far (their rotation over the clusters)
-        self.recalled = False  # the fleet's known decisions were applied (`_recall`, before the first step)
         self.saved_variance = 0.0  # the squared standard errors of the windows' savings, summed (`Window.noise`)
         self.ran: set[int] = set()  # clusters (positions) whose kernels ran in a step so far (`_first_run`)
         self.first_seconds = 0.0  # what their first runs took beyond a usual step: setup
@@ -108,6 +108,36 @@ class Controller:
         return self.decisions.measured(c)
 
     @property
+    def job_steps(self) -> int | None:
+        """The job's training steps from this controller's step 0, when known (the hook learns it late)."""
+        return self.probing.job_steps
+
+    @job_steps.setter
+    def job_steps(self, steps: int | None) -> None:
+        self.probing.job_steps = steps
+
+    @property
+    def recalled(self) -> bool:
+        return self.probing.recalled
+
+    @property
+    def job_reverted(self) -> str | None:
+        return self.course.job_reverted
+
+    @property
+    def stitching_off(self) -> str | None:
+        return self.course.stitching_off
+
+    @stitching_off.setter
+    def stitching_off(self, why: str | None) -> None:
+        self.course.stitching_off = why
+
+    @property
+    def done(self) -> bool:
+        """No cluster can run stitched again in this job (`JobCourse.done`)."""
+        return self.course.done
+
+    @property
     def length(self) -> int:
         return len(self.clusters) + EXTRA
 
@@ -137,7 +167,9 @@ class Controller:
         # from the summed decisions and the step number only, so Horovod ranks take the same path.
         on_twin = bool(switches.any()) or step in self.warmup.builds
         checks = bool(judged) or step == self.warmup.checks  # the latter judged by nobody: see ExecutorWarmup
-        return StepPlan(step, False, frozen(switches, bool), on_twin, tuple(judged), checks, frozen(local, float))
+        return StepPlan(
+            step, False, frozen(switches, np.bool_), on_twin, tuple(judged), checks, frozen(local, np.float64)
+        )
 
     def setup_spent(self, seconds: float) -> None:
         """Setup after the controller started (clusters rebuilt for the shapes the job feeds): booked with the
@@ -163,6 +195,13 @@ class Controller:
         if figures.summed is not None:
             self.decide(plan.step, figures.summed)
 
+    def quiet_step(self, step: int, seconds: float) -> None:
+        """Books a step run once `done` (the user's graph as written): its time and the job's telemetry
+        windows only, nothing decided. The hook's one controller call per step then (its cost: issue 29)."""
+        self.job_seconds += seconds
+        for window in self.windows.add(step, self.mode(step), seconds, True, ""):
+            self._record(window)
+
     def mode(self, step: int) -> str:
         phase = self.timing.phase(step)
         # stitching off: the probe phases that were to follow (skipped) run the user's graph as well, and are
@@ -170,7 +209,7 @@ class Controller:
         off = self.job_reverted is not None or self.stitching_off is not None
         return REVERTED if off and phase in (STITCHED, PROBE, REFERENCE) else phase
 
-    def switches(self, step: int) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    def switches(self, step: int) -> NDArray[np.bool_]:
         mode = self.mode(step)
         if mode == PROBE:  # the group, or every cluster still enabled with the probed one
             return np.array([c.enabled for c in self.clusters], dtype=bool)
@@ -220,20 +259,22 @@ class Controller:
             if self.mode(step) == STITCHED and not self.timing.first_checks(step):
                 self.turn += 1  # a periodic check was made: the rotation moves on
 
-    def local(self, step: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    def local(self, step: int) -> NDArray[np.float64]:
         """This rank's figures for `step`, about to run (see the module docstring)."""
         if not self.recalled:
             self._recall(step)
+        bracket, decided, grouped = self.bracket.take(), self.timing.decides(step), self.timing.decides_group(step)
+        quiet = bracket is None and decided is None and not grouped and self.fault is None and not self.loss_bad
+        if quiet and not self.pending and all(c.kernel.bad is None for c in self.clusters):
+            return self._nothing  # most steps: nothing to say, and no record to build and pack
         flags = tuple(float(i in self.pending or c.kernel.bad is not None) for i, c in enumerate(self.clusters))
-        bracket = self.bracket.take()
         slowdown = (1.0, *bracket) if bracket is not None else (0.0, 0.0, 0.0, 0.0)
         guard = GuardFigures(float(self.fault is not None), float(self.loss_bad), *slowdown)
-        decided = self.timing.decides(step)
         return DecisionFigures(
             flags,
             guard,
             self.decisions.figures(decided),
-            self.decisions.figures(GROUP if self.timing.decides_group(step) else None),
+            self.decisions.figures(GROUP if grouped else None),
             self.decisions.signatures.figures(decided),
         ).pack()
 
@@ -280,7 +321,9 @@ class Controller:
         booked with the compile seconds like the warmup's executor builds; returned, so that no probe and no
         window counts it (within a window's noise it was booked nowhere, and the report's saving missed it
         against the wall clock). Check steps are left to the check budget: their extra is the checks'."""
-        on = {k for k, s in enumerate(self.switches(step)) if s}
+        if len(self.ran) == len(self.clusters):  # every kernel has run: nothing is new (most steps)
+            return 0.0
+        on = set(np.flatnonzero(self.switches(step)).tolist())  # not a Python loop over numpy booleans
         new, usual = on - self.ran, self.windows.usual
         if not new or usual is None:
             return 0.0
@@ -319,21 +362,24 @@ class Controller:
         if not finding.ok:
             self.pending.setdefault(index, finding)
             c = self.clusters[index]
-            figures = _figures(finding)
+            figures = finding_figures(finding)
             self.ledger.event("guard_check", step, c.fingerprint, "mismatch", passed=False, **figures)
 
-    def decide(self, step: int, summed: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+    def decide(self, step: int, summed: NDArray[np.float64]) -> None:
         """Applies the summed figures of `step`; the new switches hold from the next step. Once `done`, nothing
         is left to decide (the hook sends no figures then: its steps are quiet)."""
         if self.done:
             return
+        timing = self.timing  # as scheduled for this step: a decision may insert a rerun after it
+        deciding = timing.decides(step) is not None or timing.decides_group(step)
+        if not deciding and len(summed) == self.length and not summed.any():
+            return  # most steps: no rank flagged anything and nothing is decided (no record unpacked)
         n = len(self.clusters)
         figures = DecisionFigures.unpack(summed, n)
         for i, c in enumerate(self.clusters):
             if figures.flags[i] > 0 and c.enabled:
                 self._revert_cluster(step, c, self.pending.get(i) or c.kernel.bad or "reverted on another rank")
         self._guard_job(step, figures.guard)
-        timing = self.timing  # as scheduled for this step: a decision may insert a rerun after it
         grouped = timing.decides_group(step) and self.job_reverted is None
         if grouped and self.decisions.group(step, figures.group):
             if self.group_proven:
@@ -348,84 +394,35 @@ class Controller:
             elif decided:
                 self._bound_probes(step)
 
-    # --- what the fleet knows, and what the job's remaining steps can repay ---------------------
+    # --- what the fleet knows, and what the job's remaining steps can repay (`ProbeCourse`) -----
 
     def _recall(self, step: int) -> None:
-        """Before the job's first step: the decisions the fleet's memory holds for these clusters (faster or
-        slower, per fingerprint, device profile and shapes; `Ledger.recollection`) and for their group are
-        taken without a probe, each with an event saying so and why. One rank only: Horovod ranks may recall
-        different memories (one read the operator, another its cache) and must share the schedule."""
-        self.recalled = True
-        memory = self.ledger.recollection
-        if memory is None or self.size != 1 or not self.timing.probing or not self.clusters:
-            return
-        verdicts = {v.key: v for v in (*memory.slower, *memory.faster)}
-        known: dict[int, tuple[str, str]] = {}
-        for k, c in enumerate(self.clusters):
-            found = verdicts.get((c.fingerprint, c.profile, c.shapes))
-            if found is not None and c.enabled:
-                known[k] = (str(found.outcome), found.reason)
-        group = verdicts.get(self.group_key()) if self.timing.grouping else None
-        if not known and group is None:
-            return
-        self.decisions.retime(replace(self.timing, known=frozenset(known), group_known=group is not None))
-        for k, (outcome, reason) in sorted(known.items()):
-            self.decisions.known(step, self.clusters[k], outcome == ProbeOutcome.FASTER, reason)
-        if group is not None:
-            self.decisions.known_group(step, group.outcome == ProbeOutcome.FASTER, group.reason)
-            if not self.group_proven:
-                self._after_group_loss(step)
-        if self.stitching_off is None and not self.timing.probed_clusters:
-            self._settle(step)
+        self.probing.recall(step)
 
     def group_key(self) -> tuple[str, str, str]:
-        """The key of this job's group (every cluster on) in the fleet's memory (`verdict_keys.group_key`)."""
-        return group_key([(c.fingerprint, c.profile, c.shapes) for c in self.clusters])
-
-    def _remaining(self, step: int) -> int | None:
-        return None if self.job_steps is None else max(self.job_steps - step - 1, 0)
+        """The key of this job's group in the fleet's memory (`ProbeCourse.group_key`)."""
+        return self.probing.group_key()
 
     def _bound_probes(self, step: int) -> None:
-        """After a decision: the per-cluster probes go on only while what is left of them fits in `probe_share`
-        of the job's remaining steps (each runs a mixed configuration on the twin, whose clusters off pay for
-        their fallback functions: a cost the steps left could not repay). Else they stop now: every cluster
-        not decided yet is kept with a proven group, or left to TF; the stitched phase follows."""
-        remaining, left = self._remaining(step), self.timing.probes_left(step)
-        if left == 0 or remaining is None or self.timing.affordable(left, remaining):
-            return
-        why = (
-            f"per-cluster probes stopped: {left} steps of them left, {remaining} steps left in the job"
-            f" (PROBE_SHARE {self.timing.probe_share:.0%})"
-        )
-        self.decisions.retime(self.timing.stop(step))
-        for c in self.clusters:
-            if c.enabled and c.kept is None:
-                c.probe = why
-                if self.group_proven:
-                    self.decisions.keep(step, c, "kept with the group", finding=False)
-                else:
-                    self.decisions.leave(step, c, "not probed", why)
-        log.info("stitchfleet: %s at step %d", why, step)
-        self.ledger.event("probe", step, None, "per-cluster probes stopped", detail=why)
-        self._settle(step)
+        self.probing.bound(step)
 
     def _after_group_loss(self, step: int) -> None:
-        """The group was not faster than plain TF: the per-cluster probes go on only when they fit in
-        `probe_share` of the job's remaining steps (known: `job_steps`); else stitching is off for the job now
-        and every later step runs the user's graph. Each of those probes runs a mixed configuration on the
-        twin, where clusters off pay for their fallback functions: on a losing job they are mostly regret."""
-        remaining = self._remaining(step)
-        cost = self.timing.probes_left(step)
-        if self.timing.affordable(cost, remaining):
-            log.info("stitchfleet: group not faster; per-cluster probes: %d of %s steps left", cost, remaining)
-            return
-        left = "the job's length is unknown" if remaining is None else f"{remaining} steps are left"
-        self.stitching_off = (
-            f"group not faster and per-cluster probes skipped: they would take {cost} steps on the twin,"
-            f" {left} (PROBE_SHARE {self.timing.probe_share:.0%}); the job runs its own graph"
-        )
-        log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
-        self.ledger.event("probe", step, None, "per-cluster probes skipped", detail=self.stitching_off)
+        self.probing.after_group_loss(step)
+
+    def _revert_job(self, step: int, reason: str, detail: str) -> None:
+        self.course.revert_job(step, reason, detail)
+
+    def _revert_cluster(self, step: int, c: Cluster, why: Finding | str) -> None:
+        self.course.revert_cluster(step, c, why)
+
+    def _settle(self, step: int) -> None:
+        self.course.settle(step)
+
+    def finish(self) -> None:
+        """The job's end: its last windows, then its outcome (`JobCourse.finish`)."""
+        for window in self.windows.close():
+            self._record(window)
+        self.course.finish(self.timing.probing, self.group_proven)
 
     def _guard_job(self, step: int, figures: GuardFigures) -> None:
         """Job-wide reverts from the summed fault, loss and (rank-summed) bracket figures: a slowdown must
@@ -436,68 +433,8 @@ class Controller:
             self._revert_job(step, "plugin error", self.fault or "a plugin error on another rank")
         elif loss > 0:
             self._revert_job(step, "non-finite loss", "the loss was NaN/Inf on a stitched step")
-        elif fresh >= self.size and self._stitching:
+        elif fresh >= self.size and self.course.stitching:
             mean_s, mean_b, mean_n = stitched / self.size, base / self.size, noise / self.size
             if mean_s - mean_b > max(mean_b * self.timing.slowdown_margin, NOISE_FACTOR * mean_n):
                 detail = f"stitched median {mean_s:.6f} s vs baseline {mean_b:.6f} s per step (noise {mean_n:.6f} s)"
                 self._revert_job(step, "slowdown", detail)
-
-    @property
-    def done(self) -> bool:
-        """No cluster can run stitched again in this job (the job reverted, no cluster kept, or every one
-        reverted): nothing is left to decide, so the hook stops adding anything to the job's steps. Every
-        rank sees it at the same step, since it follows from the summed decisions only."""
-        over = self.job_reverted is not None or self.stitching_off is not None
-        return over or not any(c.enabled for c in self.clusters)
-
-    @property
-    def _stitching(self) -> bool:
-        """Whether any cluster can still run stitched: with none on, a slow step is not the plugin's doing
-        (regression: a job whose probes kept nothing was reverted "for slowdown" on one noisy step)."""
-        return self.stitching_off is None and any(c.enabled for c in self.clusters)
-
-    def _revert_cluster(self, step: int, c: Cluster, why: Finding | str) -> None:
-        c.enabled, c.reverted_at = False, step
-        reason = "mismatch" if isinstance(why, Finding) else why
-        figures = _figures(why) if isinstance(why, Finding) else {}
-        detail = why.reason if isinstance(why, Finding) else why
-        c.reason = f"{reason}: {detail}" if isinstance(why, Finding) else why  # a text is said once, not twice
-        log.warning("stitchfleet: cluster %d reverted at step %d: %s", c.index, step, c.reason)
-        evidenced = why.detail if isinstance(why, Finding) else detail  # with the evidence a recheck judges
-        self.ledger.event("revert", step, c.fingerprint, reason, detail=evidenced, **figures)
-        self.ledger.verdict(c.fingerprint, "reverted", c.reason, c.op_count)
-
-    def _revert_job(self, step: int, reason: str, detail: str) -> None:
-        if self.job_reverted is not None:
-            return
-        self.job_reverted = f"{reason}: {detail}"
-        log.warning("stitchfleet: stitching reverted for the job at step %d: %s", step, self.job_reverted)
-        self.ledger.event("revert", step, None, reason, detail=detail)
-
-    def finish(self) -> None:
-        for window in self.windows.close():
-            self._record(window)
-        reverted = [c for c in self.clusters if c.reverted_at is not None]
-        if self.job_reverted is not None:
-            self.ledger.finished("reverted", self.job_reverted)
-            return
-        notes = [self.stitching_off] if self.stitching_off else []
-        if self.timing.probing:
-            notes.append(f"probe kept {sum(bool(c.kept) for c in self.clusters)}/{len(self.clusters)} clusters")
-        if self.group_proven is not None:
-            notes.append("group proven" if self.group_proven else "group not faster")
-        notes += [f"cluster {c.index} {c.reason}" for c in reverted]
-        self.ledger.finished("finished", "; ".join(notes))
-
-    def _settle(self, step: int) -> None:
-        """After the last probe: with no cluster kept, stitching is off for the job (not an error)."""
-        if any(c.enabled and c.kept for c in self.clusters):
-            return
-        self.stitching_off = "no cluster kept: none passed its probe; the job runs TF's own ops"
-        log.info("stitchfleet: stitching off for the job at step %d: %s", step, self.stitching_off)
-        self.ledger.event("probe", step, None, "no cluster kept", detail=self.stitching_off)
-
-
-def _figures(finding: Finding) -> dict[str, Any]:
-    error = finding.compiled_error
-    return {"max_abs_error": error if np.isfinite(error) else None, "error_ratio": finding.ratio}

@@ -8,14 +8,20 @@ half's median, noise; each a sum over ranks), the clusters, the timing, this ran
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.decision_figures import PairFigures
 from stitchfleet.plugin.control.schedule import GROUP, Probes, Timing
-from stitchfleet.plugin.control.signature_decisions import NOISE_FACTOR, SignatureDecisions, SignatureLookup, needed
+from stitchfleet.plugin.control.signature_decisions import (
+    NOISE_FACTOR,
+    SignatureDecisions,
+    SignatureFigures,
+    SignatureLookup,
+    needed,
+)
 from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.plugin.fleet.verdict_keys import group_key
 from stitchfleet.telemetry.kinds import ProbeOutcome
@@ -135,7 +141,7 @@ class ProbeDecisions:
         step: int,
         c: Cluster,
         figures: PairFigures,
-        signed: np.ndarray[Any, np.dtype[np.float64]],
+        signed: NDArray[np.float64],
     ) -> bool:
         """Keeps `c` or leaves it to TF from the summed probe figures (ready ranks, the enabled clusters' step
         with `c` on, the same without it, noise), then per signature from `signed` (`signature_decisions`);
@@ -170,7 +176,7 @@ class ProbeDecisions:
         return True
 
     def leave_unless_faster(
-        self, step: int, c: Cluster, label: str, faster: list[Any], *, slower: bool = False
+        self, step: int, c: Cluster, label: str, faster: list[SignatureFigures], *, slower: bool = False
     ) -> None:
         """Leaves `c` to TF, unless it was faster at some signatures: then it stays on for those only."""
         if slower:  # the finding about the signature it was decided on holds either way

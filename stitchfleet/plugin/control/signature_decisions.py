@@ -10,9 +10,10 @@ import hashlib
 import logging
 import statistics
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.schedule import Probes, median_noise
@@ -62,7 +63,7 @@ class SignatureFigures:
         )
 
 
-def summed_slots(figures: np.ndarray[Any, np.dtype[np.float64]]) -> list[SignatureFigures]:
+def summed_slots(figures: NDArray[np.float64]) -> list[SignatureFigures]:
     """The slots of summed figures that hold one signature on every rank that sent them (module docstring)."""
     found = []
     for slot, row in enumerate(figures.reshape(SIGNATURE_SLOTS, SLOT)):
@@ -89,7 +90,7 @@ class SignatureDecisions:
     ) -> None:
         self.clusters, self.ledger, self.probes, self.kernels, self.margin = clusters, ledger, probes, kernels, margin
 
-    def figures(self, k: int | None) -> np.ndarray[Any, np.dtype[np.float64]]:
+    def figures(self, k: int | None) -> NDArray[np.float64]:
         """For cluster k decided now: per slot, [1, median with k, median without it, noise, identity, identity^2]
         of the signature this rank timed most there (MIN_SIGNATURE_STEPS in each half at least); zeros elsewhere."""
         figures = np.zeros((SIGNATURE_SLOTS, SLOT))
@@ -105,7 +106,7 @@ class SignatureDecisions:
                 figures[slot] = [1.0, median_with, median_without, noise, identity, identity * identity]
         return figures.ravel()
 
-    def outcomes(self, figures: np.ndarray[Any, np.dtype[np.float64]]) -> tuple[list[SignatureFigures], ...]:
+    def outcomes(self, figures: NDArray[np.float64]) -> tuple[list[SignatureFigures], ...]:
         """(faster, slower): the decided slots where the cluster beat TF's ops, or lost to them, beyond the bar."""
         slots = summed_slots(figures)
         faster = [f for f in slots if f.without - f.with_it > needed(f.without, f.noise, self.margin)]

@@ -7,21 +7,24 @@ hook a `StepFigures` (after it). The rules in full: docs/plugin/control.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from stitchfleet.plugin.guard.numeric import Finding
 
+Scalar = TypeVar("Scalar", bound=np.generic)
 
-def frozen(values: Any, dtype: Any) -> np.ndarray[Any, Any]:
+
+def frozen(values: ArrayLike, dtype: type[Scalar]) -> NDArray[Scalar]:
     """A read-only copy of `values`: a plan cannot be changed after the controller made it."""
     array = np.array(values, dtype=dtype)
     array.setflags(write=False)
     return array
 
 
-NO_SWITCHES = frozen([], bool)  # read-only, so every plan without switches or figures shares these (a quiet
+NO_SWITCHES = frozen([], np.bool_)  # read-only, so every plan without switches or figures shares these (a quiet
 NO_FIGURES = frozen([], np.float64)  # step's plan is made per step once stitching is over: it must cost little)
 
 
@@ -32,11 +35,11 @@ class StepPlan:
 
     step: int
     quiet: bool = False
-    switches: np.ndarray[Any, Any] = field(default_factory=lambda: NO_SWITCHES)  # per controller cluster
+    switches: NDArray[np.bool_] = field(default_factory=lambda: NO_SWITCHES)  # per controller cluster
     on_twin: bool = False  # every switch off (and no executor to build): the user's own graph runs
     judged: tuple[int, ...] = ()  # the clusters (controller positions) whose check results are judged
     checks: bool = False  # fetch every cluster's check tensors (judged, or the warmup's check-executor build)
-    local: np.ndarray[Any, Any] = field(default_factory=lambda: NO_FIGURES)  # to sum over ranks
+    local: NDArray[np.float64] = field(default_factory=lambda: NO_FIGURES)  # to sum over ranks
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class StepFigures:
     seconds: float
     loss: float | None = None
     findings: tuple[tuple[int, Finding], ...] = ()
-    summed: np.ndarray[Any, Any] | None = None
+    summed: NDArray[np.float64] | None = None
     fault: str | None = None
     measured: str | None = ""
     plain: tuple[int, ...] = ()  # clusters (controller positions) switched on that ran TF's ops for good

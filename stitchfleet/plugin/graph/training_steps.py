@@ -6,9 +6,10 @@ Input: the user's graph, the ops of the stitched clusters in it, and, per run, t
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import tensorflow as tf
 
@@ -50,6 +51,7 @@ def _writes_variable(op: Any, variables: set[str]) -> bool:
     return bool(op.inputs) and op.inputs[0].op.name in variables
 
 
+SEEN = 64  # fetch lists remembered by identity (`TrainingSteps.updates_variables`); more are walked each run
 RESTORES = frozenset({"RestoreV2", "Restore", "RestoreSlice"})
 
 
@@ -141,7 +143,10 @@ class TrainingSteps:
         self.training_updates = frozenset(op.name for op in writers if not _initializes_or_restores(op, initializers))
         self.trains = bool(self.training_updates)
         self.clusters: list[frozenset[str]] = []
-        self._known: dict[frozenset[str], frozenset[str]] = {}
+        self._known: dict[frozenset[Any], frozenset[str]] = {}
+        # A job's step fetches the same tensors and ops every run (in a new list each time): known by their
+        # identity, the walk of the fetch structure is skipped (a Python loop of TF calls, every step).
+        self._seen: dict[tuple[int, ...], tuple[tuple[Any, ...], list[Any], frozenset[str], bool]] = {}
         # Per thread, its last run's walk: another thread's run of a shared session (an eval thread) must not
         # change what a training step in flight reads between `updates_variables` and the hook's use of it.
         self._last = threading.local()
@@ -164,15 +169,26 @@ class TrainingSteps:
     def updates_variables(self, fetches: object) -> bool:
         """True when a run with these fetches updates a trainable variable (the rule every Horovod rank
         applies alike, whatever it compiled); a fetch this graph cannot name is not."""
+        # a list or tuple itself (not a namedtuple or another subclass: fetched_ops reads those whole)
+        items: Sequence[object] = cast("Sequence[object]", fetches) if type(fetches) in (list, tuple) else (fetches,)
+        identity = tuple(map(id, items))
+        seen = self._seen.get(identity)
+        if seen is not None and all(map(operator.is_, items, seen[0])):  # the very tensors and ops of a past run
+            self._last.fetched, self._last.reached = seen[1], seen[2]
+            return seen[3]
         try:
             ops = fetched_ops(self.graph, fetches)
         except (KeyError, ValueError, TypeError):
             return False
-        key = frozenset(op.name for op in ops)
-        if key not in self._known:
-            self._known[key] = frozenset(ancestors(ops))
-        self._last.fetched, self._last.reached = ops, self._known[key]
-        return not self.updates.isdisjoint(self._known[key])
+        key = frozenset(ops)  # the ops themselves (one graph): their names cost a TF call each, every step
+        reached = self._known.get(key)
+        if reached is None:
+            reached = self._known[key] = frozenset(ancestors(ops))
+        self._last.fetched, self._last.reached = ops, reached
+        updates = not self.updates.isdisjoint(reached)
+        if len(self._seen) < SEEN and all(isinstance(item, (tf.Tensor, tf.Operation)) for item in items):
+            self._seen[identity] = (tuple(items), ops, reached, updates)  # held: their ids stay theirs
+        return updates
 
     def trains_in(self, fetches: object) -> bool:
         """True when a run with these fetches updates a variable other than by initializing or restoring it

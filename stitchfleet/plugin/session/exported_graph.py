@@ -9,13 +9,16 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 log = logging.getLogger("stitchfleet.plugin")
 
 
 @contextlib.contextmanager
-def setup_additions(graph: Any) -> Iterator[None]:
+def setup_additions(graph: tf.Graph) -> Iterator[None]:
     """Around the hook's setup of `graph`: top-level names, and whatever it added (even when it failed part
     way) hidden from the graph's exports after."""
     ops_before = len(graph.get_operations())  # kept in creation order: what comes later was added here

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -27,16 +26,17 @@ from stitchfleet.plugin.graph.training_steps import TrainingSteps, find_loss
 from stitchfleet.plugin.graph.twin import Diverter
 from stitchfleet.plugin.graph.twin import build as build_twin
 from stitchfleet.plugin.graph.twin import built_in as twin_built_in
-from stitchfleet.plugin.guard import evidence
-from stitchfleet.plugin.guard.numeric import Finding, judge
 from stitchfleet.plugin.guard.translation import check_sites
 from stitchfleet.plugin.horovod.decision_sums import Consensus
 from stitchfleet.plugin.horovod.setup_agreement import SLOTS, Agreement
+from stitchfleet.plugin.native.dispatch_op import BridgeOp
 from stitchfleet.plugin.native.dispatch_op import choose as choose_bridge
 from stitchfleet.plugin.native.faults import Fault
-from stitchfleet.plugin.native.kernels import poll_faults, resolve_backend
+from stitchfleet.plugin.native.kernels import resolve_backend
 from stitchfleet.plugin.session import gc_pause, job_length
 from stitchfleet.plugin.session.exported_graph import setup_additions
+from stitchfleet.plugin.session.step_args import StepArgs
+from stitchfleet.plugin.session.step_results import StepResults
 from stitchfleet.plugin.session.step_threads import StepThreads
 from stitchfleet.plugin.setup import job_graph, selection
 from stitchfleet.plugin.shapes.signature_kernels import Job, SignatureKernels
@@ -53,7 +53,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         settings: settings_module.Settings | None = None,
         *,
         backend: str | None = None,
-        loss: Any = None,
+        loss: tf.Tensor | None = None,
         fault: Fault | None = None,
         db_url: str | None = None,
     ) -> None:
@@ -61,6 +61,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.backend = backend or self.settings.backend
         self.loss, self.fault, self.db_url = loss, fault, db_url
         self.active, self.step = False, 0
+        self.quiet = False  # stitching is over for the job (`Controller.done`, latched at a step's start)
         self.off: dict[int, str] = {}
         self.installed: list[tuple[Cluster, Installed]] = []
         self.controller: Controller | None = None
@@ -69,15 +70,15 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._started = 0.0
         self._plan: StepPlan | None = None  # the controller's plan of the current step
         self._failure: str | None = None  # a plugin error the controller hears of with the next plan
-        self._check_fetches: list[Any] = []
         self._setup_seconds, self._faults_seen = 0.0, 0
-        self._bridge: Any = None
+        self._bridge: BridgeOp | None = None
         self.training: TrainingSteps | None = None
         self.runs = StepThreads()  # per thread: its current run is the training step / the agreement run
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
         self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
-        self._positions: list[int] = []  # each controller cluster's place in that vector
+        self.step_args: StepArgs | None = None  # a planned step's feeds and fetches (from `_start`)
+        self.step_results: StepResults | None = None  # and its figures, from what it fetched
         self.diverter: Diverter | None = None  # runs a step on the stitched twin (see twin.py)
         self._originals: dict[int, Site] = {}  # each installed cluster's site in the user's graph
         self.loss_tensor, self.twin_loss = None, None  # the loss in the user's graph, and its value on the twin
@@ -108,7 +109,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         except Exception as err:  # the job runs on whatever happens here
             log.warning("stitchfleet: could not record that the hook is not attached: %s", err)
 
-    def after_create_session(self, session: Any, coord: Any) -> None:
+    def after_create_session(self, session: tf.compat.v1.Session, coord: tf.train.Coordinator) -> None:
         # Accounting needs what this rank really uses (its GPUs or CPU cores), which only the
         # created session knows; the job runs on whatever happens here.
         if self.diverter is not None:
@@ -130,17 +131,19 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         except Exception:  # a rank whose Horovod cannot say counts alone
             return 1
 
-    def before_run(self, run_context: Any) -> Any:
+    def before_run(self, run_context: tf.compat.v1.train.SessionRunContext) -> tf.compat.v1.train.SessionRunArgs | None:
         self.runs.reset()
-        if self.shapes is not None and self.training is not None:  # the book, for the job's next processes
+        if self.shapes is not None and self.shapes.learning and self.training is not None:  # for the next processes
             self.shapes.learn(run_context.original_args, self.training.updates_variables)
+        if not self.quiet and self.active and self.controller is not None and self.controller.done:
+            self.quiet = True  # stitching is over: from now on no fetch, feed or decision per step (issue 29)
+        if self.quiet:  # the step runs as written, only timed and counted (its cost: docs/plugin/session.md)
+            if self.runs.take(run_context, self.training, None, over=True):
+                self._started = time.perf_counter()
+            return None
         if self._agreeing is not None:
             return self._agreement_step(run_context.original_args.fetches)
-        over = self.controller is not None and self.controller.done  # stitching is over for the job
-        if not self.active or not self.runs.take(run_context, self.training, self.diverter, over=over):
-            return None
-        if over:  # the step runs as written, only timed and counted (its cost: docs/plugin/hook.md)
-            self._plan, self._started = StepPlan(self.step, quiet=True), time.perf_counter()
+        if not self.active or not self.runs.take(run_context, self.training, self.diverter):
             return None
         self._plan = None
         try:
@@ -162,7 +165,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self._setup_seconds += booked
             self.controller.setup_spent(booked)
 
-    def after_run(self, run_context: Any, run_values: Any) -> None:
+    def after_run(
+        self, run_context: tf.compat.v1.train.SessionRunContext, run_values: tf.compat.v1.train.SessionRunValues
+    ) -> None:
         if self.runs.in_agreement:
             self.runs.release()
             self._agreed((run_values.results or {}).get("agreement"))
@@ -176,6 +181,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if not self.active or not self.runs.in_step:
             return
         seconds = time.perf_counter() - self._started
+        if self.quiet and self.controller is not None:
+            try:
+                self.controller.quiet_step(self.step, seconds)
+            except Exception as err:
+                self._fault(err)
+            self.step += 1
+            self.runs.release()
+            return
         try:
             self._after_run(run_values.results or {}, seconds)
         except Exception as err:
@@ -183,7 +196,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.step += 1
         self.runs.release()
 
-    def end(self, session: Any) -> None:
+    def end(self, session: tf.compat.v1.Session) -> None:
         try:
             if self.controller is not None:
                 self.controller.finish()
@@ -273,7 +286,6 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def _start(self, positions: list[int]) -> None:
         """Runs the controller over the installed clusters at `positions` (all ranks agreed on them)."""
         assert self.consensus is not None and self.ledger is not None and self.training is not None
-        self._positions = positions
         self.installed = [self.installed[p] for p in positions]
         clusters, timing = [c for c, _ in self.installed], Timing.from_settings(self.settings)
         self.active = bool(self.installed)
@@ -293,9 +305,24 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         )
         self.consensus.clusters = len(self.installed)
         self.training.require([self._originals[done.site.index].internal for _, done in self.installed])
-        self._check_fetches = [(done.inputs, done.original, done.switched) for _, done in self.installed]
+        self.step_args = StepArgs(
+            self.consensus,
+            self.training,
+            switches=self.switches,
+            positions=positions,
+            count=self._switch_count,
+            checking=self._checking,
+            installed=[done for _, done in self.installed],
+            loss=self.loss_tensor,
+            twin_loss=self.twin_loss,
+            signatures=self.signatures,
+        )
+        bridge, seen = self._bridge, self._faults_seen
+        self.step_results = StepResults(
+            self.settings, self.consensus, self.installed, self.signatures, bridge=bridge, faults_seen=seen
+        )
 
-    def _agreement_step(self, fetches: Any) -> Any:
+    def _agreement_step(self, fetches: object) -> tf.compat.v1.train.SessionRunArgs | None:
         """Horovod's first training run: every rank, its setup failed or not, says what it installed."""
         assert self.agreement is not None and self._agreeing is not None and self.training is not None
         try:
@@ -344,7 +371,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     # --- steps ----------------------------------------------------------------------------
 
-    def _before_run(self) -> Any:
+    def _before_run(self) -> tf.compat.v1.train.SessionRunArgs | None:
         """Maps the controller's plan of the step onto its feeds and fetches (and the twin's diverter)."""
         assert self.controller is not None and self.consensus is not None and self.diverter is not None
         fresh = self.signatures.fresh() if self.signatures is not None else []  # kernels the guard has not judged
@@ -355,30 +382,13 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             # plain TF), only timed and counted for the job's telemetry.
             self._started = time.perf_counter()
             return None
-        feeds, fetches = self.consensus.args(plan.local)
-        # Every switch off: the user's own graph runs, exactly plain TF. Otherwise the twin runs (the plan
-        # says which, the same on every rank, so Horovod ranks name the same collectives at every step).
-        self.diverter.armed = plan.on_twin
-        if plan.on_twin:
-            switches = np.zeros(self._switch_count, dtype=bool)
-            switches[self._positions] = plan.switches
-            feeds[self.switches] = switches
-        loss = self.twin_loss if plan.on_twin else self.loss_tensor
-        reached = self.training.reached if self.training is not None else frozenset()
-        if loss is not None and self.loss_tensor.op.name in reached:
-            fetches["loss"] = loss  # only a loss the step computes anyway (no feed it lacks)
-        if self.signatures is not None and self.signatures.reading:
-            fetches["shapes"] = self.signatures.shapes.fetches  # the shapes the step's iterator reads have
-        if plan.checks:
-            # Every cluster's tensors, although only those switched on are judged: one set of fetches
-            # for all check steps. A set per probed cluster cost a new TF executor each (graph
-            # pruning and grappler, ~300 ms on the demo model) the first time it ran.
-            fetches["checks"] = self._check_fetches
-            feeds[self._checking] = True
+        assert self.step_args is not None
+        self.diverter.armed = plan.on_twin  # the twin runs, or the user's own graph (`StepArgs.planned`)
+        args = self.step_args.planned(plan)
         self._started = time.perf_counter()
-        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
+        return args
 
-    def _consensus_only(self, err: Exception) -> Any:
+    def _consensus_only(self, err: Exception) -> tf.compat.v1.train.SessionRunArgs | None:
         """A step whose preparation failed still takes part in the consensus (no rank may wait)."""
         if self.consensus is None or self.controller is None:
             return None
@@ -386,8 +396,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._plan, self._started = self.controller.step_plan(self.step, failure, prepared=False), time.perf_counter()
         if self._plan.quiet:  # stitching is over: no rank joins a consensus any more
             return None
-        feeds, fetches = self.consensus.args(self._plan.local)
-        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds) if fetches else None
+        return self.step_args.consensus_only(self._plan) if self.step_args is not None else None
 
     def _after_run(self, results: dict[str, Any], seconds: float) -> None:
         """Reads what the planned step fetched and hands the controller its figures."""
@@ -403,30 +412,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             failure, self.diverter.failure = self.diverter.failure, None
             log.error("stitchfleet: step %d failed on the twin and ran as written: %s", self.step, failure)
             fault = f"{type(failure).__name__}: {failure}"  # stitching reverts for the job
-        if self.signatures is not None:  # with an iterator among the sources, the step's signature is known now
-            self.signatures.after(results.get("shapes"), self.step)
-        loss, checks = results.get("loss"), results.get("checks", ())
-        findings = tuple((k, self._judge(k, *checks[k])) for k in plan.judged) if checks else ()
-        if self.signatures is not None:  # a bound signature's faulty kernel is unbound alone when it is safe
-            findings = self.signatures.screen(findings, self.step)
-        summed = self.consensus.result(plan.local, results)
-        signatures = self.signatures
-        measured = signatures.probes.measured(signatures.signature, plan.switches) if signatures else ("", (), "")
-        figures = StepFigures(seconds, None if loss is None else float(loss), findings, summed, fault, *measured)
-        self.controller.step_done(plan, figures)
-        # The native op counts faults while a step runs: read them now, for the next step's figures.
-        self._faults_seen = poll_faults(self._bridge, self._faults_seen, [c.kernel for c, _ in self.installed])
-
-    def _judge(self, k: int, inputs: Any, original: Any, stitched: Any) -> Finding:
-        """The guard's finding on the kernel that ran for this step's signature (`signature_kernels.graph`)."""
-        cluster, done = self.installed[k]
-        graph = self.signatures.graph(cluster.index) if self.signatures is not None else None
-        factor = self.settings.tolerance_factor
-        finding = judge(graph or done.site.graph, inputs, original, stitched, factor)
-        if finding.ok:
-            return finding
-        kept = evidence.captured(graph or done.site.graph, inputs, original, stitched, factor)
-        return replace(finding, evidence=evidence.kept(kept, finding, self.settings.cache_dir / "evidence"))
+        assert self.step_results is not None
+        self.controller.step_done(plan, self.step_results.figures(plan, results, seconds, self.step, fault))
+        self.step_results.poll()
 
     def _fault(self, err: Exception) -> None:
         """A plugin error outside a step's figures: the controller hears of it with the next plan."""

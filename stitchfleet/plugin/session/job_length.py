@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import logging
-from typing import Any
 
 import tensorflow as tf
 
@@ -42,7 +41,7 @@ class JobLength:
         ledger.finished("finished", "setup skipped: job too short")
         return True
 
-    def created(self, session: Any, step: int) -> int | None:
+    def created(self, session: tf.compat.v1.Session, step: int) -> int | None:
         """After the session was created at the hook's `step`: the job's steps from the hook's step 0."""
         if self.stop is None and not self.current.job_steps:
             return self.steps
@@ -89,7 +88,7 @@ def remaining(stated: int, stop: tf.compat.v1.train.StopAtStepHook | None, globa
     return max(int(last_step) - (global_step or 0), 0)
 
 
-def remaining_in(session: Any, stated: int, stop: tf.compat.v1.train.StopAtStepHook | None) -> int:
+def remaining_in(session: tf.compat.v1.Session, stated: int, stop: tf.compat.v1.train.StopAtStepHook | None) -> int:
     """`remaining` with the global step read from the created `session`; raises when nothing says."""
     graph_step = tf.compat.v1.train.get_global_step(session.graph) if stop is not None else None
     value = int(session.run(graph_step)) if graph_step is not None else None

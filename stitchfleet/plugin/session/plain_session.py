@@ -10,7 +10,12 @@ import logging
 import threading
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from stitchfleet.plugin.session.hook import StitchHook
 
 log = logging.getLogger("stitchfleet.plugin")
 TARGET = "tensorflow.python.client.session"
@@ -23,11 +28,17 @@ class PlainRunner:
     """One plain session's runs through its StitchHook: the hook's fetches and feeds join the caller's run,
     as `MonitoredSession`'s hooked session joins them (same keys, so the hook's twin diverter sees them)."""
 
-    def __init__(self, session: Any, hook: Any, inner: Run) -> None:
+    def __init__(self, session: tf.compat.v1.Session, hook: StitchHook, inner: Run) -> None:
         self.session, self.hook, self.inner = session, hook, inner
         self.ended = False
 
-    def run(self, fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
+    def run(
+        self,
+        fetches: object,
+        feed_dict: dict[object, object] | None = None,
+        options: tf.compat.v1.RunOptions | None = None,
+        run_metadata: tf.compat.v1.RunMetadata | None = None,
+    ) -> object:
         import tensorflow as tf
 
         hooks = tf.compat.v1.train
@@ -41,7 +52,7 @@ class PlainRunner:
                 raise RuntimeError("Same tensor is fed by a SessionRunHook and user.")
             feeds[key] = value
         joined = {"caller": fetches, self.hook: extra.fetches}
-        outputs = self.inner(joined, feed_dict=feeds, options=options, run_metadata=run_metadata)
+        outputs: dict[object, object] = self.inner(joined, feed_dict=feeds, options=options, run_metadata=run_metadata)
         self.hook.after_run(context, hooks.SessionRunValues(outputs[self.hook], options, run_metadata))
         return outputs["caller"]
 

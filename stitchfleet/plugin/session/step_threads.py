@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from stitchfleet.plugin.graph.training_steps import TrainingSteps
+    from stitchfleet.plugin.graph.twin import Diverter
 
 log = logging.getLogger("stitchfleet.plugin")
 
@@ -52,11 +58,21 @@ class StepThreads:
     def release(self) -> None:
         """After this thread's run: another thread's next training run may be the step."""
         self._local.in_step = self._local.in_agreement = False
+        me = threading.current_thread()
+        if self._owner is not me:  # only this thread sets the owner to itself: no lock to see it is not
+            return
         with self._lock:
-            if self._owner is threading.current_thread():
+            if self._owner is me:
                 self._owner = None
 
-    def take(self, run_context: Any, training: Any, diverter: Any, *, over: bool = False) -> bool:
+    def take(
+        self,
+        run_context: tf.compat.v1.train.SessionRunContext,
+        training: TrainingSteps | None,
+        diverter: Diverter | None,
+        *,
+        over: bool = False,
+    ) -> bool:
         """Whether this run is the hook's training step (claimed): a training run (training_steps: its rule)
         that the twin can take (not another session, no feed into what the twin computes), while no other
         thread's step is in flight. Any other run is left as written. `over`: stitching is over for the job,

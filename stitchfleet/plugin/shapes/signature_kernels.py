@@ -79,7 +79,9 @@ class SignatureKernels:
             self.entries[self.base.key] = base
         # per cluster index: input shapes -> the key of the kernel bound for them ("": begin's)
         self.served: dict[int, dict[tuple[tuple[int, ...], ...], str]] = {
-            c.index: {inputs(c.kernel.executable): ""} for c, _ in installed if symbol(c)
+            c.index: {inputs(c.kernel.executable): ""}
+            for c, _ in installed
+            if symbol(c) and c.kernel.executable is not None  # a symbol means a native kernel
         }
         self.guessed = shapes.guessed  # begin's signature takes a place under the bound only once fed
         self.over = 0  # training steps whose signature had no kernel and will get none (past the bound)

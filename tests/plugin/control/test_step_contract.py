@@ -11,6 +11,7 @@ import pytest
 from stitchfleet import settings
 from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.controller import EXTRA, Controller
+from stitchfleet.plugin.control.decision_figures import DecisionFigures
 from stitchfleet.plugin.control.schedule import Timing
 from stitchfleet.plugin.control.step_contract import StepFigures
 from stitchfleet.plugin.fleet.ledger import Ledger
@@ -110,4 +111,27 @@ def test_clusters_off_from_the_start_are_flagged_for_every_rank(tmp_path: Path) 
     controller = _controller(tmp_path, enabled=False)
     assert controller.pending == {0: "reverted by an earlier job", 1: "reverted by an earlier job"}
     assert controller.step_plan(0).quiet  # nothing can run stitched
+    controller.ledger.close()
+
+
+def test_a_step_with_nothing_to_say_is_neither_packed_nor_unpacked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29 item 6: most stitched steps carry no flag, fault or decision; the controller then skips
+    building, packing and unpacking the figures (before: both, every step). A flag is still heard."""
+    controller = _controller(tmp_path)
+    unpacked: list[int] = []
+    real = DecisionFigures.unpack.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[DecisionFigures], vector: object, clusters: int) -> DecisionFigures:
+        unpacked.append(len(unpacked))
+        return real(cls, vector, clusters)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(DecisionFigures, "unpack", classmethod(counted))
+    for step in range(40):
+        _run(controller, step)
+    assert not controller.done and len(unpacked) <= 5, len(unpacked)  # brackets only (before: 40)
+    controller.clusters[0].kernel.bad = "non-finite stitched output"  # as the native fault poll flags it
+    _run(controller, 40)
+    assert not controller.clusters[0].enabled and controller.clusters[1].enabled
     controller.ledger.close()

@@ -1,0 +1,63 @@
+"""The hook's per-step work once stitching is off for the job (issue 29 item 6), counted, never timed.
+
+Once `Controller.done` (the job reverted, or no cluster kept), a step runs the user's graph as written: the hook
+adds no fetch or feed, takes no controller decision (one `quiet_step` books its time and telemetry windows) and
+does not walk the step's fetches again. Before: `step_done`, `timed`, `done` and the fetch walk ran every step.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+
+import pytest
+import tensorflow as tf
+
+from stitchfleet.demo import models
+from tests.plugin.hook_harness import _feeds, hooked
+
+pytestmark = pytest.mark.tf
+DECISIONS = {"step_plan", "step_done", "decide", "local", "switches", "judged", "timed", "done", "checks"}
+BUDGET = 40  # Python calls inside the plugin per quiet step, window closes included (after: ~25; before: ~55)
+
+
+def test_quiet_steps_add_nothing_and_decide_nothing(tmp_path: Path) -> None:
+    hook, _ = hooked(tmp_path, "quiet-steps")
+    graph = models.build("bert_encoder", "small", seed=1)
+    calls: Counter[tuple[str, str]] = Counter()
+    returned: list[object] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        path = frame.f_code.co_filename
+        if "stitchfleet" not in path or "/tests/" in path:
+            return
+        if event == "call":
+            calls[(Path(path).stem, frame.f_code.co_name)] += 1
+        elif event == "return" and frame.f_code.co_name == "before_run" and path.endswith("hook.py"):
+            returned.append(arg)
+
+    with graph.as_default():
+        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
+        feeds = _feeds(graph)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for _ in range(8):  # warmup, baseline, stitched steps
+                session.run([loss, train_op], feeds)
+            assert hook.controller is not None and not hook.controller.done
+            hook.controller._revert_job(hook.step, "slowdown", "reverted by the test")  # the guard's own path
+            session.run([loss, train_op], feeds)  # the first step that sees it
+            steps, first = 10, hook.step
+            sys.setprofile(profile)
+            try:
+                for _ in range(steps):
+                    session.run([loss, train_op], feeds)
+            finally:
+                sys.setprofile(None)
+    assert hook.step == first + steps  # every step still counted and timed
+    assert returned == [None] * steps  # no fetch, no feed added
+    control = {name for (module, name) in calls if module == "controller"}
+    assert control & DECISIONS == set(), control
+    assert calls[("controller", "quiet_step")] == steps
+    assert calls[("training_steps", "fetched_ops")] == 0  # the same fetches: not walked again
+    assert sum(calls.values()) <= BUDGET * steps, calls.most_common(12)
