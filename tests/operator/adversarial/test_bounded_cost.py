@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import socket
 import ssl
 import time
@@ -200,6 +201,7 @@ async def test_invalid_tokens_are_cached_and_an_address_cycling_them_is_rate_lim
 ) -> None:
     async with serving(kmock, tmp_path / "tls", db(tmp_path)) as endpoint:
         reviewer = endpoint.service.reviewer
+        started = time.monotonic()
         for _ in range(5):
             assert (await asyncio.to_thread(endpoint.call, "GET", QUARANTINE, "Bearer same-bad-token"))[0] == 401
         assert reviewer.reviews == 1  # a repeated bad token costs one TokenReview
@@ -207,7 +209,10 @@ async def test_invalid_tokens_are_cached_and_an_address_cycling_them_is_rate_lim
             (await asyncio.to_thread(endpoint.call, "GET", QUARANTINE, f"Bearer bad-{index}"))[0] for index in range(60)
         ]
         assert set(statuses) == {401, 429} and statuses[-1] == 429
-        assert reviewer.reviews <= 1 + 20 + 3  # the burst, and what refilled while the loop ran
+        # the burst (20), and what refilled (1 a second) while the calls ran: on a loaded machine they take
+        # longer than the 3 s the fixed bound allowed, and more refills
+        refilled = max(3, math.ceil(time.monotonic() - started))
+        assert reviewer.reviews <= 1 + 20 + refilled, (reviewer.reviews, refilled)
         # A pod whose token is already verified is not held back by its address's refusals.
         good = f"Bearer {tokens.issue('vision', POD, POD_UID)}"
         endpoint.service.budget = type(endpoint.service.budget)()  # a fresh budget to verify the token once
