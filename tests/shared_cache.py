@@ -1,9 +1,8 @@
 """The kernel cache the TF tests share across runs (.pytest_cache/stitchfleet-cpu), one per pytest-xdist worker.
 
-Input: PYTEST_XDIST_WORKER, set in each worker. Output: the STITCHFLEET_CACHE_DIR of the hook tests and their
-job scripts. Compiled kernels are safe to share, but the signature books beside them (cache_dir/signatures) are
-state a test resets (unlinks) and then reads back: two workers running tests of the same graph at once must not
-share them, so each worker keeps its own cache (`make test`'s first run compiles a kernel once per worker).
+Input: PYTEST_XDIST_WORKER. Output: the STITCHFLEET_CACHE_DIR of the hook tests and their job scripts. Kernels
+are safe to share; the signature books beside them are state a test resets and reads back, so two workers
+running tests of one graph at once must not share them (a cold run compiles a kernel once per worker).
 """
 
 from __future__ import annotations
