@@ -12,6 +12,9 @@ SYSTEM := $(VENV)/.stamp-system
 # tensorflow==2.15.1's GPU wheel, headers and framework library only: CI builds the GPU op against them
 TFGPU := $(VENV)/tf-gpu/tensorflow/VERSION
 PYTEST_ARGS ?=
+# pytest-xdist workers: CI's 2 cores. WORKERS=auto on a bigger machine; WORKERS=0 runs in one process (pdb, -x).
+# loadgroup: tests marked xdist_group("name") run on one worker, one after another (horovod's 2-rank jobs).
+WORKERS ?= 2
 # The default tier leaves out the exhaustive sweeps (their fast slices stay in): `make test-sweeps` runs them.
 TEST_MARKERS ?= not sweep
 # C, C++ and CUDA shipped as package data: `make lint` checks their format (.clang-format)
@@ -25,14 +28,14 @@ demo: $(DEPS) $(SYSTEM)
 
 test: $(DEPS) $(HOROVOD) $(SYSTEM) $(TFGPU)
 	lint-imports
-	@rc=0; $(PY) -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest -n $(WORKERS) --dist loadgroup -m "$(TEST_MARKERS)" $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure, not a pass" >&2; exit 1; fi; \
 	exit $$rc
 
-# The fast loop: no TensorFlow, Horovod, PostgreSQL or C++ builds of cuda-cpu (4.5 minutes on 2 quiet cores).
+# The fast loop: no TensorFlow, Horovod, PostgreSQL or C++ builds of cuda-cpu (docs/testing.md has its time).
 UNIT_MARKERS := not tf and not horovod and not postgres and not cuda_cpu and not gpu and not slow and not sweep
 test-unit: $(DEPS)
-	$(PY) -m pytest -q --without-tf -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadgroup --without-tf -m "$(UNIT_MARKERS)" $(PYTEST_ARGS)
 
 test-sweeps:
 	$(MAKE) test TEST_MARKERS=sweep

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -22,6 +24,9 @@ def unit_markers() -> str:
     return found.group(1).strip()
 
 
+# slow (a second whole collection, ~12 s): `make test` runs it; in `make test-unit` the session's own collection is
+# the same check (a collection error fails that run).
+@pytest.mark.slow
 def test_the_unit_tier_collects_without_tensorflow() -> None:
     command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "--without-tf", "-p", "no:cacheprovider"]
     done = subprocess.run(

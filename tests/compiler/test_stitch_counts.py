@@ -36,8 +36,16 @@ def test_every_suite_graph_is_one_stitched_kernel() -> None:
     assert totals["stitch"] == len(files) and totals["stitch"] <= 0.35 * totals["xla_style"]
 
 
+# The sim interprets every thread: bert_encoder's and transformer_block's clusters took 409 s and over 600 s
+# (timed out) at load 20 beside the rest of `make test`; they are the sweep's, crnn_head and dien (45 s, 31 s
+# there) the default tier's slice.
+BIG_ON_SIM = {"bert_encoder", "transformer_block"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model", WORKLOADS, ids=WORKLOADS)
+@pytest.mark.parametrize(
+    "model", [pytest.param(m, id=m, marks=pytest.mark.sweep if m in BIG_ON_SIM else ()) for m in WORKLOADS]
+)
 def test_workload_clusters_on_sim(model: str) -> None:
     # The saved clusters, not the whole step: the step's opaque ops (Conv2D, MaxPool...) have no
     # reference meaning in evaluate, and each cluster file is already a standalone graph.

@@ -17,6 +17,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from stitchfleet.telemetry import models as tables
+from tests.shared_cache import kernel_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 # Other people's programs are never committed here (their code stays in their repositories): the corpus is a
@@ -82,7 +83,7 @@ def run(program: str, steps: int, scratch: Path, enabled: bool) -> Outcome:
         PYTHONPATH=f"{ROOT / 'stitchfleet' / 'boot'}{os.pathsep}{ROOT}",
         STITCHFLEET_ENABLED="1" if enabled else "0",
         STITCHFLEET_STATE_DIR=str(scratch / "state"),
-        STITCHFLEET_CACHE_DIR=str(ROOT / ".pytest_cache" / "stitchfleet-cpu"),
+        STITCHFLEET_CACHE_DIR=str(kernel_cache()),
         STITCHFLEET_JOB_UID=f"corpus-{program}-{enabled}",
         CORPUS_STEPS=str(steps),
         CORPUS_DIR=str(scratch / "checkpoints"),

@@ -182,6 +182,7 @@ async def operator_process(env: dict[str, str], log_path: Path) -> AsyncIterator
             cwd=log_path.parent,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: `left_behind` asks whether any of it outlived it
         )
         try:
             yield Watched(child, log_path)
@@ -233,13 +234,15 @@ def http_get(port: int, path: str) -> tuple[int, str] | None:
         return None
 
 
-def refuses(port: int) -> bool:
-    """Whether nothing listens on loopback `port` any more."""
+def left_behind(child: subprocess.Popen[bytes]) -> bool:
+    """Whether a process of the exited child's group (itself, or anything it started) is still alive: one would
+    hold the child's listening sockets. Asked of the group, not of the ports: once the child is gone another
+    process on the machine (another test, another pytest worker) may listen on the same port number."""
     try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    except OSError:
-        return True
-    return False
+        os.killpg(child.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def admission_review(pod: dict[str, Any], uid: str = "e2e-review-1") -> bytes:

@@ -32,9 +32,9 @@ from operator_process import (
     child_environment,
     declare_cluster,
     http_get,
+    left_behind,
     operator_process,
     post_review,
-    refuses,
     stop,
     write_kubeconfig,
 )
@@ -140,7 +140,7 @@ async def test_the_operator_process_from_start_to_sigterm(kmock: kmock.Kubernete
     assert "Traceback" not in output, output[-4000:]
     assert "pod_event' succeeded" not in output and "GET /healthz" not in output, "no line per event or probe"
     assert "Signal SIGTERM is received" in output
-    assert all(refuses(port) for port in (ports.health, ports.metrics, ports.webhook))
+    assert not left_behind(run.child), "a process of the operator's group outlived it, holding its ports"
 
 
 CA_MAP = f"{SERVICE}-ingest-ca"  # the chart's name for the default release

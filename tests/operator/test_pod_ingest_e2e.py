@@ -42,6 +42,7 @@ from stitchfleet.operator.ingest import BASE
 from stitchfleet.plugin.fleet.ingest_client import DeliveryError, Endpoint, IngestClient
 from stitchfleet.telemetry import database, models
 from stitchfleet.telemetry import rows as r
+from tests.shared_cache import kernel_cache
 from tests.telemetry.conftest import create_database, running_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.tf, pytest.mark.timeout(900)]
@@ -81,7 +82,7 @@ def pod_environment(shim: Path, state: Path, port: int, ca_pem: str, token_file:
         "STITCHFLEET_INGEST_CA": ca_pem,
         "STITCHFLEET_INGEST_SERVER_NAME": HOSTNAME,  # the Service's name, which the cert carries
         "STITCHFLEET_INGEST_TOKEN_FILE": str(token_file),
-        "STITCHFLEET_CACHE_DIR": str(ROOT / ".pytest_cache" / "stitchfleet-cpu"),
+        "STITCHFLEET_CACHE_DIR": str(kernel_cache()),
         "STITCHFLEET_WARMUP_STEPS": "2",
         "STITCHFLEET_BASELINE_STEPS": "4",
         "STITCHFLEET_PROBE_STEPS": "3",

@@ -18,6 +18,7 @@ from stitchfleet.demo import models
 from stitchfleet.plugin.native.faults import Fault
 from stitchfleet.plugin.session.hook import StitchHook
 from tests.plugin.recorded_events import events  # noqa: F401 (the hook tests take it from here)
+from tests.shared_cache import kernel_cache
 
 FAST = {
     "STITCHFLEET_WARMUP_STEPS": "2",
@@ -40,7 +41,7 @@ class Run:
 
 def make_settings(tmp: Path, uid: str, **extra: str) -> settings.Settings:
     env = {**FAST, "STITCHFLEET_STATE_DIR": str(tmp / "state"), "STITCHFLEET_JOB_UID": uid}
-    env["STITCHFLEET_CACHE_DIR"] = str(Path(__file__).resolve().parents[2] / ".pytest_cache" / "stitchfleet-cpu")
+    env["STITCHFLEET_CACHE_DIR"] = str(kernel_cache())
     env.update(extra)
     return settings.load(env)
 

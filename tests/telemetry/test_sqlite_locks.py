@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -37,25 +36,41 @@ def _hold_write_lock(path: Path) -> tuple[sqlite3.Connection, threading.Timer]:
     return holder, timer
 
 
+@pytest.mark.timeout(60)  # SQLite waiting for the lock (its busy handler) would hang here: that is the failure
 def test_turning_wal_on_fails_at_once_where_another_connection_holds_the_lock(tmp_path: Path) -> None:
-    """The situation, in sqlite3 alone: no busy handler for the journal-mode change."""
+    """The situation, in sqlite3 alone: no busy handler for the journal-mode change.
+
+    The lock is held until this test lets it go, not for a fixed time: on a loaded machine a timer could
+    commit before the PRAGMA ran (it then succeeds and proves nothing), so no step here races a clock."""
     path = tmp_path / "fresh.sqlite"
-    holder, timer = _hold_write_lock(path)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE IF NOT EXISTS outside (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO outside VALUES (1)")
     try:
-        other = sqlite3.connect(path, timeout=30)
-        started = time.monotonic()
+        other = sqlite3.connect(path, timeout=3600)  # a busy handler that waited would outlast the test
         with pytest.raises(sqlite3.OperationalError) as raised:
             other.execute("PRAGMA journal_mode=WAL")
-        assert time.monotonic() - started < HELD_SECONDS  # it did not wait for the lock
         assert database.is_locked(raised.value)
-        # retry_locked waits it out within its bound, and gives up past a shorter one
+        # retry_locked gives up past its bound while the lock is held ...
         with pytest.raises(sqlite3.OperationalError):
             database.retry_locked(lambda: other.execute("PRAGMA journal_mode=WAL"), seconds=0.1)
-        mode = database.retry_locked(lambda: other.execute("PRAGMA journal_mode=WAL").fetchone())
-        assert mode == ("wal",)
+        # ... and waits it out within its bound: the holder commits after the first refusal
+        attempts: list[sqlite3.OperationalError] = []
+
+        def turn_wal_on() -> tuple[str, ...]:
+            try:
+                return tuple(other.execute("PRAGMA journal_mode=WAL").fetchone())
+            except sqlite3.OperationalError as err:
+                attempts.append(err)
+                if holder.in_transaction:
+                    holder.execute("COMMIT")
+                raise
+
+        assert database.retry_locked(turn_wal_on) == ("wal",)
+        assert len(attempts) == 1 and database.is_locked(attempts[0])
         other.close()
     finally:
-        timer.join()
         holder.close()
 
 

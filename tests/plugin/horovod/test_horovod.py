@@ -16,7 +16,8 @@ import sqlalchemy as sa
 from stitchfleet.telemetry import models as tables
 
 ROOT = Path(__file__).resolve().parents[3]
-pytestmark = [pytest.mark.horovod, pytest.mark.tf, pytest.mark.slow]
+# one xdist worker runs them all, one after another: two 2-rank jobs at once would be four TF ranks on 2 cores
+pytestmark = [pytest.mark.horovod, pytest.mark.tf, pytest.mark.slow, pytest.mark.xdist_group("horovod")]
 
 
 def _two_ranks(tmp_path: Path, scenario: str) -> str:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.shared_cache import kernel_cache
+
 ROOT = Path(__file__).resolve().parents[3]
 JOB = Path(__file__).resolve().parents[1] / "boot_job.py"
 
@@ -20,7 +22,7 @@ def _run(tmp_path: Path, enabled: str, steps: int = 12) -> dict[str, str]:
         PYTHONPATH=str(ROOT),
         STITCHFLEET_ENABLED=enabled,
         STITCHFLEET_STATE_DIR=str(tmp_path),
-        STITCHFLEET_CACHE_DIR=str(ROOT / ".pytest_cache" / "stitchfleet-cpu"),
+        STITCHFLEET_CACHE_DIR=str(kernel_cache()),
         STITCHFLEET_JOB_UID="boot",
         STITCHFLEET_WARMUP_STEPS="1",
         STITCHFLEET_BASELINE_STEPS="2",

@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from stitchfleet.telemetry import models as tables
+from tests.shared_cache import kernel_cache
 
 pytestmark = pytest.mark.tf
 ROOT = Path(__file__).resolve().parents[3]
@@ -28,7 +29,7 @@ def _run(tmp: Path, enabled: str, *extra: str) -> dict[str, str]:
         PYTHONPATH=str(ROOT),
         STITCHFLEET_ENABLED=enabled,
         STITCHFLEET_STATE_DIR=str(tmp),
-        STITCHFLEET_CACHE_DIR=str(ROOT / ".pytest_cache" / "stitchfleet-cpu"),
+        STITCHFLEET_CACHE_DIR=str(kernel_cache()),
         STITCHFLEET_JOB_UID="plain",
         STITCHFLEET_WARMUP_STEPS="1",
         STITCHFLEET_BASELINE_STEPS="2",

@@ -84,8 +84,19 @@ def test_suite_case_cpu_sized(cache_dir: Path, name: str, dtype: str) -> None:
         check_on_cpu(graph, cache_dir)
 
 
+def workload_params() -> list[object]:
+    """Every workload cluster; every fourth of each workload is the fast slice (`make test-unit`), the rest
+    `slow` (in `make test`): 145 C++ builds took ~65 s of the unit tier on 2 cores with a cold cache."""
+    params: list[object] = []
+    for path in WORKLOADS:
+        position = sum(p.parent == path.parent for p in WORKLOADS[: WORKLOADS.index(path)])
+        marks = () if position % 4 == 0 else (pytest.mark.slow,)
+        params.append(pytest.param(path, id=f"{path.parent.name}/{path.stem}", marks=marks))
+    return params
+
+
 @pytest.mark.skipif(not WORKLOADS, reason="no workload clusters in benchmarks/workloads")
-@pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("path", workload_params())
 def test_workload_cluster_on_cpu(cache_dir: Path, path: Path) -> None:
     check_on_cpu(load(path), cache_dir)
 
