@@ -168,6 +168,7 @@ class Job:
         self.times: list[float] = []  # every step's seconds
         self.chunks: list[float] = []  # each chunk's wall seconds (the first includes creating the session)
         self.created = 0.0  # creating the session: the plugin's setup (compile, the twin) happens here
+        self.closed = 0.0  # closing it: the hook's end
         self.loss_value = 0.0
 
     def run(self, steps: range, every: int, baseline: list[float]) -> None:
@@ -191,8 +192,10 @@ class Job:
         self.chunks.append(time.perf_counter() - started)
 
     def close(self) -> None:
+        started = time.perf_counter()
         if self.session is not None:
-            self.session.close()
+            self.session.close()  # the hook's end (telemetry closed) happens here: it counts in the balance
+        self.closed = time.perf_counter() - started
 
 
 def train(
@@ -232,10 +235,11 @@ def train(
 
 
 def against_plain(stitched: Job, plain: Job, skipped: str | None = None) -> str:
-    """The plugin's job against plain TF's in this run: wall seconds (session creation, where setup happens,
-    included), and the noise of the difference from the chunks' paired differences. When the plugin skipped its
-    setup (`skipped`: why), it says so: the balance is then the hooked session's own cost, ~0 within the noise."""
-    with_plugin, without = stitched.created + sum(stitched.chunks), plain.created + sum(plain.chunks)
+    """The plugin's job against plain TF's in this run: wall seconds (session creation, where setup happens, and
+    its close included), and the noise of the difference from the chunks' paired differences. When the plugin
+    skipped its setup (`skipped`: why), it says so: the balance is then the hooked session's own cost, ~0 within
+    the noise."""
+    with_plugin, without = sum(stitched.chunks) + stitched.closed, sum(plain.chunks) + plain.closed
     pairs = [a - b for a, b in zip(stitched.chunks, plain.chunks, strict=True)]
     noise = statistics.stdev(pairs) * len(pairs) ** 0.5 if len(pairs) > 1 else float("nan")
     saved = without - with_plugin

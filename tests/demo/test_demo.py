@@ -60,3 +60,18 @@ def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--steps and --every must be at least 1" in capsys.readouterr().err
     assert cli.main(["demo", "--step-ms", "-1"]) == 2
     assert "--step-ms must be 0 (unknown) or more, got -1.0" in capsys.readouterr().err
+
+
+@pytest.mark.tf
+def test_the_balance_counts_session_creation_once_and_the_close() -> None:
+    from stitchfleet.demo import command
+
+    stitched, plain = command.Job(None), command.Job(None)
+    # each job's first chunk includes creating its session (4 s with setup, 1 s plain); the close is the hook's end
+    stitched.created, stitched.chunks, stitched.closed = 4.0, [10.0, 6.0], 0.5
+    plain.created, plain.chunks, plain.closed = 1.0, [7.0, 6.5], 0.0
+    line = command.against_plain(stitched, plain)
+    assert "plugin 16.50 s (of which session creation and setup 4.00 s), plain TF 13.50 s: -3.00 s saved" in line
+    assert "stayed out of the way" not in line
+    skipped = command.against_plain(stitched, plain, "setup cannot pay back: 6000 steps")
+    assert "the plugin stayed out of the way (setup cannot pay back: 6000 steps)" in skipped

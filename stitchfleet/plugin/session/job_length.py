@@ -51,6 +51,9 @@ class JobLength:
         log.info("stitchfleet: setup skipped: %s", why)
         ledger.event(EventKind.SETUP.value, None, None, "setup skipped: job too short", detail=why)
         ledger.finished("finished", "setup skipped: job too short")
+        # Its database client opens beside the job's steps, not at its end: opened at close, it held the job's
+        # end 2.3-3.1 s (0.5 s CPU) on the demo model (3 runs, 2-core machine under load), plain TF's 0.004 s.
+        ledger.open_later()
         return True
 
     def created(self, session: Any, step: int) -> int | None:
