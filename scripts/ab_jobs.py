@@ -11,7 +11,9 @@ Each run is its own process (XLA's flags are read at import; a cold plugin has a
 alternate the modes' order, the warm run reuses its round's cold cache. Every plugin run of a job records into one
 telemetry database kept over the rounds: the fleet's memory, so a later run knows what earlier runs' probes found
 (with STITCHFLEET_SLOWER_JOBS=2, from the second round on). Jobs run in a MonitoredSession with a StopAtStepHook,
-as users write them, so the plugin knows their length.
+as users write them, so the plugin knows their length; a warm run is also told the job's plain step time (the
+round's plain run's steady step: what an operator's memory of earlier runs says), so it decides whether its setup
+can pay back at all (plugin/setup/payback.py); a cold run, the job's first, is not told.
 
     PYTHONPATH=. python scripts/ab_jobs.py --jobs demo mlp transformer --rounds 2
 """
@@ -136,7 +138,8 @@ def _plugin_figures(hook: Any, url: str, uid: str) -> dict[str, Any]:
 
     controller = hook.controller
     if controller is None:
-        decided = "setup skipped (job too short)" if not hook.installed else "off"
+        skipped = hook.length.skipped
+        decided = f"setup skipped: {skipped[:60]}" if skipped else "off" if hook.installed else "nothing stitched"
     elif controller.job_reverted:
         decided = f"reverted: {controller.job_reverted[:60]}"
     elif controller.stitching_off:
@@ -167,8 +170,9 @@ def _plugin_figures(hook: Any, url: str, uid: str) -> dict[str, Any]:
     }
 
 
-def _run(job: str, mode: str, steps: int, cache: str, fleet: str) -> dict[str, Any]:
+def _run(job: str, mode: str, steps: int, cache: str, fleet: str, *, step_ms: float = 0.0) -> dict[str, Any]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "STITCHFLEET_CACHE_DIR": cache}
+    env["STITCHFLEET_STEP_MS"] = f"{step_ms:.6f}"  # the plain step time the fleet knows (0: unknown)
     if mode == "xla":
         env["TF_XLA_FLAGS"] = XLA_FLAGS
     with tempfile.TemporaryDirectory() as state:
@@ -179,6 +183,13 @@ def _run(job: str, mode: str, steps: int, cache: str, fleet: str) -> dict[str, A
         return {"error": done.stderr.strip().splitlines()[-1][:200] if done.stderr.strip() else "failed"}
     found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return found
+
+
+def _known_step_ms(plain: list[dict[str, Any]]) -> float:
+    """What the fleet's memory tells a warm run of the job's plain step time: the latest plain run's steady step
+    (it runs before the warm run in every round: `_order`); 0 (unknown) when none finished."""
+    done = [run["steady"] for run in plain if "steady" in run]
+    return done[-1] * 1e3 if done else 0.0
 
 
 def _order(round_: int) -> tuple[str, ...]:
@@ -263,7 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                 with tempfile.TemporaryDirectory() as cache:  # cold: an empty kernel cache; warm: the same, filled
                     for mode in _order(r):
                         print(f"  round {r + 1}/{args.rounds}: {job} {mode}", flush=True)
-                        results[job][mode].append(_run(job, mode, args.steps or STEPS[job], cache, str(fleet)))
+                        known = _known_step_ms(results[job]["plain"]) if mode == "warm" else 0.0
+                        results[job][mode].append(
+                            _run(job, mode, args.steps or STEPS[job], cache, str(fleet), step_ms=known)
+                        )
     lines = table(results)
     print("\n".join(lines))
     if args.out:

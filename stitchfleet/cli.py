@@ -375,12 +375,21 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument(
         "--job-steps", type=int, default=None, help="the job's length the plugin is told (default --steps; 0: unknown)"
     )
+    parser.add_argument(
+        "--step-ms",
+        type=float,
+        default=None,
+        help="the plain step time the plugin is told (default: plain TF's first chunk in this run; 0: unknown)",
+    )
     parser.set_defaults(handler=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
     if args.steps < 1 or args.every < 1:
         print("stitchfleet demo: --steps and --every must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    if args.step_ms is not None and args.step_ms < 0:
+        print(f"stitchfleet demo: --step-ms must be 0 (unknown) or more, got {args.step_ms}", file=sys.stderr)
         return EXIT_USAGE
     from stitchfleet.demo import command
 

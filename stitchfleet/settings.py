@@ -193,6 +193,12 @@ class Settings:
         "The job's training steps, when known (0: read from the job's StopAtStepHook, or unknown).",
         minimum=0,
     )
+    step_ms: float = _knob(
+        0.0,
+        "The job's plain step time in ms, when known (the fleet's memory of earlier runs, or the user): with the"
+        " job's length it decides whether setup can pay back at all (0: unknown, setup runs).",
+        minimum=0.0,
+    )
     remote_stitch_budget: int = _knob(8, "Most independent clusters merged into one stitch op.", minimum=1)
     dump_dir: str = _knob("", "Write every compiler artifact here, and why the plugin changed a cluster (empty: off).")
     # Home-relative defaults are resolved once, at import: a process's home does not move.
@@ -396,6 +402,7 @@ AREAS: dict[str, tuple[str, ...]] = {
         "probe_reruns",
         "probe_share",
         "job_steps",
+        "step_ms",
     ),
     "telemetry": (
         "db_url",

@@ -39,8 +39,39 @@ def test_a_demo_too_short_for_its_probes_is_left_as_written(tmp_path: Path, caps
     out = capsys.readouterr().out
     assert "stitched clusters: 0 (setup skipped" in out and "plugin off" in out
     assert "balance against plain TF measured in this run" in out
+    # it says the balance is ~0 by design, and books no savings balance of its own
+    assert "the plugin stayed out of the way (the job plans 40 steps" in out and "expected ~0" in out
+    assert "balance of demo-bert-encoder" not in out
+
+
+@pytest.mark.tf
+@pytest.mark.slow
+def test_a_demo_whose_setup_cannot_pay_back_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # 1200 steps of a stated 5 ms: long enough for the probes' share (58 of 5%), far too short to repay ~10 s of setup
+    argv = ["demo", "--steps", "1200", "--every", "600", "--dir", str(tmp_path), "--step-ms", "5"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "stitched clusters: 0 (setup skipped" in out and "plain TF's first" not in out
+    assert "the plugin stayed out of the way (setup cannot pay back: 1200 steps of 5.00 ms" in out
 
 
 def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["demo", "--steps", "0"]) == 2
     assert "--steps and --every must be at least 1" in capsys.readouterr().err
+    assert cli.main(["demo", "--step-ms", "-1"]) == 2
+    assert "--step-ms must be 0 (unknown) or more, got -1.0" in capsys.readouterr().err
+
+
+@pytest.mark.tf
+def test_the_balance_counts_session_creation_once_and_the_close() -> None:
+    from stitchfleet.demo import command
+
+    stitched, plain = command.Job(None), command.Job(None)
+    # each job's first chunk includes creating its session (4 s with setup, 1 s plain); the close is the hook's end
+    stitched.created, stitched.chunks, stitched.closed = 4.0, [10.0, 6.0], 0.5
+    plain.created, plain.chunks, plain.closed = 1.0, [7.0, 6.5], 0.0
+    line = command.against_plain(stitched, plain)
+    assert "plugin 16.50 s (of which session creation and setup 4.00 s), plain TF 13.50 s: -3.00 s saved" in line
+    assert "stayed out of the way" not in line
+    skipped = command.against_plain(stitched, plain, "setup cannot pay back: 6000 steps")
+    assert "the plugin stayed out of the way (setup cannot pay back: 6000 steps)" in skipped

@@ -63,7 +63,8 @@ def test_a_warm_begin_installs_exactly_what_the_cold_one_did(tmp_path: Path, mon
     for hook, url, compiled in ((cold, cold_url, len(cold.installed)), (warm, warm_url, 0)):
         assert hook.ledger is not None
         hook.ledger.close()
-        (setup,) = events(url, "setup")
+        decided, setup = events(url, "setup")  # whether setup can pay back (payback.py), then what it built
+        assert decided.reason == "setup affordable" and "setup runs" in decided.detail
         assert setup.reason.startswith("setup ")
         assert f"{len(cold.installed)} cluster(s) built" in setup.detail
         assert f"({compiled} compiled, {len(cold.installed) - compiled} from the kernel cache" in setup.detail

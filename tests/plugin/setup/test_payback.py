@@ -1,0 +1,79 @@
+"""Setup only where it can pay back (issue 29 item 4): a job whose length and plain step time are known skips its
+compile and probes when the best gain over its steps cannot repay the setup's cost, says why in its telemetry (a
+`setup` event with the figures), and a long job sets up and says that too. Unknown length or step time: set up."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from stitchfleet import settings as settings_module
+from stitchfleet.plugin.control.schedule import Timing
+from stitchfleet.plugin.session.hook import StitchHook
+from stitchfleet.plugin.setup import payback
+from tests.plugin.hook_harness import events, make_settings
+from tests.plugin.session.test_hook_job_length import _train
+
+pytestmark = pytest.mark.tf
+TIMING = Timing.from_settings(settings_module.load({"STITCHFLEET_PROBE_STEPS": "6"}), clusters=2)
+
+
+def test_a_short_job_with_a_known_step_time_cannot_pay_back() -> None:
+    # the demo's 6000 steps of ~6.5 ms: at most 12% of ~39 s back, against ~10.5 s of fixed setup on the CPU
+    found = payback.estimate(6000, 0.0065, "cpu", TIMING)
+    assert not found.affordable
+    assert found.gain < found.cost
+    assert found.gain == pytest.approx((6000 - TIMING.exploring_steps) * 0.0065 * payback.BEST_GAIN)
+    assert found.why.startswith("setup cannot pay back: 6000 steps of 6.50 ms")
+    assert "no compile, no probe, the job runs as written" in found.why
+
+
+def test_a_long_job_pays_back() -> None:
+    found = payback.estimate(200_000, 0.0065, "cpu", TIMING)
+    assert found.affordable and found.gain > found.cost
+    assert found.why.startswith("setup can pay back: 200000 steps of 6.50 ms")
+
+
+def test_unknown_length_or_step_time_sets_up_and_says_which() -> None:
+    for steps, step, missing in ((None, 0.0065, "length"), (6000, None, "step time")):
+        found = payback.estimate(steps, step, "cpu", TIMING)
+        assert found.affordable and math.isnan(found.gain)
+        assert found.why.startswith(f"the job's {missing} is unknown: setup runs")
+
+
+def test_the_cost_grows_with_the_exploring_steps_and_the_gain_with_the_steps() -> None:
+    short, long = payback.estimate(1000, 0.01, "cpu", TIMING), payback.estimate(100_000, 0.01, "cpu", TIMING)
+    assert short.cost == pytest.approx(long.cost) and long.gain > short.gain
+    slower = payback.estimate(1000, 0.02, "cpu", TIMING)
+    assert slower.cost > short.cost and slower.gain == pytest.approx(2 * short.gain)
+
+
+def test_a_job_that_cannot_repay_its_setup_runs_as_written_and_says_why(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'telemetry.db'}"
+    current = make_settings(
+        tmp_path, "payback-short", STITCHFLEET_JOB_STEPS="0", STITCHFLEET_PROBE_STEPS="2", STITCHFLEET_STEP_MS="5"
+    )
+    hook = StitchHook(current, backend="cpu", db_url=url)
+    losses = _train(700, hook, tf.compat.v1.train.StopAtStepHook(last_step=600))  # 600 x 5 ms: 0.36 s at best
+    assert len(losses) == 600 and np.all(np.isfinite(losses))
+    assert hook.controller is None and not hook.installed and not hook.active
+    assert hook.length.skipped is not None and hook.length.skipped.startswith("setup cannot pay back: 600 steps")
+    [setup] = events(url, "setup")
+    assert setup.reason == "setup skipped: job too short"
+    assert setup.detail == hook.length.skipped
+
+
+def test_a_job_long_enough_to_repay_its_setup_is_set_up_and_says_so(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'telemetry.db'}"
+    current = make_settings(
+        tmp_path, "payback-long", STITCHFLEET_JOB_STEPS="0", STITCHFLEET_PROBE_STEPS="2", STITCHFLEET_STEP_MS="50"
+    )
+    hook = StitchHook(current, backend="cpu", db_url=url)
+    _train(3, hook, tf.compat.v1.train.StopAtStepHook(num_steps=100_000))  # 100000 x 50 ms: 600 s at best
+    assert hook.controller is not None and hook.installed and hook.length.skipped is None
+    reasons = {event.reason: event.detail for event in events(url, "setup")}
+    assert reasons["setup affordable"].startswith("setup can pay back: 100000 steps of 50.00 ms")
