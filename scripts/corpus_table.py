@@ -15,6 +15,7 @@ from pathlib import Path
 from tests.corpus import corpus_runs
 
 STYLES = {
+    "google_bert_run_classifier.py": "TPUEstimator on CPU, tf.data TFRecords, AdamWeightDecay, clipping, dropout",
     "horovod_tensorflow_mnist.py": "MonitoredTrainingSession + hooks, tf.layers, dropout, Adam, Horovod",
     "horovod_tensorflow_word2vec.py": "plain tf.Session loop, NCE loss, variable batch, Horovod",
     "horovod_tensorflow_mnist_estimator.py": "tf.estimator.Estimator, numpy_input_fn queues, Momentum, evaluate after",

@@ -28,6 +28,7 @@ END_TO_END = 1e-3  # relative, per step: stitched float32 kernels within the gua
 # tutorial trains under tf.train.Supervisor, which finalizes the graph before the session is made.
 NOT_ATTACHED = {"models_ptb_word_lm.py": "finalized graph"}
 PROGRAMS = [
+    "google_bert_run_classifier.py",
     "horovod_tensorflow_mnist.py",
     "horovod_tensorflow_mnist_estimator.py",
     "horovod_tensorflow_word2vec.py",

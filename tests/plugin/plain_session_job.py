@@ -1,7 +1,8 @@
 """A hand-written `tf.compat.v1.Session` training loop that knows nothing of stitchfleet (word2vec's style).
 
-Run by test_plain_session in a subprocess: `plain_session_job.py STEPS [finalize]`. Prints the losses, whether
-a StitchHook ran the session's steps and how many stitched kernel calls it made.
+Run by test_plain_session in a subprocess: `plain_session_job.py STEPS [finalize|supervisor]` (`supervisor`:
+the session from `tf.train.Supervisor`, which finalizes the graph first, as the PTB tutorial trains). Prints the
+losses, whether a StitchHook ran the session's steps and how many stitched kernel calls it made.
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ with graph.as_default():
     feeds = {x: np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)}
     if sys.argv[2:] == ["finalize"]:
         graph.finalize()
-    session = tf.compat.v1.Session(graph=graph)
-    session.run(init)
+    if sys.argv[2:] == ["supervisor"]:
+        supervisor = tf.compat.v1.train.Supervisor(graph=graph, logdir=None, init_op=init, summary_op=None)
+        session = supervisor.prepare_or_wait_for_session()  # what managed_session() yields
+    else:
+        session = tf.compat.v1.Session(graph=graph)
+        session.run(init)
     losses = []
     for step in range(int(sys.argv[1])):
         value, _ = session.run([loss, train], feeds)

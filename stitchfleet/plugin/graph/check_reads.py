@@ -25,13 +25,24 @@ def aliases_ref(tensor: tf.Tensor) -> bool:
         tensor = tensor.op.inputs[0]
 
 
-def taken(inputs: Sequence[tf.Tensor], checking: tf.Tensor) -> tuple[list[tf.Tensor], list[int]]:
+def taken(
+    inputs: Sequence[tf.Tensor], checking: tf.Tensor, shared: dict[str, tf.Tensor] | None = None
+) -> tuple[list[tf.Tensor], list[int]]:
     """`inputs` with each ref alias replaced by `Merge(Switch(x))`: its buffer as before on other steps,
-    a private copy (`Snapshot`) on check steps, taken before the stitched op reads it; the positions
-    replaced. Ops inside TF control flow are left as they are (a Switch there would need its frame)."""
+    a copy (`Snapshot`) on check steps, taken before the stitched op reads it; the positions replaced.
+    Ops inside TF control flow are left as they are (a Switch there would need its frame).
+
+    `shared` (tensor name -> its Merge) holds one copy per ref alias for every cluster of the graph:
+    clusters overlap (a variable's `read` Identity inside several of them), and a shared interior op can
+    read only one copy; with one per alias, every cluster's kernel and TF ops read the same value."""
     read, moved = list(inputs), []
+    shared = {} if shared is None else shared
     for position, tensor in enumerate(inputs):
         if not aliases_ref(tensor) or tensor.op._get_control_flow_context() is not None:
+            continue
+        if tensor.name in shared:
+            read[position] = shared[tensor.name]
+            moved.append(position)
             continue
         with tf.name_scope("check_read"):
             value = tf.identity(tensor)  # a ref is read here (RefSwitch would forward the ref itself)
@@ -39,6 +50,6 @@ def taken(inputs: Sequence[tf.Tensor], checking: tf.Tensor) -> tuple[list[tf.Ten
             copied = tf.raw_ops.Snapshot(input=check)
             merged, _ = control_flow_ops.merge([other, copied])
         merged.set_shape(tensor.shape)
-        read[position] = merged
+        shared[tensor.name] = read[position] = merged
         moved.append(position)
     return read, moved

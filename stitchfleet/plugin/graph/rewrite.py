@@ -181,13 +181,14 @@ def _install(
     switch: tuple[Any, int],
     bridge: BridgeOp | None,
     checking: Any,
+    copies: dict[str, Any],
 ) -> Installed:
     inputs = [replaced.get(t.name, t) for t in site.inputs]
     check_acyclic(site, inputs)  # through clusters installed before it
     live = _live_readers(site, [*site.inputs, *site.outputs])  # before any change: a ValueError leaves it as it was
     originals = {value.name: name for name, value in replaced.items()}
     with tf.name_scope(f"cluster_{site.index}"):
-        inputs, copied = check_reads.taken(inputs, checking)
+        inputs, copied = check_reads.taken(inputs, checking, copies)
         if bridge is not None and getattr(kernel, "executable", None) is not None:
             switched = _dispatched(site, kernel, inputs, originals, switch=switch, bridge=bridge)
             anchor = switched[0].op
@@ -242,12 +243,21 @@ def rewire(
         switches = tf.compat.v1.placeholder_with_default(default, [None], name="switches")
         checking = tf.compat.v1.placeholder_with_default(False, [], name="checking")
         replaced: dict[str, Any] = {}
+        copies: dict[str, Any] = {}  # one check-step copy per ref alias, whichever clusters read it
         clusters: list[Installed | str] = []
         for site, kernel in zip(sites, kernels, strict=True):
             installed = sum(isinstance(c, Installed) for c in clusters)
             try:
                 clusters.append(
-                    _install(site, kernel, replaced, switch=(switches, installed), bridge=bridge, checking=checking)
+                    _install(
+                        site,
+                        kernel,
+                        replaced,
+                        switch=(switches, installed),
+                        bridge=bridge,
+                        checking=checking,
+                        copies=copies,
+                    )
                 )
             except (ValueError, TypeError, KeyError, tf.errors.OpError) as err:
                 clusters.append(f"graph rewrite failed: {type(err).__name__}: {err}")

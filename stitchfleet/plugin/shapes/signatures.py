@@ -8,10 +8,11 @@ in full: docs/plugin/shapes.md.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,6 +40,7 @@ FEEDABLE = frozenset({"Placeholder", "PlaceholderV2"})
 ITERATORS = frozenset({"IteratorGetNext", "IteratorGetNextSync"})  # a tf.data iterator's reads
 BOOK_DIR = "signatures"
 GUESS = 32  # a batch size for clusters built before the first feed; rebound to the real one after it
+GUESS_TRIES = 64  # guesses tried when TF's shape inference rejects GUESS everywhere (`_guess`)
 MAX_SIGNATURES = 8  # per graph: the book is a hint for the next process, not an archive
 SHAPE_EVENT = EventKind.SHAPE_SIGNATURE.value
 
@@ -258,7 +260,7 @@ class Specialisation:
         if recalled is not None and set(recalled.as_dict()) != set(partial_shapes(self.sources)):
             recalled = None  # recorded for other sources: a key collision or a stale file
         self.guessed = recalled is None and bool(self.sources)
-        self.signature = _guess(self.sources) if self.guessed else recalled
+        self.signature = _guess(self.sources, self.graph_def) if self.guessed else recalled
         self.known = concrete_shapes(graph, self.signature, self.graph_def) if self.signature is not None else {}
         self.learning = bool(self.sources)
         # The iterator's reads: each training step fetches their shapes (ops added after the GraphDef and the
@@ -301,7 +303,10 @@ class Specialisation:
         compute those for each call instead of reading the signature's constants."""
         if self.signature is None or not sites:
             return
-        second = concrete_shapes(graph, wider(self.signature, self.sources), self.graph_def)
+        try:
+            second = concrete_shapes(graph, wider(self.signature, self.sources), self.graph_def)
+        except ValueError:  # sources related by the graph (one batch twice another's): both doubled keeps that
+            second = concrete_shapes(graph, doubled(self.signature, self.sources), self.graph_def)
         other = convert(StepOps(graph), shapes=second).folded
         oracle = ShapeOracle(self.known, second)
         varying = {
@@ -359,8 +364,55 @@ def wider(signature: Signature, sources: Sequence[tf.Operation]) -> Signature:
     )
 
 
-def _guess(sources: Sequence[Any]) -> Signature:
-    """Every unknown dimension of the sources set to GUESS."""
+def doubled(signature: Signature, sources: Sequence[Any]) -> Signature:
+    """The signature with each unknown dimension doubled: `wider` where the graph relates its sources' sizes
+    (a concatenation of two batches against labels of one placeholder), which adding one would break."""
+    mine = signature.as_dict()
     return Signature.of(
-        {key: tuple(GUESS if d is None else int(d) for d in shape) for key, shape in partial_shapes(sources).items()}
+        {
+            key: tuple(2 * d if known is None else d for d, known in zip(mine[key], shape, strict=True))
+            for key, shape in partial_shapes(sources).items()
+        }
     )
+
+
+def _guess(sources: Sequence[Any], graph_def: Any = None) -> Signature:
+    """Every unknown dimension of the sources set to GUESS, or, where TF's shape inference on `graph_def` rejects
+    that (a graph relating its sources' batches: DCGAN's labels of `[2 x batch]` for a concatenation of two
+    batches), a multiple of GUESS per source that it accepts: the fewest sources changed first, at most
+    `GUESS_TRIES` tries. ValueError naming the first rejection when none is accepted."""
+    partial = partial_shapes(sources)
+    unknown = [key for key, shape in partial.items() if None in shape]
+
+    def guess(factors: Mapping[str, int]) -> Signature:
+        return Signature.of(
+            {
+                key: tuple(GUESS * factors.get(key, 1) if d is None else int(d) for d in shape)
+                for key, shape in partial.items()
+            }
+        )
+
+    first = guess({})
+    if graph_def is None or not unknown:
+        return first
+    rejected = None
+    for factors in itertools.islice(_multiples(unknown), GUESS_TRIES):
+        signature = guess(factors)
+        try:
+            shaped_copy(graph_def, signature)
+        except ValueError as err:
+            rejected = rejected or err
+            continue
+        if factors:
+            log.info("stitchfleet: %s rejected (%s); guessed %s", first.key, rejected, signature.key)
+        return signature
+    raise ValueError(f"no guess of the unknown dimensions passes TF's shape inference: {rejected}")
+
+
+def _multiples(keys: Sequence[str]) -> Iterator[dict[str, int]]:
+    """Per source a factor of GUESS: all 1 first, then each subset of the sources (smallest first) at 2, 3, 4."""
+    yield {}
+    for size in range(1, len(keys) + 1):
+        for factor in (2, 3, 4):
+            for chosen in itertools.combinations(keys, size):
+                yield dict.fromkeys(chosen, factor)

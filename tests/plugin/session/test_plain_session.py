@@ -74,7 +74,11 @@ def test_a_plain_session_loop_is_stitched_and_trains_as_written(tmp_path: Path) 
     )
 
 
-def test_a_finalized_graph_says_not_attached(tmp_path: Path) -> None:
-    out = _run(tmp_path, "1", "finalize")
+@pytest.mark.parametrize("how", ["finalize", "supervisor"])
+def test_a_finalized_graph_says_not_attached(tmp_path: Path, how: str) -> None:
+    """`supervisor`: tf.train.Supervisor finalizes the graph before its session (the corpus' PTB tutorial)."""
+    out = _run(tmp_path, "1", how)
+    off = _run(tmp_path / "off", "0", how)
     assert out["attached"] == "False" and "finalized" in out["reason"]
     assert any("finalized" in detail for detail in _events(tmp_path, "not_attached"))
+    assert out["losses"] == off["losses"]  # the job computes what it computes without the plugin

@@ -148,3 +148,28 @@ def test_the_second_signature_tells_a_batch_from_a_length_of_the_same_size() -> 
     assert wider.as_dict() == {"tokens": (33, 34), "labels": (33,)}
     oracle = signatures.ShapeOracle(signatures.concrete_shapes(graph, guess), signatures.concrete_shapes(graph, wider))
     assert oracle.pair(tokens) == ((32, 32), (33, 34)) and not oracle.same(tokens, flipped)
+
+
+def test_a_guess_tf_rejects_is_replaced_by_one_it_accepts(tmp_path: Path) -> None:
+    """Regression (issue 30, the corpus' DCGAN): the discriminator reads a concatenation of two batches
+    (`[2 x batch, 2]`) against labels of one placeholder. GUESS everywhere made its labels `[32]` against `[64, 2]`,
+    TF's shape inference rejected the guess ("Dimensions must be equal, but are 64 and 32") and that ValueError
+    ended the whole setup. Now a multiple of GUESS per source that TF accepts is guessed, and the oracle's second
+    signature keeps the relation too."""
+    graph = tf.Graph()
+    with graph.as_default():
+        noise = tf.compat.v1.placeholder(tf.float32, [None, 8], name="noise")
+        real = tf.compat.v1.placeholder(tf.float32, [None, 8], name="real")
+        target = tf.compat.v1.placeholder(tf.int32, [None], name="disc_target")
+        fake = tf.tanh(tf.matmul(noise, tf.compat.v1.get_variable("g", [8, 8])))
+        logits = tf.matmul(tf.concat([fake, real], axis=0), tf.compat.v1.get_variable("d", [8, 2]))
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=target, logits=logits))
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+    shapes = signatures.Specialisation(graph, StepOps(graph), tmp_path)
+    assert shapes.guessed and shapes.signature is not None
+    assert shapes.signature.as_dict() == {"noise": (32, 8), "real": (32, 8), "disc_target": (64,)}
+    assert shapes.known["concat:0"] == (64, 8)
+    with pytest.raises(ValueError, match="Dimensions must be equal"):
+        signatures.concrete_shapes(graph, signatures.wider(shapes.signature, shapes.sources))
+    second = signatures.concrete_shapes(graph, signatures.doubled(shapes.signature, shapes.sources))
+    assert second["concat:0"] == (128, 8)
