@@ -1,5 +1,6 @@
 """The shared-memory race check over workload clusters: not a test module (the tests import it), and
-`python -m tests.compiler.targets.cuda_cpu.races [all]` prints the findings per workload.
+`python -m tests.compiler.targets.cuda_cpu.races [all | <model>/cluster_<nn> ...]` prints the findings per
+workload.
 
 Each cluster is compiled as a race build (`CudaCpuBackend(debug=True, race=True)`: every access to a
 block's shared memory checked against shadow state per word between barriers, random yields between
@@ -9,6 +10,7 @@ that end must still match `evaluate` (the yields reorder threads, never the resu
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import sys
 import time
@@ -50,9 +52,22 @@ def check_races(backend: CudaCpuBackend, cases: Sequence[Case]) -> list[RaceFind
 
 
 def main(argv: list[str]) -> int:
-    cases = workload_cases() if argv[:1] == ["all"] else workload_slice()
+    parser = argparse.ArgumentParser(description="the shared-memory race check over workload clusters")
+    parser.add_argument("clusters", nargs="*", help="'all', labels such as bert_encoder/cluster_03, or none: the slice")
+    parser.add_argument("--cache", type=Path, default=Path("/tmp/stitchfleet-races"), help="built units")
+    args = parser.parse_args(argv)
+    if args.clusters == ["all"]:
+        cases = workload_cases()
+    elif args.clusters:
+        by_label = {case.label: case for case in workload_cases()}
+        unknown = [label for label in args.clusters if label not in by_label]
+        if unknown:
+            parser.error(f"no saved workload cluster {', '.join(unknown)} (labels are <model>/cluster_<nn>)")
+        cases = [by_label[label] for label in args.clusters]
+    else:
+        cases = workload_slice()
     began = time.monotonic()
-    findings = check_races(CudaCpuBackend(Path("/tmp/stitchfleet-races"), debug=True, race=True), cases)
+    findings = check_races(CudaCpuBackend(args.cache, debug=True, race=True), cases)
     by_model: dict[str, list[RaceFinding]] = {}
     for finding in findings:
         by_model.setdefault(finding.label.split("/")[0], []).append(finding)

@@ -10,6 +10,11 @@ sweep. Findings on the slice (8 clusters, 2026-11-23): no race, every output wit
 
 from __future__ import annotations
 
+import ctypes
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ from tests.compiler.targets.cuda_cpu.races import check_races
 from tests.compiler.targets.cuda_cpu.sweep import WORKLOADS, workload_cases, workload_slice
 
 pytestmark = pytest.mark.cuda_cpu
+ROOT = Path(__file__).resolve().parents[4]
 
 X = Buffer("x", DType.F32, 64, Role.INPUT)
 Y = Buffer("y", DType.F32, 64, Role.OUTPUT)
@@ -89,6 +95,15 @@ def test_hazards_are_reported_and_their_fixes_run_clean(
     np.testing.assert_array_equal(got, np.roll(INPUT, -1))
 
 
+def test_the_check_counts_the_kernels_shared_accesses_only(programs: dict[str, CudaCpuProgram]) -> None:
+    # fixed_static: 64 writes and 64 reads of s[]; not the fill, the runtime's books or the scheduler's accesses
+    library = programs["fixed_static"].loaded[0][1]
+    library.sf_race_checked.restype = ctypes.c_ulong
+    before = int(library.sf_race_checked())
+    programs["fixed_static"]({"x": INPUT})
+    assert int(library.sf_race_checked()) - before == 128
+
+
 def test_the_race_check_needs_the_checked_build() -> None:
     kernel = CudaKernel("k", 'extern "C" __global__ void k() {}\n', (), Launch(1, 32, 1), False, 0, 0)
     with pytest.raises(ModuleError, match="needs the checked build"):
@@ -99,6 +114,28 @@ def _backend(request: pytest.FixtureRequest, tmp_path: Path) -> CudaCpuBackend:
     cache = getattr(request.config, "cache", None)
     where = Path(cache.mkdir("stitchfleet-cuda-cpu-races")) if cache is not None else tmp_path
     return CudaCpuBackend(where, debug=True, race=True)
+
+
+@pytest.mark.slow  # 30 s cold (an instrumented build), a few seconds warm; `make test` runs it
+@pytest.mark.skipif(not any(WORKLOADS.glob("*/cluster_*.json")), reason="no workload clusters saved")
+def test_the_race_build_of_bert_encoder_cluster_03_runs_to_its_verdict(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # Regression (issue 33): this build killed the process with SIGSEGV. The check ran on the vector of static
+    # shared ranges while SF_SHARED_FILL grew it (start new, end still null), walked heap garbage, took the
+    # scheduler's own accesses for shared memory and yielded from the scheduler, saving its context as fiber
+    # 0's. In a subprocess of its own, so that a crash fails this test instead of ending pytest.
+    cache = getattr(request.config, "cache", None)
+    where = Path(cache.mkdir("stitchfleet-cuda-cpu-races")) if cache is not None else tmp_path
+    command = [sys.executable, "-m", "tests.compiler.targets.cuda_cpu.races", "--cache", str(where)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [*command, "bert_encoder/cluster_03"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stdout[-2000:]} {done.stderr[-2000:]}"
+    found = re.search(r"bert_encoder: 1 cluster\(s\), (\d+) shared accesses checked, 0 race\(s\), 0 off", done.stdout)
+    assert found is not None, done.stdout
+    assert int(found.group(1)) > 0  # its kernel reduces through static shared memory
 
 
 @pytest.mark.slow  # 20 s cold (an instrumented build); `make test` runs it

@@ -110,6 +110,10 @@ __attribute__((no_sanitize_thread)) void sf_access(void *address, size_t size, b
   sf_block *b = sf_cur_block;
   if (sf_checking || b == nullptr || !b->in_fiber || b->current == nullptr) return;
   if (b->launch->abort.load(std::memory_order_relaxed)) return;
+  // The fiber's own accesses only: the scheduler's (instrumented too, some while in_fiber is already set) run
+  // on the OS thread's stack, and a yield from there would save the scheduler's context as the fiber's.
+  char *frame = static_cast<char *>(__builtin_frame_address(0));
+  if (frame < b->current->stack || frame >= b->current->stack + SF_STACK_BYTES) return;
   sf_checking = true;  // the containers sf_check uses are instrumented: their accesses come back here
   if (sf_race == nullptr) {
     sf_race = new sf_race_state();
