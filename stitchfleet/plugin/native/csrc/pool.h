@@ -20,9 +20,12 @@ typedef void (*Runner)(void *pool, int64_t tasks, int64_t cost, TaskRange body, 
 typedef int (*Pooled)(void *const *buffers, Runner run, void *pool);
 
 // ParallelFor's cost is in CPU cycles per task; the plan gives elements touched per task. A stitched element
-// (loads, the stitched ops, a store: vectorised, memory-bound) takes a few cycles; Eigen's model then starts a
-// second thread from about 50K elements touched (its 100K cycles of start-up and per thread).
+// (loads, the stitched ops, a store: vectorised, memory-bound) takes a few cycles.
 constexpr int64_t kCyclesPerElement = 4;
+// Below this many elements touched a loop runs on the op's own thread whatever Eigen's model says (it would start
+// a second thread from about 50K): on the shared 2-core machine the demo's loops (up to ~400K touched) lost
+// ~10% CPU and wall handed out, while the Transformer-sized ones (1-2M) broke even (benchmarks/README.md, "threads").
+constexpr int64_t kPoolElements = int64_t{1} << 19;
 
 std::atomic<long> pooled_loops{0};   // loops run through TF's pool
 std::atomic<long> shards_worker{0};  // shards of them that ran on another thread than the op's own
@@ -30,6 +33,10 @@ std::atomic<long> shards_worker{0};  // shards of them that ran on another threa
 void run_on_tf_pool(void *pool, int64_t tasks, int64_t cost, TaskRange body, void *arg) {
   auto *workers = static_cast<tensorflow::thread::ThreadPool *>(pool);
   pooled_loops.fetch_add(1, std::memory_order_relaxed);
+  if (tasks < 2 || tasks * cost < kPoolElements) {
+    body(arg, 0, tasks);
+    return;
+  }
   const std::thread::id caller = std::this_thread::get_id();
   workers->ParallelFor(tasks, cost * kCyclesPerElement, [&](int64_t lo, int64_t hi) {
     if (std::this_thread::get_id() != caller) shards_worker.fetch_add(1, std::memory_order_relaxed);
@@ -37,8 +44,14 @@ void run_on_tf_pool(void *pool, int64_t tasks, int64_t cost, TaskRange body, voi
   });
 }
 
-// The op's device intra-op pool (nullptr when it has none: the entry's own runner serves).
+// The op's device intra-op pool (nullptr when it has none, or STITCHFLEET_TF_POOL=0 in the environment, read once:
+// the entry's own runner serves, as before this runner existed; benchmarks compare the two that way).
 void *tf_pool(OpKernelContext *ctx) {
+  static const bool off = [] {
+    const char *value = std::getenv("STITCHFLEET_TF_POOL");
+    return value != nullptr && std::string(value) == "0";
+  }();
+  if (off) return nullptr;
   const auto *threads = ctx->device()->tensorflow_cpu_worker_threads();
   return threads == nullptr ? nullptr : threads->workers;
 }
