@@ -115,6 +115,11 @@ class BridgeOp:
         """Calls of `symbol`'s ops that ran the kernel bound for `key` ("": their own attributes' kernel)."""
         return int(self.counters.stitchfleet_bridge_signature_count(symbol.encode(), key.encode()))
 
+    def pool_loops(self, on_workers: bool = False) -> int:
+        """Stitched loops run through TF's intra-op pool in this process, or (`on_workers`) their shards that ran
+        on a TF worker thread other than the calling op's: where stitched tasks ran (csrc/pool.h)."""
+        return int(self.counters.stitchfleet_bridge_pool_count(1 if on_workers else 0))
+
     def faults(self) -> int:
         """Faults of every cluster in this process (NaN/Inf where TF's ops on the same inputs were finite),
         after collecting the GPU ops' flag words (host memory: no sync): one cheap read per step; only a
@@ -311,6 +316,8 @@ def _load(path: Path) -> BridgeOp:
     counters.stitchfleet_bridge_reset.argtypes = [ctypes.c_char_p]
     counters.stitchfleet_bridge_signature_count.restype = ctypes.c_long
     counters.stitchfleet_bridge_signature_count.argtypes = [ctypes.c_char_p] * 2
+    counters.stitchfleet_bridge_pool_count.restype = ctypes.c_long
+    counters.stitchfleet_bridge_pool_count.argtypes = [ctypes.c_int]
     return BridgeOp(path, module, counters)
 
 

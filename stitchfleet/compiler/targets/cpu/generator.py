@@ -18,8 +18,9 @@ from stitchfleet.compiler.targets.cpu import cexpr as c
 from stitchfleet.compiler.targets.cpu.rowcache import RowCache
 
 LANES = 16
-# Below this many elements touched, one thread does the whole cluster. High on purpose: on a
-# busy 2-core machine (TF's own pools, other processes) a worker thread that is descheduled
+# Below this many elements touched by a planned loop, OpenMP's runner (the `_entry` and the function itself;
+# the TF bridge op passes its own runner, plugin/native/csrc/pool.h) runs its tasks on the calling thread.
+# High on purpose: on a busy 2-core machine (TF's own pools, other processes) a worker thread that is descheduled
 # holds the region's closing barrier for a scheduler time slice (measured: 0.18 ms serial vs
 # 3-12 ms with 2 threads for a 130k-element GELU cluster), so only clusters whose serial run
 # takes milliseconds are worth the gamble.

@@ -1,4 +1,4 @@
-"""A stitch plan as one C function with OpenMP: the `cpu` backend's code generator.
+"""A stitch plan as C over task ranges: the `cpu` backend's code generator.
 
 Input: a cluster graph and its `StitchPlan`. Output: `CSource`: the C text and the
 function's parameters (graph inputs then outputs, in order, with names, dtypes, shapes).
@@ -7,23 +7,29 @@ when a computed floating-point output holds NaN or Inf (the guard's test, done i
 
 Layout, from the plan (AStitch's structure on a CPU):
 - element-wise loops of a stage are fused into one row/column loop nest (`fused`);
-- one `#pragma omp parallel` region (skipped for tiny clusters: thread start-up costs
-  more than the work); each planned loop is an `omp for` over its tasks, and the
-  implicit barrier at its end stands for the grid barrier between stages;
+- each planned (or fused) loop is a function over a task range, `part<i>(ctx, lo, hi)`,
+  reading the cluster's pointers from one context struct; the function calls a runner
+  (`sf_runner`, csrc/helpers.h) per loop in plan order with the loop's task count and
+  its elements touched per task (the cost estimate): a runner returns when every task
+  ran, which stands for the grid barrier between stages. Three entries: `<f>(...)` and
+  `<f>_entry(buffers)` run on OpenMP's runner (a team only from `PARALLEL_ELEMENTS`
+  touched by the loop: beside TF's pools a descheduled thread holds the team's barrier),
+  `<f>_pooled(buffers, runner, pool)` on the caller's (the TF bridge op passes one over
+  its device's intra-op worker threads: plugin/native/csrc/pool.h);
 - a task's groups run in plan order in one thread; a reduction accumulates in
   registers (16 lanes, so the inner loop vectorises without reassociating: no
   fast-math needed; float sums in double, see `accumulator`), its tail and stores
   follow; element-wise groups loop over the task's rows, columns innermost; loops whose
   iterations are independent (a reduction's 16 lanes, a column tile's columns, an
-  element-wise row) are `omp simd`: inside an outlined OpenMP region gcc 12 does not
-  vectorise them on its own;
+  element-wise row) are `omp simd`;
 - regional values live in a stack array of rows-per-task elements, declared in the
   task; so does a row reduction's operand that later groups of the task recompute
   (`rowcache`: computed once, loaded after); global values and split-reduction partials
   in heap scratch allocated per call (so concurrent calls share nothing); a split
   reduction's finalize loop folds them,
-  or, where the plan combines atomically, each task adds its share (`omp atomic`) to
-  the value's scratch (calloc'd: it starts at zero).
+  or, where the plan combines atomically, each task adds its share (`omp atomic`: an
+  atomic add on whichever thread runs the task) to the value's scratch (calloc'd: it
+  starts at zero); the NaN/Inf flag is per task range, or'ed atomically into the context.
 Element values (broadcast/transpose/slice/concat index math, inlined producers) come
 from the lowering's value emitter, so CPU and GPU code share one definition of them.
 """
@@ -31,6 +37,8 @@ from the lowering's value emitter, so CPU and GPU code share one definition of t
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 
 from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir as k
@@ -170,8 +178,31 @@ def _loop_shared(gen: Gen, loop: Loop) -> list[k.SharedBuffer]:
     return [gen.ph.sources.shared[n] for n in nodes if n in gen.ph.sources.shared]
 
 
-def _touched(graph: Graph) -> int:
-    return sum(math.prod(n.shape) for n in graph.nodes if n.op is not Op.CONSTANT)
+_HEAD = re.compile(r"^(\s*)for \(int64_t (\w+) = 0; \2 < (\d+)L; \+\+\2\) \{$")
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One planned (or fused) loop as a function over a task range: its C lines, tasks and elements per task."""
+
+    lines: list[str]
+    tasks: int
+    cost: int  # elements touched per task: the runner's cost estimate
+
+
+def _part(lines: list[str], elements: int) -> _Part:
+    """The loop's lines with its `omp for` dropped and its task loop running over [sf_lo, sf_hi)."""
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("#pragma omp for"))
+    m = _HEAD.match(lines[at + 1])
+    if m is None:
+        raise c.CRenderError(f"a planned loop without a task loop: {lines[at + 1]!r}")
+    pad, var, tasks = m.group(1), m.group(2), int(m.group(3))
+    head = f"{pad}for (int64_t {var} = sf_lo; {var} < sf_hi; ++{var}) {{"
+    return _Part([*lines[:at], head, *lines[at + 2 :]], tasks, max(1, math.ceil(elements / max(tasks, 1))))
+
+
+def _elements_of(groups: list[Group]) -> int:
+    return sum(g.mapping.rows * g.mapping.cols for g in groups)
 
 
 def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_cluster") -> CSource:
@@ -183,9 +214,32 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     sources = Sources(inputs, shared, scratch, k.Var("row0", DType.I64))
     ph = Phase(graph, plan, sources, outputs, partials, no_shared_reduce, names, k.Var("t", DType.I64), 0)
     gen = Gen(graph, plan, ph, names, {"t": max((lp.tasks for lp in plan.loops), default=1)})
-    args = ", ".join(f"{'' if p.output else 'const '}{c.STORAGE[p.dtype]} *restrict {p.cname}" for p in params)
     heap = [*scratch.values(), *partials.values()]
-    lines = [f"int {function}({args}) {{", f"    int {FLAG} = 0;"]
+    pointers = [(f"{'' if p.output else 'const '}{c.STORAGE[p.dtype]} *", p.cname) for p in params]
+    pointers += [(f"{c.STORAGE[b.dtype]} *", b.name) for b in heap]
+    parts: list[_Part] = []
+    fused: set[str] = set()
+    for stage in sorted({lp.stage for lp in plan.loops}):
+        sets, planned = fused_sets(plan, [lp for lp in plan.loops if lp.stage == stage])
+        for groups in sets:
+            parts.append(_part(fused_loop(ph, groups, "    "), _elements_of(groups)))
+            if inner_extent(ph, groups) >= CHECKED_INNER:
+                fused |= {b.name for g in groups for n in g.roots for b in outputs.get(n, ())}
+        for loop in planned:
+            members = [plan.group(g) for g in (*loop.groups, *loop.finalize)]
+            parts.append(_part(_loop(gen, loop, "    "), _elements_of(members)))
+    context = f"struct {function}_tasks"
+    lines = [f"{context} {{", *[f"    {t}{n};" for t, n in pointers], "    int bad;", "};", ""]
+    moved: list[str] = []
+    for i, part in enumerate(parts):
+        body, gone = unchecked(part.lines, fused)
+        moved += [name for name in gone if name not in moved]
+        lines += [f"static void {function}_part{i}(void *sf_arg, int64_t sf_lo, int64_t sf_hi) {{"]
+        lines += [f"    {context} *sf_x = sf_arg;", f"    int {FLAG} = 0;"]
+        lines += [f"    {t}restrict {n} = sf_x->{n};" for t, n in pointers]
+        lines += [*body, f"    __atomic_fetch_or(&sf_x->bad, {FLAG}, __ATOMIC_RELAXED);", "}", ""]
+    args = ", ".join(f"{t}restrict {n}" for t, n in pointers[: len(params)])
+    lines += [f"static int {function}_on(sf_runner sf_run, void *sf_pool, {args}) {{", f"    int {FLAG} = 0;"]
     atomic = {scratch[g.exports[0]].name for g in plan.groups if g.combine is Combine.ATOMIC}
     for buf in heap:
         count, size = max(buf.size, 1), f"sizeof(*{buf.name})"
@@ -194,27 +248,34 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     if heap:
         lines.append(f"    if ({' || '.join(f'!{b.name}' for b in heap)}) {{")
         lines += [f"        free({b.name});" for b in heap] + ["        return 1;", "    }"]
-    lines.append("    omp_set_dynamic(1);  /* threads = cores - load average: no team waits on a busy core */")
-    lines.append(f"    #pragma omp parallel if({int(_touched(graph) >= PARALLEL_ELEMENTS)})")
-    lines.append("    {")
-    fused: set[str] = set()
-    for stage in sorted({lp.stage for lp in plan.loops}):
-        sets, planned = fused_sets(plan, [lp for lp in plan.loops if lp.stage == stage])
-        for groups in sets:
-            lines += fused_loop(ph, groups, "        ")
-            if inner_extent(ph, groups) >= CHECKED_INNER:
-                fused |= {b.name for g in groups for n in g.roots for b in outputs.get(n, ())}
-        for loop in planned:
-            lines += _loop(gen, loop, "        ")
-    lines.append("    }")
-    lines, moved = unchecked(lines, fused)
+    lines.append(f"    {context} sf_x = {{{', '.join(n for _, n in pointers)}{', ' if pointers else ''}0}};")
+    for i, part in enumerate(parts):  # in plan order: each call returns when its tasks are done (the stage barrier)
+        lines.append(f"    sf_run(sf_pool, {part.tasks}L, {part.cost}L, {function}_part{i}, &sf_x);")
+    lines.append(f"    {FLAG} = sf_x.bad;")
     lines += [f"    free({b.name});" for b in heap]
     lines += pass_after([(p.cname, c.STORAGE[p.dtype], math.prod(p.shape)) for p in params if p.cname in moved], "    ")
     lines += [f"    return {FLAG} ? {NONFINITE} : 0;", "}", "", *_entry(function, params)]
-    return CSource(function, "\n".join([c.PRELUDE, HELPERS, *with_reductions(lines)]), tuple(params))
+    threshold = f"#define SF_PARALLEL_ELEMENTS {PARALLEL_ELEMENTS}L"
+    return CSource(function, "\n".join([threshold, c.PRELUDE, HELPERS, *with_reductions(lines)]), tuple(params))
 
 
 def _entry(function: str, params: list[Param]) -> list[str]:
-    """The uniform-signature wrapper (`CSource.entry`)."""
+    """The function itself (OpenMP's runner), the uniform-signature wrapper (`CSource.entry`) and the wrapper
+    that takes a caller's runner and pool (`CSource.pooled`: the TF bridge op's intra-op threads)."""
+    names = ", ".join(p.cname for p in params)
+    typed = ", ".join(f"{'' if p.output else 'const '}{c.STORAGE[p.dtype]} *restrict {p.cname}" for p in params)
     casts = ", ".join(f"({'' if p.output else 'const '}{c.STORAGE[p.dtype]} *)b[{i}]" for i, p in enumerate(params))
-    return [f"int {function}_entry(void *const *b) {{", f"    return {function}({casts});", "}", ""]
+    return [
+        f"int {function}({typed}) {{",
+        f"    return {function}_on(sf_run_omp, 0, {names});",
+        "}",
+        "",
+        f"int {function}_entry(void *const *b) {{",
+        f"    return {function}_on(sf_run_omp, 0, {casts});",
+        "}",
+        "",
+        f"int {function}_pooled(void *const *b, sf_runner run, void *pool) {{",
+        f"    return {function}_on(run, pool, {casts});",
+        "}",
+        "",
+    ]

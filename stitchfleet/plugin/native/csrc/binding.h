@@ -16,6 +16,7 @@
 #pragma once
 
 #include "common.h"
+#include "pool.h"
 
 namespace {
 
@@ -23,6 +24,7 @@ namespace {
 struct Binding {
   std::string key;  // the job's shape signature, as the plugin names it (calls are counted per key)
   Entry entry = nullptr;
+  Pooled pooled = nullptr;  // the same kernel over TF's intra-op threads (pool.h)
   std::vector<PartialTensorShape> signature;
   std::vector<TensorShape> shapes;
   std::atomic<long> *calls = nullptr;  // the slot's counter for `key`
@@ -126,6 +128,7 @@ extern "C" int stitchfleet_bridge_bind(const char *symbol, const char *library, 
   if (handle == nullptr) return 1;
   binding->entry = reinterpret_cast<Entry>(dlsym(handle, entry));
   if (binding->entry == nullptr) return 2;
+  binding->pooled = pooled_beside(handle, entry);
   Slot *slot = slot_for(symbol);
   std::lock_guard<std::mutex> hold(bindings_lock);
   const Table *current = slot->table.load(std::memory_order_acquire);

@@ -10,7 +10,8 @@
 // as a miss. Each kernel reads its own attributes, the other's keep their empty defaults:
 // - CPU (`library`): when `switches[index]` is on it allocates the outputs with TF's allocator (no
 //   copies), aliases passed-through outputs to their inputs and calls `int entry(void *const *buffers)`
-//   from the cluster's shared object (inputs then outputs). When the switch is off, or the entry returns
+//   from the cluster's shared object (inputs then outputs), or its `_pooled` twin with a runner over the
+//   device's intra-op worker threads (pool.h) where the object has one. When the switch is off, or the entry returns
 //   non-zero (1: no scratch memory, 2: a computed output holds NaN/Inf), it runs `fallback` and returns
 //   its values; a NaN/Inf that TF's own ops do not produce is counted as the kernel's fault.
 // - GPU (`module`, `kernels`, `layout`, `scratch_bytes`, `launcher`): gpu_dispatch.h.
@@ -23,6 +24,7 @@
 #include "dispatch_base.h"
 #include "faults.h"
 #include "gpu_dispatch.h"  // the GPU kernel: empty unless GOOGLE_CUDA
+#include "pool.h"
 
 namespace {
 
@@ -37,6 +39,7 @@ class StitchfleetDispatchOp : public DispatchBase {
     OP_REQUIRES(ctx, handle != nullptr, NotFound("cannot load ", library, ": ", dlerror()));
     entry_ = reinterpret_cast<Entry>(dlsym(handle, symbol.c_str()));
     OP_REQUIRES(ctx, entry_ != nullptr, NotFound("no symbol ", symbol, " in ", library));
+    pooled_ = pooled_beside(handle, symbol);
     slot_ = slot_for(symbol);  // once: the step's path then reads its table without a lock
     // A cluster's TF ops are small elementwise and reduction kernels: handing each to the inter-op pool
     // cost most of the off path (the twin with every cluster off +13-25% CPU time over the user's graph
@@ -54,12 +57,14 @@ class StitchfleetDispatchOp : public DispatchBase {
     std::vector<Tensor> ours;
     const Table *table = on ? slot_->table.load(std::memory_order_acquire) : nullptr;  // one read per call
     Entry entry = nullptr;
+    Pooled pooled = nullptr;
     const std::vector<TensorShape> *shapes = nullptr;
     std::atomic<long> *calls = nullptr;
     if (table != nullptr) {
       for (const Binding *kernel : table->kernels) {  // the kernels bound for the signatures the job feeds
         if (kernel->shapes.size() == shapes_.size() && Matches(ctx, kernel->signature)) {
           entry = kernel->entry;
+          pooled = kernel->pooled;
           shapes = &kernel->shapes;
           calls = kernel->calls;
           break;
@@ -68,13 +73,14 @@ class StitchfleetDispatchOp : public DispatchBase {
     }
     if (on && entry == nullptr && (table == nullptr || !table->base_off) && Matches(ctx, signature_)) {
       entry = entry_;  // the kernel of the op's own attributes, built at begin
+      pooled = pooled_;
       shapes = &shapes_;
       calls = base_calls_;
     }
     if (on && entry == nullptr) Missed();  // no kernel for these shapes: TF's ops compute this call
     if (entry != nullptr) {
       int code = 0;
-      OP_REQUIRES_OK_ASYNC(ctx, RunNative(ctx, &ours, &code, entry, *shapes), done);
+      OP_REQUIRES_OK_ASYNC(ctx, RunNative(ctx, &ours, &code, entry, pooled, *shapes), done);
       calls->fetch_add(1, std::memory_order_relaxed);
       if (code == 0) {
         for (size_t j = 0; j < ours.size(); ++j) ctx->set_output(static_cast<int>(j), ours[j]);
@@ -87,7 +93,7 @@ class StitchfleetDispatchOp : public DispatchBase {
   }
 
  private:
-  Status RunNative(OpKernelContext *ctx, std::vector<Tensor> *outs, int *code, Entry entry,
+  Status RunNative(OpKernelContext *ctx, std::vector<Tensor> *outs, int *code, Entry entry, Pooled pooled,
                    const std::vector<TensorShape> &shapes) {
     const int inputs = ctx->num_inputs() - 1;
     std::vector<void *> buffers;
@@ -106,13 +112,15 @@ class StitchfleetDispatchOp : public DispatchBase {
       buffers.push_back(const_cast<char *>(out.tensor_data().data()));
       outs->push_back(out);
     }
-    *code = entry(buffers.data());
+    void *pool = pooled != nullptr ? tf_pool(ctx) : nullptr;  // the loops' tasks on TF's intra-op threads
+    *code = pool != nullptr ? pooled(buffers.data(), run_on_tf_pool, pool) : entry(buffers.data());
     counters_->value[kCalls].fetch_add(1, std::memory_order_relaxed);
     if (*code != 0) counters_->value[kFailed].fetch_add(1, std::memory_order_relaxed);
     return tensorflow::OkStatus();
   }
 
   Entry entry_ = nullptr;
+  Pooled pooled_ = nullptr;
   Slot *slot_ = nullptr;
   std::atomic<long> *base_calls_ = nullptr;
 };

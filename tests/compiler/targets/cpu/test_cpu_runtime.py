@@ -154,7 +154,7 @@ def test_backend_reports_its_name_and_plan(tmp_path: Path) -> None:
     executable = backend.compile_graph(softmax())
     assert backend.name == "cpu" and executable.plan.kernel_count == 1
     assert executable.input_names == ("x",) and executable.output_names == ("y",)
-    assert "#pragma omp for" in executable.source.text
+    assert "sf_run(sf_pool, " in executable.source.text  # its planned loops, each through the runner
 
 
 def test_cli_compile_device_cpu(

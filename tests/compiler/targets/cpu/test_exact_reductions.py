@@ -32,7 +32,7 @@ def test_only_sums_widen() -> None:
     assert accumulator(DType.I32, Op.REDUCE_MAX) is DType.I32
     graph = row_extremes((16, 64), "f32")
     text = cluster_source(graph, plan_cluster(graph, 0, PlanOptions()), "f").text
-    assert "sf_max_double(" not in text.split("int f(")[1] and "sf_max_float(lane" in text
+    assert "sf_max_double(" not in text.split("struct f_tasks")[1] and "sf_max_float(lane" in text
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "f64"])

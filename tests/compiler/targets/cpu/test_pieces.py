@@ -59,7 +59,7 @@ def test_a_piece_counting_from_zero_folds_its_offset_away() -> None:
 def test_a_concat_becomes_branch_free_loops_and_matches_the_reference(tmp_path: Path) -> None:
     graph = gru_concat()
     text = cluster_source(graph, plan_cluster(graph, 0, PlanOptions()), "f").text
-    body = text[text.index("int f(") :]
+    body = text[text.index("struct f_tasks") :]
     assert "if (" not in body.split("return sf_bad")[0]  # no per-element branch left
     assert body.count("#pragma omp simd") >= 3
     inputs = random_inputs(graph, 11)

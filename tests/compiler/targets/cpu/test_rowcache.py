@@ -33,7 +33,7 @@ def softmax_dropout(rows: int, cols: int, dtype: str = "f32") -> Graph:
 
 def body(graph: Graph) -> str:
     text = cluster_source(graph, plan_cluster(graph, 0, PlanOptions()), "f").text
-    return text[text.index("int f(") :]
+    return text[text.index("struct f_tasks") :]
 
 
 def test_the_exp_of_a_softmax_is_computed_once_per_element() -> None:

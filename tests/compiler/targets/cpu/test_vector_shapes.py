@@ -19,7 +19,7 @@ from stitchfleet.compiler.tolerance import check_outputs
 
 def source(graph: Graph) -> str:
     text = cluster_source(graph, plan_cluster(graph, 0, PlanOptions()), "f").text
-    return text[text.index("int f(") :]
+    return text[text.index("struct f_tasks") :]
 
 
 def matches(graph: Graph, tmp_path: Path, seed: int = 5) -> None:

@@ -91,5 +91,5 @@ def test_the_generated_code_uses_the_vectorised_functions(tmp_path: Path) -> Non
     x = b.parameter("x", (64, 128))
     b.output("y", b.unary(Op.ERF, b.unary(Op.EXP, x)))
     text = compile_cluster(b.build(), tmp_path).source.text
-    body = text.split("int stitch_", 1)[1]
+    body = text.split("struct stitch_", 1)[1]
     assert "sf_erff(" in body and "sf_expf(" in body and "erff(" not in body.replace("sf_erff(", "")

@@ -38,3 +38,26 @@ static inline double sf_sigmoid_double(double x) {
   double z = exp(-fabs(x));
   return x >= 0 ? 1.0 / (1.0 + z) : z / (1.0 + z);
 }
+
+// A stitched cluster runs each planned loop as `body(arg, lo, hi)` over task ranges through a runner, one loop
+// after the other (a runner returns when every task ran: the stage barrier). `cost`: elements touched per task.
+// The function's own entries use OpenMP's runner; the TF bridge op passes one over TF's intra-op threads.
+typedef void (*sf_task_range)(void *arg, int64_t lo, int64_t hi);
+typedef void (*sf_runner)(void *pool, int64_t tasks, int64_t cost, sf_task_range body, void *arg);
+
+// Below SF_PARALLEL_ELEMENTS elements touched (the generated unit defines it: generator.PARALLEL_ELEMENTS) the
+// caller's thread runs every task; above, an OpenMP team splits them statically.
+static void sf_run_omp(void *pool, int64_t tasks, int64_t cost, sf_task_range body, void *arg) {
+  (void)pool;
+  if (tasks < 2 || tasks * cost < SF_PARALLEL_ELEMENTS) {
+    body(arg, 0, tasks);
+    return;
+  }
+  omp_set_dynamic(1); /* threads = cores - load average: no team waits on a busy core */
+#pragma omp parallel
+  {
+    const int64_t n = omp_get_num_threads(), w = omp_get_thread_num();
+    const int64_t lo = tasks * w / n, hi = tasks * (w + 1) / n;
+    if (lo < hi) body(arg, lo, hi);
+  }
+}
