@@ -364,7 +364,7 @@ def wider(signature: Signature, sources: Sequence[tf.Operation]) -> Signature:
     )
 
 
-def doubled(signature: Signature, sources: Sequence[Any]) -> Signature:
+def doubled(signature: Signature, sources: Sequence[tf.Operation]) -> Signature:
     """The signature with each unknown dimension doubled: `wider` where the graph relates its sources' sizes
     (a concatenation of two batches against labels of one placeholder), which adding one would break."""
     mine = signature.as_dict()
@@ -376,7 +376,7 @@ def doubled(signature: Signature, sources: Sequence[Any]) -> Signature:
     )
 
 
-def _guess(sources: Sequence[Any], graph_def: Any = None) -> Signature:
+def _guess(sources: Sequence[tf.Operation], graph_def: tf.compat.v1.GraphDef | None = None) -> Signature:
     """Every unknown dimension of the sources set to GUESS, or, where TF's shape inference on `graph_def` rejects
     that (a graph relating its sources' batches: DCGAN's labels of `[2 x batch]` for a concatenation of two
     batches), a multiple of GUESS per source that it accepts: the fewest sources changed first, at most
