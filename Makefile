@@ -14,7 +14,11 @@ TFGPU := $(VENV)/tf-gpu/tensorflow/VERSION
 PYTEST_ARGS ?=
 # pytest-xdist workers: CI's 2 cores. WORKERS=auto on a bigger machine; WORKERS=0 runs in one process (pdb, -x).
 # loadgroup: tests marked xdist_group("name") run on one worker, one after another (horovod's 2-rank jobs).
+# The default tier stays in one process (TEST_WORKERS=0) until a whole run on workers has passed: its tests that
+# compare the plugin with plain TF in one process (test_savings_against_plain) are the ones a busy neighbour
+# moves; `make test TEST_WORKERS=2` tries it.
 WORKERS ?= 2
+TEST_WORKERS ?= 0
 # The default tier leaves out the exhaustive sweeps (their fast slices stay in): `make test-sweeps` runs them.
 TEST_MARKERS ?= not sweep
 # C, C++ and CUDA shipped as package data: `make lint` checks their format (.clang-format)
@@ -28,7 +32,7 @@ demo: $(DEPS) $(SYSTEM)
 
 test: $(DEPS) $(HOROVOD) $(SYSTEM) $(TFGPU)
 	lint-imports
-	@rc=0; $(PY) -m pytest -n $(WORKERS) --dist loadgroup -m "$(TEST_MARKERS)" $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "$(TEST_MARKERS)" $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure, not a pass" >&2; exit 1; fi; \
 	exit $$rc
 
