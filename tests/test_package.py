@@ -85,8 +85,8 @@ def test_contracts_hold_on_the_tree(tree_copy: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "line", "contract"),
     [
-        ("compiler/__init__.py", "import tensorflow", "The compiler imports nothing else of ours"),
-        ("compiler/__init__.py", "import stitchfleet.telemetry", "The compiler imports nothing else of ours"),
+        ("compiler/__init__.py", "import tensorflow", "The compiler imports nothing of ours but settings"),
+        ("compiler/__init__.py", "import stitchfleet.telemetry", "The compiler imports nothing of ours but settings"),
         ("telemetry/__init__.py", "import stitchfleet.compiler", "Telemetry imports nothing of compiler"),
         ("operator/__init__.py", "import stitchfleet.plugin", "Plugin and operator never import each other"),
         ("telemetry/__init__.py", "import kopf", "kopf and kubernetes only in the operator"),
