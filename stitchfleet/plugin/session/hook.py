@@ -19,6 +19,7 @@ from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.controller import EXTRA, Controller
 from stitchfleet.plugin.control.schedule import Timing
 from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan
+from stitchfleet.plugin.fleet.fleet_memory import Recollection
 from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.plugin.graph.mapping import Site, StepOps
 from stitchfleet.plugin.graph.rewrite import Installed, Rewired, rewire
@@ -38,7 +39,7 @@ from stitchfleet.plugin.session.exported_graph import setup_additions
 from stitchfleet.plugin.session.step_args import StepArgs
 from stitchfleet.plugin.session.step_results import StepResults
 from stitchfleet.plugin.session.step_threads import StepThreads
-from stitchfleet.plugin.setup import job_graph, selection
+from stitchfleet.plugin.setup import job_graph, job_verdict, selection
 from stitchfleet.plugin.shapes.signature_kernels import Job, SignatureKernels
 from stitchfleet.plugin.shapes.signatures import Specialisation
 from stitchfleet.telemetry.kinds import EventKind
@@ -66,6 +67,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.installed: list[tuple[Cluster, Installed]] = []
         self.controller: Controller | None = None
         self.ledger: Ledger | None = None
+        self.job_key: tuple[str, str, str] | None = None  # the job's graph in the fleet's memory (`job_verdict`)
         self.consensus: Consensus | None = None
         self._started = 0.0
         self._plan: StepPlan | None = None  # the controller's plan of the current step
@@ -200,6 +202,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         try:
             if self.controller is not None:
                 self.controller.finish()
+                if self.job_key is not None and self.ledger is not None:
+                    job_verdict.record(self.ledger, self.job_key, self.controller.course, self.controller.group_proven)
             if self.shapes is not None and self.ledger is not None:
                 self.shapes.finished(self.ledger, self.step, [c.kernel for c, _ in self.installed], self.signatures)
         except Exception:
@@ -236,11 +240,12 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.length.short(self, self.ledger):  # too short to repay its setup: no compile, no probe
             return
         started = time.perf_counter()
+        backend, memory = resolve_backend(self.backend), self.ledger.recall()
+        if self._known_loss(graph, backend, memory):  # the fleet found stitching lose on this graph: as written
+            return
         steps = StepOps(graph)
         self.shapes = Specialisation(graph, steps, current.cache_dir, self.ledger)
         conversion, art = job_graph.compiled(steps, self.shapes, current)
-        backend = resolve_backend(self.backend)
-        memory = self.ledger.recall()
         found = selection.choose(
             graph,
             conversion,
@@ -282,6 +287,14 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self._start(list(range(len(self.installed))))
         else:  # the controller starts once every rank said what it installed (the first training run)
             self._agreeing = Agreement.vector([c.index for c, _ in self.installed], ok=True)
+
+    def _known_loss(self, graph: tf.Graph, backend: str, memory: Recollection) -> bool:
+        """Whether setup is skipped because the fleet's memory holds a slower verdict on this job's graph
+        (`job_verdict`). One rank only: Horovod ranks may recall different memories; they set up and agree."""
+        if self.consensus is None or self.consensus.size != 1 or self.ledger is None:
+            return False
+        self.job_key = job_verdict.job_key(graph, backend, self.settings.gpu_type)
+        return self.length.known_loss(job_verdict.known_loss(memory, self.job_key), self.ledger)
 
     def _start(self, positions: list[int]) -> None:
         """Runs the controller over the installed clusters at `positions` (all ranks agreed on them)."""

@@ -17,6 +17,7 @@ from stitchfleet.plugin.control.schedule import Timing
 from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.plugin.setup import payback
 from stitchfleet.telemetry.kinds import EventKind
+from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
 log = logging.getLogger("stitchfleet.plugin")
 
@@ -46,14 +47,26 @@ class JobLength:
                 ledger.event(EventKind.SETUP.value, None, None, "setup affordable", detail=estimate.why)
                 return False
             why = estimate.why
+        self._skip(ledger, "setup skipped: job too short", why)
+        return True
+
+    def known_loss(self, verdict: SlowerVerdict | None, ledger: Ledger) -> bool:
+        """After `short`: whether the fleet's memory holds a slower verdict on this job's graph
+        (`setup.job_verdict`); then setup is skipped as for a short job, the verdict named in the event."""
+        if verdict is None:
+            return False
+        why = f"the fleet found stitching slower than TF on this job's graph: {verdict.reason}"
+        self._skip(ledger, "setup skipped: known to lose", why)
+        return True
+
+    def _skip(self, ledger: Ledger, label: str, why: str) -> None:
         self.skipped = why
-        log.info("stitchfleet: setup skipped: %s", why)
-        ledger.event(EventKind.SETUP.value, None, None, "setup skipped: job too short", detail=why)
-        ledger.finished("finished", "setup skipped: job too short")
+        log.info("stitchfleet: %s: %s", label, why)
+        ledger.event(EventKind.SETUP.value, None, None, label, detail=why)
+        ledger.finished("finished", label)
         # Its database client opens beside the job's steps, not at its end: opened at close, it held the job's
         # end 2.3-3.1 s (0.5 s CPU) on the demo model (3 runs, 2-core machine under load), plain TF's 0.004 s.
         ledger.open_later()
-        return True
 
     def created(self, session: tf.compat.v1.Session, step: int) -> int | None:
         """After the session was created at the hook's `step`: the job's steps from the hook's step 0."""
