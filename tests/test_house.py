@@ -185,6 +185,41 @@ def strings_with_includes(source: str) -> list[int]:
     ]
 
 
+def backend_names() -> set[str]:
+    """The registered backends' names: the target folders (`targets/<name>/`, `-` for `_`)."""
+    return {p.parent.name.replace("_", "-") for p in (PACKAGE / "compiler" / "targets").glob("*/__init__.py")}
+
+
+def _says_backend(node: ast.expr) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return "backend" in name.lower()
+
+
+def _backend_literals(node: ast.expr, backends: Collection[str]) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value in backends
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_backend_literals(item, backends) for item in node.elts)
+    return False
+
+
+def backend_branches(source: str, backends: Collection[str]) -> list[int]:
+    """Lines where code decides by a backend's name (what a target's `Profile` should say instead): a comparison
+    of something named like a backend with a backend name literal, or a backend parameter defaulting to one."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_says_backend(o) for o in operands) and any(_backend_literals(o, backends) for o in operands):
+                found.append(node.lineno)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            arguments = [*node.args.posonlyargs, *node.args.args]
+            defaults = list(zip(arguments[len(arguments) - len(node.args.defaults) :], node.args.defaults, strict=True))
+            defaults += [(a, d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True) if d]
+            found += [d.lineno for a, d in defaults if "backend" in a.arg and _backend_literals(d, backends)]
+    return sorted(found)
+
+
 def layer(module: str) -> int | None:
     """The layer index of a compiler module (None: a module outside the layers, free to import)."""
     if not module.startswith(COMPILER + "."):
@@ -311,6 +346,34 @@ def test_the_plugin_is_forbidden_every_target_s_code() -> None:
     packages = {f"stitchfleet.compiler.targets.{p.parent.name}" for p in targets.glob("*/__init__.py")}
     assert contract["source_modules"].split() == ["stitchfleet.plugin"]
     assert packages and set(contract["forbidden_modules"].split()) == packages
+
+
+def test_the_plugin_never_branches_on_a_backend_name() -> None:
+    backends = backend_names()
+    assert {"cpu", "cuda", "sim"} <= backends
+    found = {}
+    for path in sorted((PACKAGE / "plugin").rglob("*.py")):
+        if lines := backend_branches(path.read_text(), backends):
+            found[str(path.relative_to(PACKAGE))] = lines
+    assert not found, f"plugin code deciding by a backend's name (say it in the target's Profile): {found}"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ('if backend == "cpu":\n    pass', [1]),
+        ('ok = where.backend == "cpu" and onednn()', [1]),
+        ('workers = 4 if all(b.backend == "cpu" for b in builds) else 1', [1]),
+        ('setting = s.backend if s.backend in ("auto", "cpu") else b', [1]),
+        ('def short(self, backend: str = "cpu") -> None: ...', [1]),
+        ('def check(cache: str, *, backend: str = "cuda") -> None: ...', [1]),
+        ('if _runs_on(setting) == "cpu":\n    pass', []),  # a device kind, not a backend's name
+        ('if backend == automatic("cpu"):\n    pass', []),
+        ("def short(self, backend: str) -> None: ...", []),
+    ],
+)
+def test_a_backend_branch_is_found(source: str, expected: list[int]) -> None:
+    assert backend_branches(source, {"cpu", "cuda", "sim", "cuda-cpu"}) == expected
 
 
 def test_import_linter_contract_lists_the_same_layers() -> None:

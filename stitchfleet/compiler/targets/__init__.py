@@ -75,6 +75,15 @@ def render_source(name: str, cluster: int, graph: Graph, plan: StitchPlan, lower
     return text
 
 
+def automatic(runs_on: str) -> str:
+    """The target STITCHFLEET_BACKEND=auto picks for clusters placed on `runs_on` ("cpu" or "gpu"): the one whose
+    profile says `automatic` for that device kind."""
+    found = [name for name in NAMES if profile(name).automatic and profile(name).runs_on == runs_on]
+    if len(found) != 1:
+        raise ValueError(f"{len(found)} targets are automatic on {runs_on!r} devices ({found}); exactly one must be")
+    return found[0]
+
+
 def names(
     *,
     runs_on: str | None = None,

@@ -65,6 +65,14 @@ class Profile:
     # What the TF library of this device fuses with a compute op (grappler's remapper): those epilogue ops
     # stay with TF, out of every cluster, each with the fusion's reason (`LibraryFusion`).
     library_fusions: tuple[LibraryFusion, ...] = ()
+    # What STITCHFLEET_BACKEND=auto picks for clusters placed on its device kind (exactly one target per kind).
+    automatic: bool = False
+    # Its clusters build in parallel processes (each its own system-compiler run), `compile_workers` at a time;
+    # else one after another (a GPU toolchain's builds share the device's compiler and driver).
+    parallel_builds: bool = False
+    # The TF kernel library that runs beside it on its device ("onednn": TF's default CPU build), whose own
+    # behaviour some rules weigh (`graph/fallback.fallback_hazard`); "" when no rule needs it.
+    beside_library: str = ""
 
     def __post_init__(self) -> None:
         if self.runs_on not in KINDS:

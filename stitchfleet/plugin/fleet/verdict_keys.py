@@ -13,6 +13,7 @@ import platform
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from stitchfleet.compiler import targets
 from stitchfleet.plugin.fleet.rank_devices import usable_cores
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def gpu_name(declared: str = "") -> str:
 @functools.cache
 def profile(backend: str, declared_gpu: str = "") -> str:
     """The device profile a cluster's probe ran on (see the module docstring); the same for a process."""
-    found = gpu_name(declared_gpu) if backend == "cuda" else f"{cpu_model()} x{usable_cores()}"
+    found = gpu_name(declared_gpu) if targets.profile(backend).runs_on == "gpu" else f"{cpu_model()} x{usable_cores()}"
     return f"{backend}:{found}"[:MAX_PROFILE]
 
 

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 SETTINGS = ("auto", *targets.names(in_jobs=True))  # the job backends of the target registry
-AUTO = {"cpu": "cpu", "gpu": "cuda"}  # what `auto` picks per device kind
 
 
 def _runs_on(setting: str) -> str | None:
@@ -107,13 +106,13 @@ def route(ops: Iterable[tf.Operation], setting: str, gpu_visible: bool, gpu_op: 
     if device_kind(device) == "cpu":
         if _runs_on(setting) == "gpu":
             return Route(None, device, f"placed on the CPU: STITCHFLEET_BACKEND={setting} stitches GPU clusters only")
-        return Route(AUTO["cpu"] if setting == "auto" else setting, device)
+        return Route(targets.automatic("cpu") if setting == "auto" else setting, device)
     words = _gpu_words(listed)
     if _runs_on(setting) == "cpu":
         return Route(None, device, f"{words}: the {setting} backend runs on the CPU only, the cluster stays with TF")
     if gpu_op is not None:
         return Route(None, device, f"{words}: the GPU op cannot run here ({gpu_op}), the cluster stays with TF")
-    return Route(AUTO["gpu"] if setting == "auto" else setting, device)
+    return Route(targets.automatic("gpu") if setting == "auto" else setting, device)
 
 
 def gpu_reason(

@@ -39,7 +39,7 @@ def resolve_backend(name: str, cache_dir: Path | None = None, bridge: str = "aut
     """The backend of the job's CPU-placed clusters: `auto` -> `cpu` (GPU-placed ones are routed per
     cluster by `placement.route`); a GPU backend only where the GPU op can run (else the reason why not)."""
     if name == "auto":
-        return "cpu"
+        return targets.automatic("cpu")
     usable = targets.names(in_jobs=True)
     if name not in usable:
         what = "runs in `stitchfleet compile --device` only" if name in targets.NAMES else "is unknown"
@@ -61,10 +61,11 @@ def resolve_backend(name: str, cache_dir: Path | None = None, bridge: str = "aut
 _GPU_OP: dict[tuple[str, str, str], str | None] = {}
 
 
-def gpu_op_unavailable(cache_dir: Path, bridge: str = "auto", backend: str = "cuda") -> str | None:
+def gpu_op_unavailable(cache_dir: Path, bridge: str = "auto", backend: str | None = None) -> str | None:
     """Why GPU-placed clusters cannot go to the TF GPU op through `backend` in this process, or None when
     they can (asked once per process: a GPU visible to TF, a CUDA build of TF, what the target needs, the
     op library)."""
+    backend = backend or targets.automatic("gpu")
     key = (str(cache_dir), bridge, backend)
     if key not in _GPU_OP:
         _GPU_OP[key] = _gpu_op_check(cache_dir, bridge, backend)

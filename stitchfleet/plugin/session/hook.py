@@ -237,10 +237,10 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             raise RuntimeError("injected setup failure")
         self.ledger = Ledger(current, self.consensus.rank, self.consensus.size, self.db_url)
         self.ledger.started()
-        if self.length.short(self, self.ledger):  # too short to repay its setup: no compile, no probe
+        backend = resolve_backend(self.backend)
+        if self.length.short(self, self.ledger, backend):  # too short to repay its setup: no compile, no probe
             return
-        started = time.perf_counter()
-        backend, memory = resolve_backend(self.backend), self.ledger.recall()
+        started, memory = time.perf_counter(), self.ledger.recall()
         if self._known_loss(graph, backend, memory):  # the fleet found stitching lose on this graph: as written
             return
         steps = StepOps(graph)

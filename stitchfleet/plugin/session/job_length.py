@@ -32,7 +32,7 @@ class JobLength:
         self.steps: int | None = None
         self.skipped: str | None = None  # why setup was skipped at `begin`, if it was
 
-    def short(self, hook: object, ledger: Ledger, backend: str = "cpu") -> bool:
+    def short(self, hook: object, ledger: Ledger, backend: str) -> bool:
         """At `begin`: whether the job is too short for its setup (`too_short`), or its setup cannot pay back on
         `backend` (`payback.estimate`); the job's telemetry says which (a `setup` event with the figures; when
         skipped, the job finished)."""

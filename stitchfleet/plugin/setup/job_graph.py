@@ -15,7 +15,6 @@ from stitchfleet.compiler.targets.base import LibraryFusion
 from stitchfleet.plugin.frontend import Conversion, library_fusions
 from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.graph.mapping import StepOps
-from stitchfleet.plugin.graph.placement import AUTO
 from stitchfleet.plugin.graph.training_steps import data_path
 from stitchfleet.plugin.native import gpu_device
 from stitchfleet.plugin.shapes.signatures import Specialisation
@@ -23,7 +22,7 @@ from stitchfleet.plugin.shapes.signatures import Specialisation
 
 def fusions(backend: str) -> tuple[LibraryFusion, ...]:
     """What the TF library beside the job's backend fuses (`auto`: the backend of the device TF places on)."""
-    name = AUTO["gpu" if gpu_device.gpu_visible() else "cpu"] if backend == "auto" else backend
+    name = targets.automatic("gpu" if gpu_device.gpu_visible() else "cpu") if backend == "auto" else backend
     return targets.profile(name).library_fusions
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stitchfleet.compiler import targets
 from stitchfleet.plugin.control.schedule import Timing
 
 # Fixed seconds setup adds to a job on the CPU beyond its plain session, measured on the demo model (2-core machine,
@@ -16,7 +17,7 @@ from stitchfleet.plugin.control.schedule import Timing
 # the translation check, the twin, the native op load) and the first executor builds of the twin 5.4 s. Kernels
 # from a warm cache make the first figure smaller, never the second: the estimate keeps both (an upper figure
 # keeps a short job out of harm's way; a long job repays either).
-FIXED_SECONDS = {"cpu": 10.5}
+FIXED_SECONDS = {"cpu": 10.5}  # per device kind the backend runs on (`Profile.runs_on`)
 FIXED_SECONDS_OTHER = 10.5  # GPU backends: not measured here; the CPU figure stands in (stated in the sentence)
 # The best steady gain a stitched step has shown against plain TF in a job on the CPU: the twin with every cluster
 # on at 0.88x plain's CPU time (benchmarks/README.md, perf session 11); through the hook 0.95-0.98x.
@@ -40,7 +41,7 @@ class Payback:
 def estimate(steps: int | None, step_seconds: float | None, backend: str, timing: Timing) -> Payback:
     """The job's setup decision. Unknown length or step time: set up (the probes then bound themselves by the
     steps left); known both: set up only when the best gain over the steps left after exploring exceeds the cost."""
-    fixed = FIXED_SECONDS.get(backend, FIXED_SECONDS_OTHER)
+    fixed = FIXED_SECONDS.get(targets.profile(backend).runs_on, FIXED_SECONDS_OTHER)
     if steps is None or step_seconds is None:
         missing = "length" if steps is None else "step time"
         why = f"the job's {missing} is unknown: setup runs, and the probes stop when the steps left cannot repay them"

@@ -88,7 +88,8 @@ def _left_to_tf(site: Site, path: frozenset[str], where: placement.Route) -> str
         return where.reason
     if not any(op.name in path for op in site.internal):
         return "not on the training path (no variable update depends on it): evals and metrics run it as written"
-    return fallback_hazard(site.internal, onednn=where.backend == "cpu" and _onednn())
+    onednn = targets.profile(where.backend).beside_library == "onednn" and _onednn()
+    return fallback_hazard(site.internal, onednn=onednn)
 
 
 # Activations grappler's remapper fuses into a FusedBatchNorm on oneDNN CPUs (Relu6 measured fine).
@@ -147,7 +148,8 @@ def _mapped(
 def _router(backend: str, current: settings_module.Settings) -> Any:
     """ops -> placement.Route for this job. `cpu` is also what `auto` resolves to: the setting tells them
     apart. Whether the GPU op can run is asked on the first GPU-placed cluster only."""
-    setting = current.backend if backend == "cpu" and current.backend in ("auto", "cpu") else backend
+    automatic = backend == targets.automatic("cpu") and current.backend in ("auto", backend)
+    setting = current.backend if automatic else backend
     visible = gpu_device.gpu_visible()
     gpu_op: list[str | None] = []
 
@@ -291,10 +293,11 @@ def _build_all(
     current: settings_module.Settings,
     context: tuple[Fault | None, int, bool],
 ) -> None:
-    """Builds the mapped clusters, `compile_workers` at a time on the cpu backend, within the compile budget;
-    `context` is the test-only fault, this rank and whether the native op is being built beside them."""
+    """Builds the mapped clusters, `compile_workers` at a time on backends with `parallel_builds`, within the compile
+    budget; `context` is the test-only fault, this rank and whether the native op is being built beside them."""
     fault, rank, building_op = context
-    workers = compile_workers(current, building_op) if all(b.backend == "cpu" for b in builds) else 1
+    parallel = all(targets.profile(b.backend).parallel_builds for b in builds)
+    workers = compile_workers(current, building_op) if parallel else 1
     started = time.perf_counter()
     deadline = started + current.compile_budget
 

@@ -60,6 +60,19 @@ def test_a_bad_profile_is_refused() -> None:
         Profile("x", runs_on="cpu", warp=0, summary="")
 
 
+def test_auto_picks_one_target_per_device_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert (targets.automatic("cpu"), targets.automatic("gpu")) == ("cpu", "cuda")
+    assert targets.profile("cpu").parallel_builds and not targets.profile("cuda").parallel_builds
+    assert targets.profile("cpu").beside_library == "onednn"
+    # a second automatic target on a kind is a registry error, said as such
+    real = targets.profile
+    monkeypatch.setattr(
+        targets, "profile", lambda name: Profile(name, "cpu", 32, "x", automatic=True) if name == "sim" else real(name)
+    )
+    with pytest.raises(ValueError, match="2 targets are automatic on 'cpu' devices"):
+        targets.automatic("cpu")
+
+
 def test_the_name_lists_read_the_registry() -> None:
     from stitchfleet.plugin.graph import placement
 

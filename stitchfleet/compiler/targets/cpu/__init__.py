@@ -41,4 +41,7 @@ PROFILE = Profile(
     native_op=True,
     source_from="plan",
     library_fusions=LIBRARY_FUSIONS,
+    automatic=True,
+    parallel_builds=True,
+    beside_library="onednn",
 )

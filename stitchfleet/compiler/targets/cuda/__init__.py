@@ -36,4 +36,5 @@ PROFILE = Profile(
     checks_here=False,
     source_from="kernels",
     library_fusions=LIBRARY_FUSIONS,
+    automatic=True,
 )
