@@ -234,16 +234,16 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
             if "claimed_gross" in runs[-1]:
                 # the claim on the steps: gross minus the setup booked from steps; the net: gross minus all setup
                 claimed = "; ".join(f"{r['claimed_gross'] - r['setup']:+.2f} +- {r['claim_noise']:.2f}" for r in runs)
-                verdicts = []
+                agreements = []
                 for p, r in zip(plain, runs, strict=False):
                     on_steps = r["claimed_gross"] - r["setup_from_steps"]
                     spread = (steps_noise**2 + r["claim_noise"] ** 2) ** 0.5
                     difference = p["steps_seconds"] - r["steps_seconds"]
                     if math.isnan(spread):  # one round: no noise to judge by
-                        verdicts.append("n/a")
+                        agreements.append("n/a")
                     else:
-                        verdicts.append("yes" if abs(on_steps - difference) <= 2 * spread else "no")
-                agrees = " / ".join(verdicts)
+                        agreements.append("yes" if abs(on_steps - difference) <= 2 * spread else "no")
+                agrees = " / ".join(agreements)
             lines.append(
                 f"| {job} | {mode} | {walls} | {steady * 1e3:.2f} | {steady / plain_steady:.3f}x | {loss} | {decided}"
                 f" | {claimed} | {measured} | {noise} | {agrees} |"

@@ -74,8 +74,8 @@ def _check(case: cases.CpuCase, outputs: dict[str, Any], inputs: dict[str, Any])
     graph = case.graph
     bf16 = frozenset(n for n, i in graph.outputs if graph.node(i).dtype is DType.BF16)
     native, exact = evaluate(graph, inputs), evaluate(graph, inputs, "float64")
-    verdicts = check_outputs(outputs, native, exact, factor=8.0, bf16_outputs=bf16)
-    return "; ".join(f"{n}: {v.reason}" for n, v in verdicts.items() if not v.ok)
+    output_checks = check_outputs(outputs, native, exact, factor=8.0, bf16_outputs=bf16)
+    return "; ".join(f"{n}: {v.reason}" for n, v in output_checks.items() if not v.ok)
 
 
 def _interleaved(ours: Callable[[], object], theirs: Callable[[], object], reps: int, warmup: int) -> list[float]:

@@ -92,11 +92,11 @@ def _check(variant: Variant, refs: tuple[str, dict[str, Array], dict[str, Array]
     factor = OUR_FACTOR if variant.name in ("stitch", "per_op") else FRAMEWORK_FACTOR
     try:
         run_once(variant)
-        verdicts = check_outputs(variant.read(), refs[1], refs[2], factor=factor, bf16_outputs=bf16)
+        output_checks = check_outputs(variant.read(), refs[1], refs[2], factor=factor, bf16_outputs=bf16)
     except Exception as err:  # a launch or compile error fails the check, with the reason
         return {"ok": False, "reference": refs[0], "reason": f"{type(err).__name__}: {err}"}
-    bad = {n: v.reason for n, v in verdicts.items() if not v.ok}
-    errors = {n: {"error": v.compiled_error, "native_error": v.native_error} for n, v in verdicts.items()}
+    bad = {n: v.reason for n, v in output_checks.items() if not v.ok}
+    errors = {n: {"error": v.compiled_error, "native_error": v.native_error} for n, v in output_checks.items()}
     return {
         "ok": not bad,
         "reference": refs[0],

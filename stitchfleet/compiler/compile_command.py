@@ -73,11 +73,13 @@ def _reference_outputs(graph: ir.Graph, inputs: dict[str, Any], label: str, out:
     if not label:
         print("reference evaluation on random inputs (native vs float64):", file=out)
     for name, value in native.items():
-        verdict = check(value, value, reference[name])
-        status = status if verdict.ok else EXIT_MISMATCH
-        state = "ok" if verdict.ok else f"FAIL: {verdict.reason}"
+        output_check = check(value, value, reference[name])
+        status = status if output_check.ok else EXIT_MISMATCH
+        state = "ok" if output_check.ok else f"FAIL: {output_check.reason}"
         shape = f"{list(value.shape)!s:<20}"
-        print(f"  {label}{name:<24} {value.dtype!s:<8} {shape} error {verdict.native_error:.3g}  {state}", file=out)
+        print(
+            f"  {label}{name:<24} {value.dtype!s:<8} {shape} error {output_check.native_error:.3g}  {state}", file=out
+        )
     return status
 
 
@@ -214,19 +216,21 @@ def _check_cluster(cluster: ir.Graph, plan: StitchPlan | Decision, runner: Runne
     try:
         native, reference = evaluate(cluster, inputs), evaluate(cluster, inputs, "float64")
         # an output that misses the rule gets a second look: fp64 on perturbed inputs (tolerance.py)
-        verdicts = check_outputs(
+        output_checks = check_outputs(
             got, native, reference, perturbed=lambda draw: evaluate(cluster, inputs, "float64", noise=draw)
         )
     except EvaluationError as err:
         print(f"  cluster {plan.cluster}: evaluate failed: {err}", file=out)
         return EXIT_MISMATCH
     status = EXIT_OK
-    for name, verdict in verdicts.items():
-        status = status if verdict.ok else EXIT_MISMATCH
-        state = "ok" if verdict.ok else f"FAIL: {verdict.reason}"
-        state += f" ({verdict.reason})" if verdict.ok and verdict.widened else ""
+    for name, output_check in output_checks.items():
+        status = status if output_check.ok else EXIT_MISMATCH
+        state = "ok" if output_check.ok else f"FAIL: {output_check.reason}"
+        state += f" ({output_check.reason})" if output_check.ok and output_check.widened else ""
         kernels = f"{plan.kernel_count} kernel(s)"
-        print(f"  cluster {plan.cluster} {name:<24} {kernels}  error {verdict.compiled_error:.3g}  {state}", file=out)
+        print(
+            f"  cluster {plan.cluster} {name:<24} {kernels}  error {output_check.compiled_error:.3g}  {state}", file=out
+        )
     return status
 
 

@@ -35,7 +35,7 @@ Array = npt.NDArray[Any]
 # (the translation check's measure of TF's CPU rounding)
 Precision = Literal["native", "float64", "float32", "storage"]
 PRECISIONS = ("native", "float64", "float32", "storage")
-NOISE_SEED = 20261123  # with the draw number: the same noise on every run, so a verdict is reproducible
+NOISE_SEED = 20261123  # with the draw number: the same noise on every run, so a check is reproducible
 
 
 class EvaluationError(ValueError):

@@ -2,7 +2,7 @@
 
 Input: a compiled result, the native unfused result and the float64 reference of the
 same output, and optionally a way to re-evaluate that reference on perturbed inputs.
-Output: a `Verdict`. The rule (DESIGN.md §2): the compiled result may be at most
+Output: a `OutputCheck`. The rule (DESIGN.md §2): the compiled result may be at most
 `factor` times further from the fp64 reference than the unfused native result is.
 Distance is the worst element's error scaled by |reference| + floor, where the floor
 (`floor_ratio` times the reference's RMS) keeps near-zero elements from turning
@@ -23,7 +23,7 @@ unit roundoff of their dtype (`evaluate(..., noise=draw)`), the largest movement
 movement, and never beyond `SENSITIVITY_CAP`. Per element, never a global loosening: a
 dropped term, a wrong index or a bias changes an element by the size of its terms, orders
 beyond its sensitivity, and the well-conditioned elements keep the rule as it was. The
-verdict says when the allowance decided (`widened`, `reason`). This is the same DESIGN rule
+output_check says when the allowance decided (`widened`, `reason`). This is the same DESIGN rule
 (at most k times further from fp64 than the unfused fp32 result), with the fp32 rounding
 estimated from the reference's sensitivity where one native result is a poor sample of it.
 The two caps (`SENSITIVITY_CAP`, and `LINEAR_CAP` where the movement is shown linear in the noise)
@@ -76,7 +76,7 @@ Perturbed = Callable[[int], object]
 
 
 @dataclass(frozen=True)
-class Verdict:
+class OutputCheck:
     """Whether one output passes, with the figures the guard reports. `allowed` is the scaled error
     the output may have; where the backward-stability allowance decided, elements have allowances of
     their own, and `allowed` is then compiled_error over the largest share of its own allowance any
@@ -126,10 +126,10 @@ def rounding_at(
     return error * roundoff(np.dtype(dtype)) / roundoff(computed.dtype)
 
 
-def _exact(compiled: Array, native: Array) -> Verdict:
+def _exact(compiled: Array, native: Array) -> OutputCheck:
     mismatches = int(np.count_nonzero(compiled != native))
     reason = f"{mismatches} element(s) differ from the native result" if mismatches else ""
-    return Verdict(mismatches == 0, float(mismatches), 0.0, 0.0, reason)
+    return OutputCheck(mismatches == 0, float(mismatches), 0.0, 0.0, reason)
 
 
 def check(
@@ -142,18 +142,20 @@ def check(
     bf16: bool = False,
     perturbed: Perturbed | None = None,
     narrow: object | None = None,
-) -> Verdict:
+) -> OutputCheck:
     """Judges one output; see the module docstring for the rule, `perturbed` and `narrow` (the output
     computed in float32 on the same inputs, read only for a float64 output)."""
     got, base, ref = np.asarray(compiled), np.asarray(native), np.asarray(reference, dtype=np.float64)
     if got.shape != ref.shape or base.shape != ref.shape:
-        return Verdict(False, float("inf"), 0.0, 0.0, f"shape {got.shape} differs from the reference {ref.shape}")
+        return OutputCheck(False, float("inf"), 0.0, 0.0, f"shape {got.shape} differs from the reference {ref.shape}")
     if not np.issubdtype(base.dtype, np.floating):
         return _exact(got, base)
     bad = np.isfinite(ref) & ~np.isfinite(got.astype(np.float64))
     if bad.any():
         count = int(np.count_nonzero(bad))
-        return Verdict(False, float("inf"), 0.0, 0.0, f"{count} non-finite value(s) where the fp64 reference is finite")
+        return OutputCheck(
+            False, float("inf"), 0.0, 0.0, f"{count} non-finite value(s) where the fp64 reference is finite"
+        )
     floor = error_floor(ref, floor_ratio)
     compiled_error = scaled_error(got, ref, floor)
     native_error = scaled_error(base, ref, floor)
@@ -162,18 +164,18 @@ def check(
     allowed = factor * max(native_error, roundoff(base.dtype, bf16))
     ok = compiled_error <= allowed
     reason = "" if ok else f"error {compiled_error:.3g} exceeds {factor:g} x native error ({allowed:.3g} allowed)"
-    verdict = Verdict(ok, compiled_error, native_error, allowed, reason)
+    output_check = OutputCheck(ok, compiled_error, native_error, allowed, reason)
     if ok or perturbed is None:
-        return verdict
+        return output_check
     if compiled_error > LINEAR_CAP:
-        return Verdict(
+        return OutputCheck(
             False,
             compiled_error,
             native_error,
             allowed,
             f"{reason}; beyond {LINEAR_CAP:g}, the cap of the backward-stability allowance",
         )
-    return _second_look(verdict, got, ref, floor=floor, factor=factor, perturbed=perturbed)
+    return _second_look(output_check, got, ref, floor=floor, factor=factor, perturbed=perturbed)
 
 
 def noise_of(draw: int) -> tuple[int, float]:
@@ -214,13 +216,19 @@ def _linear(moves: npt.NDArray[np.float64], twins: npt.NDArray[np.float64]) -> n
 
 
 def _second_look(
-    verdict: Verdict, got: Array, ref: npt.NDArray[np.float64], *, floor: float, factor: float, perturbed: Perturbed
-) -> Verdict:
+    output_check: OutputCheck,
+    got: Array,
+    ref: npt.NDArray[np.float64],
+    *,
+    floor: float,
+    factor: float,
+    perturbed: Perturbed,
+) -> OutputCheck:
     """The backward-stability allowance (module docstring) for an output that missed the rule."""
     finite = np.isfinite(ref)
     error = np.abs(got.astype(np.float64)[finite] - ref[finite])
     scale = np.abs(ref[finite]) + floor
-    rule = verdict.allowed * scale
+    rule = output_check.allowed * scale
     moves = _movements(ref, perturbed, range(DRAWS))[:, finite]
     # each element's own limit: the rule's, or factor x the reference's movement (capped), whichever is larger
     limit = np.maximum(rule, np.minimum(factor * moves.max(axis=0), SENSITIVITY_CAP * scale))
@@ -237,13 +245,26 @@ def _second_look(
             f"{failing} of {beyond} element(s) also beyond {factor:g} x the fp64 reference's movement under noise"
             f" (capped at {SENSITIVITY_CAP:g}, or {LINEAR_CAP:g} where the movement is linear in the noise)"
         )
-        return Verdict(False, verdict.compiled_error, verdict.native_error, verdict.allowed, f"{verdict.reason}; {why}")
+        return OutputCheck(
+            False,
+            output_check.compiled_error,
+            output_check.native_error,
+            output_check.allowed,
+            f"{output_check.reason}; {why}",
+        )
     worst = float(np.max(share))
     reason = (
-        f"{verdict.reason} on {beyond} element(s), each within {factor:g} x the fp64 reference's movement under"
+        f"{output_check.reason} on {beyond} element(s), each within {factor:g} x the fp64 reference's movement under"
         f" float32 input noise (backward-stability allowance, worst at {worst:.2g} of it)"
     )
-    return Verdict(True, verdict.compiled_error, verdict.native_error, verdict.compiled_error / worst, reason, beyond)
+    return OutputCheck(
+        True,
+        output_check.compiled_error,
+        output_check.native_error,
+        output_check.compiled_error / worst,
+        reason,
+        beyond,
+    )
 
 
 def check_outputs(
@@ -254,19 +275,21 @@ def check_outputs(
     factor: float = 8.0,
     bf16_outputs: frozenset[str] = frozenset(),
     perturbed: Callable[[int], Mapping[str, object]] | None = None,
-) -> dict[str, Verdict]:
-    """One verdict per output name of `native`; a missing compiled output fails. `perturbed`: draw number
+) -> dict[str, OutputCheck]:
+    """One output_check per output name of `native`; a missing compiled output fails. `perturbed`: draw number
     -> every output's fp64 reference on perturbed inputs (one evaluation per draw, shared by the outputs)."""
     draws = None if perturbed is None else functools.cache(perturbed)
-    verdicts = {}
+    output_checks = {}
     for name in native:
         if name not in compiled:
-            verdicts[name] = Verdict(False, float("inf"), 0.0, 0.0, f"output {name!r} is missing")
+            output_checks[name] = OutputCheck(False, float("inf"), 0.0, 0.0, f"output {name!r} is missing")
             continue
         own = None if draws is None else output_of(draws, name)
         bf16 = name in bf16_outputs
-        verdicts[name] = check(compiled[name], native[name], reference[name], factor=factor, bf16=bf16, perturbed=own)
-    return verdicts
+        output_checks[name] = check(
+            compiled[name], native[name], reference[name], factor=factor, bf16=bf16, perturbed=own
+        )
+    return output_checks
 
 
 def output_of(draws: Callable[[int], Mapping[str, object]], name: str) -> Perturbed:

@@ -62,8 +62,11 @@ def test_workload_clusters_on_sim(model: str) -> None:
             lowered = lower(cluster, plan)
             assert [k.shared_bytes for k in lowered.kernels] == [lc.smem_bytes for lc in plan.launches], path.name
             got = run_lowered(lowered, cluster, inputs)
-            verdicts = check_outputs(got, evaluate(cluster, inputs), evaluate(cluster, inputs, "float64"))
-            assert all(v.ok for v in verdicts.values()), (path.name, {n: v.reason for n, v in verdicts.items()})
+            output_checks = check_outputs(got, evaluate(cluster, inputs), evaluate(cluster, inputs, "float64"))
+            assert all(v.ok for v in output_checks.values()), (
+                path.name,
+                {n: v.reason for n, v in output_checks.items()},
+            )
 
 
 def test_workload_kernel_counts() -> None:

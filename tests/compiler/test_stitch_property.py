@@ -77,8 +77,8 @@ def compile_and_check(graph: Graph, options: PlanOptions) -> None:
         assert [k.shared_bytes for k in lowered.kernels] == [launch.smem_bytes for launch in plan.launches]
         inputs = random_inputs(sub, 3)
         got = run_lowered(lowered, sub, inputs)
-        verdicts = check_outputs(got, evaluate(sub, inputs), evaluate(sub, inputs, "float64"))
-        assert all(v.ok for v in verdicts.values()), {n: v.reason for n, v in verdicts.items()}
+        output_checks = check_outputs(got, evaluate(sub, inputs), evaluate(sub, inputs, "float64"))
+        assert all(v.ok for v in output_checks.values()), {n: v.reason for n, v in output_checks.items()}
 
 
 FORCE = st.sampled_from([None, MappingKind.WARP_PER_ROW, MappingKind.BLOCK_PER_ROW, MappingKind.SPLIT_ROW])

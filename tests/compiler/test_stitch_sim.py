@@ -54,8 +54,8 @@ def run_and_check(graph: Graph, options: PlanOptions, seed: int = 0) -> StitchPl
         assert kernel.shared_bytes == launch.smem_bytes, "the kernel's shared memory is not the planned layout"
     inputs = random_inputs(graph, seed)
     got = run_lowered(lowered, graph, inputs)
-    verdicts = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
-    bad = {name: v.reason for name, v in verdicts.items() if not v.ok}
+    output_checks = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
+    bad = {name: v.reason for name, v in output_checks.items() if not v.ok}
     assert not bad, f"{graph.metadata.get('case', '')}: {bad}"
     return plan
 

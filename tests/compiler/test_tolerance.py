@@ -29,11 +29,11 @@ def _case(n: int = 1000) -> tuple[np.ndarray, np.ndarray]:
 
 def test_same_rounding_passes_and_figures_are_reported() -> None:
     ref, native = _case()
-    verdict = check(native, native, ref)
-    assert verdict.ok
-    assert verdict.reason == ""
-    assert 0 < verdict.native_error <= 2 * roundoff(np.dtype(np.float32))
-    assert verdict.allowed == 8.0 * max(verdict.native_error, roundoff(np.dtype(np.float32)))
+    output_check = check(native, native, ref)
+    assert output_check.ok
+    assert output_check.reason == ""
+    assert 0 < output_check.native_error <= 2 * roundoff(np.dtype(np.float32))
+    assert output_check.allowed == 8.0 * max(output_check.native_error, roundoff(np.dtype(np.float32)))
 
 
 def test_a_few_ulps_pass_a_real_error_fails() -> None:
@@ -42,10 +42,10 @@ def test_a_few_ulps_pass_a_real_error_fails() -> None:
     assert check(near, native, ref).ok
     wrong = native.copy()
     wrong[17] += np.float32(1e-3)
-    verdict = check(wrong, native, ref)
-    assert not verdict.ok
-    assert "exceeds 8 x native error" in verdict.reason
-    assert verdict.compiled_error > verdict.allowed
+    output_check = check(wrong, native, ref)
+    assert not output_check.ok
+    assert "exceeds 8 x native error" in output_check.reason
+    assert output_check.compiled_error > output_check.allowed
 
 
 def test_factor_is_honoured() -> None:
@@ -67,9 +67,9 @@ def test_non_finite_where_reference_is_finite_fails() -> None:
     ref, native = _case()
     compiled = native.copy()
     compiled[5] = np.nan
-    verdict = check(compiled, native, ref)
-    assert not verdict.ok
-    assert "non-finite" in verdict.reason
+    output_check = check(compiled, native, ref)
+    assert not output_check.ok
+    assert "non-finite" in output_check.reason
     ref[6] = np.inf
     native[6] = np.inf
     compiled = native.copy()
@@ -87,10 +87,10 @@ def test_integer_outputs_must_match_exactly_and_shapes_must_agree() -> None:
 
 def test_check_outputs_flags_missing_outputs() -> None:
     ref, native = _case(10)
-    verdicts = check_outputs({"a": native}, {"a": native, "b": native}, {"a": ref, "b": ref})
-    assert verdicts["a"].ok
-    assert not verdicts["b"].ok
-    assert "missing" in verdicts["b"].reason
+    output_checks = check_outputs({"a": native}, {"a": native, "b": native}, {"a": ref, "b": ref})
+    assert output_checks["a"].ok
+    assert not output_checks["b"].ok
+    assert "missing" in output_checks["b"].reason
 
 
 def test_f16_uses_its_own_roundoff() -> None:
@@ -162,12 +162,12 @@ def test_an_ill_conditioned_element_summed_in_another_order_passes_by_the_allowa
     assert abs(reference[ILL]) < 1e-3 * np.sqrt(np.mean(reference**2))  # the cancelling element
     strict = check(blocked, native, reference)
     assert not strict.ok  # the situation: the rule alone refuses a correct float32 order
-    verdict = check(blocked, native, reference, perturbed=_perturbed(dy, x))
-    assert verdict.ok and verdict.widened >= 1
-    assert "backward-stability allowance" in verdict.reason
-    assert verdict.compiled_error == strict.compiled_error
+    output_check = check(blocked, native, reference, perturbed=_perturbed(dy, x))
+    assert output_check.ok and output_check.widened >= 1
+    assert "backward-stability allowance" in output_check.reason
+    assert output_check.compiled_error == strict.compiled_error
     # `allowed` keeps compiled_error / allowed the largest share of an element's own allowance
-    assert 0 < verdict.compiled_error / verdict.allowed <= 1
+    assert 0 < output_check.compiled_error / output_check.allowed <= 1
 
 
 def test_wrong_results_on_the_ill_conditioned_data_still_fail() -> None:
@@ -180,13 +180,13 @@ def test_wrong_results_on_the_ill_conditioned_data_still_fail() -> None:
     dropped[ILL] = np.float32(_scale_backprop(dropped_dy, x.astype(np.float64))[ILL])
     # off by a term's size: beyond the allowance's cap, refused without evaluating a draw
     for fault, values in {"dropped term": dropped, "off-by-one channel": np.roll(blocked, 1)}.items():
-        verdict = check(values, native, reference, perturbed=perturbed)
-        assert not verdict.ok and "cap of the backward-stability allowance" in verdict.reason, fault
+        output_check = check(values, native, reference, perturbed=perturbed)
+        assert not output_check.ok and "cap of the backward-stability allowance" in output_check.reason, fault
     assert calls == []
     # a bias below the cap: the ill element may take it, the well-conditioned ones refuse it
     biased = (blocked * np.float32(1 + 1e-4)).astype(np.float32)
-    verdict = check(biased, native, reference, perturbed=perturbed)
-    assert not verdict.ok and "movement under noise" in verdict.reason
+    output_check = check(biased, native, reference, perturbed=perturbed)
+    assert not output_check.ok and "movement under noise" in output_check.reason
     assert calls == list(range(DRAWS))
 
 
@@ -248,10 +248,10 @@ def test_check_outputs_evaluates_each_draw_once_for_all_outputs() -> None:
         value = one(draw)
         return {"a": value, "b": value}
 
-    verdicts = check_outputs(
+    output_checks = check_outputs(
         {"a": blocked, "b": blocked}, {"a": native, "b": native}, {"a": reference, "b": reference}, perturbed=both
     )
-    assert all(v.ok and v.widened for v in verdicts.values())
+    assert all(v.ok and v.widened for v in output_checks.values())
     assert calls == list(range(DRAWS))
 
 
@@ -313,10 +313,10 @@ def test_an_element_ill_conditioned_beyond_the_cap_passes_where_its_movement_is_
     reference, native, lanes = _adam_case()
     assert not check(lanes, native, reference).ok
     calls: list[int] = []
-    verdict = check(lanes, native, reference, perturbed=_adam_perturbed(calls))
+    output_check = check(lanes, native, reference, perturbed=_adam_perturbed(calls))
     # beyond SENSITIVITY_CAP, the old rule's last word: the twins showed the movement linear
-    assert SENSITIVITY_CAP < verdict.compiled_error < LINEAR_CAP
-    assert verdict.ok and verdict.widened == 1, verdict.reason
+    assert SENSITIVITY_CAP < output_check.compiled_error < LINEAR_CAP
+    assert output_check.ok and output_check.widened == 1, output_check.reason
     assert calls == list(range(2 * DRAWS))
 
 
@@ -329,8 +329,8 @@ def test_beyond_the_sensitivity_cap_a_movement_that_is_not_linear_grants_nothing
         # twins that move as far as their draws: a comparison flipped by the noise, not rounding
         return smooth(draw % DRAWS)
 
-    verdict = check(lanes, native, reference, perturbed=flipping)
-    assert not verdict.ok and "linear in the noise" in verdict.reason
+    output_check = check(lanes, native, reference, perturbed=flipping)
+    assert not output_check.ok and "linear in the noise" in output_check.reason
 
 
 def test_faults_on_the_adam_data_still_fail() -> None:
@@ -340,13 +340,13 @@ def test_faults_on_the_adam_data_still_fail() -> None:
     # 1.5% on the ill element: beyond LINEAR_CAP, refused without evaluating a draw
     scaled = lanes.copy()
     scaled[ILL] *= np.float32(1.015)
-    verdict = check(scaled, native, reference, perturbed=perturbed)
-    assert not verdict.ok and "cap of the backward-stability allowance" in verdict.reason
+    output_check = check(scaled, native, reference, perturbed=perturbed)
+    assert not output_check.ok and "cap of the backward-stability allowance" in output_check.reason
     assert calls == []
     # a bias of 1e-4 everywhere: the well-conditioned elements refuse it, and no twin is paid for
     biased = (lanes * np.float32(1 + 1e-4)).astype(np.float32)
-    verdict = check(biased, native, reference, perturbed=perturbed)
-    assert not verdict.ok and "movement under noise" in verdict.reason
+    output_check = check(biased, native, reference, perturbed=perturbed)
+    assert not output_check.ok and "movement under noise" in output_check.reason
     assert calls == list(range(DRAWS))
     # a wrong element index (channels rolled by one)
     assert not check(np.roll(lanes, 1), native, reference, perturbed=perturbed).ok
@@ -373,10 +373,10 @@ def test_a_float64_output_in_another_order_passes_once_the_references_own_roundi
     assert scaled_error(blocked, exact, floor) <= 2 * scaled_error(reference, exact, floor)
     # ... yet the reference is its own native result: 8 x one roundoff forbade every other order
     assert not check(blocked, reference, reference, floor_ratio=1e-2).ok
-    verdict = check(blocked, reference, reference, floor_ratio=1e-2, narrow=narrow)
+    output_check = check(blocked, reference, reference, floor_ratio=1e-2, narrow=narrow)
     sized = rounding_at(np.dtype(np.float64), narrow, reference, error_floor(reference, 1e-2))
-    assert verdict.ok and verdict.native_error == sized
-    assert verdict.compiled_error < verdict.allowed / 2
+    assert output_check.ok and output_check.native_error == sized
+    assert output_check.compiled_error < output_check.allowed / 2
 
 
 def test_faults_on_a_float64_output_still_fail_with_the_references_rounding_sized() -> None:

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from stitchfleet.compiler.evaluate import Array, evaluate
 from stitchfleet.compiler.ir import Graph
-from stitchfleet.compiler.tolerance import Verdict, check, error_floor, output_of, roundoff, scaled_error
+from stitchfleet.compiler.tolerance import OutputCheck, check, error_floor, output_of, roundoff, scaled_error
 
 # Elements below 1% of an output's RMS are judged against that floor: gradients cancel, and a
 # near-zero element's relative error says nothing about the kernel (corruptions are O(1)).
@@ -112,42 +112,42 @@ def judge_with_reference(
     outputs = [name for name, _ in graph.outputs]
     low = {name: None if narrow is None else narrow[name] for name in outputs}
     order = {name: None if in_order is None else in_order[name] for name in outputs}
-    verdicts = {
+    output_checks = {
         name: _either_order(got, want, order[name], reference[name], factor, narrow=low[name])
         for name, got, want in zip(outputs, stitched, original, strict=True)
     }
     paths = reduction_paths(graph)
-    verdicts = {
+    output_checks = {
         n: _summation_allowance(v, np.asarray(s).dtype, paths[n], factor)
-        for (n, v), s in zip(verdicts.items(), stitched, strict=True)
+        for (n, v), s in zip(output_checks.items(), stitched, strict=True)
     }
     if perturbed is not None:
-        verdicts = {
+        output_checks = {
             n: v if v.ok else _sensitive(got, want, reference[n], factor, output_of(perturbed, n), narrow=low[n])
-            for (n, v), got, want in zip(verdicts.items(), stitched, original, strict=True)
+            for (n, v), got, want in zip(output_checks.items(), stitched, original, strict=True)
         }
-    name, worst = max(verdicts.items(), key=lambda item: (not item[1].ok, item[1].compiled_error))
+    name, worst = max(output_checks.items(), key=lambda item: (not item[1].ok, item[1].compiled_error))
     return Finding(worst.ok, name, worst.compiled_error, worst.allowed, worst.reason)
 
 
 def _either_order(
     got: Any, tf_value: Any, in_order: Any, reference: Any, factor: float, *, narrow: Any = None
-) -> Verdict:
+) -> OutputCheck:
     """The rule with TF's result as the native one, or else with the IR's own float32 evaluation."""
-    verdict = check(got, tf_value, reference, factor=factor, floor_ratio=FLOOR_RATIO, narrow=narrow)
-    if verdict.ok or in_order is None or np.asarray(in_order).shape != np.asarray(tf_value).shape:
-        return verdict
+    output_check = check(got, tf_value, reference, factor=factor, floor_ratio=FLOOR_RATIO, narrow=narrow)
+    if output_check.ok or in_order is None or np.asarray(in_order).shape != np.asarray(tf_value).shape:
+        return output_check
     if not np.issubdtype(np.asarray(tf_value).dtype, np.floating):
-        return verdict  # integers must equal TF's own, whatever the order
+        return output_check  # integers must equal TF's own, whatever the order
     second = check(
         got, np.asarray(in_order, dtype=np.asarray(tf_value).dtype), reference, factor=factor, floor_ratio=FLOOR_RATIO
     )
-    return second if second.ok else verdict
+    return second if second.ok else output_check
 
 
 def _sensitive(
     got: Any, tf_value: Any, reference: Any, factor: float, perturbed: Callable[[int], object], *, narrow: Any = None
-) -> Verdict:
+) -> OutputCheck:
     """The rule against TF's result with the backward-stability allowance (tolerance.py's second look)."""
     return check(got, tf_value, reference, factor=factor, floor_ratio=FLOOR_RATIO, perturbed=perturbed, narrow=narrow)
 
@@ -209,10 +209,12 @@ def summation_allowance(dtype: np.dtype[np.generic], lengths: Sequence[int], fac
     return min(factor * u * spread, max(ALLOWANCE_CAP, factor * u))
 
 
-def _summation_allowance(verdict: Verdict, dtype: np.dtype[Any], lengths: Sequence[int], factor: float) -> Verdict:
-    if verdict.ok or not math.isfinite(verdict.compiled_error) or not np.issubdtype(dtype, np.floating):
-        return verdict
+def _summation_allowance(
+    output_check: OutputCheck, dtype: np.dtype[Any], lengths: Sequence[int], factor: float
+) -> OutputCheck:
+    if output_check.ok or not math.isfinite(output_check.compiled_error) or not np.issubdtype(dtype, np.floating):
+        return output_check
     allowed = summation_allowance(dtype, lengths, factor)
-    if verdict.compiled_error <= allowed:
-        return Verdict(True, verdict.compiled_error, verdict.native_error, allowed)
-    return verdict
+    if output_check.compiled_error <= allowed:
+        return OutputCheck(True, output_check.compiled_error, output_check.native_error, allowed)
+    return output_check

@@ -290,9 +290,9 @@ def _in_float64(
         return False
     single, double = ir  # the same values: float32 ones widen exactly
     for (name, _), tf_value, tf_32 in zip(site.graph.outputs, got, tf_single, strict=True):
-        verdict = _output_in_float64(name, np.asarray(tf_value), tf_32, single[name], double[name])
-        if verdict is not None:
-            return verdict
+        output_check = _output_in_float64(name, np.asarray(tf_value), tf_32, single[name], double[name])
+        if output_check is not None:
+            return output_check
     return None
 
 

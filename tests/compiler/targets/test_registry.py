@@ -89,9 +89,9 @@ def test_each_target_runs_a_cluster_behind_the_seam(name: str, tmp_path: Path) -
     target = targets.load(name, tmp_path)
     assert target.profile is targets.profile(name)
     got = target.build(cluster, plan)(inputs)
-    verdicts = check_outputs(got, evaluate(cluster, inputs), evaluate(cluster, inputs, "float64"))
+    output_checks = check_outputs(got, evaluate(cluster, inputs), evaluate(cluster, inputs, "float64"))
     assert set(got) == {out for out, _ in cluster.outputs}
-    assert all(v.ok for v in verdicts.values()), {k: v.reason for k, v in verdicts.items()}
+    assert all(v.ok for v in output_checks.values()), {k: v.reason for k, v in output_checks.items()}
 
 
 def test_artifact_caches_come_from_one_table(tmp_path: Path) -> None:

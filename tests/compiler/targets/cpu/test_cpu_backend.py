@@ -53,8 +53,8 @@ def check_on_cpu(graph: Graph, cache: Path, options: PlanOptions | None = None, 
     executable = CpuBackend(CpuOptions(cache_dir=cache)).compile_graph(graph, plan)
     inputs = random_inputs(graph, seed)
     got = executable(inputs)
-    verdicts = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
-    bad = {name: v.reason for name, v in verdicts.items() if not v.ok}
+    output_checks = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
+    bad = {name: v.reason for name, v in output_checks.items() if not v.ok}
     assert not bad, f"{graph.metadata.get('case', '')}: {bad}"
     assert set(got) == {name for name, _ in graph.outputs}
 

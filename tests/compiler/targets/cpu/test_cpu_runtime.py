@@ -33,8 +33,8 @@ def softmax() -> Graph:
 
 
 def assert_matches(graph: Graph, got: dict[str, np.ndarray], inputs: dict[str, np.ndarray]) -> None:
-    verdicts = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
-    assert all(v.ok for v in verdicts.values()), {n: v.reason for n, v in verdicts.items()}
+    output_checks = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
+    assert all(v.ok for v in output_checks.values()), {n: v.reason for n, v in output_checks.items()}
 
 
 def test_second_compile_loads_the_cached_object(tmp_path: Path) -> None:

@@ -39,8 +39,8 @@ def test_memory_order_matches_the_reference(tmp_path: Path, case: str) -> None:
     plan = plan_cluster(graph, 0, PlanOptions())
     inputs = random_inputs(graph, 7)
     got = compile_cluster(graph, tmp_path, plan)(inputs)
-    verdicts = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
-    assert all(v.ok for v in verdicts.values()), {n: v.reason for n, v in verdicts.items()}
+    output_checks = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
+    assert all(v.ok for v in output_checks.values()), {n: v.reason for n, v in output_checks.items()}
 
 
 def test_the_demo_shape_takes_the_memory_order_path() -> None:

@@ -64,5 +64,5 @@ def test_a_concat_becomes_branch_free_loops_and_matches_the_reference(tmp_path: 
     assert body.count("#pragma omp simd") >= 3
     inputs = random_inputs(graph, 11)
     got = compile_cluster(graph, tmp_path)(inputs)
-    verdicts = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
-    assert all(v.ok for v in verdicts.values()), {n: v.reason for n, v in verdicts.items()}
+    output_checks = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
+    assert all(v.ok for v in output_checks.values()), {n: v.reason for n, v in output_checks.items()}

@@ -50,8 +50,8 @@ def test_cached_rows_match_the_reference(tmp_path: Path, rows: int, cols: int, d
     inputs["x"][-1, -1] = np.inf  # the last element of the last row: NaN through inf - inf, flagged
     executable = compile_cluster(graph, tmp_path)
     got = executable(inputs)
-    verdicts = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
-    assert all(v.ok for v in verdicts.values()), {n: v.reason for n, v in verdicts.items()}
+    output_checks = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
+    assert all(v.ok for v in output_checks.values()), {n: v.reason for n, v in output_checks.items()}
     assert executable.run([inputs[n] for n in executable.input_names])[1]
 
 

@@ -25,8 +25,8 @@ def source(graph: Graph) -> str:
 def matches(graph: Graph, tmp_path: Path, seed: int = 5) -> None:
     inputs = random_inputs(graph, seed)
     got = compile_cluster(graph, tmp_path, plan_cluster(graph, 0, PlanOptions()))(inputs)
-    verdicts = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
-    assert all(v.ok for v in verdicts.values()), {n: v.reason for n, v in verdicts.items()}
+    output_checks = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
+    assert all(v.ok for v in output_checks.values()), {n: v.reason for n, v in output_checks.items()}
 
 
 def row_sum(value: str) -> Graph:

@@ -45,10 +45,10 @@ def _holds_on(sms: int) -> Callable[[CudaKernel], int]:
 def _check_on_sim(graph: Graph, options: PlanOptions) -> None:
     lowered = lower(graph, plan_cluster(graph, 0, options))
     inputs = random_inputs(graph, 3)
-    verdicts = check_outputs(
+    output_checks = check_outputs(
         run_lowered(lowered, graph, inputs), evaluate(graph, inputs), evaluate(graph, inputs, "float64")
     )
-    assert all(v.ok for v in verdicts.values()), {name: v.reason for name, v in verdicts.items() if not v.ok}
+    assert all(v.ok for v in output_checks.values()), {name: v.reason for name, v in output_checks.items() if not v.ok}
 
 
 def test_a_kernel_that_fits_is_left_as_planned() -> None:

@@ -118,5 +118,7 @@ def test_suite_case_on_cuda(name: str, profile: str, tmp_path: Path) -> None:
             raw = backend.compile(lowered.kernels)(buffers)
             shapes = {n: sub.node(nid).shape for n, nid in sub.outputs}
             got = {n: raw[buf].reshape(shapes[n]) for n, buf in lowered.outputs}
-            verdicts = check_outputs(got, evaluate(sub, inputs), evaluate(sub, inputs, "float64"))
-            assert all(v.ok for v in verdicts.values()), {n: v.reason for n, v in verdicts.items() if not v.ok}
+            output_checks = check_outputs(got, evaluate(sub, inputs), evaluate(sub, inputs, "float64"))
+            assert all(v.ok for v in output_checks.values()), {
+                n: v.reason for n, v in output_checks.items() if not v.ok
+            }

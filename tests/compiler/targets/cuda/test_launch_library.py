@@ -146,5 +146,5 @@ def test_a_cluster_launches_and_matches_evaluate(library: LaunchLibrary, case: t
         raw = np.empty(buf.size, device_dtype(buf.dtype))
         drv.memcpy_dtoh(raw, memory[buf_name])
         got[output] = from_device(buf, raw).reshape(graph.node(dict(graph.outputs)[output]).shape)
-    verdicts = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
-    assert all(v.ok for v in verdicts.values()), {k: v.reason for k, v in verdicts.items() if not v.ok}
+    output_checks = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
+    assert all(v.ok for v in output_checks.values()), {k: v.reason for k, v in output_checks.items() if not v.ok}

@@ -137,8 +137,8 @@ def _run(gpu: Gpu, graph: Graph, index: int) -> None:
             raw = np.empty(buf.size, device_dtype(buf.dtype))
             drv.memcpy_dtoh(raw, memory)
             got[name] = from_device(buf, raw).reshape(graph.node(dict(graph.outputs)[name]).shape)
-        verdicts = check_outputs(got, want, evaluate(graph, inputs, "float64"))
-        assert all(v.ok for v in verdicts.values()), {k: v.reason for k, v in verdicts.items() if not v.ok}
+        output_checks = check_outputs(got, want, evaluate(graph, inputs, "float64"))
+        assert all(v.ok for v in output_checks.values()), {k: v.reason for k, v in output_checks.items() if not v.ok}
     finite = all(np.isfinite(np.asarray(v, np.float64)).all() for v in want.values())
     noted, blamed = program.flags()  # the kernels' own note, read without a sync (the stream is idle here)
     assert not finite or noted == 0, "the non-finite flag is set although every output is finite"

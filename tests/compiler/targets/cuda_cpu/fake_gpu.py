@@ -248,8 +248,8 @@ def drive(driver: fake_driver.FakeDriver, library: LaunchLibrary, options: CudaC
         pushes, pops, depth = driver.balance
         if pushes != pops or depth != 0:
             report.problems.append(f"context pushes {pushes}, pops {pops}, depth {depth} after a run")
-        verdicts = design_rule(case.graph, inputs, bound.results(), want, wide)
-        report.problems += [f"{name}: {v.reason}" for name, v in verdicts.items() if not v.ok]
+        output_checks = design_rule(case.graph, inputs, bound.results(), want, wide)
+        report.problems += [f"{name}: {v.reason}" for name, v in output_checks.items() if not v.ok]
         report.runs += 1
     expected = (int(carries_nonfinite(bound.plan, want)), 0)
     if bound.program.flags() != expected:
@@ -318,8 +318,8 @@ def _poisoned(
     if other.program.flags() != expected_flags:
         report.problems.append(f"after the reset and a clean run the flags read {other.program.flags()}")
     wide = evaluate(case.graph, clean.host_inputs, "float64")
-    verdicts = design_rule(case.graph, clean.host_inputs, clean.results(), want, wide)
-    report.problems += [f"second program {n}: {v.reason}" for n, v in verdicts.items() if not v.ok]
+    output_checks = design_rule(case.graph, clean.host_inputs, clean.results(), want, wide)
+    report.problems += [f"second program {n}: {v.reason}" for n, v in output_checks.items() if not v.ok]
     report.flag_checked = True
     return other
 
@@ -455,8 +455,8 @@ def faults(
         driver.reset()
         again = bound or bind(library, options, case, memory, inputs)
         again.run()
-        verdicts = design_rule(case.graph, inputs, again.results(), want, wide)
-        problems += [f"after recovery {n}: {v.reason}" for n, v in verdicts.items() if not v.ok]
+        output_checks = design_rule(case.graph, inputs, again.results(), want, wide)
+        problems += [f"after recovery {n}: {v.reason}" for n, v in output_checks.items() if not v.ok]
         again.program.close()
         if (driver.books.modules, driver.books.pinned) != (books.modules, books.pinned):
             problems.append(f"leaked after recovery: {driver.books}, before {books}")

@@ -45,8 +45,8 @@ def check_races(backend: CudaCpuBackend, cases: Sequence[Case]) -> list[RaceFind
             continue
         shapes = {name: case.graph.node(node).shape for name, node in case.graph.outputs}
         got = {name: raw[buf].reshape(shapes[name]) for name, buf in low.outputs}
-        verdicts = judge(case, got)
-        off = tuple(n for n, v in verdicts.items() if not v.ok)
+        output_checks = judge(case, got)
+        off = tuple(n for n, v in output_checks.items() if not v.ok)
         findings.append(RaceFinding(case.label, "", off, int(library.sf_race_checked()) - before))
     return findings
 

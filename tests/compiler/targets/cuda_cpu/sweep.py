@@ -2,7 +2,7 @@
 
 Not a test module: the tests import it, and `python -m tests.compiler.targets.cuda_cpu.sweep`
 prints the figures benchmarks/README.md quotes. Input: cases (a cluster graph, plan options,
-an input seed). Output: per case, the tolerance verdicts against `evaluate` of a run with one
+an input seed). Output: per case, the tolerance output_checks against `evaluate` of a run with one
 block at a time in index order (reproducible, atomics included: the sim's order), and, when
 asked, the checks a GPU cannot make: the same bits with shared memory starting as 0x00
 instead of 0xff (a read of shared memory no thread wrote), the same bits with the fibers of
@@ -34,7 +34,7 @@ from stitchfleet.compiler.subgraph import extract
 from stitchfleet.compiler.targets.cuda.render import kernel_text, render_kernel
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend, CudaCpuProgram
 from stitchfleet.compiler.targets.sim.interpreter import run as run_sim
-from stitchfleet.compiler.tolerance import Verdict, check_outputs
+from stitchfleet.compiler.tolerance import OutputCheck, check_outputs
 from tests.compiler.test_stitch_sim import SMALL
 
 Array = npt.NDArray[Any]
@@ -95,7 +95,7 @@ def design_rule(
     got: Mapping[str, object],
     native: Mapping[str, object],
     reference: Mapping[str, object],
-) -> dict[str, Verdict]:
+) -> dict[str, OutputCheck]:
     """The DESIGN rule as `stitchfleet compile` applies it: 8 x the unfused float32 result's error, with the
     backward-stability allowance (float64 re-evaluations on inputs with float32 noise) for an output that
     misses it. Without that second look, one scalar sum of 1,280 terms (dien cluster_71's `add.1704`,
@@ -103,7 +103,7 @@ def design_rule(
     return check_outputs(got, native, reference, perturbed=lambda draw: evaluate(graph, inputs, "float64", noise=draw))
 
 
-def judge(case: Case, got: Mapping[str, object]) -> dict[str, Verdict]:
+def judge(case: Case, got: Mapping[str, object]) -> dict[str, OutputCheck]:
     """`design_rule` on the case's own inputs."""
     inputs = random_inputs(case.graph, case.seed)
     return design_rule(case.graph, inputs, got, evaluate(case.graph, inputs), evaluate(case.graph, inputs, "float64"))
@@ -115,8 +115,8 @@ def check_case(case: Case, lowered: Lowered, program: CudaCpuProgram, *, strict:
     raw = program(buffers)
     shapes = {name: case.graph.node(node).shape for name, node in case.graph.outputs}
     got = {name: raw[buf].reshape(shapes[name]) for name, buf in lowered.outputs}
-    verdicts = judge(case, got)
-    outcome = Outcome(case.label, len(lowered.outputs), {n: v.reason for n, v in verdicts.items() if not v.ok})
+    output_checks = judge(case, got)
+    outcome = Outcome(case.label, len(lowered.outputs), {n: v.reason for n, v in output_checks.items() if not v.ok})
     if strict:
         outcome.fill_diffs = differing(raw, program.with_options(fill=OTHER_FILL)(buffers), lowered)
     if strict and not has_atomics(lowered):

@@ -50,8 +50,8 @@ COL = Var("c", DType.I64)
 
 
 def _assert_close(got: Array, native: Array, reference: Array) -> None:
-    verdict = check(got, native, reference)
-    assert verdict.ok, verdict.reason
+    output_check = check(got, native, reference)
+    assert output_check.ok, output_check.reason
 
 
 def _buf(name: str, size: int, role: Role = Role.INPUT, dtype: DType = F32) -> Buffer:

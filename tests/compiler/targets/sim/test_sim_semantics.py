@@ -65,8 +65,8 @@ FLOAT_BINARY = sorted(BINARY_ELEMENTWISE - LOGICAL, key=lambda o: o.value)
 @pytest.mark.parametrize("op", FLOAT_UNARY, ids=lambda o: o.value)
 def test_unary_matches_evaluate(op: Op) -> None:
     got = _map(lambda a, b: Unary(op, a), {"x": X, "z": Z}, DType.F32)
-    verdict = check(got, _graph_result(op, [X]), _graph_result(op, [X], "float64"))
-    assert verdict.ok, verdict.reason
+    output_check = check(got, _graph_result(op, [X]), _graph_result(op, [X], "float64"))
+    assert output_check.ok, output_check.reason
 
 
 @pytest.mark.parametrize("op", FLOAT_BINARY, ids=lambda o: o.value)
@@ -77,8 +77,8 @@ def test_binary_matches_evaluate(op: Op) -> None:
         else DType.F32
     )
     got = _map(lambda a, b: Binary(op, a, b), {"x": X, "z": Z}, out_dtype)
-    verdict = check(got, _graph_result(op, [X, Z]), _graph_result(op, [X, Z], "float64"))
-    assert verdict.ok, verdict.reason
+    output_check = check(got, _graph_result(op, [X, Z]), _graph_result(op, [X, Z], "float64"))
+    assert output_check.ok, output_check.reason
 
 
 def test_integer_div_and_mod_truncate_toward_zero_like_c() -> None:
