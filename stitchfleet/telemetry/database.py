@@ -14,6 +14,7 @@ import fcntl
 import functools
 import re
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -134,7 +135,9 @@ def alembic_config(engine: Engine) -> Config:
     """An Alembic Config bound to `engine`, pointing at the packaged migrations."""
     from alembic.config import Config
 
-    config = Config()
+    # `Config`'s default stdout is the sys.stdout of the moment alembic was first imported, which, imported on
+    # demand, may be a stream closed since (a test's captured output): name today's stream.
+    config = Config(stdout=sys.stdout)
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["engine"] = engine
     return config

@@ -97,3 +97,24 @@ def test_a_job_writing_to_a_current_schema_never_imports_alembic(tmp_path: Path)
             assert connection.execute(text("SELECT count(*) FROM events")).scalar() == 1
     finally:
         engine.dispose()
+
+
+def test_a_check_after_alembic_was_first_imported_under_a_closed_stream(tmp_path: Path) -> None:
+    # alembic is imported on demand now: its Config's default stdout is the sys.stdout of that moment (in the
+    # suite, one test's captured output), closed by the time another test's `check` prints to it
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    script = (
+        "import io, sys\n"
+        "from stitchfleet.telemetry import database\n"
+        "real, sys.stdout = sys.stdout, io.StringIO()\n"
+        f"engine = database.connect({url!r})\n"
+        "database.alembic_config(engine)\n"
+        "sys.stdout.close()\n"
+        "sys.stdout = real\n"
+        f"database.upgrade({url!r})\n"
+        f"database.check({url!r})\n"
+    )
+    env = {**os.environ, "STITCHFLEET_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "No new upgrade operations detected." in done.stdout
