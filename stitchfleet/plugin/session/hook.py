@@ -19,7 +19,6 @@ from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.controller import EXTRA, Controller
 from stitchfleet.plugin.control.schedule import Timing
 from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan
-from stitchfleet.plugin.fleet.fleet_memory import Recollection
 from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.plugin.graph.mapping import Site, StepOps
 from stitchfleet.plugin.graph.rewrite import Installed, Rewired, rewire
@@ -214,8 +213,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     # --- begin ----------------------------------------------------------------------------
 
     def _begin(self) -> None:
-        current = self.settings
-        graph = tf.compat.v1.get_default_graph()
+        current, graph = self.settings, tf.compat.v1.get_default_graph()
         self.training = TrainingSteps(graph)
         if not self.training.trains:
             # No op writes a trainable variable or the global step (tf.estimator's evaluate, predict): no run is a
@@ -241,7 +239,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.length.short(self, self.ledger, backend):  # too short to repay its setup: no compile, no probe
             return
         started, memory = time.perf_counter(), self.ledger.recall()
-        if self._known_loss(graph, backend, memory):  # the fleet found stitching lose on this graph: as written
+        self.job_key, lost = job_verdict.recall(graph, backend, current.gpu_type, self.consensus.size, memory)
+        if self.length.known_loss(lost, self.ledger):  # the fleet found stitching lose on this graph: as written
             return
         steps = StepOps(graph)
         self.shapes = Specialisation(graph, steps, current.cache_dir, self.ledger)
@@ -287,14 +286,6 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self._start(list(range(len(self.installed))))
         else:  # the controller starts once every rank said what it installed (the first training run)
             self._agreeing = Agreement.vector([c.index for c, _ in self.installed], ok=True)
-
-    def _known_loss(self, graph: tf.Graph, backend: str, memory: Recollection) -> bool:
-        """Whether setup is skipped because the fleet's memory holds a slower verdict on this job's graph
-        (`job_verdict`). One rank only: Horovod ranks may recall different memories; they set up and agree."""
-        if self.consensus is None or self.consensus.size != 1 or self.ledger is None:
-            return False
-        self.job_key = job_verdict.job_key(graph, backend, self.settings.gpu_type)
-        return self.length.known_loss(job_verdict.known_loss(memory, self.job_key), self.ledger)
 
     def _start(self, positions: list[int]) -> None:
         """Runs the controller over the installed clusters at `positions` (all ranks agreed on them)."""

@@ -31,13 +31,16 @@ def job_key(graph: tf.Graph, backend: str, declared_gpu: str = "") -> tuple[str,
     return f"{PREFIX}{graph_key(graph)[:24]}", profile(backend, declared_gpu), SHAPES
 
 
-def known_loss(memory: Recollection, key: tuple[str, str, str]) -> SlowerVerdict | None:
-    """The fleet's slower verdict on this job's graph (enough earlier jobs found stitching lose on it, and no
-    later one found it faster: `slow_verdicts.derive`'s mirror rule), or None."""
-    for verdict in memory.slower:
-        if verdict.key == key:
-            return verdict
-    return None
+def recall(
+    graph: tf.Graph, backend: str, declared_gpu: str, ranks: int, memory: Recollection
+) -> tuple[tuple[str, str, str] | None, SlowerVerdict | None]:
+    """The job's key and the fleet's slower verdict on it (enough earlier jobs found stitching lose on its graph,
+    and no later one found it faster: `slow_verdicts.derive`'s mirror rule), or None. A Horovod job (`ranks` > 1)
+    has neither: its ranks may recall different memories, so they set up and agree as before."""
+    if ranks != 1:
+        return None, None
+    key = job_key(graph, backend, declared_gpu)
+    return key, next((verdict for verdict in memory.slower if verdict.key == key), None)
 
 
 def finding(course: JobCourse, group_proven: bool | None) -> tuple[str, str] | None:
