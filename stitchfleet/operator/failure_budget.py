@@ -12,13 +12,22 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 
 class FailureBudget:
     """Token buckets of refusals per client address (see the module docstring)."""
 
-    def __init__(self, *, burst: float = 20.0, per_second: float = 1.0, max_addresses: int = 4096) -> None:
+    def __init__(
+        self,
+        *,
+        burst: float = 20.0,
+        per_second: float = 1.0,
+        max_addresses: int = 4096,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._burst, self._rate, self._max = burst, per_second, max_addresses
+        self._clock = clock  # seconds; a test steps its own clock instead of sleeping
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # address -> (level, at)
         self._lock = threading.Lock()
 
@@ -29,12 +38,12 @@ class FailureBudget:
     def allows(self, address: str) -> bool:
         """Whether `address` may still cost a TokenReview (at least one refusal left in its bucket)."""
         with self._lock:
-            return self._level(address, time.monotonic()) >= 1.0
+            return self._level(address, self._clock()) >= 1.0
 
     def refused(self, address: str) -> None:
         """Spends one refusal of `address`'s bucket."""
         with self._lock:
-            now = time.monotonic()
+            now = self._clock()
             self._buckets[address] = (max(0.0, self._level(address, now) - 1.0), now)
             self._buckets.move_to_end(address)
             while len(self._buckets) > self._max:
