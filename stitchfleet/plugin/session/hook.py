@@ -98,7 +98,21 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         except Exception as err:  # never fail the job: stitching stays off
             log.exception("stitchfleet: stitching is off for this job")
             self.active = False
+            if self.ledger is None:  # it failed before its ledger: the failure is recorded all the same
+                self.ledger = self._ledger_after_failure()
             self._event("compile_failure", None, f"plugin setup failed: {type(err).__name__}", str(err))
+
+    def _ledger_after_failure(self) -> Ledger | None:
+        """This rank's ledger, opened after a setup that failed before it did (None if it cannot be opened: the job
+        runs on). A Horovod rank records under its own rank, so each rank's failure is its own row."""
+        rank, size = (self.consensus.rank, self.consensus.size) if self.consensus is not None else (0, 1)
+        try:
+            ledger = Ledger(self.settings, rank, size, self.db_url)
+            ledger.started()
+            return ledger
+        except Exception as err:
+            log.warning("stitchfleet: could not record that the plugin's setup failed: %s", err)
+            return None
 
     def not_attached(self, reason: str) -> None:
         """Telemetry of a job whose training steps run without this hook (a session it cannot join), and why."""

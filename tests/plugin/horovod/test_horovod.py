@@ -97,6 +97,13 @@ def test_a_rank_whose_setup_failed_still_joins_and_every_rank_leaves_the_job_to_
     assert [states[r]["active"] for r in ("0", "1")] == [False, False]
     assert states["0"]["stitched"] == [] and states["1"]["stitched"] == []
     assert states["0"]["runs"] == states["1"]["runs"] == 24
+    # each rank recorded why: rank 1 its own failure (raised before its ledger was opened), rank 0 the other's
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    with engine.connect() as connection:
+        query = sa.select(tables.Event.rank, tables.Event.reason).where(tables.Event.kind == "compile_failure")
+        reasons = {(rank, reason.split(":")[0]) for rank, reason in connection.execute(query)}
+    engine.dispose()
+    assert reasons == {(1, "plugin setup failed"), (0, "another rank's setup failed")}, reasons
 
 
 def test_a_slower_verdict_only_one_rank_read_leaves_the_cluster_off_on_every_rank(tmp_path: Path) -> None:

@@ -31,6 +31,19 @@ def test_missing_backend_leaves_stitching_off_and_records_why(tmp_path: Path) ->
     assert failures and "cuda bridge" in failures[0].detail
 
 
+def test_a_setup_that_fails_before_its_ledger_is_recorded_and_the_job_runs_as_written(tmp_path: Path) -> None:
+    # Regression: `begin` recorded a setup failure through the ledger only, and one raised before the ledger was
+    # opened (Horovod's rank whose setup failed) left no row: the rank's telemetry had no table, no event.
+    from stitchfleet.plugin.native.faults import Fault
+
+    plain = train(6, None)
+    hook, url = hooked(tmp_path, "setup-fails", Fault("setup", cluster=0, rank=0))
+    run = train(6, hook)
+    assert run.losses == plain.losses and not hook.active and not hook.installed
+    failures = [e for e in events(url, "compile_failure") if "plugin setup failed" in e.reason]
+    assert len(failures) == 1 and "injected setup failure" in failures[0].detail
+
+
 def test_unreachable_database_does_not_stop_training(tmp_path: Path) -> None:
     url = f"postgresql+psycopg://nobody@127.0.0.1:{_closed_port()}/none?connect_timeout=1"
     hook = StitchHook(make_settings(tmp_path, "db-down", STITCHFLEET_FLUSH_SECONDS="2"), backend="cpu", db_url=url)
