@@ -72,3 +72,25 @@ def train(steps: int, hook: StitchHook | None) -> Run:
 def hooked(tmp: Path, uid: str, fault: Fault | None = None, **extra: str) -> tuple[StitchHook, str]:
     url = f"sqlite:///{tmp / 'telemetry.db'}"
     return StitchHook(make_settings(tmp, uid, **extra), backend="cpu", fault=fault, db_url=url), url
+
+
+def assert_tf_paths_match(session: Any, hook: StitchHook, feeds: dict[Any, Any]) -> int:
+    """Runs the twin once on `session`'s raw session with every switch off (the default): every installed
+    cluster's TF path (the dispatch op's fallback function) must give what the user's own graph computes in the
+    same run, from the same feeds and the same draws of shared random ops, to float32 rounding (grappler and oneDNN
+    rewrite the user's graph, not a function's body alike: a Keras attention's softmax differed by 3e-8; a wrong
+    tensor read differs by the values themselves). Feed a shape signature other than the setup's: that is where a
+    shape baked into the TF path would show. Returns the outputs compared."""
+    graph = tf.compat.v1.get_default_graph()
+    pairs = []
+    for _, installed in hook.installed:
+        for original, switched in zip(installed.original, installed.switched, strict=True):
+            pairs.append((graph.get_tensor_by_name(original.name.removeprefix("stitchfleet_twin/")), switched))
+    assert hook.diverter is not None
+    hook.diverter.armed = True
+    values = session._tf_sess().run([t for pair in pairs for t in pair], feeds)
+    for k, (user, _) in enumerate(pairs):
+        mine, theirs = values[2 * k], values[2 * k + 1]
+        assert mine.shape == theirs.shape, (user.name, mine.shape, theirs.shape)
+        np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6, err_msg=f"{user.name} against its TF path")
+    return len(pairs)

@@ -7,8 +7,9 @@ signature. Output: The rules in full: docs/plugin/graph.md.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,8 @@ from stitchfleet.plugin.graph.op_graph import downstream
 
 FEEDABLE_OPS = frozenset({"Placeholder", "PlaceholderV2", "PlaceholderWithDefault"})
 REBUILT = frozenset({"Shape", "Size"})  # readers whose value `rebuilt` computes from other tensors' dimensions
-Size = int | tuple[Any, int, int, int]  # a static size, or (tensor, axis, times, over): its size there * times / over
+# a static size, or (tensor, axis, times, over, plus): its size there * times / over + plus
+Size = int | tuple[Any, int, int, int, int]
 
 
 def recomputed(
@@ -44,12 +46,16 @@ def recomputed(
             raise ValueError(f"{op.name!r} ({op.type}) computes a shape that depends on the job's shape signature")
         found[op.name] = op
         for tensor in op.inputs:
-            if tensor.name in known or tensor.op.name in have or tensor.name in shaped:
+            if tensor.name in known or tensor.op.name in have:
                 continue
             if op.type in FOLDS_SHAPES and tensor.op.type not in ("Const", *FOLDS_SHAPES):
                 shaped[tensor.name] = tensor
                 continue
-            todo.append(tensor.op)
+            todo.append(tensor.op)  # its value is read: computed here, even where another op reads its shape
+    # A tensor computed here is read as it is by its shape readers too. A rename applies to every read of the
+    # tensor in the clone: one that also stood for a recomputed value replaced that value (word2vec's NCE loss:
+    # the labels `ones_like(logits) / num_true` became the sampler's expected counts, of the same shape).
+    shaped = {name: tensor for name, tensor in shaped.items() if tensor.op.name not in found}
     # only after the walk: a held tensor computed from a recomputed shape cannot stand in (`held`)
     candidates = [*site.inputs, *held(site, found)]
     renamed: dict[str, str] = {}
@@ -63,9 +69,10 @@ def recomputed(
             # no tensor at hand has its shape: its readers' values from the dimensions of those that relate
             readers = [op for op in found.values() if any(t is tensor for t in op.inputs)]
             for reader in readers:
-                built = rebuilt(site, reader, original, candidates)
+                held_here = [t for t in reader.inputs if t.name in known or t.op.name in have or t.op.name in found]
+                built, values = rebuilt(site, reader, held_here, originals or {}, candidates)
                 made += built
-                renamed[reader.outputs[0].name] = f"{built[-1].name}:0"
+                renamed.update({output.name: value for output, value in zip(reader.outputs, values, strict=True)})
                 del found[reader.name]
     return [*found.values(), *made], renamed
 
@@ -124,57 +131,109 @@ class Made:
         return self.op.get_attr(name)
 
 
-def rebuilt(site: Site, reader: tf.Operation, tensor: tf.Tensor, candidates: Sequence[tf.Tensor]) -> list[Made]:
-    """The ops computing `reader`'s value (a `Shape` or `Size` of `tensor`, whose shape no candidate has) from the
-    candidates' dimensions, its output last; ValueError when a dimension that varies relates to none of them.
-    A dimension varying with the signature is a candidate's dimension of the same size under both of the oracle's
-    signatures, else one in the same ratio to it under both (a Tensordot's `[batch * tokens, width]` for a
-    `[batch, tokens, width]` input: Keras' Dense under a `None` batch, whose gradient reshapes to its input's
-    shape). Any dtype stands in: only dimensions are read (`same_shape` keeps the dtype for the reader's `T`)."""
-    pair = site.oracle.pair(tensor) if reader.type in REBUILT and site.oracle is not None else None
+def rebuilt(
+    site: Site,
+    reader: tf.Operation,
+    held_here: Sequence[tf.Tensor],
+    originals: Mapping[str, str],
+    candidates: Sequence[tf.Tensor],
+) -> tuple[list[Made], list[str]]:
+    """The ops computing `reader`'s value (a `Shape` or `Size`, or a `ShapeN`) without reading the tensors whose
+    shapes it reads, except those the clone holds (`held_here`: read as they are), from the candidates' dimensions
+    (`originals`: earlier clusters' switched outputs -> the tensors they replaced, whose shapes the oracle knows),
+    and the name of each output's value; ValueError when a dimension that varies relates to none of the
+    candidates. A dimension varying with the signature is a candidate's
+    dimension of the same size under both of the oracle's signatures, else one in the same ratio to it under both
+    (a Tensordot's `[batch * tokens, width]` for a `[batch, tokens, width]` input: Keras' Dense under a `None`
+    batch, whose gradient reshapes to its input's shape); a static dimension is a constant (a convolution
+    gradient's `ShapeN` of a varying image and a variable's kernel: the kernel's shape). Any dtype stands in: only
+    dimensions are read (`same_shape` keeps the dtype for the reader's `T`)."""
+    if reader.type not in (*REBUILT, "ShapeN"):
+        raise ValueError(
+            f"the shape of {reader.inputs[0].name!r} depends on the job's shape signature and no tensor at hand has it"
+        )
+    graph, held_names = reader.graph, {t.name for t in held_here}
+    scratch, reads = tf.Graph(), dict[str, str]()
+    stand_ins: dict[str, Any] = {}
+
+    def stand_in(source: tf.Tensor) -> Any:
+        if source.name not in stand_ins:
+            stand_ins[source.name] = tf.compat.v1.placeholder(source.dtype.base_dtype, name=f"in_{len(stand_ins)}")
+            reads[stand_ins[source.name].name] = source.name
+        return stand_ins[source.name]
+
+    kind, out_type, values = ("Size" if reader.type == "Size" else "Shape"), reader.get_attr("out_type"), []
+    reads_of = reader.inputs if reader.type == "ShapeN" else reader.inputs[:1]
+    with scratch.as_default(), tf.name_scope(f"{reader.name}/stitchfleet_rebuilt/"):
+        for k, read in enumerate(reads_of):
+            with tf.name_scope(f"output_{k}") if reader.type == "ShapeN" else contextlib.nullcontext():
+                if read.name in held_names:
+                    measure = tf.compat.v1.size if kind == "Size" else tf.compat.v1.shape
+                    value = measure(stand_in(read), out_type=out_type, name="value")
+                else:
+                    original = graph.get_tensor_by_name(originals.get(read.name, read.name))
+                    value = shape_value(dimensions(site, original, candidates), kind, out_type, stand_in)
+            values.append(value.name)
+    return [Made(op, reads) for op in scratch.get_operations() if op.type != "Placeholder"], values
+
+
+def dimensions(site: Site, tensor: tf.Tensor, candidates: Sequence[tf.Tensor]) -> list[Size]:
+    """`tensor`'s dimensions as `rebuilt` reads them: per axis a static size or a candidate's dimension (times a
+    ratio); ValueError when a dimension that varies relates to none of the candidates."""
+    pair = site.oracle.pair(tensor) if site.oracle is not None else None
     found = [_size(site, first, second, candidates) for first, second in zip(*pair, strict=True)] if pair else [None]
     sizes = [size for size in found if size is not None]
     if len(sizes) != len(found):
         raise ValueError(
             f"the shape of {tensor.name!r} depends on the job's shape signature and no tensor at hand has it"
         )
-    scratch, reads = tf.Graph(), dict[str, str]()
-    with scratch.as_default(), tf.name_scope(f"{reader.name}/stitchfleet_rebuilt/"):
-        stand_ins: dict[str, Any] = {}
-        parts = []
-        for size in sizes:
-            if isinstance(size, int):
-                parts.append(tf.constant(size, tf.int64))
-                continue
-            source, axis, times, over = size
-            if source.name not in stand_ins:
-                stand_ins[source.name] = tf.compat.v1.placeholder(source.dtype.base_dtype, name=f"in_{len(stand_ins)}")
-                reads[stand_ins[source.name].name] = source.name
-            part = tf.compat.v1.shape(stand_ins[source.name], out_type=tf.int64)[axis]
-            parts.append(part * times // over if (times, over) != (1, 1) else part)
-        shape = tf.stack(parts) if parts else tf.constant([], tf.int64)
-        value = tf.reduce_prod(shape) if reader.type == "Size" else shape
-        tf.cast(value, reader.get_attr("out_type"), name="value")
-    return [Made(op, reads) for op in scratch.get_operations() if op.type != "Placeholder"]
+    return sizes
+
+
+def shape_value(
+    sizes: Sequence[Size], kind: str, out_type: tf.DType, source: Callable[[tf.Tensor], tf.Tensor]
+) -> tf.Tensor:
+    """Ops in the default graph computing a `Shape` (`kind`: the dimensions) or a `Size` (their product), in
+    `out_type`, from `sizes` (`dimensions`), reading each candidate's shape from `source(candidate)`: a stand-in in
+    `rebuilt`'s scratch graph, the live tensor itself for a reader outside a cluster (`rewrite`)."""
+    parts = []
+    for size in sizes:
+        if isinstance(size, int):
+            parts.append(tf.constant(size, tf.int64))
+            continue
+        candidate, axis, times, over, plus = size
+        part = tf.compat.v1.shape(source(candidate), out_type=tf.int64)[axis]
+        part = part * times // over if (times, over) != (1, 1) else part
+        parts.append(part + plus if plus else part)
+    shape = tf.stack(parts) if parts else tf.constant([], tf.int64)
+    value = tf.reduce_prod(shape) if kind == "Size" else shape
+    return tf.cast(value, out_type, name="value")
 
 
 def _size(site: Site, first: int, second: int, candidates: Sequence[Any]) -> Size | None:
     """A dimension of sizes `first`, `second` under the oracle's two signatures: the size when they agree, else a
-    candidate's dimension equal to it under both (preferred) or in the same ratio under both; None if none is."""
+    candidate's dimension equal to it under both (preferred), else in the same ratio to it under both (the rule
+    since session 9), else a constant apart from it under both (word2vec's gathered NCE weights, `[batch +
+    num_sampled, width]`, for a `[batch, width]` input); None if none is. On one candidate's dimension the last two
+    cannot both fit; on two candidates' they can, and two signatures cannot tell which relation is true: the ratio
+    is kept, as before the offset rule was added."""
     if first == second:
         return first
     if site.oracle is None:  # one signature only: no candidate's dimension can be told to vary alike
         return None
     ratio: Size | None = None
+    offset: Size | None = None
     for candidate in candidates:
         pair = site.oracle.pair(candidate)
         for axis, (a, b) in enumerate(zip(*pair, strict=True) if pair else ()):
             if (a, b) == (first, second):
-                return candidate, axis, 1, 1
+                return candidate, axis, 1, 1, 0
             if ratio is None and a != b and a * second == b * first and a * first > 0:
                 common = math.gcd(first, a)
-                ratio = (candidate, axis, first // common, a // common)
-    return ratio
+                ratio = (candidate, axis, first // common, a // common, 0)
+            if offset is None and a != b and first - a == second - b:
+                offset = (candidate, axis, 1, 1, first - a)
+    return ratio if ratio is not None else offset
 
 
 def graph_of(site: Site) -> tf.Graph:

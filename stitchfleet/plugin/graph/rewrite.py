@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from stitchfleet.plugin.graph import check_reads, fallback
 from stitchfleet.plugin.graph.mapping import Site, check_acyclic
-from stitchfleet.plugin.graph.recompute import recomputed, same_shape
+from stitchfleet.plugin.graph.recompute import Size, dimensions, recomputed, same_shape, shape_value
 from stitchfleet.plugin.native.dispatch_op import BridgeOp
 
 Kernel = Callable[..., tuple[Any, ...]]
@@ -124,21 +124,63 @@ def _dispatched(
     return outs
 
 
-def _live_readers(site: Site, candidates: Sequence[Any]) -> dict[str, list[tuple[int, Any]]]:
-    """Per outside shape reader whose folded value depends on the job's shape signature: (input position,
-    the site input or output of the same shape whatever the signature) for each interior tensor it reads.
-    It then reads that tensor and keeps computing its value instead of becoming a constant."""
-    live: dict[str, list[tuple[int, Any]]] = {}
+@dataclass(frozen=True)
+class OutputValue:
+    """One output of a shape reader outside a cluster, computed without the cluster's interior: its static value
+    (`sizes` None: the shape of a tensor that does not vary with the signature, or a `Size` of one), else from
+    `sizes` (`recompute.dimensions`: the cluster inputs' dimensions, or the read tensor's own when it is outside)."""
+
+    index: int
+    kind: str  # "Shape" or "Size"
+    sizes: tuple[Size, ...] | None
+
+
+@dataclass(frozen=True)
+class LiveReader:
+    """An op outside a cluster reading the shape of a tensor inside it, where that shape depends on the job's shape
+    signature: it reads a site input or output of the same shape instead (`reads`: its input position -> that
+    tensor), or, when one has none, each of its outputs is computed without it (`values`) and read instead."""
+
+    reads: tuple[tuple[int, tf.Tensor], ...] = ()
+    values: tuple[OutputValue, ...] | None = None
+
+
+def _live_readers(site: Site, candidates: Sequence[Any]) -> dict[str, LiveReader]:
+    """Per outside shape reader whose folded value depends on the job's shape signature, how it keeps computing
+    its value instead of becoming a constant (`LiveReader`); ValueError when it cannot."""
+    live: dict[str, LiveReader] = {}
     for reader in site.shape_readers:
         if not any(t.name in site.varying for t in reader.outputs):
             continue
         inside = [(k, t) for k, t in enumerate(reader.inputs) if t.op.name in site.internal_names]
-        live[reader.name] = [(k, same_shape(site, t, candidates)) for k, t in inside]
+        try:
+            live[reader.name] = LiveReader(reads=tuple((k, same_shape(site, t, candidates)) for k, t in inside))
+        except ValueError:
+            live[reader.name] = LiveReader(values=tuple(_output_values(site, reader)))
     return live
 
 
+def _output_values(site: Site, reader: Any) -> list[OutputValue]:
+    """Each output of `reader` (`Shape`, `Size`, `ShapeN`) as an `OutputValue`; ValueError for another reader or a
+    varying dimension that relates to none of the cluster's inputs. The inputs only: the outputs' shapes are known
+    after the cluster ran, and a reader of them feeding the cluster's own gradient half closed a cycle through the
+    dispatch op (word2vec's NCE loss)."""
+    if reader.type not in ("Shape", "Size", "ShapeN"):
+        raise ValueError(f"{reader.name!r} ({reader.type}) reads a shape in the cluster that depends on the signature")
+    values = []
+    for k, output in enumerate(reader.outputs):
+        tensor = reader.inputs[k if reader.type == "ShapeN" else 0]
+        kind = "Size" if reader.type == "Size" else "Shape"
+        if output.name not in site.varying:
+            values.append(OutputValue(k, kind, None))
+            continue
+        outside = tensor.op.name not in site.internal_names
+        values.append(OutputValue(k, kind, tuple(dimensions(site, tensor, [tensor] if outside else site.inputs))))
+    return values
+
+
 def _reroute(
-    site: Site, switched: Sequence[Any], anchor: Any, live: dict[str, list[tuple[int, Any]]], inputs: Sequence[Any]
+    site: Site, switched: Sequence[Any], anchor: Any, live: dict[str, LiveReader], inputs: Sequence[Any]
 ) -> None:
     names = site.internal_names
     now = {t.name: s for t, s in [*zip(site.inputs, inputs, strict=True), *zip(site.outputs, switched, strict=True)]}
@@ -157,20 +199,35 @@ def _reroute(
         reader._add_control_inputs([*kept, anchor] if reader in site.control_readers else kept)
 
 
-def _reroute_shape_readers(site: Site, live: dict[str, list[tuple[int, Any]]], now: dict[str, Any]) -> None:
-    """Outside ops reading interior shapes: a live one reads a tensor of the same shape instead; the others'
-    readers read their folded constants."""
+def _reroute_shape_readers(site: Site, live: dict[str, LiveReader], now: dict[str, Any]) -> None:
+    """Outside ops reading interior shapes: a live one reads a tensor of the same shape instead, or its readers read
+    its value computed from the inputs' dimensions; the others' readers read their folded constants."""
     for reader in site.shape_readers:
-        if reader.name in live:
-            for position, tensor in live[reader.name]:
+        found = live.get(reader.name)
+        if found is not None and found.values is None:
+            for position, tensor in found.reads:
                 reader._update_input(position, now.get(tensor.name, tensor))
             continue
+        if found is not None and found.values is not None:
+            for value in found.values:
+                output = reader.outputs[value.index]
+                if value.sizes is None:
+                    _read_instead(output, tf.constant(site.folded[output.name], name="folded"))
+                    continue
+                with tf.name_scope(f"cluster_{site.index}/shape_of"):
+                    read = shape_value(value.sizes, value.kind, output.dtype, lambda c: now.get(c.name, c))
+                _read_instead(output, read)
+            continue
         for tensor in reader.outputs:
-            constant = tf.constant(site.folded.get(tensor.name, np.asarray(0)), name="folded")
-            for user in list(tensor.consumers()):
-                for position, read in enumerate(user.inputs):
-                    if read is tensor:
-                        user._update_input(position, constant)
+            _read_instead(tensor, tf.constant(site.folded.get(tensor.name, np.asarray(0)), name="folded"))
+
+
+def _read_instead(tensor: Any, value: Any) -> None:
+    """Every op reading `tensor` reads `value` instead."""
+    for user in list(tensor.consumers()):
+        for position, read in enumerate(user.inputs):
+            if read is tensor:
+                user._update_input(position, value)
 
 
 def _install(

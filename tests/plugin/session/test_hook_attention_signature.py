@@ -23,7 +23,7 @@ tf = pytest.importorskip("tensorflow")
 
 from stitchfleet.plugin.session.hook import StitchHook  # noqa: E402
 from stitchfleet.plugin.shapes import signatures  # noqa: E402
-from tests.plugin.hook_harness import events, hooked  # noqa: E402
+from tests.plugin.hook_harness import assert_tf_paths_match, events, hooked  # noqa: E402
 from tests.plugin.session.test_hook_signatures import SETTLE_S  # noqa: E402
 
 pytestmark = pytest.mark.tf
@@ -62,6 +62,9 @@ def train(hook: StitchHook | None) -> list[float]:
             losses.append(float(session.run(["loss:0", "train"], {"x:0": xs, "y:0": ys})[0]))
             if step == 2 and hook is not None and hook.signatures is not None:
                 assert hook.signatures.wait(SETTLE_S)
+        if hook is not None:  # every cluster's TF path against the user's graph at a batch no step fed
+            other = {name: rng.standard_normal((5, TOKENS, WIDTH)).astype(np.float32) for name in ("x:0", "y:0")}
+            assert assert_tf_paths_match(session, hook, {graph.get_tensor_by_name(k): v for k, v in other.items()})
     return losses
 
 

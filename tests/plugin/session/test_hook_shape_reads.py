@@ -18,7 +18,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from stitchfleet.plugin.session.hook import StitchHook  # noqa: E402
-from tests.plugin.hook_harness import events, hooked  # noqa: E402
+from tests.plugin.hook_harness import assert_tf_paths_match, events, hooked  # noqa: E402
 from tests.plugin.session.test_hook_signatures import SETTLE_S  # noqa: E402
 
 pytestmark = pytest.mark.tf
@@ -55,6 +55,10 @@ def train(hook: StitchHook | None) -> list[float]:
             losses.append(float(value))
             if step == 6 and hook is not None and hook.signatures is not None:
                 assert hook.signatures.wait(SETTLE_S)
+        if hook is not None:  # every cluster's TF path against the user's graph at a length no step fed
+            tokens = rng.integers(0, 100, (8, 24)).astype(np.int32)
+            other = {"tokens:0": tokens, "labels:0": (tokens[:, 0] % 4).astype(np.int64)}
+            assert assert_tf_paths_match(session, hook, {graph.get_tensor_by_name(k): v for k, v in other.items()})
     return losses
 
 
