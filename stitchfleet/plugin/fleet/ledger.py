@@ -319,3 +319,15 @@ class Ledger:
             known = f"{len(memory.reverted)} reverted cluster(s), {len(memory.slower)} slower verdict(s) known"
             self.event(EventKind.FLEET_MEMORY.value, None, None, reason, detail=f"{reason} ({known}): {memory.problem}")
         return memory
+
+
+def opened(current: settings_module.Settings, rank: int, world_size: int, url: str | None = None) -> Ledger | None:
+    """A started ledger for records the hook makes outside a job it runs (a session it cannot join, a setup that
+    failed before its own ledger was opened), or None, logged, when even that fails: the job runs on."""
+    try:
+        ledger = Ledger(current, rank, world_size, url)
+        ledger.started()
+        return ledger
+    except Exception as err:
+        log.warning("stitchfleet: telemetry cannot be recorded for this job: %s", err)
+        return None

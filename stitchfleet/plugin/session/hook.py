@@ -19,6 +19,7 @@ from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.controller import EXTRA, Controller
 from stitchfleet.plugin.control.schedule import Timing
 from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan
+from stitchfleet.plugin.fleet import ledger
 from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.plugin.graph.mapping import Site, StepOps
 from stitchfleet.plugin.graph.rewrite import Installed, Rewired, rewire
@@ -98,29 +99,18 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         except Exception as err:  # never fail the job: stitching stays off
             log.exception("stitchfleet: stitching is off for this job")
             self.active = False
-            if self.ledger is None:  # it failed before its ledger: the failure is recorded all the same
-                self.ledger = self._ledger_after_failure()
+            if self.ledger is None:  # it failed before its ledger: recorded all the same, under this rank
+                ranks = (self.consensus.rank, self.consensus.size) if self.consensus is not None else (0, 1)
+                self.ledger = ledger.opened(self.settings, *ranks, self.db_url)
             self._event("compile_failure", None, f"plugin setup failed: {type(err).__name__}", str(err))
-
-    def _ledger_after_failure(self) -> Ledger | None:
-        """This rank's ledger, opened after a setup that failed before it did (None if it cannot be opened: the job
-        runs on). A Horovod rank records under its own rank, so each rank's failure is its own row."""
-        rank, size = (self.consensus.rank, self.consensus.size) if self.consensus is not None else (0, 1)
-        try:
-            ledger = Ledger(self.settings, rank, size, self.db_url)
-            ledger.started()
-            return ledger
-        except Exception as err:
-            log.warning("stitchfleet: could not record that the plugin's setup failed: %s", err)
-            return None
 
     def not_attached(self, reason: str) -> None:
         """Telemetry of a job whose training steps run without this hook (a session it cannot join), and why."""
+        record = ledger.opened(self.settings, 0, 1, self.db_url)
         try:
-            ledger = Ledger(self.settings, 0, 1, self.db_url)
-            ledger.started()
-            ledger.event(EventKind.NOT_ATTACHED.value, None, None, "not attached", detail=reason)
-            ledger.close()
+            if record is not None:
+                record.event(EventKind.NOT_ATTACHED.value, None, None, "not attached", detail=reason)
+                record.close()
         except Exception as err:  # the job runs on whatever happens here
             log.warning("stitchfleet: could not record that the hook is not attached: %s", err)
 
