@@ -7,10 +7,12 @@ probes off, run through `MonitoredSession.run` as a job runs it: the hook's per-
 same twin with every cluster on run on the raw session (the hook's Python left out). The difference between
 the last two is what the hook's per-step work costs a stitched step. Also the mean and median time spent inside
 the hook's before_run + after_run per stitched step (wall and thread CPU): the mean includes the steps that
-close a telemetry window (every STITCHFLEET_WINDOW_STEPS = 20 steps here), which a median of steps leaves out.
+close a telemetry window (every STITCHFLEET_WINDOW_STEPS steps: 20 here unless the environment says, 100 by
+default in a job), which a median of steps leaves out.
 
     PYTHONPATH=. python scripts/hook_step.py 12 30
     PYTHONPATH=. python scripts/hook_step.py 12 30 off   # the same once stitching is off for the job
+    STITCHFLEET_WINDOW_STEPS=100 PYTHONPATH=. python scripts/hook_step.py 12 30 off   # the default windows
 
 `off`: the job is reverted (`Controller._revert_job`, as its slowdown guard does) before timing, so every timed
 hooked step is one the hook only times and counts: the hook's cost once stitching is off (issue 29 item 6).
@@ -18,6 +20,7 @@ hooked step is one the hook only times and counts: the hook's cost once stitchin
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
@@ -70,7 +73,7 @@ def _hook(tmp: str) -> _Timed:
         "STITCHFLEET_CHECK_FIRST": "1",
         "STITCHFLEET_CHECK_EVERY": "1000000",
         "STITCHFLEET_REBASELINE_EVERY": "1000000",
-        "STITCHFLEET_WINDOW_STEPS": "20",
+        "STITCHFLEET_WINDOW_STEPS": os.environ.get("STITCHFLEET_WINDOW_STEPS", "20"),
         "STITCHFLEET_JOB_STEPS": "100000",
         # the first stitched window holds the twin's executor build: the guard would revert on it
         "STITCHFLEET_SLOWDOWN_MARGIN": "100",
