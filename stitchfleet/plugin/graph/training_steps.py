@@ -150,6 +150,10 @@ class TrainingSteps:
         # Per thread, its last run's walk: another thread's run of a shared session (an eval thread) must not
         # change what a training step in flight reads between `updates_variables` and the hook's use of it.
         self._last = threading.local()
+        # Per reached set, whether it runs every required cluster: fixed until `require` changes the clusters,
+        # and asked every step (a walk over every cluster's op names). A frozenset keeps its hash, and the
+        # step's reached set is the very object stored, so the lookup is an identity check.
+        self._covers: dict[frozenset[str], bool] = {}
 
     @property
     def reached(self) -> frozenset[str]:
@@ -165,6 +169,7 @@ class TrainingSteps:
         """From now on a training step must also run every cluster of `stitched` (per cluster, the ops
         that carry its results to the rest of the graph)."""
         self.clusters = [frozenset(op.name for op in ops) for ops in stitched]
+        self._covers = {}  # answers for the clusters before: a reverted cluster no longer needs to run
 
     def updates_variables(self, fetches: object) -> bool:
         """True when a run with these fetches updates a trainable variable (the rule every Horovod rank
@@ -199,4 +204,11 @@ class TrainingSteps:
         """True when a run with these fetches is a training step (updates a variable, runs every cluster)."""
         if not self.updates_variables(fetches):
             return False
-        return bool(self.clusters) and all(not cluster.isdisjoint(self.reached) for cluster in self.clusters)
+        reached = self.reached
+        covers = self._covers.get(reached)
+        if covers is None:
+            clusters = self.clusters
+            covers = bool(clusters) and all(not cluster.isdisjoint(reached) for cluster in clusters)
+            if len(self._covers) < SEEN:
+                self._covers[reached] = covers
+        return covers

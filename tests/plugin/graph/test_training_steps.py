@@ -135,3 +135,21 @@ def test_a_sparse_sgd_update_is_a_training_step(resource: bool) -> None:
     steps = TrainingSteps(graph)
     assert steps.trains and steps.updates_variables([train, loss]) and steps.trains_in([train, loss])
     assert not steps.trains_in(init) and not steps.updates_variables(loss)
+
+
+def test_the_cached_training_answer_follows_the_required_clusters() -> None:
+    # `is_training` remembers its answer per reached set: `require` (a cluster reverted, another enabled)
+    # must drop it, and another fetch set gets its own answer.
+    graph, t = _graph()
+    steps = TrainingSteps(graph)
+    fetches = [t["loss"], t["train"]]
+    steps.require([[t["hidden"].op], [t["metric"].op]])
+    assert not steps.is_training(fetches) and not steps.is_training(fetches)
+    steps.require([[t["hidden"].op]])  # the metric's cluster reverted: the same fetches now train
+    assert steps.is_training(fetches) and steps.is_training(fetches)
+    assert not steps.is_training([t["loss"], t["metric"]])  # another fetch set: its own answer
+    assert steps.is_training(fetches)
+    steps.require([])  # every cluster reverted: nothing left to stitch, no training step
+    assert not steps.is_training(fetches)
+    steps.require([[t["metric"].op]])
+    assert not steps.is_training(fetches) and steps.updates_variables(fetches)
