@@ -199,6 +199,13 @@ class Settings:
         " job's length it decides whether setup can pay back at all (0: unknown, setup runs).",
         minimum=0.0,
     )
+    setup_share: float = _knob(
+        0.1,
+        "A plain tf.compat.v1.Session job of unknown length (one rank) sets up once its setup's fixed cost is at most"
+        " this share of the time it has trained: until then its steps run as written (0: set up at its first"
+        " training step).",
+        minimum=0.0,
+    )
     remote_stitch_budget: int = _knob(8, "Most independent clusters merged into one stitch op.", minimum=1)
     dump_dir: str = _knob("", "Write every compiler artifact here, and why the plugin changed a cluster (empty: off).")
     # Home-relative defaults are resolved once, at import: a process's home does not move.
@@ -403,6 +410,7 @@ AREAS: dict[str, tuple[str, ...]] = {
         "probe_share",
         "job_steps",
         "step_ms",
+        "setup_share",
     ),
     "telemetry": (
         "db_url",

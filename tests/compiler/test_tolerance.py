@@ -395,3 +395,34 @@ def test_the_references_rounding_ignores_float32_overflow() -> None:
     narrow = np.array([np.inf, 1.0, -2.0], np.float32)
     assert rounding_at(np.dtype(np.float64), narrow, reference, 1e-3) == 0.0
     assert rounding_at(np.dtype(np.float64), np.full(3, np.inf, np.float32), reference, 1e-3) == 0.0
+
+
+def _centered_sums(dy: np.ndarray, dtype: type, reverse: bool = False) -> np.ndarray:
+    """sum(dy - mean(dy)) over the last axis, every sum sequential at `dtype` (in reverse: another order)."""
+    x = dy.astype(dtype)[..., ::-1] if reverse else dy.astype(dtype)
+    mean = np.zeros(x.shape[:-1] + (1,), dtype)
+    for k in range(x.shape[-1]):
+        mean[..., 0] += x[..., k]
+    mean /= dtype(x.shape[-1])
+    total = np.zeros_like(mean)
+    for k in range(x.shape[-1]):
+        total[..., 0] += x[..., k] - mean[..., 0]
+    return total
+
+
+def test_an_output_that_cancels_to_zero_everywhere_is_judged_in_its_own_rounding() -> None:
+    """A LayerNorm gradient cluster's `sum(dy - mean(dy))` (zero in exact arithmetic) was reverted mid-job at
+    "error 9.96e+10 exceeds 8 x native error (3.34e+10 allowed); beyond 0.01, the cap": its float64 reference
+    is rounding noise, so 0.1% of its RMS made float32 noise errors of 1e10. Another summation order passes;
+    a fault of a term's size still fails."""
+    dy = (np.random.default_rng(1).standard_normal((4, 100)) * 0.01).astype(np.float32)
+    reference = _centered_sums(dy, np.float64)  # float64 rounding noise, ~1e-17
+    native, other = _centered_sums(dy, np.float32, reverse=True), _centered_sums(dy, np.float32)
+    assert float(np.max(np.abs(reference))) < 1e-16 < float(np.max(np.abs(native - other)))
+    old_floor = error_floor(reference, 1e-3)  # the floor from the reference alone: noise scaled into 1e10
+    old_error, old_native = scaled_error(other, reference, old_floor), scaled_error(native, reference, old_floor)
+    assert old_error > 8 * old_native > 1e6, "the case the old floor refused"
+    assert check(other, native, reference, floor_ratio=1e-3).ok
+    faulty = other.copy()
+    faulty[2, 0] += dy[2, 3]  # a term counted twice
+    assert not check(faulty, native, reference, floor_ratio=1e-3).ok

@@ -36,6 +36,7 @@ SHIM = {
     "STITCHFLEET_CHECK_BUDGET": "1.0",
     "STITCHFLEET_CHECK_MAX_GAP": "5",
     "STITCHFLEET_CHECK_CLUSTERS": "0",
+    "STITCHFLEET_SETUP_SHARE": "0",  # a plain session's loop sets up at its first training run, not after 105 s
 }
 
 

@@ -42,8 +42,10 @@ with graph.as_default():
             session.run(loss, feeds)  # an eval run: not a training step
     runner = getattr(session, "_stitchfleet_plain", None)
     session.close()
-hook = getattr(runner, "hook", None)
-print("attached:", hook is not None)
+began = type(runner).__name__ == "PlainRunner"  # its hook began (else: `Waiting` for its setup, or a reason)
+hook = getattr(runner, "hook", None) if began else None
+print("attached:", began)
+print("waiting:", type(runner).__name__ == "Waiting")
 print("reason:", runner if isinstance(runner, str) else "")
 print("calls:", sum(hook.backend_calls.values()) if hook is not None else 0)
 print("steps:", hook.step if hook is not None else 0)

@@ -57,7 +57,10 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         loss: tf.Tensor | None = None,
         fault: Fault | None = None,
         db_url: str | None = None,
+        record: Ledger | None = None,
     ) -> None:
+        """`record`: the job's telemetry when it is already open (a plain session's job that trained as written
+        before its setup, `plain_session.Waiting`): the job keeps one record."""
         self.settings = settings or settings_module.current()
         self.backend = backend or self.settings.backend
         self.loss, self.fault, self.db_url = loss, fault, db_url
@@ -66,7 +69,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.off: dict[int, str] = {}
         self.installed: list[tuple[Cluster, Installed]] = []
         self.controller: Controller | None = None
-        self.ledger: Ledger | None = None
+        self.ledger: Ledger | None = record
         self.job_key: tuple[str, str, str] | None = None  # the job's graph in the fleet's memory (`job_verdict`)
         self.consensus: Consensus | None = None
         self._started = 0.0
@@ -106,7 +109,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def not_attached(self, reason: str) -> None:
         """Telemetry of a job whose training steps run without this hook (a session it cannot join), and why."""
-        record = ledger.opened(self.settings, 0, 1, self.db_url)
+        record = self.ledger or ledger.opened(self.settings, 0, 1, self.db_url)  # a waiting session's, if it had one
         try:
             if record is not None:
                 record.event(EventKind.NOT_ATTACHED.value, None, None, "not attached", detail=reason)
@@ -237,8 +240,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self._agreeing = Agreement.vector([], ok=False)
         if self.fault is not None and self.fault.fails_setup(self.consensus.rank):
             raise RuntimeError("injected setup failure")
-        self.ledger = Ledger(current, self.consensus.rank, self.consensus.size, self.db_url)
-        self.ledger.started()
+        self.ledger = self.ledger or self._opened(current, self.consensus)
         backend = resolve_backend(self.backend)
         if self.length.short(self, self.ledger, backend):  # too short to repay its setup: no compile, no probe
             return
@@ -290,6 +292,12 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self._start(list(range(len(self.installed))))
         else:  # the controller starts once every rank said what it installed (the first training run)
             self._agreeing = Agreement.vector([c.index for c, _ in self.installed], ok=True)
+
+    def _opened(self, current: settings_module.Settings, consensus: Consensus) -> Ledger:
+        """The job's telemetry, started (unless the hook was handed it: `record`)."""
+        record = Ledger(current, consensus.rank, consensus.size, self.db_url)
+        record.started()
+        return record
 
     def _start(self, positions: list[int]) -> None:
         """Runs the controller over the installed clusters at `positions` (all ranks agreed on them)."""

@@ -8,19 +8,25 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from stitchfleet.telemetry.kinds import EventKind
+
 if TYPE_CHECKING:
     import tensorflow as tf
 
+    from stitchfleet.plugin.fleet.ledger import Ledger
+    from stitchfleet.plugin.graph.training_steps import TrainingSteps
     from stitchfleet.plugin.session.hook import StitchHook
+    from stitchfleet.plugin.setup.payback import Deferral
 
 log = logging.getLogger("stitchfleet.plugin")
 TARGET = "tensorflow.python.client.session"
 PATCHED = "_stitchfleet_patched"
-STATE = "_stitchfleet_plain"  # on a Session: its PlainRunner, or the reason it runs as written
+STATE = "_stitchfleet_plain"  # on a Session: its PlainRunner, its Waiting, or the reason it runs as written
 Run = Callable[..., Any]
 
 
@@ -62,30 +68,87 @@ class PlainRunner:
             self.hook.end(self.session)
 
 
-def _trains(graph: Any, fetches: Any) -> bool:
-    """Whether a run of `fetches` updates a variable other than by initializing or restoring it."""
+class Waiting:
+    """A session whose job's length is unknown, training as written until its setup is due (`payback.Deferral`).
+    Light on purpose: the hook and the compiler are imported only once it is due (0.6 s of CPU on a job that may
+    end before); its telemetry (`record`) opens now, in the background, and passes to the hook."""
+
+    def __init__(self, deferral: Deferral, steps: TrainingSteps, record: Ledger | None) -> None:
+        self.deferral, self.steps, self.record = deferral, steps, record
+        self.since = time.perf_counter()  # the job's first training run
+        self.trained = 1  # training runs so far, that first one included
+        self.ended = False
+        why = deferral.waiting()
+        log.info("stitchfleet: setup deferred: %s", why)
+        if record is not None:
+            record.event(EventKind.SETUP.value, None, None, "setup deferred", detail=why)
+            record.open_later()
+
+    def due(self, fetches: object) -> bool:
+        """Counts a training run; True when this one is the first past the deferral (it begins the hook)."""
+        if not self.steps.trains_in(fetches):
+            return False
+        self.trained += 1
+        return time.perf_counter() - self.since >= self.deferral.seconds
+
+    def end(self) -> None:
+        """The job's session closed before its setup was due: recorded as a short job's skipped setup."""
+        if self.ended:
+            return
+        self.ended = True
+        why = self.deferral.ended(time.perf_counter() - self.since, self.trained)
+        log.info("stitchfleet: setup skipped: job too short: %s", why)
+        if self.record is not None:
+            self.record.event(EventKind.SETUP.value, None, None, "setup skipped: job too short", detail=why)
+            self.record.finished("finished", "setup skipped: job too short")
+            self.record.close()
+
+
+def _training(graph: Any, fetches: Any) -> TrainingSteps | None:
+    """The graph's training-step rule when a run of `fetches` updates a variable other than by initializing or
+    restoring it (it trains), else None."""
     from stitchfleet.plugin.graph.training_steps import TrainingSteps
 
     steps = TrainingSteps(graph)
-    return steps.trains and steps.trains_in(fetches)
+    return steps if steps.trains and steps.trains_in(fetches) else None
 
 
-def _declined(reason: str) -> None:
-    """The job's telemetry says this session's steps run without stitching, and why."""
+def _declined(reason: str, record: Ledger | None = None) -> None:
+    """The job's telemetry (`record`, when a `Waiting` opened it) says this session's steps run without
+    stitching, and why."""
     from stitchfleet.plugin.session.hook import StitchHook
 
     log.warning("stitchfleet: not attached: %s", reason)
-    StitchHook().not_attached(reason)
+    StitchHook(record=record).not_attached(reason)
 
 
-def _attach(session: Any, original: Run) -> PlainRunner | str:
-    """A hook begun on the session's graph and the runner of its runs, or why there is none."""
+def _first(session: Any, original: Run, steps: TrainingSteps) -> PlainRunner | Waiting | str:
+    """At the session's first training run: its job waits before its setup when its length is unknown and it has
+    one rank (`Waiting`; a Horovod job's ranks must begin at the same step, which no clock gives them), else the
+    hook begins now (`_attach`)."""
+    from stitchfleet import settings
+    from stitchfleet.plugin.fleet import ledger
+    from stitchfleet.plugin.horovod.decision_sums import Consensus
+    from stitchfleet.plugin.setup import payback
+
+    current = settings.current()
+    if session.graph.finalized or current.job_steps > 0 or Consensus(current).size > 1:
+        return _attach(session, original)
+    deferral = payback.deferral(current.backend, current.setup_share)
+    if deferral is None:
+        return _attach(session, original)
+    return Waiting(deferral, steps, ledger.opened(current, 0, 1))
+
+
+def _attach(session: Any, original: Run, record: Ledger | None = None) -> PlainRunner | str:
+    """A hook begun on the session's graph (on the job's telemetry `record` when a `Waiting` opened it) and the
+    runner of its runs, or why there is none."""
     from stitchfleet.plugin.session.hook import StitchHook
 
     graph = session.graph
     if graph.finalized:
         return "a plain tf.compat.v1.Session trains on a finalized graph: the hook cannot add its ops"
-    hook = StitchHook()
+    hook = StitchHook(record=record)
     with graph.as_default():
         hook.begin()
     if hook.ledger is None:
@@ -115,7 +178,7 @@ def patch(module: ModuleType) -> None:
     @functools.wraps(original_close)
     def close(self: Any) -> None:
         state = getattr(self, STATE, None)
-        if isinstance(state, PlainRunner):
+        if isinstance(state, (PlainRunner, Waiting)):
             try:
                 state.end()
             except Exception as err:  # never fail the job's close
@@ -127,24 +190,38 @@ def patch(module: ModuleType) -> None:
 
 
 def _runner(session: Any, fetches: Any, original: Run, lock: threading.Lock) -> PlainRunner | None:
-    """The session's runner once its first training run came (attaching then), else None (run as written)."""
+    """The session's runner once its hook began (at its first training run, or once a job of unknown length has
+    trained long enough: `Waiting`), else None (this run as written)."""
     state = getattr(session, STATE, None)
-    if state is not None:
-        return state if isinstance(state, PlainRunner) else None
+    if isinstance(state, PlainRunner):
+        return state
+    waiting: Waiting | None = state if isinstance(state, Waiting) else None
+    if state is not None and waiting is None:  # why it runs as written
+        return None
     from stitchfleet.plugin.session.hook import HOOKED  # the hook imports TF: only once a session runs
 
-    graph = session.graph
-    if getattr(graph, HOOKED, False):  # a MonitoredSession's raw session: its hook is already there
-        return None
     try:
-        if not _trains(graph, fetches):
-            return None
-        with lock:
-            if getattr(session, STATE, None) is None:
-                found = _attach(session, original)
-                setattr(session, STATE, found)
-                if isinstance(found, str):
-                    _declined(found)
+        if waiting is None:
+            graph = session.graph
+            if getattr(graph, HOOKED, False):  # a MonitoredSession's raw session: its hook is already there
+                return None
+            steps = _training(graph, fetches)
+            if steps is None:
+                return None
+            with lock:
+                if getattr(session, STATE, None) is None:
+                    found = _first(session, original, steps)
+                    setattr(session, STATE, found)
+                    if isinstance(found, str):
+                        _declined(found)
+        elif waiting.due(fetches):
+            record = waiting.record
+            with lock:
+                if getattr(session, STATE, None) is waiting:
+                    found = _attach(session, original, record)
+                    setattr(session, STATE, found)
+                    if isinstance(found, str):
+                        _declined(found, record)
     except Exception as err:  # never fail the job: this session runs as written
         setattr(session, STATE, f"{type(err).__name__}: {err}")
         log.warning("stitchfleet: a plain session's training steps run without the hook: %s", err)

@@ -2,7 +2,8 @@
 
 Input: the job's planned steps, its plain step time when known (STITCHFLEET_STEP_MS: the fleet's or the user's
 figure), the backend, the `Timing` of its exploration. Output: a `Payback` with the estimated cost, the best gain,
-the decision and its sentence, which the job's telemetry records (a `setup` event). Rules: docs/plugin/setup.md.
+the decision and its sentence, which the job's telemetry records (a `setup` event); for a job of unknown length, the
+`Deferral`: how long it trains as written before its setup starts. Rules: docs/plugin/setup.md.
 """
 
 from __future__ import annotations
@@ -38,10 +39,53 @@ class Payback:
     why: str
 
 
+def fixed_seconds(backend: str) -> float:
+    """What setup adds to a job on `backend` (a target, or `auto`) beyond its plain session: FIXED_SECONDS of the
+    device kind it runs on; FIXED_SECONDS_OTHER for a name no target has (the hook's setup then says what is wrong)."""
+    try:
+        runs_on = targets.profile(targets.automatic("cpu") if backend == "auto" else backend).runs_on
+    except (ImportError, KeyError, ValueError):
+        return FIXED_SECONDS_OTHER
+    return FIXED_SECONDS.get(runs_on, FIXED_SECONDS_OTHER)
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """A job of unknown length: it trains as written for `seconds` (setup's `fixed` cost over `share`), then sets up.
+
+    Why: a job that ends before then paid nothing; one that ends right after its setup paid at most `share` of its
+    time for it (the setup started only once `fixed` <= `share` x the time trained); a long job gives up at most
+    BEST_GAIN of `seconds`, once."""
+
+    seconds: float
+    fixed: float
+    share: float
+
+    def waiting(self) -> str:
+        return (
+            f"the job's length is unknown: it trains as written for {self.seconds:.0f} s, then sets up (setup's"
+            f" fixed cost of about {self.fixed:g} s is then at most SETUP_SHARE {self.share:.0%} of its time)"
+        )
+
+    def ended(self, trained: float, steps: int) -> str:
+        return (
+            f"the job's length was unknown and it ended after {steps} training steps in {trained:.1f} s, before the"
+            f" {self.seconds:.0f} s after which it would have set up: no compile, no probe, it ran as written"
+        )
+
+
+def deferral(backend: str, share: float) -> Deferral | None:
+    """How long a job of unknown length on `backend` trains before it sets up; None when SETUP_SHARE is 0 (at once)."""
+    if share <= 0:
+        return None
+    fixed = fixed_seconds(backend)
+    return Deferral(fixed / share, fixed, share)
+
+
 def estimate(steps: int | None, step_seconds: float | None, backend: str, timing: Timing) -> Payback:
     """The job's setup decision. Unknown length or step time: set up (the probes then bound themselves by the
     steps left); known both: set up only when the best gain over the steps left after exploring exceeds the cost."""
-    fixed = FIXED_SECONDS.get(targets.profile(backend).runs_on, FIXED_SECONDS_OTHER)
+    fixed = fixed_seconds(backend)
     if steps is None or step_seconds is None:
         missing = "length" if steps is None else "step time"
         why = f"the job's {missing} is unknown: setup runs, and the probes stop when the steps left cannot repay them"

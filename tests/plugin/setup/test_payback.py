@@ -77,3 +77,19 @@ def test_a_job_long_enough_to_repay_its_setup_is_set_up_and_says_so(tmp_path: Pa
     assert hook.controller is not None and hook.installed and hook.length.skipped is None
     reasons = {event.reason: event.detail for event in events(url, "setup")}
     assert reasons["setup affordable"].startswith("setup can pay back: 100000 steps of 50.00 ms")
+
+
+def test_a_job_of_unknown_length_defers_its_setup_by_its_fixed_cost_over_setup_share() -> None:
+    found = payback.deferral("cpu", 0.1)
+    assert found is not None
+    assert found.seconds == pytest.approx(payback.FIXED_SECONDS["cpu"] / 0.1)
+    assert found.waiting().startswith("the job's length is unknown: it trains as written for 105 s, then sets up")
+    assert found.ended(4.4, 3000).startswith(
+        "the job's length was unknown and it ended after 3000 training steps in 4.4 s"
+    )
+    assert payback.deferral("cpu", 0.0) is None  # SETUP_SHARE 0: set up at the first training run
+
+
+def test_the_fixed_cost_of_auto_is_its_cpu_targets_and_an_unknown_name_gets_the_stated_stand_in() -> None:
+    assert payback.fixed_seconds("auto") == payback.FIXED_SECONDS["cpu"]
+    assert payback.fixed_seconds("no-such-target") == payback.FIXED_SECONDS_OTHER
