@@ -182,6 +182,12 @@ class Settings:
         "Run a probe pair again when some rank had no figures for it (its kernels compiling), at most this often.",
         minimum=0,
     )
+    probe_min_steps: int = _knob(
+        3,
+        "Timed steps each half of a probe pair needs at the signature it is decided on; with fewer its rank has no"
+        " figures for the pair (it runs again, or decides nothing): one step decides on noise.",
+        minimum=1,
+    )
     probe_share: float = _knob(
         0.05,
         "Most of the job's remaining steps that exploring a losing configuration may take: per-cluster probes after"
@@ -407,6 +413,7 @@ AREAS: dict[str, tuple[str, ...]] = {
         "probe_group",
         "probe_group_factor",
         "probe_reruns",
+        "probe_min_steps",
         "probe_share",
         "job_steps",
         "step_ms",

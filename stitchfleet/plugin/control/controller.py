@@ -304,7 +304,9 @@ class Controller:
         seconds -= 0.0 if checked else self._first_run(step, seconds)
         if plain and self.timing.grouped(step) and len(plain) == int(self.switches(step).sum()):
             plain = (*plain, GROUP)  # every cluster on ran TF's ops for good: the group's half would time TF
-        self.probes.add(step, seconds, not checked, measured, plain)
+        # the clusters on at a probe step, checked or not: a kernel's first call at a signature is no sample (`Probes`)
+        on = tuple(np.flatnonzero(self.switches(step)).tolist()) if self.timing.subject(step) is not None else ()
+        self.probes.add(step, seconds, not checked, measured, plain, on=on)
         self.job_seconds += seconds
         if checked:
             usual = self.windows.stitched_median or self.windows.baseline_median or 0.0

@@ -75,14 +75,20 @@ class ProbeDecisions:
 
     def figures(self, k: int | None) -> PairFigures:
         """For the cluster (or GROUP) decided now: [1, switched-on median, paired baseline median, noise, 0];
-        [0, 0, 0, 0, waiting] when this rank has not timed both halves (waiting: 1 when only kernels still
-        to come kept it from it, so a rerun would give figures: `Probes.waiting`); zeros when nothing is decided."""
+        [0, 0, 0, 0, waiting] when this rank has not timed both halves, `probe_min_steps` steps each at one
+        signature (waiting: 1 when a rerun may give figures: kernels still to come, first calls left out, too
+        few steps: `Probes.waiting`); zeros when nothing is decided. Ranks decide from these figures summed."""
         if k is None:
             return PairFigures()
         found = self.probes.medians(k)
         if found is None:
             return PairFigures(waiting=float(self.probes.waiting(k)))
         return PairFigures(1.0, found[0], found[1], self.probes.noise(k))
+
+    def _least(self) -> str:
+        """What "timed" asks of a half when that is more than one step (`Timing.probe_min_steps`)."""
+        least = self.timing.probe_min_steps
+        return f" ({least} steps each at one signature)" if least > 1 else ""
 
     def _needed(self, base: float, noise: float) -> float:
         return needed(base, noise, self.timing.probe_margin)
@@ -105,8 +111,8 @@ class ProbeDecisions:
         self.probes.timing = self.timing
         name = "group" if subject == GROUP else f"cluster {self.clusters[subject].index}"
         detail = (
-            f"{name}: {ready:.0f} of {self.size} ranks had timed both halves, {waiting:.0f} waiting for kernels;"
-            " its pair runs again"
+            f"{name}: {ready:.0f} of {self.size} ranks had timed both halves, {waiting:.0f} waiting for kernels"
+            " or steps; its pair runs again"
             f" ({done + 1} of at most {self.timing.probe_reruns})"
         )
         log.info("stitchfleet: probe rerun at step %d: %s", step, detail)
@@ -122,7 +128,9 @@ class ProbeDecisions:
             return False
         if ready < self.size:
             self.group_proven = False
-            self.group_probe = f"no group figures: {ready:.0f} of {self.size} ranks had timed both windows"
+            self.group_probe = (
+                f"no group figures: {ready:.0f} of {self.size} ranks had timed both windows{self._least()}"
+            )
         else:
             on, base, noise = on / self.size, base / self.size, noise / self.size
             self.group_probe = self.describe(GROUP, on, base, noise)
@@ -153,7 +161,8 @@ class ProbeDecisions:
         if self.rerun(step, self.clusters.index(c), ready, waiting):
             return False
         if ready < self.size:
-            self.leave(step, c, "no probe figures", f"{ready:.0f} of {self.size} ranks had timed both windows")
+            timed = f"{ready:.0f} of {self.size} ranks had timed both windows{self._least()}"
+            self.leave(step, c, "no probe figures", timed)
             return True
         with_it, without, noise = with_it / self.size, without / self.size, noise / self.size
         c.probe = self.describe(self.clusters.index(c), with_it, without, noise)
@@ -192,6 +201,9 @@ class ProbeDecisions:
         steps = f"{counts[0]}+{counts[1]} steps" + (f" at {signature}" if signature else "")
         if self.probes.left_out.get(subject):
             steps += f", {self.probes.left_out[subject]} on TF's ops left out"
+        first = self.probes.first.get(subject, 0)
+        if first:
+            steps += f", {first} first call{'s' if first > 1 else ''} left out"
         return (
             f"{(on - base) * 1e3:+.2f} ms/step ({on * 1e3:.2f} vs {base * 1e3:.2f} ms, {steps},"
             f" noise {noise * 1e3:.2f} ms)"

@@ -51,6 +51,7 @@ class Timing:
     check_max_gap: int = 1000
     probe_reruns: int = 2
     probe_share: float = 0.05  # most of the job's remaining steps that exploring a losing configuration may take
+    probe_min_steps: int = 3  # timed steps each half of a pair needs at its signature for figures (`Probes`)
     reruns: tuple[tuple[int, int], ...] = ()  # (first step, subject) of each rerun pair's rounds, in order
     paired_steps: int = 0  # steps of each baseline block of the stitched phase (0: baseline_steps; at most that)
     known: frozenset[int] = frozenset()  # clusters the fleet's memory decided: no probe pair of their own
@@ -78,6 +79,7 @@ class Timing:
             current.check_max_gap,
             current.probe_reruns,
             probe_share=current.probe_share,
+            probe_min_steps=current.probe_min_steps,
             paired_steps=current.paired_steps,
         )
 
@@ -103,6 +105,7 @@ class Timing:
             "probe_rounds",
             "group_factor",
             "check_max_gap",
+            "probe_min_steps",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 1")
@@ -324,32 +327,68 @@ class Probes:
     left, withheld, unbound) times no probe of it either: booked as "stitched", it would charge TF's ops to
     the stitched code (the group's, when every cluster on did: `Controller.timed`); other clusters on TF's
     ops for good run so in both halves alike. Halves are compared
-    within one signature, so a batch size fed more often in one half than in the other is no gain."""
+    within one signature, so a batch size fed more often in one half than in the other is no gain.
+
+    The first step on which a switched-on cluster ran its kernel at a signature in this job (`first`: its first
+    call there) times no probe either, in whichever half: a first call's one-off cost (the kernel's code paged in,
+    buffers of new sizes allocated) is not the kernel's. Most such steps are check steps already (a probe half's
+    first step, a kernel bound while the job runs: `signature_kernels`), which time nothing; a kernel shared by
+    two signatures, or one whose checks are done, meets a new signature on a timed step. A half has figures only
+    with `probe_min_steps` timed steps at the signature (`medians`); with fewer its pair waits for a rerun."""
 
     timing: Timing
     seconds: dict[tuple[int, str, str], list[float]] = field(default_factory=dict)
     left_out: dict[int, int] = field(default_factory=dict)  # per subject: timed steps that ran TF's ops
     unsettled: dict[int, int] = field(default_factory=dict)  # of those, per subject: kernels still to come
+    first: dict[int, int] = field(default_factory=dict)  # per subject: timed steps left out as a first call
+    called: set[tuple[int, str]] = field(default_factory=set)  # (cluster, signature) its kernel ran at
 
     def add(
-        self, step: int, seconds: float, timed: bool, signature: str | None = "", plain: Sequence[int] = ()
+        self,
+        step: int,
+        seconds: float,
+        timed: bool,
+        signature: str | None = "",
+        plain: Sequence[int] = (),
+        *,
+        on: Sequence[int] = (),
     ) -> None:
+        """Books a step: `on` the clusters (positions) switched on; a check step (not `timed`) only records the
+        calls it made (class docstring)."""
         k = self.timing.subject(step)
-        if k is None or not timed:
+        if k is None:
+            return  # only probe steps are samples, so first calls are tracked there only
+        first = self._first_call(signature, on, plain)
+        if not timed:
             return
         if signature is None or k in plain:
             self.left_out[k] = self.left_out.get(k, 0) + 1
             if k not in plain:
                 self.unsettled[k] = self.unsettled.get(k, 0) + 1
             return
+        if first:
+            self.first[k] = self.first.get(k, 0) + 1
+            return
         self.seconds.setdefault((k, self.timing.phase(step), signature), []).append(seconds)
 
+    def _first_call(self, signature: str | None, on: Sequence[int], plain: Sequence[int]) -> bool:
+        """Whether a cluster on ran its kernel at `signature` for the first time in the job; records the clusters
+        that ran it (those in `plain` ran TF's ops; None: kernels still to come, nothing of theirs ran)."""
+        if signature is None:
+            return False
+        new = {(c, signature) for c in on if c not in plain} - self.called
+        self.called |= new
+        return bool(new)
+
     def waiting(self, k: int) -> bool:
-        """Whether k (or GROUP) has no figures while some of its steps were left out because kernels were still
-        to come (compiling, seen too rarely yet): a rerun of the pair may time them once they are bound. Steps
-        that ran TF's ops for good (`plain`: over the bound, withheld...) alone never wait: a rerun would run
-        TF's ops there again."""
-        return self.medians(k) is None and self.unsettled.get(k, 0) > 0
+        """Whether k (or GROUP) has no figures while a rerun of the pair may give them: some of its steps were left
+        out because kernels were still to come (compiling, seen too rarely yet) or as a kernel's first call at
+        their signature, or a signature has timed steps in both halves but fewer than `probe_min_steps` in one
+        (a rerun's steps add to them). Steps that ran TF's ops for good (`plain`: over the bound, withheld...)
+        alone never wait: a rerun would run TF's ops there again."""
+        if self.medians(k) is not None:
+            return False
+        return self.unsettled.get(k, 0) > 0 or self.first.get(k, 0) > 0 or self.measured(k) is not None
 
     def measured(self, k: int) -> str | None:
         """The signature k's (or GROUP's) probe is decided on: the one with the most timed steps in its smaller
@@ -370,9 +409,10 @@ class Probes:
 
     def medians(self, k: int) -> tuple[float, float] | None:
         """(probe median, compared half's median) in seconds of cluster k or GROUP under its measured signature;
-        None while no signature has timed steps in both halves."""
+        None while no signature has `probe_min_steps` timed steps in both halves: a median of one or two steps
+        is one step's noise (issue 29: "+71.92 ms/step (72.62 vs 0.69 ms, 1+4 steps ...)" turned a job off)."""
         alone, base = self.halves(k, self.measured(k))
-        if not alone or not base:
+        if min(len(alone), len(base)) < self.timing.probe_min_steps:
             return None
         return statistics.median(alone), statistics.median(base)
 

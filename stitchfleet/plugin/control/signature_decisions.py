@@ -92,14 +92,16 @@ class SignatureDecisions:
 
     def figures(self, k: int | None) -> NDArray[np.float64]:
         """For cluster k decided now: per slot, [1, median with k, median without it, noise, identity, identity^2]
-        of the signature this rank timed most there (MIN_SIGNATURE_STEPS in each half at least); zeros elsewhere."""
+        of the signature this rank timed most there (MIN_SIGNATURE_STEPS in each half at least, or the pair's own
+        `probe_min_steps` when more); zeros elsewhere."""
         figures = np.zeros((SIGNATURE_SLOTS, SLOT))
         best: dict[int, int] = {}
+        least = max(MIN_SIGNATURE_STEPS, self.probes.timing.probe_min_steps)
         for key in self.probes.signatures(k) if k is not None else ():
             with_it, without = self.probes.halves(k, key)  # type: ignore[arg-type]  # k is not None here
             steps = min(len(with_it), len(without))
             slot, identity = slot_of(key)
-            if key and steps >= MIN_SIGNATURE_STEPS and steps > best.get(slot, 0):
+            if key and steps >= least and steps > best.get(slot, 0):
                 best[slot] = steps
                 noise = median_noise(with_it, without)
                 median_with, median_without = statistics.median(with_it), statistics.median(without)

@@ -23,6 +23,7 @@ PROBING = Timing(
     clusters=2,
     probe_rounds=1,
     probe_group=False,
+    probe_min_steps=1,  # these pairs time 1-3 steps a half; the minimum is tested apart (test_probe_min_steps)
 )
 
 
