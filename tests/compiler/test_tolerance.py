@@ -400,7 +400,7 @@ def test_the_references_rounding_ignores_float32_overflow() -> None:
 def _centered_sums(dy: np.ndarray, dtype: type, reverse: bool = False) -> np.ndarray:
     """sum(dy - mean(dy)) over the last axis, every sum sequential at `dtype` (in reverse: another order)."""
     x = dy.astype(dtype)[..., ::-1] if reverse else dy.astype(dtype)
-    mean = np.zeros(x.shape[:-1] + (1,), dtype)
+    mean = np.zeros((*x.shape[:-1], 1), dtype)
     for k in range(x.shape[-1]):
         mean[..., 0] += x[..., k]
     mean /= dtype(x.shape[-1])
