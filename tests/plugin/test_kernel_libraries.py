@@ -20,12 +20,14 @@ pytestmark = [pytest.mark.tf, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 # One of each fact that differs: wide_batchnorm's outputs (reserve spaces, placeholders, scratch), the declared
 # rank of V3's reserve space 3 and a hook job whose layer-norm gradient cluster reads it (0 kernel calls on
-# Eigen while the rank was oneDNN's).
+# Eigen while the rank was oneDNN's), and the epilogues the cpu target holds for TF's fusions.
 OTHER_LIBRARY = (
     "tests/plugin/guard/test_wide_batchnorm.py::test_the_forward_formulas_are_tfs",
     "tests/plugin/guard/test_wide_batchnorm.py::test_the_running_statistics_blend_as_tfs",
     "tests/plugin/guard/test_wide_batchnorm.py::test_the_gradient_formulas_are_tfs",
     "tests/plugin/graph/test_cluster_ops.py::test_the_shape_of_an_unread_input",
+    "tests/plugin/frontend/test_library_fusions.py::test_cpu_keeps_matmul_and_conv_epilogues_with_onednn",
+    "tests/plugin/frontend/test_library_fusions.py::test_cpu_keeps_what_the_kernel_library_in_use_fuses",
     "tests/plugin/shapes/test_signature_kernels.py::test_a_compile_that_fails_leaves_that_signature_of_that_cluster_to_tf",
 )
 
