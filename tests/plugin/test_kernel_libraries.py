@@ -26,6 +26,7 @@ OTHER_LIBRARY = (
     "tests/plugin/guard/test_wide_batchnorm.py::test_the_running_statistics_blend_as_tfs",
     "tests/plugin/guard/test_wide_batchnorm.py::test_the_gradient_formulas_are_tfs",
     "tests/plugin/graph/test_cluster_ops.py::test_the_shape_of_an_unread_input",
+    "tests/plugin/graph/test_cluster_ops.py::test_keras_batch_norm_maps_with_its_variable_reads_and_reserve_spaces_as_unread_inputs",
     "tests/plugin/frontend/test_library_fusions.py::test_cpu_keeps_matmul_and_conv_epilogues_with_onednn",
     "tests/plugin/frontend/test_library_fusions.py::test_cpu_keeps_what_the_kernel_library_in_use_fuses",
     "tests/plugin/shapes/test_signature_kernels.py::test_a_compile_that_fails_leaves_that_signature_of_that_cluster_to_tf",
