@@ -40,12 +40,16 @@ class LibraryFusion:
     """A compute op's epilogue the target's TF library runs fused: TF op types, stage by stage, from the
     compute op's output (each stage the single consumer of the one before; the first stage is required, the
     later ones optional), and why those ops stay out of clusters (kept with the compute op).
-    `constant_operand`: a stage whose other operand must be a constant (a scalar scale), per stage index."""
+    `constant_operand`: a stage whose other operand must be a constant (a scalar scale), per stage index.
+    `without_onednn`: the stages TF fuses when its oneDNN kernels are off in the job's process (TF's Eigen CPU
+    kernels, whose remapper fuses fewer); None: the same `stages`, (): no fusion. `reason` may name the
+    `{library}` that fuses ("oneDNN" or "Eigen")."""
 
     compute: tuple[str, ...]
     stages: tuple[tuple[str, ...], ...]
     reason: str
     constant_operand: tuple[int, ...] = ()
+    without_onednn: tuple[tuple[str, ...], ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -7,21 +7,33 @@ docs/plugin/frontend.md.
 from __future__ import annotations
 
 from stitchfleet.compiler.ir import Value
+from stitchfleet.plugin.frontend import kernel_library
 from stitchfleet.plugin.frontend.context import LoweringError, Rule, Site
 
 FORWARD = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
 GRADIENT = ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3")
 # Outputs the rules give no IR value: V3's reserve_space_3 (no static rank; only V3's gradient
-# reads it, and the rule never does) and the gradients' two placeholder outputs (TF's CPU kernel
-# declares shape [0] and returns a scalar; nothing reads them)
+# reads it, and the rule never does) and the gradients' two placeholder outputs (nothing reads them: an
+# empty [0] from TF's Eigen CPU kernel, a scalar 0 from oneDNN's)
 UNBOUND_OUTPUTS = {"FusedBatchNormV3": frozenset({5}), **dict.fromkeys(GRADIENT, frozenset({3, 4}))}
 UNREAD_OPERANDS = {"FusedBatchNormGradV3": frozenset({5})}
 # The rank of an unbound output that TF gives no static shape: V3's reserve_space_3 is a flat buffer
-# (empty on CPU, cuDNN's workspace on GPU). A cluster holding the gradient but not the forward takes
-# it as an input its IR never reads (`plugin.interior`), declared with this rank and unknown length.
+# (empty from oneDNN's CPU kernel, cuDNN's workspace on a GPU). A cluster holding the gradient but not the
+# forward takes it as an input its IR never reads (`cluster_ops.with_unread`), declared with this rank and
+# unknown length; the dispatch op runs the kernel only for inputs of that rank (`unbound_rank`).
 UNBOUND_RANKS = {"FusedBatchNormV3": {5: 1}}
+# TF's Eigen CPU kernel (oneDNN off) allocates reserve_space_3 as a scalar it never writes: declared rank 1
+# there, every call missed its kernel and ran TF's ops (the MLP's layer-norm gradient cluster, 0 calls).
+EIGEN_CPU_RANKS = {"FusedBatchNormV3": {5: 0}}
 RESERVE_OUTPUTS = (3, 4, 5)
 SHAPE_READERS = frozenset({"ZerosLike", "OnesLike", "Shape", "ShapeN", "Size", "Rank"})
+
+
+def unbound_rank(op_type: str, index: int, *, on_gpu: bool) -> int | None:
+    """The rank of output `index` of a TF op of `op_type` that TF's shape function leaves unknown, as the
+    kernel that runs it here returns it (None: not an unbound output this module knows)."""
+    ranks = UNBOUND_RANKS if on_gpu or kernel_library.onednn() else EIGEN_CPU_RANKS
+    return ranks.get(op_type, {}).get(index)
 
 
 class _Layout:

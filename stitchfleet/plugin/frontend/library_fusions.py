@@ -1,8 +1,8 @@
 """The epilogues a target's TF library fuses with their compute op, found in a conversion: kept out of clusters.
 
 Input: a `Conversion` and the target profile's `LibraryFusion`s. Output: `held`, IR node id -> reason, for the
-scope pass (`Options.held`): what grappler's remapper fuses into the op before it, and dead readers that would
-stop the fusion once stitched. The rule in full: docs/plugin/frontend.md.
+scope pass (`Options.held`): what grappler's remapper fuses into the op before it with the kernel library TF
+runs here (`kernel_library`), and dead readers that would stop the fusion once stitched. Rules: docs/plugin/frontend.md.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable, Mapping
 
 from stitchfleet.compiler.ir import Graph, Op
 from stitchfleet.compiler.targets.base import LibraryFusion
+from stitchfleet.plugin.frontend import kernel_library
 from stitchfleet.plugin.frontend.result import Conversion
 
 _NOT_OWNED = (Op.CONSTANT, Op.PARAMETER)  # shared or another op's: never part of the TF op that reads them
@@ -83,14 +84,17 @@ def held(
     nodes_of = op_nodes(conversion)
     op_of = {n: name for name, nodes in nodes_of.items() for n in nodes}
     found: dict[int, str] = {}
+    onednn = kernel_library.onednn()
     for fusion in fusions:
+        # TF's Eigen CPU kernels (oneDNN off) fuse fewer epilogues: held, the others would only lose stitching
+        stages = fusion.stages if onednn or fusion.without_onednn is None else fusion.without_onednn
         for node in graph.nodes:
             kind = node.attrs.get_str("type", "") if node.op is Op.OPAQUE else ""
-            if kind not in fusion.compute or node.id not in op_of:
+            if not stages or kind not in fusion.compute or node.id not in op_of:
                 continue
-            why = fusion.reason.format(compute=kind)
+            why = fusion.reason.format(compute=kind, library="oneDNN" if onednn else "Eigen")
             outputs = {n for n in nodes_of[op_of[node.id]] if n in conversion.origins}
-            for index, types in enumerate(fusion.stages):
+            for index, types in enumerate(stages):
                 reader, dead = _readers(graph, outputs, op_of, live)
                 if reader is None or reader not in ops or ops[reader].op_type not in types:
                     break

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 from stitchfleet.compiler.ir import Graph, IRError, Node, Op
 from stitchfleet.compiler.ir.attrs import Attrs
 from stitchfleet.plugin.frontend import Conversion
-from stitchfleet.plugin.frontend.batchnorm import FORWARD, RESERVE_OUTPUTS, UNBOUND_RANKS
+from stitchfleet.plugin.frontend.batchnorm import FORWARD, RESERVE_OUTPUTS, unbound_rank
 from stitchfleet.plugin.frontend.converter import CONTROL_FLOW, FEEDABLE, ir_dtype
 from stitchfleet.plugin.graph.op_graph import upstream
 from stitchfleet.plugin.graph.placement import device_fields
+from stitchfleet.plugin.native import gpu_device
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -98,12 +99,14 @@ def _checked_unread(tensor: Any, reader: Any) -> Any:
 
 def input_shape(tensor: tf.Tensor) -> tuple[int, ...] | None:
     """The shape of an unread input's PARAMETER: TF's static shape with -1 for unknown dimensions, or -1
-    for every dimension of the rank `UNBOUND_RANKS` declares when TF knows no rank (nothing reads the
-    value, so only its rank must be right); None when the rank is unknown."""
+    for every dimension of the rank the kernel that runs the op returns when TF knows no rank
+    (`batchnorm.unbound_rank`: nothing reads the value, so only its rank must be right, which the dispatch
+    op matches); None when the rank is unknown."""
     shape = tensor.shape
     if shape.rank is not None:
         return tuple(-1 if d is None else int(d) for d in shape.as_list())
-    rank = UNBOUND_RANKS.get(tensor.op.type, {}).get(tensor.value_index)
+    on_gpu = device_fields(tensor.op.device, gpu_device.gpu_visible())["device"].startswith("GPU")
+    rank = unbound_rank(tensor.op.type, tensor.value_index, on_gpu=on_gpu)
     return None if rank is None else (-1,) * rank
 
 

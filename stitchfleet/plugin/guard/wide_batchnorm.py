@@ -1,13 +1,16 @@
 """Fused batch norm in float64 for the translation check: TF's formulas, written with ops that have float64
-kernels.
+kernels, giving what the CPU kernel TF runs here returns (oneDNN's or Eigen's: `kernel_library`).
 
-The rules in full: docs/plugin/guard.md.
+Input: a promoted GraphDef. Output: the same graph with each fused batch norm as float64 ops; `scratch`
+names the outputs TF leaves uninitialised (not comparable). The rules in full: docs/plugin/guard.md.
 """
 
 from __future__ import annotations
 
 import functools
 from typing import TYPE_CHECKING, Any
+
+from stitchfleet.plugin.frontend import kernel_library
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -17,6 +20,18 @@ GRADIENT = frozenset({"FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchN
 # Where the channel sits, by data format: vectors broadcast along it.
 CHANNEL_SHAPES = {"NHWC": None, "NDHWC": None, "NCHW": [1, -1, 1, 1], "NCDHW": [1, -1, 1, 1, 1]}
 PREFIX = "stitchfleet_f64"
+
+
+def scratch(op: str, training: bool) -> frozenset[int]:
+    """The outputs of a fused batch norm `op` whose values TF's kernel here never writes (uninitialised memory
+    of the right shape): nothing but the gradient op reads them, and it ignores them in that form. TF's Eigen
+    CPU kernel leaves the inference form's reserve spaces 1 and 2 and V3's reserve space 3 (a scalar) so;
+    oneDNN's copies the given statistics and returns an empty reserve space 3. The formulas give the values
+    of oneDNN (and of the IR) there, which no comparison may rely on."""
+    if op not in FORWARD or kernel_library.onednn():
+        return frozenset()
+    third = {5} if op == "FusedBatchNormV3" else set()
+    return frozenset(third if training else {3, 4} | third)
 
 
 def decomposable(node: tf.compat.v1.NodeDef) -> bool:
@@ -146,9 +161,9 @@ def _forward(node: Any, inputs: list[Any]) -> list[Any]:
         batch_mean, batch_variance = given_mean, given_variance
     inverse = tf.math.rsqrt(variance + epsilon)
     y = centred * _per_channel(inverse * scale, data_format) + _per_channel(offset, data_format)
-    outputs = [y, batch_mean, batch_variance, mean, variance]
-    if node.op == "FusedBatchNormV3":
-        outputs.append(tf.zeros([0], tf.float64))  # reserve space 3: empty on the CPU
+    outputs = [y, batch_mean, batch_variance, mean, variance]  # 3, 4 in inference: `scratch` under Eigen
+    if node.op == "FusedBatchNormV3":  # reserve space 3: oneDNN's is empty, Eigen's an unwritten scalar
+        outputs.append(tf.zeros([0] if kernel_library.onednn() else [], tf.float64))
     return outputs
 
 
@@ -170,4 +185,6 @@ def _gradient(node: Any, inputs: list[Any]) -> list[Any]:
         dx = _per_channel(scale * inverse, data_format) * inner
     else:
         dx = dy * _per_channel(scale * inverse, data_format)
-    return [dx, dy_normalised_sum, dy_sum, tf.zeros([], tf.float64), tf.zeros([], tf.float64)]
+    # the two placeholder outputs: a scalar 0 from oneDNN's kernel, an empty [0] from Eigen's
+    placeholder = [] if kernel_library.onednn() else [0]
+    return [dx, dy_normalised_sum, dy_sum, tf.zeros(placeholder, tf.float64), tf.zeros(placeholder, tf.float64)]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
 from stitchfleet.compiler import targets
 from stitchfleet.compiler.pipeline import Options, compile_graph
+from stitchfleet.plugin.frontend import kernel_library
 from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.frontend.library_fusions import held
 from stitchfleet.plugin.graph.training_steps import data_path
@@ -56,6 +58,8 @@ def _ops_held(backend: str) -> tuple[dict[str, str], set[str]]:
 
 
 def test_cpu_keeps_matmul_and_conv_epilogues_with_onednn() -> None:
+    if not kernel_library.onednn():
+        pytest.skip("oneDNN is off in this process: test_kernel_libraries runs this test with it on")
     by_op, inside = _ops_held("cpu")
     onednn = "for oneDNN's fused epilogue (grappler remapper)"
     assert by_op == {
@@ -74,6 +78,43 @@ def test_cpu_keeps_matmul_and_conv_epilogues_with_onednn() -> None:
     assert not inside & set(by_op)
     # a BiasAdd of a non-matmul input, and the backward's column reductions, are still stitched
     assert {"plain_bias", "gradients/dense_bias_grad/BiasAddGrad", "gradients/conv_bias_grad/BiasAddGrad"} <= inside
+
+
+def _fused_by_tf() -> set[str]:
+    """The ops of `_training_graph` that TF in this process runs fused into the op before them: a fused node
+    (`fused_ops`, named after its last epilogue op) stands for that op and the epilogue ops above it."""
+    graph = _training_graph()
+    rng = np.random.default_rng(0)
+    feeds = {
+        f"{p.name}:0": rng.standard_normal(p.outputs[0].shape)
+        for p in graph.get_operations()
+        if p.type == "Placeholder"
+    }
+    options, metadata = v1.RunOptions(output_partition_graphs=True), v1.RunMetadata()
+    with graph.as_default(), v1.Session() as session:
+        session.run(v1.global_variables_initializer())
+        session.run("train", feeds, options=options, run_metadata=metadata)
+    fused: set[str] = set()
+    for node in (n for g in metadata.partition_graphs for n in g.node if n.attr["fused_ops"].list.s):
+        op = graph.get_operation_by_name(node.name)
+        for _ in node.attr["fused_ops"].list.s:
+            fused.add(op.name)
+            op = op.inputs[0].op
+    return fused
+
+
+def test_cpu_keeps_what_the_kernel_library_in_use_fuses() -> None:
+    """Regression (oneDNN off, an EPYC without AVX-512): the cpu profile held oneDNN's epilogues whatever TF
+    ran, so BatchMatMul x scale + mask, which TF's Eigen kernels never fuse, stayed out of every cluster. The
+    epilogues held are TF's own fusions in this process (and the dead readers that would cut them)."""
+    by_op, inside = _ops_held("cpu")
+    fused = _fused_by_tf()
+    library = "oneDNN" if kernel_library.onednn() else "Eigen"
+    assert {op for op, why in by_op.items() if "dead reader" not in why} == fused, (by_op, fused)
+    assert all(f"for {library}'s fused epilogue" in why for why in by_op.values())
+    assert not inside & set(by_op)
+    if not kernel_library.onednn():
+        assert {"scaled", "scores"} <= inside  # BatchMatMul+Mul+Add is a oneDNN-only fusion
 
 
 def test_cuda_keeps_only_what_tf_gpu_kernels_fuse() -> None:

@@ -12,7 +12,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from stitchfleet.compiler.ir import Op  # noqa: E402
-from stitchfleet.plugin.frontend import elementwise  # noqa: E402
+from stitchfleet.plugin.frontend import elementwise, kernel_library  # noqa: E402
 from stitchfleet.plugin.graph.mapping import Site  # noqa: E402
 from stitchfleet.plugin.guard import wide_batchnorm  # noqa: E402
 from stitchfleet.plugin.guard.translation import check_sites, promoted  # noqa: E402
@@ -49,11 +49,14 @@ def _both_ways(build: Any, feeds: dict[str, np.ndarray[Any, Any]]) -> tuple[list
     return single, double
 
 
-def _agree(single: list[Any], double: list[Any]) -> None:
+def _agree(single: list[Any], double: list[Any], scratch: frozenset[int] = frozenset()) -> None:
+    """Every output of the same shape, in float64, and of TF's values but for `scratch` (`wide_batchnorm.scratch`:
+    memory TF's kernel leaves unwritten, whose values are whatever was there)."""
     for k, (want, got) in enumerate(zip(single, double, strict=True)):
         assert np.shape(got) == np.shape(want), k
         assert np.asarray(got).dtype == np.float64, k
-        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, err_msg=f"output {k}")
+        if k not in scratch:
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, err_msg=f"output {k}")
 
 
 def _inputs(data_format: str, seed: int = 0) -> dict[str, np.ndarray[Any, Any]]:
@@ -83,7 +86,7 @@ def test_the_forward_formulas_are_tfs(op: str, data_format: str, training: bool)
         args = {"x": p["x"], "scale": p["scale"], "offset": p["offset"], "mean": p["mean"], "variance": p["variance"]}
         return list(kind(**args, epsilon=1e-3, data_format=data_format, is_training=training))
 
-    _agree(*_both_ways(build, feeds))
+    _agree(*_both_ways(build, feeds), wide_batchnorm.scratch(op, training))
 
 
 @pytest.mark.parametrize("factor", [1.0, 0.3])
@@ -97,13 +100,15 @@ def test_the_running_statistics_blend_as_tfs(factor: float) -> None:
         args = {k: p[k] for k in ("x", "scale", "offset", "mean", "variance")}
         return list(tf.raw_ops.FusedBatchNormV3(**args, epsilon=1e-3, exponential_avg_factor=factor, is_training=True))
 
-    _agree(*_both_ways(build, feeds))
+    _agree(*_both_ways(build, feeds), wide_batchnorm.scratch("FusedBatchNormV3", True))
 
 
 @pytest.mark.parametrize("op", sorted(GRADIENT))
 @pytest.mark.parametrize("data_format", sorted(SHAPES))
 @pytest.mark.parametrize("training", [True, False])
 def test_the_gradient_formulas_are_tfs(op: str, data_format: str, training: bool) -> None:
+    if not training and data_format == "NCHW" and not kernel_library.onednn():
+        pytest.skip("TF's Eigen kernel takes the inference gradient in NHWC only (TF's gradient code transposes)")
     feeds = _inputs(data_format, seed=1)
 
     def build(p: dict[str, Any]) -> list[Any]:

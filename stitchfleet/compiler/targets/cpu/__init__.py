@@ -16,21 +16,28 @@ from stitchfleet.compiler.targets.base import LibraryFusion, Profile
 # whose epilogue runs on the output while it is in cache (`_MklNativeFusedMatMul`, `_MklNativeFusedConv2D`,
 # `_MklFusedBatchMatMulV2`); a cluster that takes the epilogue leaves a plain `_MklMatMul` and writes and
 # rereads the product (profiled on the demo: +0.74 ms of `_MklMatMul` for -0.60 ms of fused MatMul per step).
+# With oneDNN off (TF's default on CPUs without AVX-512 VNNI/BF16 or AMX) its Eigen kernels fuse less:
+# `_FusedMatMul`/`_FusedConv2D` take BiasAdd and Relu, Relu6, Elu or LeakyRelu only, and depthwise and 3D
+# convolutions and BatchMatMul fuse nothing (TF 2.15 on an EPYC: `without_onednn`).
 # Not here: Conv2D+FusedBatchNorm (fused only with is_training=false, never in a training step), BiasAddGrad
 # (the backward's column reduction: grappler fuses nothing into it on CPU, it stays a stitching candidate).
-_ONEDNN = "kept with {compute} for oneDNN's fused epilogue (grappler remapper)"
+_ONEDNN = "kept with {compute} for {library}'s fused epilogue (grappler remapper)"
+_EIGEN_STAGES = (("BiasAdd",), ("Relu", "Relu6", "Elu", "LeakyRelu"))
 LIBRARY_FUSIONS = (
     LibraryFusion(
         ("MatMul",),
         (("BiasAdd",), ("Relu", "Relu6", "Elu", "LeakyRelu", "Tanh", "Sigmoid", "Gelu")),
         _ONEDNN,
+        without_onednn=_EIGEN_STAGES,
     ),
+    LibraryFusion(("Conv2D",), (("BiasAdd",), ("Relu", "Relu6", "Elu", "LeakyRelu")), _ONEDNN),
     LibraryFusion(
-        ("Conv2D", "DepthwiseConv2dNative", "Conv3D"),
+        ("DepthwiseConv2dNative", "Conv3D"),
         (("BiasAdd",), ("Relu", "Relu6", "Elu", "LeakyRelu")),
         _ONEDNN,
+        without_onednn=(),
     ),
-    LibraryFusion(("BatchMatMulV2",), (("Mul",), ("AddV2", "Add")), _ONEDNN, constant_operand=(0,)),
+    LibraryFusion(("BatchMatMulV2",), (("Mul",), ("AddV2", "Add")), _ONEDNN, constant_operand=(0,), without_onednn=()),
 )
 
 PROFILE = Profile(
