@@ -23,6 +23,7 @@ from stitchfleet.compiler import targets
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.fleet.verdict_keys import input_shapes, profile
+from stitchfleet.plugin.frontend import kernel_library
 from stitchfleet.plugin.graph import placement
 from stitchfleet.plugin.graph.mapping import Site, UnmappableError, map_cluster
 from stitchfleet.plugin.graph.training_steps import training_path
@@ -88,7 +89,7 @@ def _left_to_tf(site: Site, path: frozenset[str], where: placement.Route) -> str
         return where.reason
     if not any(op.name in path for op in site.internal):
         return "not on the training path (no variable update depends on it): evals and metrics run it as written"
-    onednn = targets.profile(where.backend).beside_library == "onednn" and _onednn()
+    onednn = targets.profile(where.backend).beside_library == "onednn" and kernel_library.onednn()
     return fallback_hazard(site.internal, onednn=onednn)
 
 
@@ -117,15 +118,6 @@ def fallback_hazard(ops: Iterable[tf.Operation], *, onednn: bool) -> str | None:
             why = f"{op.type} {op.name!r} feeds a {fused.type}"
             return f"left to TF: {why}, which TF's oneDNN remapper breaks inside the fallback function"
     return None
-
-
-def _onednn() -> bool:
-    """Whether this TF runs with oneDNN's graph rewrites (TF_ENABLE_ONEDNN_OPTS, on by default on x86)."""
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-    except ImportError:
-        return False
-    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def _mapped(

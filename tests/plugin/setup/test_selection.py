@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from stitchfleet.plugin.setup.selection import SITE_CHANGES, _onednn, fallback_hazard
+from stitchfleet.plugin.frontend.kernel_library import onednn
+from stitchfleet.plugin.setup.selection import SITE_CHANGES, fallback_hazard
 from tests.compiler.test_pipeline import DUMPS
 from tests.plugin.hook_harness import hooked, train
 
@@ -81,7 +82,7 @@ def test_a_keras_conv_batch_norm_relu_job_keeps_stitching(tmp_path: Path) -> Non
     assert hook.controller is not None and hook.controller.job_reverted is None, hook.controller.job_reverted
     assert hook.installed and sum(hook.backend_calls.values()) > 0
     hazards = [why for why in hook.off.values() if "oneDNN remapper" in why]
-    assert bool(hazards) == _onednn()
+    assert bool(hazards) == onednn()
     assert stitched == pytest.approx(plain, rel=1e-5)
 
 
