@@ -258,6 +258,12 @@ class Ledger:
             log.warning("stitchfleet: rank record failed (%s); the window keeps its session index", err)
             self.safely(StepWindow, self.key, self.rank, **fields)
 
+    def setup_skipped(self, label: str, why: str) -> None:
+        """A job that runs as written without setting up (too short, known to lose, ended while it waited): a
+        `setup` event with the figures, and the job finished under `label`."""
+        self.event(EventKind.SETUP.value, None, None, label, detail=why)
+        self.finished("finished", label)
+
     def finished(self, status: str, reason: str = "") -> None:
         self.rank_record.drain()  # the job's last windows are recorded before its end
         self.safely(JobFinished, self.key, status, reason[:200], self.rank)

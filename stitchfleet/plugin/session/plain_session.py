@@ -99,8 +99,7 @@ class Waiting:
         why = self.deferral.ended(time.perf_counter() - self.since, self.trained)
         log.info("stitchfleet: setup skipped: job too short: %s", why)
         if self.record is not None:
-            self.record.event(EventKind.SETUP.value, None, None, "setup skipped: job too short", detail=why)
-            self.record.finished("finished", "setup skipped: job too short")
+            self.record.setup_skipped("setup skipped: job too short", why)
             self.record.close()
 
 
