@@ -15,12 +15,20 @@ as users write them, so the plugin knows their length; a warm run is also told t
 round's plain run's steady step: what an operator's memory of earlier runs says), so it decides whether its setup
 can pay back at all (plugin/setup/payback.py); a cold run, the job's first, is not told.
 
+Programs of the corpus of real TF1 programs (tests/corpus/README.md; their copies outside the checkout, in
+$STITCHFLEET_CORPUS_DIR) join with `--corpus`: each run is the program in its own interpreter, plain
+(`STITCHFLEET_ENABLED=0`), under XLA's flags, or under the boot shim with the plugin's default settings (as the
+admission webhook injects it); its step times are the gaps between its per-step `CORPUS_LOSS` lines as they
+arrive, its decisions and claims are read from the telemetry database its runs share over the rounds.
+
     PYTHONPATH=. python scripts/ab_jobs.py --jobs demo mlp transformer --rounds 2
+    STITCHFLEET_CORPUS_DIR=DIR PYTHONPATH=. python scripts/ab_jobs.py --jobs --corpus models_cifar10_train.py:300
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -185,6 +193,99 @@ def _run(job: str, mode: str, steps: int, cache: str, fleet: str, *, step_ms: fl
     return found
 
 
+def _corpus_run(program: str, mode: str, steps: int, cache: str, fleet: str, *, step_ms: float = 0.0) -> dict[str, Any]:
+    """One corpus program in its own interpreter (`tests/corpus/corpus_runs`' wrapper), timed line by line."""
+    from tests.corpus import corpus_runs
+
+    uid = f"{mode}-{time.time_ns()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STITCHFLEET_") and k != "TF_XLA_FLAGS"}
+    env.update(
+        PYTHONPATH=f"{ROOT / 'stitchfleet' / 'boot'}{os.pathsep}{ROOT}",
+        STITCHFLEET_ENABLED="1" if mode in ("cold", "warm") else "0",
+        STITCHFLEET_STATE_DIR=fleet,  # the job's telemetry over the rounds: the fleet's memory
+        STITCHFLEET_CACHE_DIR=cache,
+        STITCHFLEET_JOB_UID=uid,
+        STITCHFLEET_JOB_NAME=f"ab-{program}",
+        STITCHFLEET_STEP_MS=f"{step_ms:.6f}",
+        CORPUS_STEPS=str(steps),
+        TF_CPP_MIN_LOG_LEVEL="3",
+    )
+    if mode == "xla":
+        env["TF_XLA_FLAGS"] = XLA_FLAGS
+    arrivals: list[float] = []
+    losses: list[float] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        env["CORPUS_DIR"] = str(Path(scratch) / "checkpoints")
+        argv = [sys.executable, "-c", corpus_runs.WRAPPER, str(corpus_runs.program_path(program))]
+        started = time.perf_counter()
+        with tempfile.TemporaryFile("w+") as errors:
+            child = subprocess.Popen(argv, cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
+            assert child.stdout is not None
+            for line in child.stdout:  # a loss line per step, read as it comes: the gaps are the step times
+                found = corpus_runs.LOSS.match(line.strip())
+                if found:
+                    arrivals.append(time.perf_counter())
+                    losses.append(float(found.group(2)))
+            code = child.wait(timeout=1800)
+            wall = time.perf_counter() - started
+            errors.seek(0)
+            log = errors.read()
+    if code != 0 or len(arrivals) < 4:
+        return {"error": (log.strip().splitlines() or ["failed"])[-1][:200]}
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    figures: dict[str, Any] = {
+        "wall": wall,
+        "steps_seconds": arrivals[-1] - arrivals[0],  # every step after the first (its executor build)
+        "steady": statistics.median(gaps[len(gaps) // 2 :]),
+        "losses": [losses[0], losses[-1]],
+        "steps": len(losses),
+    }
+    if mode in ("cold", "warm"):
+        stitched = corpus_runs.STITCHED.search(log)
+        figures.update(_corpus_claims(Path(fleet) / "telemetry.db", uid, stitched.group(0) if stitched else ""))
+    return figures
+
+
+def _corpus_claims(path: Path, uid: str, stitched: str) -> dict[str, Any]:
+    """A shimmed corpus run's decisions and claims, read from the telemetry database: its reverts, its job verdict,
+    else its last setup event; its windows' saved seconds and its setup seconds. The claim's own noise is not in the
+    database: 0 (the agreement column then judges by the measured difference's noise alone)."""
+    import sqlalchemy as sa
+
+    mine = "select id from jobs where job_uid = :uid"
+    engine = sa.create_engine(f"sqlite:///{path}")
+    try:
+        with engine.connect() as connection:
+
+            def rows(query: str) -> list[Any]:
+                return list(connection.execute(sa.text(query), {"uid": uid}).all())
+
+            reverts = rows(f"select detail from events where kind = 'revert' and job_id in ({mine}) order by id")
+            verdicts = rows(f"select verdict, reason from job_verdicts where job_id in ({mine}) order by id")
+            setups = rows(f"select detail from events where kind = 'setup' and job_id in ({mine}) order by id")
+            saved = rows(f"select coalesce(sum(saved_seconds), 0) from step_windows where job_id in ({mine})")
+            setup = rows(f"select coalesce(max(compile_seconds), 0) from jobs where id in ({mine})")
+    finally:
+        engine.dispose()
+    if reverts:
+        decided = f"reverted: {(reverts[0][0] or '').splitlines()[0][:60]}"
+    elif verdicts:
+        decided = f"{verdicts[-1][0]}: {(verdicts[-1][1] or '')[:60]}"
+    elif setups:
+        decided = (setups[-1][0] or "").splitlines()[0][:60]
+    else:
+        decided = "no setup recorded"
+    if stitched:
+        decided = f"{stitched.removeprefix('stitchfleet: ')}; {decided}"
+    return {
+        "decided": decided,
+        "claimed_gross": float(saved[0][0] if saved else 0.0),
+        "setup": float(setup[0][0] if setup else 0.0),
+        "setup_from_steps": 0.0,
+        "claim_noise": 0.0,
+    }
+
+
 def _known_step_ms(plain: list[dict[str, Any]]) -> float:
     """What the fleet's memory tells a warm run of the job's plain step time: the latest plain run's steady step
     (it runs before the warm run in every round: `_order`); 0 (unknown) when none finished."""
@@ -251,9 +352,20 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
     return lines
 
 
+def _program(spec: str, steps: int) -> tuple[str, int]:
+    """`PROGRAM[:STEPS]` of --corpus: the program's file in the corpus directory and its step cap."""
+    name, _, count = spec.partition(":")
+    if not count.isdigit() and count:
+        raise SystemExit(f"ab_jobs: --corpus {spec!r}: the steps after ':' must be a whole number")
+    return name, int(count) if count else steps or 200
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ab_jobs.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument("--jobs", nargs="*", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument(
+        "--corpus", nargs="*", default=[], metavar="PROGRAM[:STEPS]", help="corpus programs ($STITCHFLEET_CORPUS_DIR)"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=0, help="steps per job (default: each job's own)")
     parser.add_argument("--out", type=Path, default=None, help="a Markdown file the table is appended to")
@@ -265,19 +377,24 @@ def main(argv: list[str] | None = None) -> int:
         job, mode = args.child
         print(json.dumps(_child(job, mode, args.steps, args.state, args.fleet)))
         return 0
-    results: dict[str, dict[str, list[dict[str, Any]]]] = {job: {m: [] for m in MODES} for job in args.jobs}
+    programs = dict(_program(spec, args.steps) for spec in args.corpus)
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {
+        job: {m: [] for m in MODES} for job in [*args.jobs, *programs]
+    }
     with tempfile.TemporaryDirectory() as fleets:  # per job, its telemetry over the rounds: the fleet's memory
         for r in range(args.rounds):
-            for job in args.jobs:
+            for job in [*args.jobs, *programs]:
                 fleet = Path(fleets) / job
                 fleet.mkdir(exist_ok=True)
                 with tempfile.TemporaryDirectory() as cache:  # cold: an empty kernel cache; warm: the same, filled
                     for mode in _order(r):
                         print(f"  round {r + 1}/{args.rounds}: {job} {mode}", flush=True)
                         known = _known_step_ms(results[job]["plain"]) if mode == "warm" else 0.0
-                        results[job][mode].append(
-                            _run(job, mode, args.steps or STEPS[job], cache, str(fleet), step_ms=known)
-                        )
+                        if job in programs:
+                            found = _corpus_run(job, mode, programs[job], cache, str(fleet), step_ms=known)
+                        else:
+                            found = _run(job, mode, args.steps or STEPS[job], cache, str(fleet), step_ms=known)
+                        results[job][mode].append(found)
     lines = table(results)
     print("\n".join(lines))
     if args.out:
