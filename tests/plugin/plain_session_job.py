@@ -50,3 +50,6 @@ print("reason:", runner if isinstance(runner, str) else "")
 print("calls:", sum(hook.backend_calls.values()) if hook is not None else 0)
 print("steps:", hook.step if hook is not None else 0)
 print("losses:", " ".join(f"{v:.6f}" for v in losses))
+# What the plugin made this process import: a job that waits for its setup must stay light (`Waiting`).
+HEAVY = ("stitchfleet.plugin.session.hook", "stitchfleet.compiler.pipeline", "stitchfleet.telemetry.recorder")
+print("imported:", " ".join(name for name in HEAVY if name in sys.modules))

@@ -34,7 +34,7 @@ from stitchfleet.plugin.native.dispatch_op import BridgeOp
 from stitchfleet.plugin.native.dispatch_op import choose as choose_bridge
 from stitchfleet.plugin.native.faults import Fault
 from stitchfleet.plugin.native.kernels import resolve_backend
-from stitchfleet.plugin.session import gc_pause, job_length
+from stitchfleet.plugin.session import gc_pause, hooked_graph, job_length
 from stitchfleet.plugin.session.exported_graph import setup_additions
 from stitchfleet.plugin.session.step_args import StepArgs
 from stitchfleet.plugin.session.step_results import StepResults
@@ -45,7 +45,6 @@ from stitchfleet.plugin.shapes.signatures import Specialisation
 from stitchfleet.telemetry.kinds import EventKind
 
 log = logging.getLogger("stitchfleet.plugin")
-HOOKED = "_stitchfleet_hooked"  # on a tf.Graph: a StitchHook began on it (MonitoredSession or a plain session)
 
 
 class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
@@ -94,7 +93,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     # --- SessionRunHook -------------------------------------------------------------------
 
     def begin(self) -> None:
-        setattr(tf.compat.v1.get_default_graph(), HOOKED, True)  # a plain session of this graph adds no second hook
+        hooked_graph.mark(tf.compat.v1.get_default_graph())  # a plain session of this graph adds no second hook
         try:
             # What begin adds goes at the graph's top level and stays out of its exports (exported_graph.py).
             with gc_pause.paused(), setup_additions(tf.compat.v1.get_default_graph()):  # gc_pause.py: why paused

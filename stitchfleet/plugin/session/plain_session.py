@@ -13,6 +13,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from stitchfleet.plugin.session import hooked_graph
 from stitchfleet.telemetry.kinds import EventKind
 
 if TYPE_CHECKING:
@@ -197,12 +198,10 @@ def _runner(session: Any, fetches: Any, original: Run, lock: threading.Lock) -> 
     waiting: Waiting | None = state if isinstance(state, Waiting) else None
     if state is not None and waiting is None:  # why it runs as written
         return None
-    from stitchfleet.plugin.session.hook import HOOKED  # the hook imports TF: only once a session runs
-
     try:
         if waiting is None:
             graph = session.graph
-            if getattr(graph, HOOKED, False):  # a MonitoredSession's raw session: its hook is already there
+            if hooked_graph.hooked(graph):  # a MonitoredSession's raw session: its hook is already there
                 return None
             steps = _training(graph, fetches)
             if steps is None:

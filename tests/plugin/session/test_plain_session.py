@@ -106,6 +106,9 @@ def test_a_job_of_unknown_length_runs_as_written_until_its_setup_can_pay(tmp_pat
     off = _run(tmp_path / "off", "0")
     assert on["attached"] == "False" and on["waiting"] == "True"
     assert on["calls"] == "0" and on["losses"] == off["losses"]
+    # Light while it waits: the hook and the compiler were imported all the same (0.24 s of CPU), through the
+    # mark a plain session reads on its first run
+    assert "plugin.session.hook" not in on["imported"] and "compiler" not in on["imported"], on["imported"]
     details = _events(tmp_path, "setup")
     assert any(d.startswith("the job's length is unknown: it trains as written for 105 s") for d in details), details
     assert any(f"ended after {STEPS} training steps" in d for d in details), details
