@@ -252,6 +252,9 @@ def _corpus_claims(path: Path, uid: str, stitched: str) -> dict[str, Any]:
     database: 0 (the agreement column then judges by the measured difference's noise alone)."""
     import sqlalchemy as sa
 
+    from stitchfleet.telemetry import spool_ingest
+
+    spool_ingest.claim(path.parent / "spool", f"sqlite:///{path}")  # a run that skipped its setup spooled its rows
     mine = "select id from jobs where job_uid = :uid"
     engine = sa.create_engine(f"sqlite:///{path}")
     try:

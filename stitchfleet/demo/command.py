@@ -263,13 +263,17 @@ def _stayed_out(why: str, harmed: bool) -> str:
     return text + (": it is beyond the noise here, which is a cost of the hook" if harmed else ", and it is")
 
 
-def report(url: str, skipped: bool = False) -> str:
+def report(url: str, skipped: bool = False, spool: Path | None = None) -> str:
     """The weekly report of the run's database, then the run's balance in seconds (none when setup was skipped:
-    the job ran as written and booked nothing)."""
+    the job ran as written and booked nothing). `spool`: the run's spool directory, loaded first (a job that
+    skipped its setup spools its rows: `Ledger.spool_meanwhile`), as `stitchfleet report` does."""
     from stitchfleet.telemetry.report_text import render_markdown
     from stitchfleet.telemetry.savings import weekly_summary
+    from stitchfleet.telemetry.spool_ingest import claim
     from stitchfleet.telemetry.weeks import week_of
 
+    if spool is not None:
+        claim(spool, url)
     summary = weekly_summary(url, week_of(dt.datetime.now(dt.UTC)))
     return "\n".join([render_markdown(summary), *(balance(job) for job in summary.jobs if not skipped)])
 
@@ -296,6 +300,6 @@ def run(args: argparse.Namespace) -> int:
         args.steps, directory, args.backend, args.every, job_steps=args.job_steps, step_ms=args.step_ms
     )
     print(f"\ntelemetry recorded in {directory / 'telemetry.db'}\n")
-    print(report(url, skipped))
+    print(report(url, skipped, directory / "spool"))
     print(balance_line)
     return 0

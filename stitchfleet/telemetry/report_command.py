@@ -5,7 +5,9 @@ Output: the rendered report on stdout or in the file (md and html end with the f
 it is now: clusters quarantined for a mismatch and clusters slower on a device profile, by the
 STITCHFLEET_SLOWER_* settings the operator answers pods with), and an exit status: 0 done, 2 for a bad
 week label or a database that cannot be used (unreachable, no schema), 1 when the output file
-cannot be written. Errors are one line on stderr, never a traceback. Markdown and HTML read the
+cannot be written. Errors are one line on stderr, never a traceback. On the local database (no URL given),
+the state directory's finished spool files are loaded first: jobs that ran as written spool their rows there
+(`Ledger.spool_meanwhile`). Markdown and HTML read the
 incremental aggregates (bounded size); the jobs CSV streams every task straight to the output in
 constant memory, with progress on stderr when it goes to a file.
 """
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import TextIO
 
 from stitchfleet import settings
-from stitchfleet.telemetry import database, report_memory, report_text, savings, weeks
+from stitchfleet.telemetry import database, report_memory, report_text, savings, spool_ingest, weeks
 from stitchfleet.telemetry.report_memory import MemoryView
 
 EXIT_OK = 0
@@ -107,6 +109,18 @@ def _jobs_csv(url: str, week: weeks.Week, output: Path | None) -> tuple[int, int
     return EXIT_OK, counted[0]
 
 
+def _load_spooled(url: str) -> None:
+    """The local spool's finished files into the local database before it is read; a failure is one line on
+    stderr (the report then reads what the database holds)."""
+    try:
+        loaded = spool_ingest.claim(settings.current().spool_dir, url)
+    except Exception as err:
+        print(f"stitchfleet report: spooled telemetry not loaded: {err}", file=sys.stderr)
+        return
+    if loaded.problems:
+        print(f"stitchfleet report: {len(loaded.problems)} damaged spool line(s) skipped", file=sys.stderr)
+
+
 def run_weekly(options: WeeklyOptions) -> int:
     """Runs the command; see the module docstring for the exit statuses."""
     try:
@@ -114,6 +128,8 @@ def run_weekly(options: WeeklyOptions) -> int:
     except weeks.WeekError as err:
         return _fail(str(err), EXIT_USAGE)
     url = database.resolve_url(options.db)
+    if options.db is None:
+        _load_spooled(url)
     if options.format == "csv" and options.csv_table == "jobs":
         status, tasks = _jobs_csv(url, week, options.output)
         if status == EXIT_OK and options.output is not None:

@@ -73,6 +73,33 @@ def load(directory: Path, url: str | None = None) -> IngestSummary:
     return summary
 
 
+def claim(directory: Path, url: str) -> IngestSummary:
+    """Moves the finished spool files of `directory` (their writers gone) into the database at `url`, each file
+    deleted once its rows are committed, as a Recorder replays orphans: what a reader of the local database runs
+    first, so a job that spooled its rows without a database client (`Ledger.spool_meanwhile`) is in its report.
+    Nothing to load: nothing done (no database is created)."""
+    summary = IngestSummary()
+    files = spool_files(directory) if directory.is_dir() else []
+    if not files:
+        return summary
+    database.upgrade(url)
+    engine = database.connect(url)
+    try:
+        ids: store.JobIds = {}
+        for path in files:
+            with spool.claimed(path) as content:
+                if content is None:  # its writer still runs: it writes (or replays) its rows itself
+                    summary.busy.append(path)
+                    continue
+                rows = content.rows
+                summary.rows += database.retry_locked(lambda: _transaction(engine, rows, ids))  # noqa: B023
+                summary.files += 1
+                summary.problems.extend(content.problems)
+    finally:
+        engine.dispose()
+    return summary
+
+
 def _transaction(engine: Engine, rows: Sequence[Row], ids: store.JobIds) -> int:
     """Writes `rows` in one transaction; `ids` learns their job ids only once it commits."""
     attempt = dict(ids)

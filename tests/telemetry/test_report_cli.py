@@ -79,3 +79,30 @@ def test_csv_of_an_unusable_database_writes_nothing(tmp_path: Path, capsys: pyte
     assert cli.main(["report", "weekly", "--week", "2026-W47", "--db", url, "--format", "csv", "-o", str(target)]) == 2
     assert "run `stitchfleet db upgrade` first" in capsys.readouterr().err
     assert not target.exists()
+
+
+def test_the_local_report_loads_the_spool_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job that ran as written spooled its rows without a database client (`Ledger.spool_meanwhile`): the report
+    on the local database loads them before it reads, so the job is in it; the file is then gone (loaded once)."""
+    from stitchfleet import settings
+    from stitchfleet.plugin.fleet.ledger import Ledger
+
+    monkeypatch.setenv("STITCHFLEET_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("STITCHFLEET_JOB_NAME", "spooled-job")
+    monkeypatch.delenv("STITCHFLEET_DB_URL", raising=False)
+    settings.reset()
+    try:
+        ledger = Ledger(settings.current(), 0, 1)
+        ledger.started()
+        ledger.spool_meanwhile()
+        ledger.setup_skipped("setup skipped: job too short", "ran as written")
+        ledger.close()
+        assert not (tmp_path / "state" / "telemetry.db").exists()
+        assert cli.main(["report", "weekly", "--format", "csv"]) == 0
+    finally:
+        settings.reset()
+    jobs = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [row["job_name"] for row in jobs] == ["spooled-job"]
+    assert not list((tmp_path / "state" / "spool").glob("*.jsonl"))

@@ -105,6 +105,7 @@ class Ledger:
         self.recollection: Recollection | None = None  # what `recall` last found (kernels bound later read it)
         self._pending: list[Row] | None = None  # rows recorded before the database client is open
         self._opening: threading.Thread | None = None
+        self._spooling: SpoolSink | None = None  # rows go to the spool until the client opens (`spool_meanwhile`)
         self._lock = threading.Lock()
         if current.ingest_url and url is None:
             # In a cluster the pod never writes the database: the operator does, for it.
@@ -147,9 +148,32 @@ class Ledger:
         if self._pending:
             self.close()
 
-    def open_later(self) -> None:
-        """Starts opening the local database client in the background (once); rows wait for it meanwhile."""
+    def spool_meanwhile(self) -> None:
+        """Rows go to this process's spool file (fsync'ed, no database client) until `open_later` opens the client,
+        or for good when nothing does. Why: a job that runs as written without setting up (too short, known to lose,
+        waiting for its setup) would pay for the client's imports (SQLAlchemy and our models: 0.3-0.4 s of CPU
+        beside its steps) to write two rows. The file waits for the next Recorder on this state directory, which
+        replays it first, or for `stitchfleet report`, which loads it before it reads. Only for a local SQLite
+        database: a server's database is written by whoever else may never run on this machine."""
         with self._lock:
+            if self._pending is None or self._opening is not None or not _local(self.url):
+                return
+            try:
+                sink = SpoolSink(self.settings.spool_dir)
+                for row in self._pending:
+                    sink.record(row)
+            except OSError as err:  # rows keep waiting for the client: `open_later` still writes them
+                log.warning("stitchfleet: cannot spool telemetry (%s); it waits for the database client", err)
+                return
+            self._pending, self._sink, self._spooling = None, sink, sink
+
+    def open_later(self) -> None:
+        """Starts opening the local database client in the background (once); rows wait for it meanwhile. A spool
+        kept so far (`spool_meanwhile`) is closed: the client replays its file before the rows that wait."""
+        with self._lock:
+            if self._spooling is not None:
+                self._spooling.close()  # releases the file's lock: an orphan for the Recorder to replay first
+                self._spooling, self._sink, self._pending = None, None, []
             if self._pending is None or self._opening is not None:
                 return
             self._opening = threading.Thread(target=self._open, name="stitchfleet-telemetry-open", daemon=True)
@@ -157,7 +181,10 @@ class Ledger:
 
     @property
     def recorder(self) -> Sink | None:
-        """The sink rows go to (Shipper, Recorder or SpoolSink; None when telemetry is off), once open."""
+        """The sink rows go to (Shipper, Recorder or SpoolSink; None when telemetry is off), once open; while the
+        rows are spooled (`spool_meanwhile`), the spool's."""
+        if self._spooling is not None:
+            return self._spooling
         self.open_later()
         if self._opening is not None:
             self._opening.join()
@@ -297,7 +324,7 @@ class Ledger:
         def read() -> None:
             try:
                 now, ttl = dt.datetime.now(dt.UTC), current.slower_ttl
-                if self.url.split(":", 1)[0].split("+")[0] == "sqlite":
+                if _local(self.url):
                     found.append(local_memory(self.url, now=now, min_jobs=current.slower_jobs, ttl=ttl))
                     return
                 from stitchfleet.telemetry.queries import reverted_fingerprints, slower_verdicts
@@ -325,6 +352,11 @@ class Ledger:
             known = f"{len(memory.reverted)} reverted cluster(s), {len(memory.slower)} slower verdict(s) known"
             self.event(EventKind.FLEET_MEMORY.value, None, None, reason, detail=f"{reason} ({known}): {memory.problem}")
         return memory
+
+
+def _local(url: str) -> bool:
+    """Whether `url` is a SQLite file: the database of this machine's state directory, the spool's neighbour."""
+    return url.split(":", 1)[0].split("+", maxsplit=1)[0] == "sqlite"
 
 
 def opened(current: settings_module.Settings, rank: int, world_size: int, url: str | None = None) -> Ledger | None:

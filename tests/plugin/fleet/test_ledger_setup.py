@@ -4,6 +4,7 @@ opens in the background after setup, and every row still reaches the database, i
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
@@ -89,3 +90,62 @@ def test_the_recorder_is_there_once_asked_for(tmp_path: Path) -> None:
     ledger.started()  # waits in memory
     assert type(ledger.recorder).__name__ == "Recorder"  # asking for it opens it
     ledger.close()
+
+
+SPOOLED = textwrap.dedent(
+    """
+    import sys
+    from stitchfleet import settings
+    from stitchfleet.plugin.fleet.ledger import Ledger
+    ledger = Ledger(settings.current(), rank=0, world_size=1, url=sys.argv[1])
+    ledger.started()
+    ledger.spool_meanwhile()  # a job that runs as written: its rows need no database client
+    ledger.setup_skipped("setup skipped: job too short", "ran as written")
+    ledger.close()
+    assert "sqlalchemy" not in sys.modules, "a job that skipped its setup imported SQLAlchemy"
+    """
+)
+
+
+def test_a_job_that_skips_its_setup_spools_its_rows_and_the_next_reader_loads_them(tmp_path: Path) -> None:
+    """Issue 29 (out of the way): the client's imports cost a job that runs as written 0.3-0.4 s of the CPU its
+    steps run on. Its rows wait in the spool, durable, until a Recorder on the state directory replays them."""
+    url = f"sqlite:///{tmp_path / 'telemetry.db'}"
+    root = str(Path(__file__).resolve().parents[3])
+    env = {**os.environ, "STITCHFLEET_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": root}
+    done = subprocess.run([sys.executable, "-c", SPOOLED, url], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "telemetry.db").exists() and list((tmp_path / "state" / "spool").glob("*.jsonl"))
+    later = Ledger(settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path / "state")}), 0, 1, url)
+    later.event("compile_failure", None, None, "a later job", detail="its own row")
+    later.close()  # its Recorder replayed the orphaned file first
+    assert [e.reason for e in events(url, "setup")] == ["setup skipped: job too short"]
+    assert [e.reason for e in events(url, "compile_failure")] == ["a later job"]
+    assert not list((tmp_path / "state" / "spool").glob("*.jsonl"))  # claimed: loaded once
+
+
+def test_a_spooled_job_that_sets_up_after_all_writes_every_row_in_order(tmp_path: Path) -> None:
+    """A plain session's job waits with its rows spooled; when its setup comes, the client opens and replays them
+    before the rows of the setup."""
+    url = f"sqlite:///{tmp_path / 'telemetry.db'}"
+    local = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path / "state"), "STITCHFLEET_JOB_UID": "w"})
+    ledger = Ledger(local, 0, 1, url)
+    ledger.started()
+    ledger.spool_meanwhile()
+    ledger.event("setup", None, None, "setup deferred", detail="waiting")
+    assert type(ledger.recorder).__name__ == "SpoolSink"  # nothing opens the client while it waits
+    ledger.compiled(2.0)  # the setup came: the client opens
+    ledger.event("setup", None, None, "setup 2.00 s", detail="compiled")
+    ledger.close()
+    setups = sorted(events(url, "setup"), key=lambda e: e.occurred_at)
+    assert [e.reason for e in setups] == ["setup deferred", "setup 2.00 s"]
+
+
+def test_a_server_database_is_never_left_to_the_spool(tmp_path: Path) -> None:
+    """A database on a server is not this machine's: whoever would load the spool may never run here."""
+    local = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path / "state"), "STITCHFLEET_JOB_UID": "s"})
+    ledger = Ledger(local, 0, 1, "postgresql://nobody@127.0.0.1:9/none")
+    ledger.started()
+    ledger.spool_meanwhile()
+    assert ledger._spooling is None and ledger._pending is not None  # the rows still wait for the client
+    atexit.unregister(ledger._at_exit)  # no server to write them to here

@@ -70,8 +70,9 @@ def _job_findings(url: str, key: tuple[str, str, str], outcome: str, *uids: str)
     write(url, rows)
 
 
-def _setup_skipped(url: str) -> list[str]:
-    return [e.detail for e in events(url, "setup") if e.reason == "setup skipped: known to lose"]
+def _setup_skipped(url: str, spool: Path) -> list[str]:
+    """The skipped setups' details; a job that skips its setup spools its rows (`Ledger.spool_meanwhile`)."""
+    return [e.detail for e in events(url, "setup", spool) if e.reason == "setup skipped: known to lose"]
 
 
 def _job_outcomes(url: str) -> list[tuple[str, str]]:
@@ -101,7 +102,7 @@ def test_a_graph_the_fleet_found_slower_in_two_jobs_is_left_as_written(tmp_path:
     run = train(4, third)
     assert third.controller is None and not third.installed and third.shapes is None  # no compile, no twin
     assert len(run.losses) == 4
-    (detail,) = _setup_skipped(url)
+    (detail,) = _setup_skipped(url, tmp_path / "state" / "spool")
     assert detail.startswith("the fleet found stitching slower than TF on this job's graph: ")
 
     _job_findings(url, key, "faster", "kept-1")  # a later job kept its clusters: the slower verdict is cleared
