@@ -138,7 +138,10 @@ def _first(session: Any, original: Run, steps: TrainingSteps) -> PlainRunner | W
     deferral = payback.deferral(current.backend, current.setup_share)
     if deferral is None:
         return _attach(session, original)
-    return Waiting(deferral, steps, ledger.opened(current, 0, 1))
+    record = ledger.opened(current, 0, 1)
+    if record is not None:  # what it computes on, measured as the hook would: its row claims no device unmeasured
+        record.measure_devices(session)
+    return Waiting(deferral, steps, record)
 
 
 def _attach(session: Any, original: Run, record: Ledger | None = None) -> PlainRunner | str:

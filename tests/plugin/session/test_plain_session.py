@@ -97,6 +97,17 @@ def test_a_finalized_graph_says_not_attached(tmp_path: Path, how: str) -> None:
     assert out["losses"] == off["losses"]  # the job computes what it computes without the plugin
 
 
+def _devices(tmp: Path) -> list[tuple[str, int]]:
+    _loaded(tmp)
+    engine = sa.create_engine(f"sqlite:///{tmp / 'telemetry.db'}")
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(sa.select(tables.Job.device_kind, tables.Job.devices_per_rank)).all()
+    finally:
+        engine.dispose()
+    return [(row[0], row[1]) for row in rows]
+
+
 def _jobs(tmp: Path) -> list[tuple[str, str]]:
     _loaded(tmp)
     engine = sa.create_engine(f"sqlite:///{tmp / 'telemetry.db'}")
@@ -125,6 +136,7 @@ def test_a_job_of_unknown_length_runs_as_written_until_its_setup_can_pay(tmp_pat
     assert any(d.startswith("the job's length is unknown: it trains as written for 105 s") for d in details), details
     assert any(f"ended after {STEPS} training steps" in d for d in details), details
     assert _jobs(tmp_path) == [("finished", "setup skipped: job too short")]
+    assert _devices(tmp_path) == [("cpu", os.cpu_count())], "measured, not the GPU default of an unmeasured job"
 
 
 def test_a_job_of_unknown_length_sets_up_once_it_has_trained_long_enough(tmp_path: Path) -> None:
