@@ -134,6 +134,9 @@ def _child(job: str, mode: str, steps: int, state: str, fleet: str) -> dict[str,
         "steps": len(times),
     }
     if hook is not None:
+        from stitchfleet.telemetry import spool_ingest
+
+        spool_ingest.claim(Path(state) / "spool", url)  # a run that skipped its setup spooled its rows
         found.update(_plugin_figures(hook, url, uid))
     return found
 
