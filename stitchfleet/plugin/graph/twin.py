@@ -17,6 +17,7 @@ from tensorflow.core.framework import attr_value_pb2, graph_pb2
 from stitchfleet.plugin.graph.mapping import Site
 from stitchfleet.plugin.graph.op_graph import downstream, upstream
 from stitchfleet.plugin.graph.random_streams import SharingError, owns_stream, share
+from stitchfleet.plugin.graph.run_callables import RunCallables
 
 Feeds = Mapping[object, object]  # a session.run feed_dict: tensors (or their names) -> values
 
@@ -225,9 +226,12 @@ class Twin:
         feed_dict: Feeds | None,
         options: tf.compat.v1.RunOptions | None,
         run_metadata: tf.compat.v1.RunMetadata | None,
+        *,
+        callables: RunCallables | None = None,
     ) -> object:
         """`run(fetches, feed_dict, ...)` on the copy, its results in `fetches`' own structure (TF's fetch
-        mapper flattens the fetches and rebuilds the results, as `Session.run` itself does)."""
+        mapper flattens the fetches and rebuilds the results, as `Session.run` itself does); through the
+        session's callable of this run (`callables`) when it takes it."""
         from tensorflow.python.client import session as tf_session
 
         with self.graph.as_default():
@@ -237,7 +241,9 @@ class Twin:
         if fed is None or not self.runnable(elements, fed):  # the hook's own fetches included: decline, never fail
             raise NotRunnableError("the stitched copy cannot take this run with its feeds; it runs as written")
         flat = [self.element(x) for x in elements]
-        values = run(flat, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+        values: object = callables.run(flat, feed_dict, options, run_metadata) if callables is not None else None
+        if values is None:
+            values = run(flat, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
         return mapper.build_results(values)
 
 
@@ -279,13 +285,14 @@ class Diverter:
     def attach(self, session: tf.compat.v1.Session) -> None:
         own = session.run
         twin = self.twin
+        callables = RunCallables(session)  # a recovered session is a new one: its own callables
 
         def run(fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
             if self._thread is None or self._thread != threading.get_ident():
                 return own(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
             self._thread = None
             try:
-                return twin.run(own, fetches, feed_dict, options, run_metadata)
+                return twin.run(own, fetches, feed_dict, options, run_metadata, callables=callables)
             except PROPAGATED:
                 raise
             except NotRunnableError as err:  # declined before anything ran: no traceback, the step runs once
