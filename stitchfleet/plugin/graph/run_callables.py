@@ -58,7 +58,7 @@ class RunCallables:
         feed_dict: Mapping[object, object] | None,
         options: config_pb2.RunOptions | None,
         metadata: config_pb2.RunMetadata | None,
-    ) -> list[Any] | None:
+    ) -> list[object] | None:
         """The values of `elements` from one run with `feed_dict` (None for an op), or None: the caller then uses
         `Session.run`. `options` are part of what a callable is made with; `metadata` is filled as a run fills it."""
         feeds = feed_dict or {}
