@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -97,26 +98,23 @@ def test_a_finalized_graph_says_not_attached(tmp_path: Path, how: str) -> None:
     assert out["losses"] == off["losses"]  # the job computes what it computes without the plugin
 
 
-def _devices(tmp: Path) -> list[tuple[str, int]]:
+def _job_rows(tmp: Path, *columns: Any) -> list[tuple[Any, ...]]:
+    """The job records' `columns`, once the spooled rows are loaded."""
     _loaded(tmp)
     engine = sa.create_engine(f"sqlite:///{tmp / 'telemetry.db'}")
     try:
         with engine.connect() as connection:
-            rows = connection.execute(sa.select(tables.Job.device_kind, tables.Job.devices_per_rank)).all()
+            return [tuple(row) for row in connection.execute(sa.select(*columns)).all()]
     finally:
         engine.dispose()
-    return [(row[0], row[1]) for row in rows]
 
 
-def _jobs(tmp: Path) -> list[tuple[str, str]]:
-    _loaded(tmp)
-    engine = sa.create_engine(f"sqlite:///{tmp / 'telemetry.db'}")
-    try:
-        with engine.connect() as connection:
-            rows = connection.execute(sa.select(tables.Job.status, tables.Job.reason)).all()
-    finally:
-        engine.dispose()
-    return [(row[0], row[1]) for row in rows]
+def _devices(tmp: Path) -> list[tuple[Any, ...]]:
+    return _job_rows(tmp, tables.Job.device_kind, tables.Job.devices_per_rank)
+
+
+def _jobs(tmp: Path) -> list[tuple[Any, ...]]:
+    return _job_rows(tmp, tables.Job.status, tables.Job.reason)
 
 
 def test_a_job_of_unknown_length_runs_as_written_until_its_setup_can_pay(tmp_path: Path) -> None:
