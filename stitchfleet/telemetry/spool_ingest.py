@@ -10,7 +10,8 @@ nothing; the files are left in place (the caller owns the directory, and a reloa
 from __future__ import annotations
 
 import fcntl
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,24 +54,7 @@ def spool_files(directory: Path) -> list[Path]:
 def load(directory: Path, url: str | None = None) -> IngestSummary:
     """Upserts every intact row of the spool files in `directory` into the database at `url`."""
     files = spool_files(directory)  # a wrong path fails before any database is created
-    resolved = database.resolve_url(url)
-    database.upgrade(resolved)
-    summary = IngestSummary()
-    engine = database.connect(resolved)
-    try:
-        ids: store.JobIds = {}
-        for path in files:
-            if _held_by_writer(path):
-                summary.busy.append(path)
-                continue
-            content = spool.read(path)
-            rows = content.rows
-            summary.rows += database.retry_locked(lambda: _transaction(engine, rows, ids))  # noqa: B023 (called here)
-            summary.files += 1
-            summary.problems.extend(content.problems)
-    finally:
-        engine.dispose()
-    return summary
+    return _ingest(files, database.resolve_url(url), claim=False)
 
 
 def claim(directory: Path, url: str) -> IngestSummary:
@@ -78,17 +62,21 @@ def claim(directory: Path, url: str) -> IngestSummary:
     deleted once its rows are committed, as a Recorder replays orphans: what a reader of the local database runs
     first, so a job that spooled its rows without a database client (`Ledger.spool_meanwhile`) is in its report.
     Nothing to load: nothing done (no database is created)."""
-    summary = IngestSummary()
     files = spool_files(directory) if directory.is_dir() else []
-    if not files:
-        return summary
+    return _ingest(files, url, claim=True) if files else IngestSummary()
+
+
+def _ingest(files: Sequence[Path], url: str, *, claim: bool) -> IngestSummary:
+    """The files' rows into the database at `url`, one transaction per file; a file its writer still holds is
+    left (busy). `claim`: each file is deleted once its rows are committed (`spool.claimed`), else left in place."""
     database.upgrade(url)
+    summary = IngestSummary()
     engine = database.connect(url)
     try:
         ids: store.JobIds = {}
         for path in files:
-            with spool.claimed(path) as content:
-                if content is None:  # its writer still runs: it writes (or replays) its rows itself
+            with _opened(path, claim) as content:
+                if content is None:
                     summary.busy.append(path)
                     continue
                 rows = content.rows
@@ -98,6 +86,16 @@ def claim(directory: Path, url: str) -> IngestSummary:
     finally:
         engine.dispose()
     return summary
+
+
+@contextmanager
+def _opened(path: Path, claim: bool) -> Iterator[spool.SpoolRead | None]:
+    """The file's rows, or None while its writer holds it; claimed (deleted after the block) or only read."""
+    if claim:
+        with spool.claimed(path) as content:
+            yield content
+        return
+    yield None if _held_by_writer(path) else spool.read(path)
 
 
 def _transaction(engine: Engine, rows: Sequence[Row], ids: store.JobIds) -> int:
