@@ -61,7 +61,9 @@ class StepResults:
             findings = signatures.screen(findings, step)
         summed = self.consensus.result(plan.local, results)
         measured = signatures.probes.measured(signatures.signature, plan.switches) if signatures else ("", (), "")
-        value = None if loss is None else float(np.asarray(loss))
+        if loss is not None and not isinstance(loss, (np.generic, np.ndarray)):
+            loss = np.asarray(loss)  # a fetched loss is numpy's already: `float` reads it without a copy per step
+        value = None if loss is None else float(cast("float", loss))
         return StepFigures(seconds, value, findings, summed, fault, *measured)
 
     def poll(self) -> None:
