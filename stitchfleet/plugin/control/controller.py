@@ -31,6 +31,7 @@ from stitchfleet.plugin.guard.numeric import Finding
 
 log = logging.getLogger("stitchfleet.plugin")
 EXTRA = DecisionFigures.EXTRA  # the figures after the cluster flags (`decision_figures`)
+SWITCH_ARRAYS = 64  # distinct switch vectors whose plan array is kept for later plans (`step_plan`)
 
 
 class Controller:
@@ -53,6 +54,7 @@ class Controller:
         self.warmup = ExecutorWarmup(timing.warmup_steps)
         self.setup_seconds = setup_seconds  # the job's compile seconds so far; the warmup's builds join them
         self._nothing = frozen(np.zeros(len(clusters) + EXTRA), np.float64)  # `local` when nothing is to say
+        self._switch_arrays: dict[tuple[bool, ...], NDArray[np.bool_]] = {}  # the plans' (read-only) switches
         self.course = JobCourse(clusters, ledger)  # whether stitching goes on: the reverts, stitching off
         # the fleet's known decisions; the probes cut to what the job's remaining steps can repay
         self.probing = ProbeCourse(clusters, ledger, size, self.decisions, self.course, job_steps=job_steps)
@@ -166,11 +168,15 @@ class Controller:
         # The twin runs with a switch on, and in the warmup steps that build its executors; both follow
         # from the summed decisions and the step number only, so Horovod ranks take the same path.
         on_twin = any(flags) or step in self.warmup.builds
-        switches = np.array(flags, dtype=bool)
         checks = bool(judged) or step == self.warmup.checks  # the latter judged by nobody: see ExecutorWarmup
-        # Made per step: `switches` is this call's own array and `_nothing` read-only already, so both are frozen
-        # in place rather than copied (the plan's arrays are read-only either way).
-        switches.setflags(write=False)
+        # A plan's arrays are read-only, so plans share them: one switch array per distinct vector (a job has a
+        # few), and the all-zero figures as they are; not two numpy copies per step.
+        key = tuple(flags)
+        switches = self._switch_arrays.get(key)
+        if switches is None:
+            switches = frozen(flags, np.bool_)
+            if len(self._switch_arrays) < SWITCH_ARRAYS:
+                self._switch_arrays[key] = switches
         local = local if local is self._nothing else frozen(local, np.float64)
         return StepPlan(step, False, switches, on_twin, tuple(judged), checks, local)
 
@@ -206,10 +212,11 @@ class Controller:
             self._record(window)
 
     def mode(self, step: int) -> str:
-        phase = self.timing.phase(step)
+        phase = self.decisions.timing.phase(step)  # (`timing`, `job_reverted`, `stitching_off` read directly:
+        course = self.course  # asked twice every step, the properties' calls were a third of its cost)
         # stitching off: the probe phases that were to follow (skipped) run the user's graph as well, and are
         # booked so, not as stitched windows claiming a difference from the baseline
-        off = self.job_reverted is not None or self.stitching_off is not None
+        off = course.job_reverted is not None or course.stitching_off is not None
         return REVERTED if off and phase in (STITCHED, PROBE, REFERENCE) else phase
 
     def switches(self, step: int) -> NDArray[np.bool_]:

@@ -55,7 +55,7 @@ class StepResults:
         signatures = self.signatures
         if signatures is not None:  # with an iterator among the sources, the step's signature is known now
             signatures.after(cast("Sequence[Iterable[int]] | None", results.get("shapes")), step)
-        loss, checks = results.get("loss"), cast(Sequence[Checked], results.get("checks") or ())
+        loss, checks = results.get("loss"), cast("Sequence[Checked]", results.get("checks") or ())
         findings = tuple((k, self.judge(k, *checks[k])) for k in plan.judged) if checks else ()
         if signatures is not None:  # a bound signature's faulty kernel is unbound alone when it is safe
             findings = signatures.screen(findings, step)
