@@ -31,6 +31,7 @@ from stitchfleet.plugin.guard.numeric import Finding
 
 log = logging.getLogger("stitchfleet.plugin")
 EXTRA = DecisionFigures.EXTRA  # the figures after the cluster flags (`decision_figures`)
+SWITCH_ARRAYS = 64  # distinct switch vectors whose plan array is kept for later plans (`step_plan`)
 
 
 class Controller:
@@ -53,6 +54,7 @@ class Controller:
         self.warmup = ExecutorWarmup(timing.warmup_steps)
         self.setup_seconds = setup_seconds  # the job's compile seconds so far; the warmup's builds join them
         self._nothing = frozen(np.zeros(len(clusters) + EXTRA), np.float64)  # `local` when nothing is to say
+        self._switch_arrays: dict[tuple[bool, ...], NDArray[np.bool_]] = {}  # the plans' (read-only) switches
         self.course = JobCourse(clusters, ledger)  # whether stitching goes on: the reverts, stitching off
         # the fleet's known decisions; the probes cut to what the job's remaining steps can repay
         self.probing = ProbeCourse(clusters, ledger, size, self.decisions, self.course, job_steps=job_steps)
@@ -159,17 +161,24 @@ class Controller:
         if not prepared:
             local = DecisionFigures.fault_only(len(self.clusters)).pack()
             return StepPlan(step, local=frozen(local, np.float64))
-        local, switches = self.local(step), self.switches(step)
+        local, flags = self.local(step), self._switches(step)
         judged = self.judged(step)  # only clusters switched on are judged, so a check step is a twin step
         self.count_checks(judged, step)
-        judged += [k for k in fresh if switches[k] and k not in judged]
+        judged += [k for k in fresh if flags[k] and k not in judged]
         # The twin runs with a switch on, and in the warmup steps that build its executors; both follow
         # from the summed decisions and the step number only, so Horovod ranks take the same path.
-        on_twin = bool(switches.any()) or step in self.warmup.builds
+        on_twin = any(flags) or step in self.warmup.builds
         checks = bool(judged) or step == self.warmup.checks  # the latter judged by nobody: see ExecutorWarmup
-        return StepPlan(
-            step, False, frozen(switches, np.bool_), on_twin, tuple(judged), checks, frozen(local, np.float64)
-        )
+        # A plan's arrays are read-only, so plans share them: one switch array per distinct vector (a job has a
+        # few), and the all-zero figures as they are; not two numpy copies per step.
+        key = tuple(flags)
+        switches = self._switch_arrays.get(key)
+        if switches is None:
+            switches = frozen(flags, np.bool_)
+            if len(self._switch_arrays) < SWITCH_ARRAYS:
+                self._switch_arrays[key] = switches
+        local = local if local is self._nothing else frozen(local, np.float64)
+        return StepPlan(step, False, switches, on_twin, tuple(judged), checks, local)
 
     def setup_spent(self, seconds: float) -> None:
         """Setup after the controller started (clusters rebuilt for the shapes the job feeds): booked with the
@@ -187,9 +196,9 @@ class Controller:
             return
         if self.warmup.timed(plan.step, figures.seconds):
             self.ledger.compiled(self.setup_total)  # setup, charged openly
-        loss, stitched = figures.loss, self.mode(plan.step) in (STITCHED, PROBE, REFERENCE)
-        if loss is not None and not math.isfinite(loss) and stitched:
-            self.loss_bad = True
+        loss = figures.loss
+        if loss is not None and not math.isfinite(loss) and self.mode(plan.step) in (STITCHED, PROBE, REFERENCE):
+            self.loss_bad = True  # (the mode is asked of a non-finite loss only: the usual step has no need)
         for k, finding in figures.findings:
             self.checked(plan.step, k, finding)
         if figures.summed is not None:
@@ -203,21 +212,26 @@ class Controller:
             self._record(window)
 
     def mode(self, step: int) -> str:
-        phase = self.timing.phase(step)
+        phase = self.decisions.timing.phase(step)  # (`timing`, `job_reverted`, `stitching_off` read directly:
+        course = self.course  # asked twice every step, the properties' calls were a third of its cost)
         # stitching off: the probe phases that were to follow (skipped) run the user's graph as well, and are
         # booked so, not as stitched windows claiming a difference from the baseline
-        off = self.job_reverted is not None or self.stitching_off is not None
+        off = course.job_reverted is not None or course.stitching_off is not None
         return REVERTED if off and phase in (STITCHED, PROBE, REFERENCE) else phase
 
     def switches(self, step: int) -> NDArray[np.bool_]:
+        return np.array(self._switches(step), dtype=bool)
+
+    def _switches(self, step: int) -> list[bool]:
+        """`switches` as a list: `step_plan` asks whether any is on without a numpy reduction (per step)."""
         mode = self.mode(step)
         if mode == PROBE:  # the group, or every cluster still enabled with the probed one
-            return np.array([c.enabled for c in self.clusters], dtype=bool)
+            return [c.enabled for c in self.clusters]
         if mode == REFERENCE:  # every cluster still enabled but the probed one
             probed = self.timing.subject(step)
-            return np.array([c.enabled and i != probed for i, c in enumerate(self.clusters)], dtype=bool)
+            return [c.enabled and i != probed for i, c in enumerate(self.clusters)]
         on = mode == STITCHED
-        return np.array([on and c.enabled and bool(c.kept) for c in self.clusters], dtype=bool)
+        return [on and c.enabled and bool(c.kept) for c in self.clusters]
 
     def checks(self, step: int) -> bool:
         """A step that judges at least one cluster (see `judged`)."""
@@ -265,8 +279,12 @@ class Controller:
             self._recall(step)
         bracket, decided, grouped = self.bracket.take(), self.timing.decides(step), self.timing.decides_group(step)
         quiet = bracket is None and decided is None and not grouped and self.fault is None and not self.loss_bad
-        if quiet and not self.pending and all(c.kernel.bad is None for c in self.clusters):
-            return self._nothing  # most steps: nothing to say, and no record to build and pack
+        if quiet and not self.pending:
+            for c in self.clusters:  # a loop, not `all` of a generator: asked every step
+                if c.kernel.bad is not None:
+                    break
+            else:
+                return self._nothing  # most steps: nothing to say, and no record to build and pack
         flags = tuple(float(i in self.pending or c.kernel.bad is not None) for i, c in enumerate(self.clusters))
         slowdown = (1.0, *bracket) if bracket is not None else (0.0, 0.0, 0.0, 0.0)
         guard = GuardFigures(float(self.fault is not None), float(self.loss_bad), *slowdown)
@@ -304,9 +322,11 @@ class Controller:
         seconds -= 0.0 if checked else self._first_run(step, seconds)
         if plain and self.timing.grouped(step) and len(plain) == int(self.switches(step).sum()):
             plain = (*plain, GROUP)  # every cluster on ran TF's ops for good: the group's half would time TF
-        # the clusters on at a probe step, checked or not: a kernel's first call at a signature is no sample (`Probes`)
-        on = tuple(np.flatnonzero(self.switches(step)).tolist()) if self.timing.subject(step) is not None else ()
-        self.probes.add(step, seconds, not checked, measured, plain, on=on)
+        # the clusters on at a probe step, checked or not: a kernel's first call at a signature is no sample (`Probes`);
+        # a stitched step is no probe step (its phase is no pair's), so neither is asked of it
+        if mode != STITCHED:
+            on = tuple(np.flatnonzero(self.switches(step)).tolist()) if self.timing.subject(step) is not None else ()
+            self.probes.add(step, seconds, not checked, measured, plain, on=on)
         self.job_seconds += seconds
         if checked:
             usual = self.windows.stitched_median or self.windows.baseline_median or 0.0
@@ -374,8 +394,10 @@ class Controller:
             return
         timing = self.timing  # as scheduled for this step: a decision may insert a rerun after it
         deciding = timing.decides(step) is not None or timing.decides_group(step)
-        if not deciding and len(summed) == self.length and not summed.any():
-            return  # most steps: no rank flagged anything and nothing is decided (no record unpacked)
+        # most steps: no rank flagged anything and nothing is decided (no record unpacked); without Horovod the
+        # summed figures are this rank's own, `_nothing` on such a step (all zeros: no reduction to ask that)
+        if not deciding and (summed is self._nothing or (len(summed) == self.length and not summed.any())):
+            return
         n = len(self.clusters)
         figures = DecisionFigures.unpack(summed, n)
         for i, c in enumerate(self.clusters):

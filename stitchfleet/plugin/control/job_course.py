@@ -35,7 +35,13 @@ class JobCourse:
         nothing turns a job or a cluster back on, and the hook asks it every step."""
         if not self._over:
             over = self.job_reverted is not None or self.stitching_off is not None
-            self._over = over or not any(c.enabled for c in self.clusters)
+            if not over:  # a loop, not `any` of a generator: asked a few times every step, it stops at the first
+                for c in self.clusters:
+                    if c.enabled:
+                        break
+                else:
+                    over = True
+            self._over = over
         return self._over
 
     @property

@@ -297,7 +297,7 @@ class Timing:
             return pair is not None and pair[3] < self.probe_checks
         if phase != STITCHED:
             return False
-        return self.first_checks(step) or step % self.check_every == 0
+        return step % self.check_every == 0 or self.first_checks(step)  # the cheap test first: asked every step
 
     def first_checks(self, step: int) -> bool:
         """One of the stitched phase's first `check_first` steps (for clusters not checked enough yet)."""

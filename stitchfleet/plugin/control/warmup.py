@@ -6,6 +6,7 @@ docs/plugin/control.md.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from dataclasses import dataclass, field
 
@@ -22,15 +23,20 @@ class ExecutorWarmup:
         """The warmup step that runs the twin with the check tensors (-1: none)."""
         return self.steps - 1 if self.steps >= 2 else -1
 
-    @property
+    @functools.cached_property
     def builds(self) -> frozenset[int]:
-        """The warmup steps that run on the twin."""
+        """The warmup steps that run on the twin (asked every step: worked out once, `steps` is fixed)."""
         twin = self.steps - 2 if self.steps >= 3 else -1
         return frozenset(step for step in (twin, self.checks) if step >= 0)
 
+    @functools.cached_property
+    def last(self) -> int:
+        """The last build step (-1: none): every step after it is no build and no sample."""
+        return max(self.builds, default=-1)
+
     def timed(self, step: int, seconds: float) -> bool:
         """Takes a step's duration; True when it was the last build (`seconds` is known from then on)."""
-        if not self.builds:
+        if step > self.last:  # most steps: past the warmup
             return False
         if 0 < step < min(self.builds):
             self.samples.append(seconds)

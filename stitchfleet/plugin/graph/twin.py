@@ -17,7 +17,7 @@ from tensorflow.core.framework import attr_value_pb2, graph_pb2
 from stitchfleet.plugin.graph.mapping import Site
 from stitchfleet.plugin.graph.op_graph import downstream, upstream
 from stitchfleet.plugin.graph.random_streams import SharingError, owns_stream, share
-from stitchfleet.plugin.graph.run_callables import RunCallables
+from stitchfleet.plugin.graph.twin_runs import UNPREPARED, PreparedRuns
 
 Feeds = Mapping[object, object]  # a session.run feed_dict: tensors (or their names) -> values
 
@@ -27,6 +27,7 @@ PROPAGATED = (tf.errors.OutOfRangeError, tf.errors.CancelledError, tf.errors.Abo
 log = logging.getLogger("stitchfleet.plugin")
 WHILE_V1 = frozenset({"Enter", "RefEnter", "Exit", "RefExit", "NextIteration", "RefNextIteration", "LoopCond"})
 COLOCATION = "_class"
+DIVERTS_SEEN = 64  # (fetched ops, feed keys) answers `Twin.diverts` remembers; more are worked out each run
 
 
 class TwinError(ValueError):
@@ -138,6 +139,7 @@ class Twin:
         self.graph = graph
         self.members = members
         self._runnable: dict[tuple[tuple[str, ...], frozenset[str]], bool] = {}
+        self._diverts: dict[tuple[int, ...], tuple[Sequence[Any], tuple[object, ...], bool]] = {}  # see `diverts`
         # copy op of a mapped cluster -> the ops producing every input of that cluster (see `runnable`)
         self.cluster_reads: dict[str, list[Any]] = {}
 
@@ -183,8 +185,20 @@ class Twin:
         computes the discriminator's real-data branch and reads its placeholder, which that step never
         feeds. Such a run stays on the original graph (before: it failed on the copy, ran again as
         written, and reverted the whole job). `fetched`: the run's fetched graph elements, when known."""
+        if fetched is None:
+            return self._fed(feed_dict) is not None
+        # Asked every step with the same fetched ops (`TrainingSteps.fetched`: one list per fetch structure) and
+        # feed keys: answered by their identity (held, so their ids stay theirs), not by a walk and names each step.
+        keys = tuple(feed_dict or ())
+        memo = (id(fetched), *map(id, keys))
+        known = self._diverts.get(memo)
+        if known is not None and known[0] is fetched:
+            return known[2]
         fed = self._fed(feed_dict)
-        return fed is not None and (fetched is None or self.runnable(fetched, fed))
+        found = fed is not None and self.runnable(fetched, fed)
+        if len(self._diverts) < DIVERTS_SEEN:
+            self._diverts[memo] = (fetched, keys, found)
+        return found
 
     def _fed(self, feed_dict: Any) -> list[Any] | None:
         """The fed tensors, or None when one of them is computed by the copy."""
@@ -226,12 +240,9 @@ class Twin:
         feed_dict: Feeds | None,
         options: tf.compat.v1.RunOptions | None,
         run_metadata: tf.compat.v1.RunMetadata | None,
-        *,
-        callables: RunCallables | None = None,
     ) -> object:
         """`run(fetches, feed_dict, ...)` on the copy, its results in `fetches`' own structure (TF's fetch
-        mapper flattens the fetches and rebuilds the results, as `Session.run` itself does); through the
-        session's callable of this run (`callables`) when it takes it."""
+        mapper flattens the fetches and rebuilds the results, as `Session.run` itself does)."""
         from tensorflow.python.client import session as tf_session
 
         with self.graph.as_default():
@@ -241,9 +252,7 @@ class Twin:
         if fed is None or not self.runnable(elements, fed):  # the hook's own fetches included: decline, never fail
             raise NotRunnableError("the stitched copy cannot take this run with its feeds; it runs as written")
         flat = [self.element(x) for x in elements]
-        values: object = callables.run(flat, feed_dict, options, run_metadata) if callables is not None else None
-        if values is None:
-            values = run(flat, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+        values = run(flat, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
         return mapper.build_results(values)
 
 
@@ -285,14 +294,18 @@ class Diverter:
     def attach(self, session: tf.compat.v1.Session) -> None:
         own = session.run
         twin = self.twin
-        callables = RunCallables(session)  # a recovered session is a new one: its own callables
+        # A step's run structure repeats: prepared once, TF's fetch handling is not rebuilt every step (twin_runs)
+        prepared = PreparedRuns(twin, session) if PreparedRuns.takes(session, own) else None
 
         def run(fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
             if self._thread is None or self._thread != threading.get_ident():
                 return own(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
             self._thread = None
             try:
-                return twin.run(own, fetches, feed_dict, options, run_metadata, callables=callables)
+                done = prepared.run(fetches, feed_dict, options, run_metadata) if prepared is not None else UNPREPARED
+                if done is not UNPREPARED:
+                    return done
+                return twin.run(own, fetches, feed_dict, options, run_metadata)
             except PROPAGATED:
                 raise
             except NotRunnableError as err:  # declined before anything ran: no traceback, the step runs once

@@ -41,6 +41,7 @@ class StepArgs:
         self.consensus, self.training, self.signatures = consensus, training, signatures
         self.switches, self.positions, self.count, self.checking = switches, positions, count, checking
         self.loss, self.twin_loss = loss, twin_loss
+        self.every = positions == list(range(count))  # the controller's positions are the switch vector's own
         self.loss_name = loss.op.name if loss is not None else None  # read once: a TF call each step otherwise
         # Every cluster's tensors, although only those switched on are judged: one set of fetches for all
         # check steps. A set per probed cluster cost a new TF executor each (graph pruning and grappler,
@@ -53,8 +54,11 @@ class StepArgs:
         # Every switch off: the user's own graph runs, exactly plain TF. Otherwise the twin runs (the plan
         # says which, the same on every rank, so Horovod ranks name the same collectives at every step).
         if plan.on_twin:
-            switches = np.zeros(self.count, dtype=bool)
-            switches[self.positions] = plan.switches
+            if self.every:  # every installed cluster runs under the controller (most jobs): no scatter per step
+                switches = plan.switches.copy()  # the feed is its own array, as before: the plan's stays read-only
+            else:
+                switches = np.zeros(self.count, dtype=bool)
+                switches[self.positions] = plan.switches
             feeds[self.switches] = switches
         loss = self.twin_loss if plan.on_twin else self.loss
         if loss is not None and self.loss_name in self.training.reached:

@@ -55,13 +55,15 @@ class StepResults:
         signatures = self.signatures
         if signatures is not None:  # with an iterator among the sources, the step's signature is known now
             signatures.after(cast("Sequence[Iterable[int]] | None", results.get("shapes")), step)
-        loss, checks = results.get("loss"), cast(Sequence[Checked], results.get("checks") or ())
+        loss, checks = results.get("loss"), cast("Sequence[Checked]", results.get("checks") or ())
         findings = tuple((k, self.judge(k, *checks[k])) for k in plan.judged) if checks else ()
         if signatures is not None:  # a bound signature's faulty kernel is unbound alone when it is safe
             findings = signatures.screen(findings, step)
         summed = self.consensus.result(plan.local, results)
         measured = signatures.probes.measured(signatures.signature, plan.switches) if signatures else ("", (), "")
-        value = None if loss is None else float(np.asarray(loss))
+        if loss is not None and not isinstance(loss, (np.generic, np.ndarray)):
+            loss = np.asarray(loss)  # a fetched loss is numpy's already: `float` reads it without a copy per step
+        value = None if loss is None else float(cast("float", loss))
         return StepFigures(seconds, value, findings, summed, fault, *measured)
 
     def poll(self) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import sys
+from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
+from types import FrameType, SimpleNamespace
 
 import pytest
 
@@ -134,4 +136,39 @@ def test_a_step_with_nothing_to_say_is_neither_packed_nor_unpacked(
     controller.clusters[0].kernel.bad = "non-finite stitched output"  # as the native fault poll flags it
     _run(controller, 40)
     assert not controller.clusters[0].enabled and controller.clusters[1].enabled
+    controller.ledger.close()
+
+
+def test_a_steady_stitched_step_asks_numpy_for_nothing(tmp_path: Path) -> None:
+    """Issue 29 item 6: a stitched step that checks and decides nothing makes no numpy call: its plan shares the
+    read-only switch array of its vector with earlier plans and passes the all-zero figures as they are, and
+    `decide` knows those figures by identity. Before: an array for the switches, `any` of them and of the summed
+    figures, and two copies (`frozen`) every step: numpy's calls were most of what such a step cost the hook."""
+    controller = _controller(tmp_path)
+    for step in range(9):  # warmup, baseline, the first checks, the kernels' first run (`_first_run`)
+        _run(controller, step)
+    calls: Counter[str] = Counter()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event == "c_call" and "numpy" in str(getattr(arg, "__module__", None) or type(getattr(arg, "__self__", 0))):
+            calls[getattr(arg, "__qualname__", "?")] += 1
+
+    sys.setprofile(profile)
+    try:
+        plans = []
+        for step in range(9, 19):  # stitched steps: no check (every 100), no decision, no window closes
+            plans.append(controller.step_plan(step))
+            controller.step_done(plans[-1], StepFigures(0.01, summed=plans[-1].local))
+    finally:
+        sys.setprofile(None)
+    assert all(p.on_twin and p.switches.tolist() == [True, True] and not p.judged for p in plans)
+    assert all(not p.switches.flags.writeable and not p.local.flags.writeable for p in plans)
+    assert all(p.switches is plans[0].switches for p in plans)  # one array for one vector
+    assert calls == {}, calls
+    assert controller.job_seconds == pytest.approx(0.19) and not controller.done  # every step booked
+    plan = controller.step_plan(19)
+    assert plan.switches is plans[0].switches and plan.switches.tolist() == [True, True]
+    controller.clusters[1].enabled = False  # as a revert leaves it: the next plan has a vector of its own
+    plan = controller.step_plan(20)
+    assert plan.switches.tolist() == [True, False] and plans[0].switches.tolist() == [True, True]
     controller.ledger.close()

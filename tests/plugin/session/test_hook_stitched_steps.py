@@ -1,0 +1,69 @@
+"""The hook's per-step work on a steady stitched step (issue 29 item 6), counted, never timed.
+
+A stitched step that checks nothing and decides nothing runs its twin through the run prepared for its structure
+(`twin_runs`): neither the hook's diverter nor TF builds a fetch mapper or handler for it (before: both, every step,
+150-250 us on the demo model), and the hook's own bookkeeping stays within a budget of Python calls.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+from types import FrameType
+
+import pytest
+import tensorflow as tf
+
+from stitchfleet.demo import models
+from stitchfleet.plugin.control.schedule import STITCHED
+from tests.plugin.hook_harness import _feeds, hooked
+
+pytestmark = pytest.mark.tf
+FETCH_HANDLING = {"for_fetch", "_uniquify_fetches", "build_results", "_assert_fetchable"}  # TF's session.py
+BUDGET = (
+    120  # Python calls inside the plugin per steady stitched step, window closes included (after: ~105; before: ~165)
+)
+
+
+def test_a_steady_stitched_step_builds_no_fetch_handler_and_keeps_to_its_budget(tmp_path: Path) -> None:
+    hook, _ = hooked(
+        tmp_path, "stitched-steps", STITCHFLEET_CHECK_EVERY="1000000", STITCHFLEET_REBASELINE_EVERY="1000000"
+    )
+    graph = models.build("bert_encoder", "small", seed=1)
+    plugin: Counter[tuple[str, str]] = Counter()
+    session_py: Counter[str] = Counter()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if event != "call":
+            return
+        path = frame.f_code.co_filename
+        if path.endswith("client/session.py"):
+            session_py[frame.f_code.co_name] += 1
+        elif "stitchfleet" in path and "/tests/" not in path:
+            plugin[(Path(path).stem, frame.f_code.co_name)] += 1
+
+    with graph.as_default():
+        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
+        feeds = _feeds(graph)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for _ in range(12):  # warmup, baseline, the stitched phase's first checks
+                session.run([loss, train_op], feeds)
+            controller = hook.controller
+            assert controller is not None and controller.mode(hook.step) == STITCHED
+            steps, first = 10, hook.step
+            values = []
+            sys.setprofile(profile)
+            try:
+                for _ in range(steps):
+                    values.append(session.run([loss, train_op], feeds))
+            finally:
+                sys.setprofile(None)
+            assert all(controller.mode(step) == STITCHED for step in range(first, hook.step))
+            assert not controller.job_reverted and hook.step == first + steps
+    assert all(isinstance(value, list) and value[1] is None and value[0].shape == () for value in values)
+    assert hook.backend_calls and all(calls > 0 for calls in hook.backend_calls.values())  # stitched, really
+    assert session_py.keys() & FETCH_HANDLING == set(), session_py
+    assert session_py["__init__"] == 0, session_py  # no `_FetchHandler`, no `_FetchMapper`
+    per_step = sum(plugin.values()) / steps
+    assert per_step <= BUDGET, sorted(plugin.items(), key=lambda item: -item[1])[:30]
