@@ -66,8 +66,11 @@ def demo_settings(directory: Path, backend: str, job_steps: int = 0, step_ms: fl
         "STITCHFLEET_BACKEND": backend,
         "STITCHFLEET_WARMUP_STEPS": "10",
         "STITCHFLEET_BASELINE_STEPS": "20",
-        "STITCHFLEET_REBASELINE_EVERY": "500",
-        "STITCHFLEET_WINDOW_STEPS": "20",
+        # the default cadence: a 5-step baseline block every 100 steps (5% of the stitched phase), one stitched
+        # window between two blocks, so each is paired with baselines measured beside it (`telemetry.paired`)
+        "STITCHFLEET_REBASELINE_EVERY": "100",
+        "STITCHFLEET_PAIRED_STEPS": "5",
+        "STITCHFLEET_WINDOW_STEPS": "100",
         "STITCHFLEET_CHECK_EVERY": "100",
         "STITCHFLEET_CHECK_FIRST": "3",
         # probing from step 30: the group 4 x 2 rounds, then 10 clusters x 2 rounds, each a pair of 6 + 6 steps:
