@@ -66,8 +66,11 @@ def demo_settings(directory: Path, backend: str, job_steps: int = 0, step_ms: fl
         "STITCHFLEET_BACKEND": backend,
         "STITCHFLEET_WARMUP_STEPS": "10",
         "STITCHFLEET_BASELINE_STEPS": "20",
-        "STITCHFLEET_REBASELINE_EVERY": "500",
-        "STITCHFLEET_WINDOW_STEPS": "20",
+        # the default cadence: a 5-step baseline block every 100 steps (5% of the stitched phase), one stitched
+        # window between two blocks, so each is paired with baselines measured beside it (`telemetry.paired`)
+        "STITCHFLEET_REBASELINE_EVERY": "100",
+        "STITCHFLEET_PAIRED_STEPS": "5",
+        "STITCHFLEET_WINDOW_STEPS": "100",
         "STITCHFLEET_CHECK_EVERY": "100",
         "STITCHFLEET_CHECK_FIRST": "3",
         # probing from step 30: the group 4 x 2 rounds, then 10 clusters x 2 rounds, each a pair of 6 + 6 steps:
@@ -283,10 +286,18 @@ def balance(job: Any) -> str:
     gross, setup, net = (3600.0 * h for h in (job.gross_hours, job.compile_hours, job.net_hours))
     unit = "GPU-s" if job.device_kind == "gpu" else "CPU core-s"
     verdict = "the plugin paid for itself" if net > 0 else "the plugin did not pay back its setup in this run"
+    measured = 3600.0 * job.measured_hours
+    if job.low_hours is None or job.high_hours is None:
+        claim = f"gross {gross:+.2f} {unit} claimed (measured {measured:+.2f}, too few paired windows for an interval)"
+    else:
+        low, high = 3600.0 * job.low_hours, 3600.0 * job.high_hours
+        noise = "within noise, " if job.within_noise else ""
+        claim = f"gross {gross:+.2f} {unit} claimed ({noise}measured {measured:+.2f}, 95% interval {low:+.2f} to"
+        claim += f" {high:+.2f}: stitched windows against the baseline blocks beside them)"
     return (
         f"\nbalance of {job.job_name} over {job.iterations:,} steps on {job.devices_per_rank} {job.device_kind}"
-        f" device(s) per rank: gross {gross:+.2f} {unit} saved (measured step times against the baseline), setup"
-        f" {setup:.2f} {unit} (compile, the check executor): net {net:+.2f} {unit}; {verdict}"
+        f" device(s) per rank: {claim}, setup {setup:.2f} {unit} (compile, the check executor): net {net:+.2f}"
+        f" {unit}; {verdict}"
     )
 
 

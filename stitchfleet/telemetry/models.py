@@ -252,8 +252,18 @@ class TaskWeek(Base):
     iterations: Mapped[int] = mapped_column(BigInteger)
     # {rank: its iterations this week}; `iterations` is the busiest rank's (ranks step in lockstep).
     rank_iterations: Mapped[dict[str, int]] = mapped_column(JSON)
-    # Saved wall seconds summed over ranks (x devices per rank = device-seconds).
+    # Saved wall seconds summed over ranks (x devices per rank = device-seconds): measured, and claimed (the
+    # measured when its interval excludes zero, else 0: telemetry.paired), which gross and net count.
     saved_seconds: Mapped[float] = mapped_column(Float)
+    claimed_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    # Sums over the week's paired windows (stitched, with a baseline): the interval's inputs (`paired.PairedSums`).
+    paired_windows: Mapped[int] = mapped_column(Integer, default=0)
+    paired_steps: Mapped[int] = mapped_column(BigInteger, default=0)
+    paired_step_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    saved_square: Mapped[float] = mapped_column(Float, default=0.0)
+    saved_by_steps: Mapped[float] = mapped_column(Float, default=0.0)
+    steps_square: Mapped[float] = mapped_column(Float, default=0.0)
+    baseline_windows: Mapped[int] = mapped_column(Integer, default=0)
     # Device-seconds: compile overhead (0 unless charged to this week) and net = gross - compile.
     compile_device_seconds: Mapped[float] = mapped_column(Float)
     net_device_seconds: Mapped[float] = mapped_column(Float)

@@ -163,13 +163,27 @@ JOB_HEADER = (
     "Stitched s",
     "Speedup",
     "Gross h",
+    "Measured h (95% interval)",
     "Compile h",
     "Net h",
     "Unit",
     "Status",
     "Revert reason",
 )
-JOB_NUMERIC = (False,) * 5 + (True,) * 8 + (False, False, False)
+JOB_NUMERIC = (False,) * 5 + (True,) * 9 + (False, False, False)
+
+
+def measured(job: JobSavings) -> str:
+    """The paired windows' saving and its 95% interval, 'within noise' when the interval holds zero (then the
+    gross claims 0); '-' when nothing was measured."""
+    if job.measured_hours == 0.0 and job.low_hours is None:
+        return "-"
+    interval = (
+        "no interval"
+        if job.low_hours is None or job.high_hours is None
+        else (f"{hours(job.low_hours)} to {hours(job.high_hours)}")
+    )
+    return f"{'within noise: ' if job.within_noise else ''}{hours(job.measured_hours)} ({interval})"
 
 
 def devices(job: JobSavings) -> str:
@@ -191,6 +205,7 @@ def job_cells(job: JobSavings) -> list[str]:
         seconds(job.stitched_step_seconds),
         ratio(job.speedup),
         hours(job.gross_hours),
+        measured(job),
         hours(job.compile_hours),
         hours(job.net_hours),
         job.unit,

@@ -16,11 +16,13 @@ Definitions:
   / 3600 (each rank's saved wall seconds are saved on each of its devices).
 - compile overhead: compile_seconds (slowest rank) x devices of the task / 3600 (every device of
   the task waits for the compile), charged once, to the week of the task's start.
-- net = gross - compile overhead. Step-time medians are over windows, each window's mean step
-  time (step_seconds_sum / iterations); baseline falls back to the stitched windows' reference
+- claimed saving: the week's saved seconds when their 95% interval over the task's paired windows
+  excludes zero, else 0, "within noise" (telemetry.paired; task_weeks keeps its sums); gross counts it.
+- net = gross - compile overhead. Step times are the paired means (the stitched windows' steps and the
+  baseline blocks around them) when the task has paired windows, else medians over windows, each window's
+  mean step time (step_seconds_sum / iterations), baseline falling back to the stitched windows' reference
   (baseline_step_seconds) when no baseline window ran in the week. speedup = baseline / stitched, shown only
-  when it agrees in sign with the gross (`speedup`): medians that say faster beside sums that say slower are
-  noise, and a row never claims both.
+  when a saving is claimed, and then from the paired means: it agrees in sign with the gross.
 - reverted task: any revert recorded for it (one cluster or the whole job) or status `reverted`;
   its reason is the label of its first revert event, else the status reason.
 
@@ -35,6 +37,7 @@ aggregates are tested against.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,7 +46,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from stitchfleet.telemetry import database, models, rollup_sql, savings_sql
+from stitchfleet.telemetry import database, models, paired, rollup_sql, savings_sql
 from stitchfleet.telemetry.weeks import Week, parse_week
 
 SECONDS_PER_HOUR = 3600.0
@@ -57,9 +60,15 @@ ATTRIBUTION = (
     "One telemetry row (a step window) covers one rank's consecutive training steps of one mode (baseline: "
     "every cluster on TensorFlow's own ops; stitched), up to STITCHFLEET_WINDOW_STEPS steps, and counts in "
     "the ISO week (Monday 00:00 UTC to the next Monday, excluded) that holds its recorded_at, the end of its "
-    "last step. A task (one run of a job) is listed when it has a window in the week or started in it. A "
-    "stitched step saves the median of its job's latest baseline window minus its own time, check steps "
-    "included. Baseline steps run the job's graph exactly as the user built it (plain TensorFlow; stitching "
+    "last step. A task (one run of a job) is listed when it has a window in the week or started in it. "
+    "Baseline blocks (STITCHFLEET_PAIRED_STEPS steps every STITCHFLEET_REBASELINE_EVERY: 5% of steps by default) "
+    "run through the whole job; a stitched step saves the median of the blocks on either side of its window "
+    "(per shape signature) minus its own time, check steps included. A task's saving in a week is the sum over its "
+    "paired windows, with a 95% interval: the spread of the windows' residuals from the task's per-step saving "
+    "(windows as clusters, Student's t), doubled in variance for blocks shared by neighbouring windows and times "
+    "the stitched windows per block. It is claimed (gross, speedup) only when that interval excludes zero, else "
+    "the task is within noise and claims 0; speedup = paired baseline / stitched step time, so it always agrees "
+    "with the gross in sign. Baseline steps run the job's graph exactly as the user built it (plain TensorFlow; stitching "
     "lives on a copy of the graph that only stitched steps run), interleaved with the stitched steps in the "
     "same job, so savings are against plain TensorFlow measured in the same run. GPU tasks are accounted "
     "in GPU-hours, CPU tasks in CPU "
@@ -95,11 +104,19 @@ class JobSavings:
     net_hours: float
     status: str
     revert_reason: str
+    measured_hours: float = 0.0  # the paired windows' saving, claimed (gross) only when its interval excludes 0
+    low_hours: float | None = None  # its 95% interval (`paired.claim`); None with fewer than 3 paired windows
+    high_hours: float | None = None
 
     @property
     def unit(self) -> str:
         """The unit of this task's hours: GPU-hours or CPU core-hours."""
         return UNITS[self.device_kind]
+
+    @property
+    def within_noise(self) -> bool:
+        """A saving was measured but not claimed: its interval holds zero (or there is none)."""
+        return self.gross_hours == 0.0 and self.measured_hours != 0.0
 
 
 @dataclass(frozen=True)
@@ -213,10 +230,10 @@ Medians = dict[tuple[int, str], float]
 
 
 def speedup(baseline: float | None, stitched: float | None, gross: float) -> float | None:
-    """baseline / stitched, or None when unknown or when it disagrees in sign with `gross` (a speedup over 1
-    beside hours lost, or under 1 beside hours saved: the medians and the sums disagree, so neither is claimed
-    as a speedup; issue 29 saw "0.912x" with +0.0038 gross and "1.051x" with -0.000069)."""
-    if baseline is None or not stitched:
+    """baseline / stitched, or None when unknown, when nothing is claimed (`gross` 0: within noise) or when it
+    disagrees in sign with `gross` (a speedup over 1 beside hours lost, or under 1 beside hours saved; issue 29
+    saw "0.912x" with +0.0038 gross and "1.051x" with -0.000069). From the paired means it always agrees."""
+    if baseline is None or not stitched or gross == 0.0:
         return None
     ratio = baseline / stitched
     if (ratio > 1.0 and gross < 0.0) or (ratio < 1.0 and gross > 0.0):
@@ -224,12 +241,29 @@ def speedup(baseline: float | None, stitched: float | None, gross: float) -> flo
     return ratio
 
 
+def step_figures(job_id: int, sums: paired.PairedSums, measured: float, medians: Medians) -> tuple[Any, Any]:
+    """(baseline, stitched) seconds per step: the paired means of the stitched windows and the blocks around
+    them when the task has paired windows, else the medians over windows (`medians`)."""
+    baseline, stitched = paired.paired_means(sums, measured)
+    if baseline is not None:
+        return baseline, stitched
+    return medians.get((job_id, "baseline"), medians.get((job_id, "reference"))), medians.get((job_id, "stitched"))
+
+
+def _interval(found: paired.Claim, per_rank: int) -> tuple[float | None, float | None]:
+    if found.low == -math.inf:
+        return None, None
+    return found.low * per_rank / SECONDS_PER_HOUR, found.high * per_rank / SECONDS_PER_HOUR
+
+
 def job_savings(row: Any, medians: Medians) -> JobSavings:
     """A `task_weeks` row as the report's task figures; `medians` from savings_sql.task_medians."""
     devices = row.world_size * row.devices_per_rank
-    baseline = medians.get((row.job_id, "baseline"), medians.get((row.job_id, "reference")))
-    stitched = medians.get((row.job_id, "stitched"))
-    gross = row.saved_seconds * row.devices_per_rank / SECONDS_PER_HOUR
+    sums = paired.PairedSums.of(row)
+    found = paired.claim(sums, row.saved_seconds)
+    baseline, stitched = step_figures(row.job_id, sums, row.saved_seconds, medians)
+    gross = row.claimed_seconds * row.devices_per_rank / SECONDS_PER_HOUR
+    low, high = _interval(found, row.devices_per_rank)
     compile_hours = _hours(row.compile_device_seconds)
     return JobSavings(
         cluster=row.cluster,
@@ -252,6 +286,9 @@ def job_savings(row: Any, medians: Medians) -> JobSavings:
         net_hours=gross - compile_hours,
         status=row.status,
         revert_reason=row.revert_reason,
+        measured_hours=row.saved_seconds * row.devices_per_rank / SECONDS_PER_HOUR,
+        low_hours=low,
+        high_hours=high,
     )
 
 

@@ -10,12 +10,13 @@ not what reports and the operator use (`savings.weekly_summary`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
 from sqlalchemy import Connection, Engine
 
-from stitchfleet.telemetry import models, savings_sql
+from stitchfleet.telemetry import models, paired, savings_sql
 from stitchfleet.telemetry.savings import (
     ROLLUP_DIMENSIONS,
     SECONDS_PER_HOUR,
@@ -29,6 +30,7 @@ from stitchfleet.telemetry.savings import (
     kind_order,
     opened,
     speedup,
+    step_figures,
 )
 from stitchfleet.telemetry.task_weeks import UNSPECIFIED
 from stitchfleet.telemetry.weeks import Week, parse_week
@@ -36,10 +38,6 @@ from stitchfleet.telemetry.weeks import Week, parse_week
 
 def _hours(seconds: float, devices: int) -> float:
     return seconds * devices / SECONDS_PER_HOUR
-
-
-def _baseline(job_id: int, medians: dict[tuple[int, str], float]) -> float | None:
-    return medians.get((job_id, "baseline"), medians.get((job_id, "reference")))
 
 
 def _revert_reason(row: savings_sql.TaskRow, first_reverts: dict[int, str]) -> str:
@@ -52,8 +50,10 @@ def _revert_reason(row: savings_sql.TaskRow, first_reverts: dict[int, str]) -> s
 
 def _job(row: savings_sql.TaskRow, medians: dict[tuple[int, str], float], reverts: dict[int, str]) -> JobSavings:
     devices = row.world_size * row.devices_per_rank
-    baseline, stitched = _baseline(row.job_id, medians), medians.get((row.job_id, "stitched"))
-    gross = _hours(row.saved_seconds, row.devices_per_rank)
+    found = paired.claim(row.paired, row.saved_seconds)
+    baseline, stitched = step_figures(row.job_id, row.paired, row.saved_seconds, medians)
+    gross = _hours(found.claimed, row.devices_per_rank)
+    interval = (None, None) if found.low == -math.inf else (found.low, found.high)
     compile_hours = _hours(row.compile_seconds, devices) if row.compile_charged else 0.0
     return JobSavings(
         cluster=row.cluster,
@@ -76,6 +76,9 @@ def _job(row: savings_sql.TaskRow, medians: dict[tuple[int, str], float], revert
         net_hours=gross - compile_hours,
         status=row.status,
         revert_reason=_revert_reason(row, reverts),
+        measured_hours=_hours(row.saved_seconds, row.devices_per_rank),
+        low_hours=None if interval[0] is None else _hours(interval[0], row.devices_per_rank),
+        high_hours=None if interval[1] is None else _hours(interval[1], row.devices_per_rank),
     )
 
 
@@ -156,8 +159,10 @@ def _compute(connection: Connection, week: Week) -> WeeklyReport:
     medians = savings_sql.medians(connection, week, ids)
     reverts = savings_sql.first_revert_reasons(connection, ids)
     counts = savings_sql.revert_counts(connection, ids)
-    daily_seconds = savings_sql.daily_saved_device_seconds(connection, week)
-    jobs = sorted((_job(row, medians, reverts) for row in rows), key=_order)
+    found = [_job(row, medians, reverts) for row in rows]
+    claimed = {row.job_id for row, job in zip(rows, found, strict=True) if job.gross_hours != 0.0}
+    daily_seconds = savings_sql.daily_saved_device_seconds(connection, week, claimed)
+    jobs = sorted(found, key=_order)
     zeros = [0.0] * len(week.days())
     gpu = daily_seconds.get(models.DeviceKind.GPU.value, zeros)
     cpu = daily_seconds.get(models.DeviceKind.CPU.value, zeros)

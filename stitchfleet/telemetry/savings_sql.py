@@ -20,13 +20,13 @@ Attribution (the contract the report footer states):
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Float, Select, and_, case, cast, func, literal, or_, select
 
-from stitchfleet.telemetry import models
+from stitchfleet.telemetry import models, paired
 from stitchfleet.telemetry.weeks import Week
 
 J = models.Job
@@ -59,6 +59,7 @@ class TaskRow:
     windows: int
     iterations: int
     saved_seconds: float
+    paired: paired.PairedSums
 
 
 # The accounting unit of a task (see the module docstring): measured, else declared.
@@ -76,14 +77,31 @@ def _in_week(column: Any, week: Week) -> Any:
     return and_(column >= week.start, column < week.end)
 
 
+def _paired_sums() -> list[Any]:
+    """The `paired.PairedSums` of a group of windows, in its field order (`paired.contribution`)."""
+    on = case((and_(W.mode == models.WindowMode.STITCHED.value, W.baseline_step_seconds.is_not(None)), 1), else_=0)
+    baseline = case((W.mode == models.WindowMode.BASELINE.value, 1), else_=0)
+    values = (
+        on,
+        on * W.iterations,
+        on * W.step_seconds_sum,
+        on * W.saved_seconds * W.saved_seconds,
+        on * W.saved_seconds * W.iterations,
+        on * cast(W.iterations, Float) * W.iterations,
+        baseline,
+    )
+    return [func.sum(value).label(name) for value, name in zip(values, paired.FIELDS, strict=True)]
+
+
 def _week_windows(week: Week) -> Any:
-    """Per task: windows, the busiest rank's iterations, saved seconds over all ranks."""
+    """Per task: windows, the busiest rank's iterations, saved seconds and paired sums over all ranks."""
     per_rank = (
         select(
             W.job_id.label("job_id"),
             func.count().label("windows"),
             func.sum(W.iterations).label("iterations"),
             func.sum(W.saved_seconds).label("saved"),
+            *_paired_sums(),
         )
         .where(_in_week(W.recorded_at, week))
         .group_by(W.job_id, W.rank)
@@ -96,6 +114,7 @@ def _week_windows(week: Week) -> Any:
             func.sum(per_rank.c.windows).label("windows"),
             func.max(per_rank.c.iterations).label("iterations"),
             func.sum(per_rank.c.saved).label("saved"),
+            *(func.sum(per_rank.c[name]).label(name) for name in paired.FIELDS),
         )
         .group_by(per_rank.c.job_id)
         .subquery("per_job")
@@ -136,6 +155,7 @@ def _task_select(week: Week) -> Select[Any]:
             func.coalesce(per_job.c.windows, 0),
             func.coalesce(per_job.c.iterations, 0),
             func.coalesce(per_job.c.saved, 0.0),
+            *(func.coalesce(per_job.c[name], 0) for name in paired.FIELDS),
         )
         .outerjoin(per_job, per_job.c.job_id == J.id)
         .where(or_(per_job.c.job_id.is_not(None), charged))
@@ -167,6 +187,7 @@ def _task_row(row: Any) -> TaskRow:
         windows=int(row[14]),
         iterations=int(row[15]),
         saved_seconds=float(row[16]),
+        paired=paired.PairedSums.made([float(value or 0.0) for value in row[17:]]),
     )
 
 
@@ -279,8 +300,11 @@ def revert_counts(connection: Connection, job_ids: Sequence[int]) -> dict[str, t
     return {label: (len(members), events[label]) for label, members in tasks.items()}
 
 
-def daily_saved_device_seconds(connection: Connection, week: Week) -> dict[str, list[float]]:
-    """Saved device-seconds (saved seconds x devices per rank) per device kind and UTC day, Monday first.
+def daily_saved_device_seconds(
+    connection: Connection, week: Week, claimed: Collection[int] | None = None
+) -> dict[str, list[float]]:
+    """Saved device-seconds (saved seconds x devices per rank) per device kind and UTC day, Monday first, of
+    the tasks `claimed` (all when None: the ones whose saving is claimed, `paired.claim`).
 
     Days are bucketed by comparing with bound instants, so no dialect's date functions or
     session time zone are involved. GPU and CPU seconds are separate series, never summed.
@@ -290,15 +314,16 @@ def daily_saved_device_seconds(connection: Connection, week: Week) -> dict[str, 
     day_index = case(*[(W.recorded_at < bound, index) for index, bound in enumerate(bounds)], else_=len(bounds))
     kind = task_device_kind.label("kind")
     query = (
-        select(day_index.label("day"), kind, func.sum(W.saved_seconds * task_devices_per_rank))
+        select(day_index.label("day"), kind, W.job_id, func.sum(W.saved_seconds * task_devices_per_rank))
         .join(J, J.id == W.job_id)
         .where(_in_week(W.recorded_at, week))
-        .group_by(day_index, kind)
+        .group_by(day_index, kind, W.job_id)
     )
     totals: dict[str, list[float]] = {}
-    for index, device_kind, value in connection.execute(query):
+    for index, device_kind, job, value in connection.execute(query):
         series = totals.setdefault(str(device_kind), [0.0] * len(days))
-        series[int(index)] = float(value or 0.0)
+        if claimed is None or job in claimed:
+            series[int(index)] += float(value or 0.0)
     return totals
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from stitchfleet.telemetry import paired
 from stitchfleet.telemetry.kinds import DeviceKind, JobStatus
 
 UNSPECIFIED = "unspecified"
@@ -39,6 +40,7 @@ VECTOR_FIELDS = (
 )
 Vector = tuple[int, int, int, int, int, int, int, float, float]
 GroupKey = tuple[dt.date, str, str, str]  # week start, dimension, key, device kind
+PAIRED_FIELDS = paired.FIELDS
 
 
 class JobFacts(NamedTuple):
@@ -68,6 +70,9 @@ class WindowFacts(NamedTuple):
     recorded_at: dt.datetime
     iterations: int
     saved_seconds: float
+    mode: str
+    step_seconds_sum: float
+    baseline_step_seconds: float | None
 
 
 class RevertFacts(NamedTuple):
@@ -111,17 +116,25 @@ class _Week:
     # Iterations per rank (JSON keys are text): ranks step in lockstep, the busiest one counts.
     ranks: dict[str, int] = field(default_factory=dict)
     daily: list[float] = field(default_factory=lambda: [0.0] * DAYS)
+    paired: list[float] = field(default_factory=lambda: [0.0] * len(PAIRED_FIELDS))  # `paired.PairedSums`
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> _Week:
-        return cls(row["windows"], row["saved_seconds"], dict(row["rank_iterations"]), list(row["daily_saved_seconds"]))
+        paired = [row[name] or 0 for name in PAIRED_FIELDS]
+        return cls(
+            row["windows"], row["saved_seconds"], dict(row["rank_iterations"]), list(row["daily_saved_seconds"]), paired
+        )
 
     def add(self, window: WindowFacts, day: int, sign: int) -> None:
         self.windows += sign
         if self.windows == 0:  # no window left: exact zeros, not what adding and taking away leaves
             self.saved, self.ranks, self.daily = 0.0, {}, [0.0] * DAYS
+            self.paired = [0.0] * len(PAIRED_FIELDS)
             return
         self.saved += sign * window.saved_seconds
+        figures = window.mode, window.iterations, window.step_seconds_sum, window.baseline_step_seconds
+        for index, value in enumerate(paired.contribution(*figures, window.saved_seconds)):
+            self.paired[index] += sign * value
         self.daily[day] += sign * window.saved_seconds
         rank = str(window.rank)
         left = self.ranks.get(rank, 0) + sign * window.iterations
@@ -212,16 +225,20 @@ def task_week_rows(
         if sums.windows <= 0 and start != started:
             continue
         compile_device_seconds = job.compile_seconds * devices if start == charged else 0.0
+        figures = paired.PairedSums.made(sums.paired)
+        claimed = paired.claim(figures, sums.saved).claimed
         rows.append(
             identity
+            | figures.values()
             | {
                 "week_start": start,
                 "windows": sums.windows,
                 "iterations": max(sums.ranks.values(), default=0),
                 "rank_iterations": sums.ranks,
                 "saved_seconds": sums.saved,
+                "claimed_seconds": claimed,
                 "compile_device_seconds": compile_device_seconds,
-                "net_device_seconds": sums.saved * per_rank - compile_device_seconds,
+                "net_device_seconds": claimed * per_rank - compile_device_seconds,
                 "daily_saved_seconds": sums.daily,
             }
         )
@@ -247,7 +264,7 @@ def contributions(row: Mapping[str, Any]) -> Iterator[tuple[GroupKey, Vector]]:
         devices,
         row["windows"],
         row["iterations"],
-        row["saved_seconds"] * per_rank,
+        row["claimed_seconds"] * per_rank,
         row["compile_device_seconds"],
     )
     yield (week, "fleet", "", kind), task
@@ -256,7 +273,9 @@ def contributions(row: Mapping[str, Any]) -> Iterator[tuple[GroupKey, Vector]]:
     yield (week, "job", job_key(row), ""), task
     for label, events in row["reverts"].items():
         yield (week, "reason", label, kind), (1, 0, 1, events, 0, 0, 0, 0.0, 0.0)
-    for offset, saved in enumerate(row["daily_saved_seconds"]):
+    share = 1.0 if row["claimed_seconds"] else 0.0  # a saving within noise is claimed on no day either
+    for offset, measured in enumerate(row["daily_saved_seconds"]):
+        saved = measured * share
         if saved != 0.0:
             day = (week + dt.timedelta(days=offset)).isoformat()
             yield (week, "day", day, kind), (1, 0, 0, 0, 0, 0, 0, saved * per_rank, 0.0)

@@ -21,16 +21,18 @@ def test_tasks_of_the_week(any_url: str) -> None:
     report = savings.weekly_summary(any_url, "2026-W47")
     jobs = _by_run(report)
     assert set(jobs) == {("resnet-a", "run-1"), ("resnet-a", "run-2"), ("bert-b", "run-1"), ("vit-c", "run-1")}
-    # Ordered by net GPU-hours saved: B 340 s, A 150 s, A2 36 s, C -40 s (GPU-seconds).
+    # Ordered by net GPU-hours saved: B 340 s, A2 0 s, A -30 s, C -80 s (GPU-seconds): only B's saving is
+    # claimed, its 5 paired windows agreeing exactly; A's 4 spread too far (`paired.claim`), A2 and C pair too few.
     assert [job.job_name for job in report.jobs] == ["bert-b", "resnet-a", "resnet-a", "vit-c"]
 
     a = jobs[("resnet-a", "run-1")]
     assert (a.devices, a.windows, a.iterations, a.status, a.revert_reason) == (1, 5, 5000, "finished", "")
     assert a.baseline_step_seconds == pytest.approx(0.2, rel=1e-12)
     assert a.stitched_step_seconds == pytest.approx((0.15 + 0.16) / 2, rel=1e-12)  # even count: mean of middle two
-    assert a.speedup == pytest.approx(0.2 / 0.155, rel=1e-12)
-    assert (a.gross_hours, a.compile_hours) == (180 / H, 30 / H)
-    assert a.net_hours == 180 / H - 30 / H
+    assert a.speedup is None and a.within_noise  # measured 180 s, its interval holds 0: nothing claimed
+    assert (a.measured_hours, a.gross_hours, a.compile_hours) == (180 / H, 0.0, 30 / H)
+    assert a.low_hours is not None and a.high_hours is not None and a.low_hours < 0.0 < a.high_hours
+    assert a.net_hours == -30 / H
 
     b = jobs[("bert-b", "run-1")]
     assert (b.world_size, b.device_kind, b.devices_per_rank, b.devices, b.windows, b.iterations) == (
@@ -44,23 +46,26 @@ def test_tasks_of_the_week(any_url: str) -> None:
     assert (b.baseline_step_seconds, b.stitched_step_seconds) == (pytest.approx(0.5), pytest.approx(0.4))
     # 5 stitched windows x 50 s over ranks, x 2 GPUs per rank; compile: slowest rank (20 s) x 8 GPUs.
     assert (b.gross_hours, b.compile_hours) == (500 / H, 160 / H)
+    assert b.speedup == pytest.approx(1.25) and not b.within_noise
 
     a2 = jobs[("resnet-a", "run-2")]
-    assert (a2.baseline_step_seconds, a2.stitched_step_seconds) == (pytest.approx(0.2), pytest.approx(0.16))
-    assert (a2.gross_hours, a2.compile_hours, a2.status) == (36 / H, 0.0, "running")
+    # One paired window: its own figures (16 s of steps, 36 s saved: 0.52 s a step around it), no interval.
+    assert (a2.baseline_step_seconds, a2.stitched_step_seconds) == (pytest.approx(0.52), pytest.approx(0.16))
+    assert (a2.gross_hours, a2.compile_hours, a2.status, a2.low_hours) == (0.0, 0.0, "running", None)
 
 
 def test_a_task_crossing_the_week_boundary(any_url: str) -> None:
     write_fleet(any_url)
     c47 = _by_run(savings.weekly_summary(any_url, "2026-W47"))[("vit-c", "run-1")]
-    assert (c47.windows, c47.iterations, c47.gross_hours, c47.compile_hours) == (4, 400, 40 / H, 80 / H)
+    assert (c47.windows, c47.iterations, c47.gross_hours, c47.compile_hours) == (4, 400, 0.0, 80 / H)
+    assert c47.measured_hours == 40 / H and c47.within_noise  # two paired windows: no interval
     assert (c47.status, c47.revert_reason) == ("reverted", "numeric_mismatch")
     week48 = savings.weekly_summary(any_url, weeks.parse_week("2026-W48"))
     assert [job.job_name for job in week48.jobs] == ["vit-c"]
     c48 = week48.jobs[0]
-    # The compile was charged to W47, where the task started; W48 has no baseline window, so the
-    # stitched windows' reference (0.5 s) stands in.
-    assert (c48.windows, c48.iterations, c48.gross_hours, c48.compile_hours) == (4, 400, 40 / H, 0.0)
+    # The compile was charged to W47, where the task started; W48 has no baseline window: the step figures
+    # are its stitched windows' and the reference (0.5 s) they carry.
+    assert (c48.windows, c48.iterations, c48.gross_hours, c48.compile_hours) == (4, 400, 0.0, 0.0)
     assert (c48.baseline_step_seconds, c48.stitched_step_seconds) == (pytest.approx(0.5), pytest.approx(0.4))
 
 
@@ -69,9 +74,9 @@ def test_totals_rollups_and_days(any_url: str) -> None:
     report = savings.weekly_summary(any_url, "2026-W47")
     t = report.totals
     assert (t.tasks, t.jobs, t.distributed_tasks, t.gpu.devices, t.iterations) == (4, 3, 2, 12, 5000 + 100 + 1500 + 400)
-    assert t.gpu.gross_hours == pytest.approx(756 / H, rel=1e-12)
+    assert t.gpu.gross_hours == pytest.approx(500 / H, rel=1e-12)  # B's, the one claimed
     assert t.gpu.compile_hours == pytest.approx(270 / H, rel=1e-12)
-    assert t.gpu.net_hours == pytest.approx(486 / H, rel=1e-12)
+    assert t.gpu.net_hours == pytest.approx(230 / H, rel=1e-12)
     assert (t.reverted_tasks, t.reverted_share) == (1, 0.25)
     # C's two revert events (numeric_mismatch, then nan): one task and one revert under each reason.
     assert [(x.reason, x.tasks, x.reverts) for x in t.revert_reasons] == [("nan", 1, 1), ("numeric_mismatch", 1, 1)]
@@ -90,12 +95,12 @@ def test_totals_rollups_and_days(any_url: str) -> None:
     }
     vision = rollups[("namespace", "vision")]
     assert (vision.tasks, vision.devices, vision.reverted_tasks) == (3, 4, 1)
-    assert vision.gross_hours == pytest.approx(256 / H, rel=1e-12)
-    assert vision.net_hours == pytest.approx(146 / H, rel=1e-12)
-    assert rollups[("model", "resnet50")].net_hours == pytest.approx(186 / H, rel=1e-12)
+    assert vision.gross_hours == 0.0
+    assert vision.net_hours == pytest.approx(-110 / H, rel=1e-12)
+    assert rollups[("model", "resnet50")].net_hours == pytest.approx(-30 / H, rel=1e-12)
 
     assert [d.day for d in report.daily] == [dt.date(2026, 11, day) for day in range(16, 23)]
-    expected = [500, 40, 140, 0, 36, 0, 40]  # GPU-seconds per day, Monday first
+    expected = [500, 0, 0, 0, 0, 0, 0]  # GPU-seconds per day, Monday first: claimed tasks' only
     assert [d.gross_gpu_hours for d in report.daily] == pytest.approx([s / H for s in expected], rel=1e-12)
 
 
@@ -147,7 +152,7 @@ def test_no_schema_is_a_clear_error(sqlite_url: str) -> None:
     [
         (0.2, 0.16, 1.0, 1.25),  # faster, hours saved: the speedup stands
         (0.2, 0.25, -1.0, 0.8),  # slower, hours lost: it stands too
-        (0.2, 0.2, 0.0, 1.0),
+        (0.2, 0.2, 0.0, None),  # nothing claimed (within noise): no speedup either
         (0.144, 0.1579, 0.0038, None),  # issue 29: "0.912x" beside +0.0038 core-h gross
         (0.0105, 0.00999, -0.000069, None),  # issue 29: "1.051x" beside -0.000069 gross
         (None, 0.2, 1.0, None),

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from stitchfleet.plugin.control.schedule import BASELINE, PROBE, REFERENCE, STITCHED, median_noise
 
 MIN_BASELINE_STEPS = 3  # timed baseline steps of a signature its stitched steps are compared with
-NOISE_FACTOR = 2.0  # standard errors a window's difference from its baseline must exceed to be claimed
 
 
 @dataclass(frozen=True)
@@ -24,8 +23,7 @@ class Window:
     last_step: int
     seconds: tuple[float, ...]
     baselines: tuple[float | None, ...]  # per step: plain TF's median at its signature (None: no figure)
-    signatures: tuple[str | None, ...] = ()  # per step: its signature (with `claimed`)
-    claimed: frozenset[str | None] | None = None  # the signatures whose difference is beyond noise (None: all)
+    signatures: tuple[str | None, ...] = ()  # per step: its signature
     noise: float = 0.0  # the standard error of the window's saving against its paired baseline, in seconds
 
     @property
@@ -46,12 +44,11 @@ class Window:
     @property
     def saved_seconds(self) -> float:
         """Plain TF's median at each step's signature minus the step's time, summed over the window's steps that
-        have one (negative when slower); 0 outside stitched windows."""
+        have one (negative when slower), whatever its noise: the report claims a task's saving only when its
+        interval over all its paired windows excludes zero (`telemetry.paired`); 0 outside stitched windows."""
         if self.row_mode != STITCHED:
             return 0.0
-        signatures = self.signatures or ("",) * len(self.seconds)
-        steps = zip(self.baselines, self.seconds, signatures, strict=True)
-        return sum(b - s for b, s, key in steps if b is not None and (self.claimed is None or key in self.claimed))
+        return sum(b - s for b, s in zip(self.baselines, self.seconds, strict=True) if b is not None)
 
 
 @dataclass
@@ -134,7 +131,7 @@ class Windows:
             self.held.append(held)
             return []
         if held.mode != BASELINE:
-            return [self._window(held, {}, {}, frozenset())]
+            return [self._window(held, {}, {})]
         block = [*self.block, *held.timed] if contiguous else list(held.timed)
         ready = [self._paired(waiting, [*self.block, *held.timed]) for waiting in self.held]
         self.held, self.block = [], block
@@ -142,28 +139,24 @@ class Windows:
             self.baseline_median = statistics.median(seconds for seconds, _ in block)
             self.by_signature, self.samples = _medians(block), _samples(block)
             self.since_baseline = []
-        return [*ready, self._window(held, _medians(block), {}, frozenset())]
+        return [*ready, self._window(held, _medians(block), {})]
 
     def _paired(self, held: _Held, base: list[tuple[float, str | None]]) -> Window:
-        """`held` against the timed baseline steps around it, per signature: claimed only beyond the noise."""
+        """`held` against the timed baseline steps around it, per signature, with the noise of that difference."""
         medians, samples, found = _medians(base), _samples(base), _samples(list(held.timed))
         noise: dict[str | None, float] = {}
         for key, steps in found.items():
             if key in medians and key in samples:
                 noise[key] = median_noise(steps, samples[key])
-        differences = {key: abs(statistics.median(found[key]) - medians[key]) for key in noise}
-        claimed = frozenset(key for key, error in noise.items() if differences[key] > NOISE_FACTOR * error)
-        return self._window(held, medians, noise, claimed)
+        return self._window(held, medians, noise)
 
     @staticmethod
-    def _window(
-        held: _Held, medians: dict[str | None, float], noise: dict[str | None, float], claimed: frozenset[str | None]
-    ) -> Window:
+    def _window(held: _Held, medians: dict[str | None, float], noise: dict[str | None, float]) -> Window:
         last = held.first + len(held.seconds) - 1
         baselines = tuple(medians.get(signature) for signature in held.signatures)
         counts = {key: held.signatures.count(key) for key in noise}
         error = sum((counts[key] * e) ** 2 for key, e in noise.items()) ** 0.5
-        return Window(held.index, held.mode, held.first, last, held.seconds, baselines, held.signatures, claimed, error)
+        return Window(held.index, held.mode, held.first, last, held.seconds, baselines, held.signatures, error)
 
 
 def _samples(timed: list[tuple[float, str | None]]) -> dict[str | None, list[float]]:

@@ -8,8 +8,8 @@ Both tables are derived data that the store keeps up to date on every write. The
 index on job_id becomes one on (job_id, recorded_at): a task's windows of one week. Upgrading a
 database that already holds telemetry fills them from its rows (every task refreshed once, in
 chunks), so the first report after the upgrade shows the same figures as before it. The fill runs
-the package's `aggregates.rebuild`, i.e. the code installed with this revision: a later revision
-that changes these tables must bring its own fill rather than rely on this one's.
+the package's `aggregates.rebuild`, i.e. the code installed with the head revision, so it now runs
+in 0006 (which adds columns to task_weeks): a later revision that changes these tables moves it again.
 """
 
 from __future__ import annotations
@@ -83,10 +83,8 @@ def upgrade() -> None:
     op.drop_index("ix_step_windows_job_id", table_name="step_windows")
     _create_task_weeks()
     _create_week_rollups()
-    # Derived from the rows already there: the same code the store runs on every write.
-    from stitchfleet.telemetry import aggregates
-
-    aggregates.rebuild(op.get_bind())
+    # Filled from the rows already there by 0006, the last revision that changes these tables: the package's
+    # `aggregates.rebuild` writes the columns of the head revision, which this one does not have yet.
 
 
 def downgrade() -> None:
