@@ -6,6 +6,8 @@ session, setup, steps), the steady step (median of the last half), first and las
 the report's claimed saving (net: the job's windows' gross minus its setup, from its telemetry, per device back
 to the rank's seconds, with the windows' noise) against the measured difference from plain TF in the same round
 (steps alone, and wall), with the noise of the measured difference (spread of plain TF's over the rounds).
+Each run prints a line as it ends and, with --record FILE, appends its figures to FILE as one JSON line; the table
+so far is printed after every round; --resume FILE reads such a file back and runs only the rounds it lacks.
 
 Each run is its own process (XLA's flags are read at import; a cold plugin has an empty kernel cache); the rounds
 alternate the modes' order, the warm run reuses its round's cold cache. Every plugin run of a job records into one
@@ -61,7 +63,9 @@ def _mlp() -> tuple[Any, Any, Any, dict[Any, Any]]:
 
     graph = tf.Graph()
     with graph.as_default():
-        tf.compat.v1.set_random_seed(0)
+        # Keras' unseeded initializers draw from Python's random state, not the graph seed: seeded too, so every
+        # process starts from the same weights and the losses of plain and plugin runs compare
+        tf.keras.utils.set_random_seed(0)
         x = tf.compat.v1.placeholder(tf.float32, [64, 256], name="x")
         y = tf.compat.v1.placeholder(tf.float32, [64, 256], name="y")
         h = x
@@ -81,7 +85,7 @@ def _transformer() -> tuple[Any, Any, Any, dict[Any, Any]]:
 
     graph = tf.Graph()
     with graph.as_default():
-        tf.compat.v1.set_random_seed(0)
+        tf.keras.utils.set_random_seed(0)  # as in `_mlp`: Keras' initializers too
         x = tf.compat.v1.placeholder(tf.float32, [16, 32, 128], name="x")
         y = tf.compat.v1.placeholder(tf.float32, [16, 32, 128], name="y")
         h = x
@@ -145,8 +149,6 @@ def _plugin_figures(hook: Any, url: str, uid: str) -> dict[str, Any]:
     """What the plugin decided and what its report claims: its windows' saved seconds and its setup seconds (per
     device, the rank's seconds), the windows' noise, and the setup it booked from steps (warmup builds, first
     runs: in the steps' time, where `begin`'s compile is not)."""
-    import sqlalchemy as sa
-
     controller = hook.controller
     if controller is None:
         skipped = hook.length.skipped
@@ -160,24 +162,39 @@ def _plugin_figures(hook: Any, url: str, uid: str) -> dict[str, Any]:
         decided = f"{kept}/{len(controller.clusters)} kept, group {'proven' if controller.group_proven else 'not'}"
     if controller is not None and controller.group_probe.startswith("group probe skipped"):
         decided += " (group known to the fleet)"
+    claimed = _claim(url, uid)
+    from_steps = (controller.warmup.seconds or 0.0) + controller.first_seconds if controller is not None else 0.0
+    return {"decided": decided, **claimed, "setup_from_steps": from_steps}
+
+
+def _claim(url: str, uid: str) -> dict[str, Any]:
+    """What the report claims for one run (job uid): its paired windows' saving with the report's 95% interval
+    (`telemetry.paired`, the same sums the store keeps per task-week), the claimed part (0 when the interval holds
+    zero), and the setup seconds the job booked."""
+    import sqlalchemy as sa
+
+    from stitchfleet.telemetry import paired
+
     mine = "select id from jobs where job_uid = :uid"
+    windows = (
+        "select mode, iterations, step_seconds_sum, baseline_step_seconds, saved_seconds from step_windows"
+        f" where job_id in ({mine})"
+    )
     engine = sa.create_engine(url)
     try:
         with engine.connect() as connection:
-            query = f"select coalesce(sum(saved_seconds), 0) from step_windows where job_id in ({mine})"
-            saved = connection.execute(sa.text(query), {"uid": uid}).scalar()
+            rows = [tuple(row) for row in connection.execute(sa.text(windows), {"uid": uid})]
             query = f"select coalesce(max(compile_seconds), 0) from jobs where id in ({mine})"
             setup = connection.execute(sa.text(query), {"uid": uid}).scalar()
     finally:
         engine.dispose()
-    from_steps = (controller.warmup.seconds or 0.0) + controller.first_seconds if controller is not None else 0.0
-    noise = controller.saved_variance**0.5 if controller is not None else 0.0
+    sums = paired.PairedSums.windows(rows)
+    found = paired.claim(sums, sum(float(row[4] or 0.0) for row in rows))
     return {
-        "decided": decided,
-        "claimed_gross": float(saved or 0.0),
+        "measured_gross": found.measured,
+        "claimed_gross": found.claimed,
+        "interval": [found.low, found.high],
         "setup": float(setup or 0.0),
-        "setup_from_steps": from_steps,
-        "claim_noise": noise,
     }
 
 
@@ -251,8 +268,7 @@ def _corpus_run(program: str, mode: str, steps: int, cache: str, fleet: str, *, 
 
 def _corpus_claims(path: Path, uid: str, stitched: str) -> dict[str, Any]:
     """A shimmed corpus run's decisions and claims, read from the telemetry database: its reverts, its job verdict,
-    else its last setup event; its windows' saved seconds and its setup seconds. The claim's own noise is not in the
-    database: 0 (the agreement column then judges by the measured difference's noise alone)."""
+    else its last setup event; what the report claims for it (`_claim`)."""
     import sqlalchemy as sa
 
     from stitchfleet.telemetry import spool_ingest
@@ -269,8 +285,6 @@ def _corpus_claims(path: Path, uid: str, stitched: str) -> dict[str, Any]:
             reverts = rows(f"select detail from events where kind = 'revert' and job_id in ({mine}) order by id")
             verdicts = rows(f"select verdict, reason from job_verdicts where job_id in ({mine}) order by id")
             setups = rows(f"select detail from events where kind = 'setup' and job_id in ({mine}) order by id")
-            saved = rows(f"select coalesce(sum(saved_seconds), 0) from step_windows where job_id in ({mine})")
-            setup = rows(f"select coalesce(max(compile_seconds), 0) from jobs where id in ({mine})")
     finally:
         engine.dispose()
     if reverts:
@@ -283,13 +297,7 @@ def _corpus_claims(path: Path, uid: str, stitched: str) -> dict[str, Any]:
         decided = "no setup recorded"
     if stitched:
         decided = f"{stitched.removeprefix('stitchfleet: ')}; {decided}"
-    return {
-        "decided": decided,
-        "claimed_gross": float(saved[0][0] if saved else 0.0),
-        "setup": float(setup[0][0] if setup else 0.0),
-        "setup_from_steps": 0.0,
-        "claim_noise": 0.0,
-    }
+    return {"decided": decided, **_claim(f"sqlite:///{path}", uid), "setup_from_steps": 0.0}
 
 
 def _known_step_ms(plain: list[dict[str, Any]]) -> float:
@@ -310,11 +318,37 @@ def _noise(values: list[float]) -> float:
     return statistics.stdev(values) * 2**0.5 if len(values) > 1 else float("nan")
 
 
+def _claimed(run: dict[str, Any]) -> str:
+    """A run's claim as the report books it: the net (claimed gross minus its setup) and the measured saving's
+    95% interval; "0 (within noise)" when that interval holds zero and nothing is claimed."""
+    low, high = run["interval"]
+    if run["measured_gross"] == 0.0 and not math.isfinite(low):
+        return f"none: no stitched windows, setup {run['setup']:.2f}"
+    interval = f"[{low:+.2f}, {high:+.2f}]" if math.isfinite(low) else "[no interval: < 3 paired windows]"
+    if run["claimed_gross"] == 0.0:
+        return f"0 within noise, setup {run['setup']:.2f} (measured {run['measured_gross']:+.2f} {interval})"
+    return f"{run['claimed_gross'] - run['setup']:+.2f} (gross {run['claimed_gross']:+.2f} {interval})"
+
+
+def _agrees(plain: dict[str, Any], run: dict[str, Any], noise: float) -> str:
+    """Whether the report agrees with the clock: the steps' measured difference from plain TF (the same round) lies
+    in the report's interval of the saving, less the setup it booked from steps, widened by twice the measured
+    difference's own noise; "n/a" with one round (no noise to judge by)."""
+    if math.isnan(noise):
+        return "n/a"
+    difference = plain["steps_seconds"] - run["steps_seconds"]
+    low, high = run["interval"]
+    if not math.isfinite(low):  # no interval: nothing is claimed, so the clock must show no saving beyond noise
+        low = high = 0.0
+    low, high = low - run["setup_from_steps"] - 2 * noise, high - run["setup_from_steps"] + 2 * noise
+    return "yes" if low <= difference <= high else f"no ({difference:+.2f})"
+
+
 def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
     lines = [
         "| job | mode | wall s (per round) | steady ms | vs plain steady | loss first -> last | decided (last round) |"
-        " claimed net s +- noise (per round) | measured vs plain s: steps / wall (per round) |"
-        " noise s: steps / wall | claim within 2x noise (steps) |",
+        " claimed net s (gross, 95% interval) per round | measured vs plain s: steps / wall (per round) |"
+        " noise s: steps / wall | clock in the claim's interval (steps, 2x noise) |",
         "|---|---|---|---:|---:|---|---|---|---|---|---|",
     ]
     for job, by_mode in results.items():
@@ -339,23 +373,51 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
                 )
                 noise = f"{steps_noise:.1f} / {wall_noise:.1f}"
             if "claimed_gross" in runs[-1]:
-                # the claim on the steps: gross minus the setup booked from steps; the net: gross minus all setup
-                claimed = "; ".join(f"{r['claimed_gross'] - r['setup']:+.2f} +- {r['claim_noise']:.2f}" for r in runs)
-                agreements = []
-                for p, r in zip(plain, runs, strict=False):
-                    on_steps = r["claimed_gross"] - r["setup_from_steps"]
-                    spread = (steps_noise**2 + r["claim_noise"] ** 2) ** 0.5
-                    difference = p["steps_seconds"] - r["steps_seconds"]
-                    if math.isnan(spread):  # one round: no noise to judge by
-                        agreements.append("n/a")
-                    else:
-                        agreements.append("yes" if abs(on_steps - difference) <= 2 * spread else "no")
-                agrees = " / ".join(agreements)
+                claimed = "; ".join(_claimed(r) for r in runs)
+                agrees = " / ".join(_agrees(p, r, steps_noise) for p, r in zip(plain, runs, strict=False))
             lines.append(
                 f"| {job} | {mode} | {walls} | {steady * 1e3:.2f} | {steady / plain_steady:.3f}x | {loss} | {decided}"
                 f" | {claimed} | {measured} | {noise} | {agrees} |"
             )
     return lines
+
+
+def _progress(where: str, found: dict[str, Any], elapsed: float) -> str:
+    """One line per finished run: where the A/B is, what the run took."""
+    where = f"  [{elapsed / 60:5.1f} min] {where}"
+    if "error" in found:
+        return f"{where}: error: {found['error']}"
+    decided = f", {found['decided']}" if found.get("decided") else ""
+    return f"{where}: wall {found['wall']:.1f} s, steady {found['steady'] * 1e3:.2f} ms{decided}"
+
+
+def _resumed(path: Path, results: dict[str, dict[str, list[dict[str, Any]]]]) -> int:
+    """Runs read back from a --record file into `results`, in their rounds' order, complete rounds only; how many.
+    The fleet's memory (the telemetry of earlier rounds) is not read back: a resumed round's warm run starts without
+    it, as a first round's does."""
+    count = 0
+    if not path.exists():
+        return 0
+    for line in path.read_text().splitlines():
+        run = json.loads(line)
+        job, mode = run.pop("job"), run.pop("mode")
+        run.pop("round", None)
+        if job in results:
+            results[job][mode].append(run)
+    for job, by_mode in _complete(results).items():  # a round cut short runs again in full
+        results[job] = by_mode
+        count += sum(map(len, by_mode.values()))
+    return count
+
+
+def _complete(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The jobs' complete rounds only (every mode ran), so the table compares runs of the same rounds."""
+    complete = {}
+    for job, by_mode in results.items():
+        rounds = min(len(runs) for runs in by_mode.values())
+        if rounds:
+            complete[job] = {mode: runs[:rounds] for mode, runs in by_mode.items()}
+    return complete
 
 
 def _program(spec: str, steps: int) -> tuple[str, int]:
@@ -375,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=0, help="steps per job (default: each job's own)")
     parser.add_argument("--out", type=Path, default=None, help="a Markdown file the table is appended to")
+    parser.add_argument("--record", type=Path, default=None, help="a JSON-lines file each run is appended to")
+    parser.add_argument("--resume", type=Path, default=None, help="a --record file to read back and go on with")
     parser.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--state", default="", help=argparse.SUPPRESS)
     parser.add_argument("--fleet", default="", help=argparse.SUPPRESS)
@@ -384,24 +448,38 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_child(job, mode, args.steps, args.state, args.fleet)))
         return 0
     programs = dict(_program(spec, args.steps) for spec in args.corpus)
-    results: dict[str, dict[str, list[dict[str, Any]]]] = {
-        job: {m: [] for m in MODES} for job in [*args.jobs, *programs]
-    }
+    jobs = [*args.jobs, *programs]
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {job: {m: [] for m in MODES} for job in jobs}
+    # Each run's figures as one JSON line as soon as it ends, so a run cut short (a time limit) still leaves what it
+    # measured; --resume reads them back and runs only what is missing.
+    if args.resume:
+        print(f"  {_resumed(args.resume, results)} runs read back from {args.resume}", flush=True)
+    record = (args.resume or args.record).open("a") if (args.resume or args.record) else None
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory() as fleets:  # per job, its telemetry over the rounds: the fleet's memory
         for r in range(args.rounds):
-            for job in [*args.jobs, *programs]:
+            for job in jobs:
+                if all(len(results[job][m]) > r for m in MODES):
+                    continue  # this round of this job was read back from the record
                 fleet = Path(fleets) / job
                 fleet.mkdir(exist_ok=True)
                 with tempfile.TemporaryDirectory() as cache:  # cold: an empty kernel cache; warm: the same, filled
                     for mode in _order(r):
-                        print(f"  round {r + 1}/{args.rounds}: {job} {mode}", flush=True)
                         known = _known_step_ms(results[job]["plain"]) if mode == "warm" else 0.0
                         if job in programs:
                             found = _corpus_run(job, mode, programs[job], cache, str(fleet), step_ms=known)
                         else:
                             found = _run(job, mode, args.steps or STEPS[job], cache, str(fleet), step_ms=known)
                         results[job][mode].append(found)
-    lines = table(results)
+                        where = f"round {r + 1}/{args.rounds}: {job} {mode}"
+                        print(_progress(where, found, time.perf_counter() - started), flush=True)
+                        if record is not None:
+                            record.write(json.dumps({"job": job, "mode": mode, "round": r, **found}) + "\n")
+                            record.flush()
+            print("\n".join(table(_complete(results))), flush=True)  # the table so far, after every round
+    if record is not None:
+        record.close()
+    lines = table(_complete(results))
     print("\n".join(lines))
     if args.out:
         with args.out.open("a") as out:
