@@ -75,3 +75,16 @@ def test_the_balance_counts_session_creation_once_and_the_close() -> None:
     assert "stayed out of the way" not in line
     skipped = command.against_plain(stitched, plain, "setup cannot pay back: 6000 steps")
     assert "the plugin stayed out of the way (setup cannot pay back: 6000 steps)" in skipped
+
+
+@pytest.mark.tf
+def test_the_setup_in_the_first_chunk_is_not_counted_as_noise() -> None:
+    """A cold run's setup (seconds, in its first chunk) once made the noise as large as the loss itself: a plugin
+    7.3 s slower than plain TF read "within the noise" (noise 7.5 s)."""
+    from stitchfleet.demo import command
+
+    stitched, plain = command.Job(None), command.Job(None)
+    stitched.created, stitched.chunks = 7.0, [8.0, 1.02, 0.98, 1.01, 0.99, 1.0]
+    plain.created, plain.chunks = 0.5, [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    line = command.against_plain(stitched, plain)
+    assert "-7.00 s saved (noise 0.04 s); the plugin's job was slower than plain TF's" in line
