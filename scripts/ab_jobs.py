@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -198,7 +199,9 @@ def _claim(url: str, uid: str) -> dict[str, Any]:
     }
 
 
-def _run(job: str, mode: str, steps: int, cache: str, fleet: str, *, step_ms: float = 0.0) -> dict[str, Any]:
+def _run(
+    job: str, mode: str, steps: int, cache: str, fleet: str, *, step_ms: float = 0.0, limit: float = 1800.0
+) -> dict[str, Any]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "STITCHFLEET_CACHE_DIR": cache}
     env["STITCHFLEET_STEP_MS"] = f"{step_ms:.6f}"  # the plain step time the fleet knows (0: unknown)
     if mode == "xla":
@@ -206,14 +209,19 @@ def _run(job: str, mode: str, steps: int, cache: str, fleet: str, *, step_ms: fl
     with tempfile.TemporaryDirectory() as state:
         argv = [sys.executable, __file__, "--child", job, mode, "--steps", str(steps), "--state", state]
         argv += ["--fleet", fleet]
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=1800)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=limit)
+        except subprocess.TimeoutExpired:
+            return {"error": f"stopped after {limit:.0f} s (the run's time limit)"}
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1][:200] if done.stderr.strip() else "failed"}
     found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return found
 
 
-def _corpus_run(program: str, mode: str, steps: int, cache: str, fleet: str, *, step_ms: float = 0.0) -> dict[str, Any]:
+def _corpus_run(
+    program: str, mode: str, steps: int, cache: str, fleet: str, *, step_ms: float = 0.0, limit: float = 1800.0
+) -> dict[str, Any]:
     """One corpus program in its own interpreter (`tests/corpus/corpus_runs`' wrapper), timed line by line."""
     from tests.corpus import corpus_runs
 
@@ -241,15 +249,20 @@ def _corpus_run(program: str, mode: str, steps: int, cache: str, fleet: str, *, 
         with tempfile.TemporaryFile("w+") as errors:
             child = subprocess.Popen(argv, cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
             assert child.stdout is not None
+            watchdog = threading.Timer(limit, child.kill)  # the run's time limit: the loop below then ends
+            watchdog.start()
             for line in child.stdout:  # a loss line per step, read as it comes: the gaps are the step times
                 found = corpus_runs.LOSS.match(line.strip())
                 if found:
                     arrivals.append(time.perf_counter())
                     losses.append(float(found.group(2)))
-            code = child.wait(timeout=1800)
+            code = child.wait()
+            watchdog.cancel()
             wall = time.perf_counter() - started
             errors.seek(0)
             log = errors.read()
+    if wall >= limit and code != 0:
+        return {"error": f"stopped after {limit:.0f} s (the run's time limit), {len(arrivals)} of {steps} steps done"}
     if code != 0 or len(arrivals) < 4:
         return {"error": (log.strip().splitlines() or ["failed"])[-1][:200]}
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
@@ -307,6 +320,13 @@ def _known_step_ms(plain: list[dict[str, Any]]) -> float:
     return done[-1] * 1e3 if done else 0.0
 
 
+def _limit(plain: list[dict[str, Any]], factor: float) -> float:
+    """A run's time limit: `factor` x the job's slowest plain run so far (XLA recompiling every step of an Estimator
+    ran 1006 s against plain TF's 92 s); 1800 s before any plain run finished, or with factor 0."""
+    walls = [run["wall"] for run in plain if "wall" in run]
+    return factor * max(walls) if walls and factor > 0 else 1800.0
+
+
 def _order(round_: int) -> tuple[str, ...]:
     """The modes' order in a round: plain and XLA swap places every round; cold comes before its warm run."""
     return ("plain", "cold", "xla", "warm") if round_ % 2 == 0 else ("xla", "cold", "plain", "warm")
@@ -357,24 +377,27 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
         steps_noise = _noise([r["steps_seconds"] for r in plain])
         plain_steady = statistics.median(r["steady"] for r in plain) if plain else float("nan")
         for mode in MODES:
-            runs = by_mode[mode]
-            if any("error" in r for r in runs):
-                lines.append(f"| {job} | {mode} | error: {next(r['error'] for r in runs if 'error' in r)} |||||||||")
+            # per round, the run and its round's plain run; a round where either failed or was stopped is said, and
+            # its figures left out of this row's
+            rounds = list(zip(by_mode["plain"], by_mode[mode], strict=False))
+            walls = " / ".join(f"{r['wall']:.1f}" if "error" not in r else f"({r['error']})" for _, r in rounds)
+            kept = [(p, r) for p, r in rounds if "error" not in p and "error" not in r]
+            runs = [r for _, r in kept]
+            if not runs:
+                lines.append(f"| {job} | {mode} | {walls} |||||||||")
                 continue
-            walls = " / ".join(f"{r['wall']:.1f}" for r in runs)
             steady = statistics.median(r["steady"] for r in runs)
             loss = f"{runs[-1]['losses'][0]:.4f} -> {runs[-1]['losses'][1]:.4f}"
             decided = runs[-1].get("decided", "")
             claimed = measured = agrees = noise = ""
             if mode != "plain":
-                pairs = list(zip(plain, runs, strict=False))
                 measured = "; ".join(
-                    f"{p['steps_seconds'] - r['steps_seconds']:+.1f} / {p['wall'] - r['wall']:+.1f}" for p, r in pairs
+                    f"{p['steps_seconds'] - r['steps_seconds']:+.1f} / {p['wall'] - r['wall']:+.1f}" for p, r in kept
                 )
                 noise = f"{steps_noise:.1f} / {wall_noise:.1f}"
             if "claimed_gross" in runs[-1]:
                 claimed = "; ".join(_claimed(r) for r in runs)
-                agrees = " / ".join(_agrees(p, r, steps_noise) for p, r in zip(plain, runs, strict=False))
+                agrees = " / ".join(_agrees(p, r, steps_noise) for p, r in kept)
             lines.append(
                 f"| {job} | {mode} | {walls} | {steady * 1e3:.2f} | {steady / plain_steady:.3f}x | {loss} | {decided}"
                 f" | {claimed} | {measured} | {noise} | {agrees} |"
@@ -404,9 +427,11 @@ def _resumed(path: Path, results: dict[str, dict[str, list[dict[str, Any]]]]) ->
         run.pop("round", None)
         if job in results:
             results[job][mode].append(run)
-    for job, by_mode in _complete(results).items():  # a round cut short runs again in full
-        results[job] = by_mode
-        count += sum(map(len, by_mode.values()))
+    for by_mode in results.values():  # a round cut short runs again in full
+        rounds = min(map(len, by_mode.values()))
+        for mode, runs in by_mode.items():
+            del runs[rounds:]
+            count += len(runs)
     return count
 
 
@@ -437,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=0, help="steps per job (default: each job's own)")
     parser.add_argument("--out", type=Path, default=None, help="a Markdown file the table is appended to")
+    parser.add_argument(
+        "--limit", type=float, default=4.0, help="stop a run beyond this many times the job's plain wall (0: none)"
+    )
     parser.add_argument("--record", type=Path, default=None, help="a JSON-lines file each run is appended to")
     parser.add_argument("--resume", type=Path, default=None, help="a --record file to read back and go on with")
     parser.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
@@ -466,10 +494,12 @@ def main(argv: list[str] | None = None) -> int:
                 with tempfile.TemporaryDirectory() as cache:  # cold: an empty kernel cache; warm: the same, filled
                     for mode in _order(r):
                         known = _known_step_ms(results[job]["plain"]) if mode == "warm" else 0.0
+                        limit = _limit(results[job]["plain"], args.limit)
                         if job in programs:
-                            found = _corpus_run(job, mode, programs[job], cache, str(fleet), step_ms=known)
+                            found = _corpus_run(job, mode, programs[job], cache, str(fleet), step_ms=known, limit=limit)
                         else:
-                            found = _run(job, mode, args.steps or STEPS[job], cache, str(fleet), step_ms=known)
+                            steps = args.steps or STEPS[job]
+                            found = _run(job, mode, steps, cache, str(fleet), step_ms=known, limit=limit)
                         results[job][mode].append(found)
                         where = f"round {r + 1}/{args.rounds}: {job} {mode}"
                         print(_progress(where, found, time.perf_counter() - started), flush=True)
