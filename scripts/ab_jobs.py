@@ -429,7 +429,7 @@ def _resumed(path: Path, results: dict[str, dict[str, list[dict[str, Any]]]]) ->
             results[job][mode].append(run)
     for by_mode in results.values():  # a round cut short runs again in full
         rounds = min(map(len, by_mode.values()))
-        for mode, runs in by_mode.items():
+        for runs in by_mode.values():
             del runs[rounds:]
             count += len(runs)
     return count
