@@ -432,6 +432,14 @@ def _resumed(path: Path, results: dict[str, dict[str, list[dict[str, Any]]]]) ->
         for runs in by_mode.values():
             del runs[rounds:]
             count += len(runs)
+    # the record keeps what was read back, so the runs appended next follow the complete rounds they extend
+    kept = [
+        {"job": job, "mode": mode, "round": r, **run}
+        for job, by_mode in results.items()
+        for mode, runs in by_mode.items()
+        for r, run in enumerate(runs)
+    ]
+    path.write_text("".join(json.dumps(run) + "\n" for run in sorted(kept, key=lambda run: run["round"])))
     return count
 
 
