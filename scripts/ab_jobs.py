@@ -421,12 +421,15 @@ def _resumed(path: Path, results: dict[str, dict[str, list[dict[str, Any]]]]) ->
     count = 0
     if not path.exists():
         return 0
+    others = []  # runs of jobs not asked for this time: kept in the record as they are
     for line in path.read_text().splitlines():
         run = json.loads(line)
         job, mode = run.pop("job"), run.pop("mode")
         run.pop("round", None)
         if job in results:
             results[job][mode].append(run)
+        else:
+            others.append(line + "\n")
     for by_mode in results.values():  # a round cut short runs again in full
         rounds = min(map(len, by_mode.values()))
         for runs in by_mode.values():
@@ -439,7 +442,7 @@ def _resumed(path: Path, results: dict[str, dict[str, list[dict[str, Any]]]]) ->
         for mode, runs in by_mode.items()
         for r, run in enumerate(runs)
     ]
-    path.write_text("".join(json.dumps(run) + "\n" for run in sorted(kept, key=lambda run: run["round"])))
+    path.write_text("".join(others) + "".join(json.dumps(run) + "\n" for run in sorted(kept, key=lambda r: r["round"])))
     return count
 
 
