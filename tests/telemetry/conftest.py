@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from mirakuru.exceptions import AlreadyRunning
 from port_for import get_port
 from pytest_postgresql.executors import PostgreSQLExecutor
 
@@ -100,20 +101,40 @@ def start_server(server: PostgreSQLExecutor) -> None:
             time.sleep(0.1)
 
 
+PORT_TRIES = 5  # a free port can be taken between its choice and the server's start (another test's server)
+
+
 @contextmanager
 def running_server() -> Iterator[PostgreSQLExecutor]:
-    """Starts a PostgreSQL server on loopback; stops it and removes its files on exit."""
-    base = Path(tempfile.mkdtemp(prefix="stitchfleet-pg-"))
-    base.chmod(0o755)  # the unprivileged server user must reach its directories
-    executor = _executor(base)
-    try:
-        start_server(executor)
-        yield executor
-    finally:
+    """Starts a PostgreSQL server on loopback; stops it and removes its files on exit. A port found taken at the
+    start (another process bound it after `get_port` chose it: seen with two test runs side by side) is given up
+    for another, up to PORT_TRIES times."""
+    for attempt in range(PORT_TRIES):
+        base = Path(tempfile.mkdtemp(prefix="stitchfleet-pg-"))
+        base.chmod(0o755)  # the unprivileged server user must reach its directories
+        executor = _executor(base)
         try:
-            executor.stop()
+            start_server(executor)
+        except AlreadyRunning:
+            shutil.rmtree(base, ignore_errors=True)  # never started: nothing of ours to stop
+            if attempt + 1 == PORT_TRIES:
+                raise
+            continue
+        except BaseException:
+            _stop(executor, base)
+            raise
+        try:
+            yield executor
         finally:
-            shutil.rmtree(base, ignore_errors=True)
+            _stop(executor, base)
+        return
+
+
+def _stop(executor: PostgreSQLExecutor, base: Path) -> None:
+    try:
+        executor.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
