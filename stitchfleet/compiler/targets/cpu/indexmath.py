@@ -4,7 +4,8 @@ Input: a kernel IR index expression and the exclusive upper bounds of its loop v
 an equal expression with fewer divisions: `(r*n + c) / n` is `r` and `% n` is `c` when `c` is
 known to lie in [0, n); `(x/n)*n + x%n` is `x` (C's division identity, any sign), and
 `(x%m)%n` is `x%n` when n divides m, so a row split by a reshape and put back together
-(`((r/128)*128 + ((r%128)/32)*32) + r%32`, the demo softmax's row index) is `r` again.
+(`((r/128)*128 + ((r%128)/32)*32) + r%32`, the demo softmax's row index) is `r` again; and
+`(r*s + c) % n` is `c % n` when n divides s (a transpose's column, split into runs by `pieces`).
 """
 
 from __future__ import annotations
@@ -78,14 +79,32 @@ def _divmod(op: Op | k.IndexOp, x: k.Expr, n: int, bounds: Mapping[str, int]) ->
     if direct is not None:
         return direct
     parts = _split(x, bounds)
-    if parts is None or n % parts[1]:
+    if parts is None:
         return None
+    if parts[1] % n == 0 and upper(parts[0], bounds) is not None:
+        return _strided(op, parts, n, bounds)
+    return _nested(op, parts, n, bounds)
+
+
+def _nested(op: Op | k.IndexOp, parts: tuple[k.Expr, int, k.Expr], n: int, bounds: Mapping[str, int]) -> k.Expr | None:
+    """(r*s + c) / n as r / (n/s) and % n as (r % (n/s))*s + c, for s dividing n (c in [0, s))."""
     r, inner, c = parts
+    if n % inner:
+        return None
     if op is Op.DIV:
         return r if n == inner else simplify(k.div(r, k.i64(n // inner)), bounds)
     if n == inner:
         return c
     return k.add(k.mul(simplify(k.mod(r, k.i64(n // inner)), bounds), k.i64(inner)), c)
+
+
+def _strided(op: Op | k.IndexOp, parts: tuple[k.Expr, int, k.Expr], n: int, bounds: Mapping[str, int]) -> k.Expr:
+    """(r*s + c) / n as r*(s/n) + c/n and % n as c % n, for n dividing s (all terms non-negative): a
+    transpose's `((r*128 + c) % 32)` depends on the column alone and splits with it (`pieces.run_length`)."""
+    r, stride, c = parts
+    if op is Op.DIV:
+        return simplify(k.add(k.mul(r, k.i64(stride // n)), k.div(c, k.i64(n))), bounds)
+    return simplify(k.mod(c, k.i64(n)), bounds)
 
 
 def _fold_offsets(op: Op | k.IndexOp, a: k.Expr, cb: int | None) -> k.Expr | None:

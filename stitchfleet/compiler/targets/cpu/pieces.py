@@ -1,4 +1,5 @@
-"""Index-set splitting of an inner loop at concat boundaries: one branch-free loop per piece.
+"""Index-set splitting of an inner loop at concat boundaries (one branch-free loop per piece), and into
+runs where its index math divides the column (a transpose's gather: one contiguous run per loop).
 
 Input: the statements of one element of an inner loop over `col` in [0, cols), and the
 loop bounds. Output: the column ranges [lo, hi) between the constants `K` that the
@@ -13,15 +14,20 @@ and 88 of the 145 workload clusters have a CONCAT.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import math
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from stitchfleet.compiler.ir import Op
+from stitchfleet.compiler.ir import DType, Op
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.targets.cpu.indexmath import simplify
 from stitchfleet.compiler.targets.cpu.invariant import hoisted_block
 
 Piece = tuple[int, int, list[k.Stmt]]
+# A column loop splits into runs no shorter than this: one AVX-512 vector of f32 (a shorter simd loop
+# costs its loop overhead and remainder per run).
+MIN_RUN = 16
 
 
 def _boundary(cond: k.Expr, col: str, bounds: Mapping[str, int]) -> int | None:
@@ -73,32 +79,82 @@ def pieces(stmts: Sequence[k.Stmt], col: str, cols: int, bounds: Mapping[str, in
 _EXPRS = (k.Var, k.Const, k.Unary, k.Binary, k.Select, k.Cast, k.Load, k.SpecialIndex)
 
 
-def shifted(e: k.Expr, col: str, lo: int) -> k.Expr:
-    """`e` with the column variable read as `col + lo`: a piece's loop counts from 0, so its index
-    math (`(c + 72) - 72` folds to `c`) simplifies under the piece's own bound."""
+def replaced(e: k.Expr, col: str, value: k.Expr) -> k.Expr:
+    """`e` with the column variable read as `value`."""
     if isinstance(e, k.Var):
-        return k.add(e, k.i64(lo)) if e.name == col and lo else e
+        return value if e.name == col else e
     if isinstance(e, k.Const | k.SpecialIndex):
         return e
     parts: dict[str, Any] = {f.name: getattr(e, f.name) for f in dataclasses.fields(e)}
-    changed: dict[str, Any] = {n: shifted(v, col, lo) for n, v in parts.items() if isinstance(v, _EXPRS)}
+    changed: dict[str, Any] = {n: replaced(v, col, value) for n, v in parts.items() if isinstance(v, _EXPRS)}
     return dataclasses.replace(e, **changed)
 
 
-def shifted_stmts(stmts: Sequence[k.Stmt], col: str, lo: int) -> list[k.Stmt]:
-    """`shifted` over plain statements (the element statements of a fused loop: Assign, Store, If)."""
+def shifted(e: k.Expr, col: str, lo: int) -> k.Expr:
+    """`e` with the column variable read as `col + lo`: a piece's loop counts from 0, so its index
+    math (`(c + 72) - 72` folds to `c`) simplifies under the piece's own bound."""
+    return replaced(e, col, k.add(k.Var(col, DType.I64), k.i64(lo))) if lo else e
+
+
+def replaced_stmts(stmts: Sequence[k.Stmt], col: str, value: k.Expr) -> list[k.Stmt]:
+    """`replaced` over plain statements (the element statements of a fused loop: Assign, Store, If)."""
     out: list[k.Stmt] = []
     for s in stmts:
         if isinstance(s, k.Assign):
-            out.append(k.Assign(s.var, shifted(s.value, col, lo)))
+            out.append(k.Assign(s.var, replaced(s.value, col, value)))
         elif isinstance(s, k.Store):
-            out.append(k.Store(s.buffer, shifted(s.index, col, lo), shifted(s.value, col, lo)))
+            out.append(k.Store(s.buffer, replaced(s.index, col, value), replaced(s.value, col, value)))
         elif isinstance(s, k.If):
-            then, orelse = shifted_stmts(s.then, col, lo), shifted_stmts(s.orelse, col, lo)
-            out.append(k.If(shifted(s.cond, col, lo), tuple(then), tuple(orelse)))
+            then, orelse = replaced_stmts(s.then, col, value), replaced_stmts(s.orelse, col, value)
+            out.append(k.If(replaced(s.cond, col, value), tuple(then), tuple(orelse)))
         else:
             out.append(s)
     return out
+
+
+def shifted_stmts(stmts: Sequence[k.Stmt], col: str, lo: int) -> list[k.Stmt]:
+    """`shifted` over plain statements."""
+    return replaced_stmts(stmts, col, k.add(k.Var(col, DType.I64), k.i64(lo))) if lo else list(stmts)
+
+
+def _exprs(stmts: Sequence[k.Stmt]) -> Iterator[k.Expr]:
+    for s in stmts:
+        if isinstance(s, k.Assign):
+            yield s.value
+        elif isinstance(s, k.Store):
+            yield from (s.index, s.value)
+        elif isinstance(s, k.If):
+            yield s.cond
+            yield from _exprs((*s.then, *s.orelse))
+
+
+def _mentions(e: k.Expr, col: str) -> bool:
+    if isinstance(e, k.Var):
+        return e.name == col
+    return any(_mentions(v, col) for f in dataclasses.fields(e) if isinstance(v := getattr(e, f.name), _EXPRS))
+
+
+def _divisors(e: k.Expr, col: str) -> Iterator[int]:
+    """The constant divisors of the column in `e` (`c / 32`, `c % 32`: a transpose's column split)."""
+    if (
+        isinstance(e, k.Binary)
+        and e.op in (Op.DIV, k.IndexOp.MOD)
+        and isinstance(e.b, k.Const)
+        and not e.dtype.is_float
+        and _mentions(e.a, col)
+    ):
+        yield int(e.b.value)
+    for f in dataclasses.fields(e):
+        if isinstance(v := getattr(e, f.name), _EXPRS):
+            yield from _divisors(v, col)
+
+
+def run_length(stmts: Sequence[k.Stmt], col: str, cols: int, bounds: Mapping[str, int]) -> int | None:
+    """The columns' run length when the index math divides the column (a transpose: `c / 32`, `c % 32`):
+    the gcd of the divisors, when it divides `cols`, is shorter and at least MIN_RUN; else None."""
+    found = {n for e in _exprs(stmts) for n in _divisors(simplify(e, bounds), col)}
+    run = math.gcd(*found) if found else 0
+    return run if MIN_RUN <= run < cols and cols % run == 0 else None
 
 
 def column_loops(stmts: Sequence[k.Stmt], col: str, cols: int, bounds: Mapping[str, int], pad: str) -> list[str]:
@@ -109,8 +165,39 @@ def column_loops(stmts: Sequence[k.Stmt], col: str, cols: int, bounds: Mapping[s
     for lo, hi, body in spans:
         inner = pad + ("    " if len(spans) > 1 else "")
         local = {**bounds, col: hi - lo}
-        before, rest = hoisted_block(shifted_stmts(body, col, lo), {col}, local, (inner, inner + "    "))
-        loop = [f"{inner}#pragma omp simd", f"{inner}for (int64_t {col} = 0; {col} < {hi - lo}L; ++{col}) {{"]
-        block = [*before, *loop, *rest, f"{inner}}}"]
+        block = _runs(shifted_stmts(body, col, lo), col, local, inner)
         lines += [f"{pad}{{", *block, f"{pad}}}"] if len(spans) > 1 else block
     return lines
+
+
+_RUN_LOOP = re.compile(r"^\s*for \(int64_t \w+_run = 0;")
+
+
+def in_runs(lines: Sequence[str]) -> bool:
+    """Whether C lines hold a loop over runs (`_runs`): their simd loops are one run long."""
+    return any(_RUN_LOOP.match(line) for line in lines)
+
+
+def _runs(stmts: Sequence[k.Stmt], col: str, bounds: Mapping[str, int], pad: str) -> list[str]:
+    """The simd loop over [0, bounds[col]); where the index math divides the column (`run_length`), a loop
+    over runs around a simd loop over one run, the column read as `run * length + col`: the per-element
+    64-bit div/mod of a transpose's gather become the loop variables (`indexmath`'s split)."""
+    cols = bounds[col]
+    run = run_length(stmts, col, cols, bounds)
+    if run is None:
+        before, rest = hoisted_block(stmts, {col}, bounds, (pad, pad + "    "))
+        loop = [f"{pad}#pragma omp simd", f"{pad}for (int64_t {col} = 0; {col} < {cols}L; ++{col}) {{"]
+        return [*before, *loop, *rest, f"{pad}}}"]
+    outer = k.Var(f"{col}_run", DType.I64)
+    local = {**bounds, outer.name: cols // run, col: run}
+    split = replaced_stmts(stmts, col, k.add(k.mul(outer, k.i64(run)), k.Var(col, DType.I64)))
+    before, rest = hoisted_block(split, {outer.name, col}, local, (pad, pad + "        "))
+    return [
+        *before,
+        f"{pad}for (int64_t {outer.name} = 0; {outer.name} < {cols // run}L; ++{outer.name}) {{",
+        f"{pad}    #pragma omp simd",
+        f"{pad}    for (int64_t {col} = 0; {col} < {run}L; ++{col}) {{",
+        *rest,
+        f"{pad}    }}",
+        f"{pad}}}",
+    ]

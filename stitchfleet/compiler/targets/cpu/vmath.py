@@ -10,15 +10,21 @@ polynomials, selects instead of branches, bit casts through memcpy) that gcc -O3
 vectorises with -ffp-contract=off and IEEE semantics kept: no fast-math, NaN, infinities,
 signed zeros and subnormal results handled explicitly. Accuracy (checked against numpy in
 float64 on two million inputs each by tests/compiler/targets/cpu/test_vmath.py, bounds asserted
-there): exp, log 1 ulp; tanh 1 ulp (bound 2); log1p, erf, sigmoid 2 ulp, i.e. as accurate
-as glibc's scalar versions are documented to be (1-2 ulp), where libmvec allows 4. Sources of the methods:
+there, native and portable builds): exp, log 1 ulp; tanh 1 ulp (bound 2); log1p, erf, sigmoid
+2 ulp, i.e. as accurate as glibc's scalar versions are documented to be (1-2 ulp), where
+libmvec allows 4. Sources of the methods:
 - expf: Cody-Waite reduction x = n ln2 + r with the two-part ln2 of SLEEF, Cephes' expf
   polynomial, 2^n applied in two halves so subnormal results round once;
 - logf: the FreeBSD/musl logf reduction to [sqrt(2)/2, sqrt(2)) and its polynomial;
 - log1pf: log(1 + x) * x / ((1 + x) - 1) (Goldberg), exact-ish for tiny x;
 - tanhf: Cephes' odd polynomial below 0.625, else 1 - 2 / (exp(2|x|) + 1);
-- erff: x * P(x^2) up to 0.875 and 1 - exp(-x^2) * Q(1 / (1 + x/2)) above (coefficients
-  fitted here by least squares in relative error on Chebyshev nodes).
+- erff: x * P(x^2) up to 0.875 and 1 - exp(-x^2) * Q(1 / (1 + |x|/2)) above (coefficients
+  fitted here by least squares in relative error on Chebyshev nodes; Q's argument from |x|
+  clamped to 4). Both are evaluated (selects, no branches), but exp(-x^2) is written as the
+  GELU graph writes it, so gcc computes it once for erf(x) and the graph's own exp(-x^2)
+  (demo GELU cluster: 2.90 -> 2.04 M instructions a call on AVX2, scripts/kernel_instructions.py).
+Polynomial steps are fused multiply-adds where the target has FMA (`sf_fma`), a multiply and
+an add where it has not (the portable build); the bounds hold for both (test_vmath runs both).
 With -ffast-math (an explicit option) they would be miscompiled (the rounding shift of
 expf folds away) and glibc's vector variants are used instead, so the names map to libm.
 Double precision keeps glibc's functions (f64 clusters are rare; accuracy first).
@@ -38,6 +44,14 @@ PRELUDE = r"""
 #define sf_tanhf tanhf
 #define sf_erff erff
 #else
+/* Polynomial steps as one fused multiply-add where the target has one (-march=native: one instruction, one
+   rounding, so at least as accurate); without FMA fmaf would be a scalar libm call that stops vectorisation,
+   so a multiply and an add there. The bounds in test_vmath hold for both (it checks both builds). */
+#ifdef __FMA__
+#define sf_fma(a, b, c) __builtin_fmaf(a, b, c)
+#else
+#define sf_fma(a, b, c) ((a) * (b) + (c))
+#endif
 static inline float sf_asfloat(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t sf_asuint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float sf_expf(float x) {
@@ -49,13 +63,13 @@ static inline float sf_expf(float x) {
     float r = xc - kf * 0x1.62e4p-1f;
     r = r - kf * 0x1.7f7d1cp-20f;
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
+    p = sf_fma(p, r, 1.3981999507e-3f);
+    p = sf_fma(p, r, 8.3334519073e-3f);
+    p = sf_fma(p, r, 4.1665795894e-2f);
+    p = sf_fma(p, r, 1.6666665459e-1f);
+    p = sf_fma(p, r, 5.0000001201e-1f);
     p = p * r * r + r + 1.0f;
-    int32_t h = n / 2;
+    int32_t h = n >> 1; /* floor, not n / 2: no sign fix-up; both halves stay normal (n in [-150, 128]) */
     float y = p * sf_asfloat((uint32_t)(h + 127) << 23) * sf_asfloat((uint32_t)(n - h + 127) << 23);
     y = x > 0x1.62e42ep+6f ? INFINITY : y;
     return x < -0x1.9fe368p+6f ? 0.0f : y;
@@ -86,37 +100,39 @@ static inline float sf_tanhf(float x) {
     float a = x < 0.0f ? -x : x;
     float z = x * x;
     float p = -5.70498872745e-3f;
-    p = p * z + 2.06390887954e-2f;
-    p = p * z - 5.37397155531e-2f;
-    p = p * z + 1.33314422036e-1f;
-    p = p * z - 3.33332819422e-1f;
+    p = sf_fma(p, z, 2.06390887954e-2f);
+    p = sf_fma(p, z, -5.37397155531e-2f);
+    p = sf_fma(p, z, 1.33314422036e-1f);
+    p = sf_fma(p, z, -3.33332819422e-1f);
     float small = p * z * x + x;
     float big = 1.0f - 2.0f / (sf_expf(a + a) + 1.0f);
     big = x < 0.0f ? -big : big;
     return a < 0.625f ? small : big;
 }
 static inline float sf_erff(float x) {
-    float a = x < 0.0f ? -x : x;
+    float a = __builtin_fabsf(x); /* one and, where a compare and a select took three */
     float z = x * x;
     float p = 0x1.6e7b9p-14f;
-    p = p * z - 0x1.af45cep-11f;
-    p = p * z + 0x1.555102p-8f;
-    p = p * z - 0x1.b81cp-6f;
-    p = p * z + 0x1.ce2ea2p-4f;
-    p = p * z - 0x1.812746p-2f;
-    p = p * z + 0x1.20dd76p+0f;
+    p = sf_fma(p, z, -0x1.af45cep-11f);
+    p = sf_fma(p, z, 0x1.555102p-8f);
+    p = sf_fma(p, z, -0x1.b81cp-6f);
+    p = sf_fma(p, z, 0x1.ce2ea2p-4f);
+    p = sf_fma(p, z, -0x1.812746p-2f);
+    p = sf_fma(p, z, 0x1.20dd76p+0f);
+    /* Q is fitted on [0.875, 4]: t from |x| clamped there. Beyond 4, exp(-x^2) Q(t(4)) < 1.6e-8, below half
+       an ulp under 1, so the result is +-1 as erf is. exp(-x^2) itself is not clamped: it is then the same
+       expression as a GELU's exp(-x^2) term (erf(x) and exp(-x^2) of one x), which gcc computes once. */
     float ac = a < 4.0f ? a : 4.0f;
     float t = 1.0f / (1.0f + 0.5f * ac);
     float q = 0x1.ead13p-4f;
-    q = q * t - 0x1.e440cap-2f;
-    q = q * t + 0x1.21b468p-1f;
-    q = q * t - 0x1.b109eep-4f;
-    q = q * t + 0x1.653442p-2f;
-    q = q * t + 0x1.099dbep-2f;
-    q = q * t + 0x1.23cc64p-2f;
-    q = q * t - 0x1.49e54ap-13f;
-    float big = 1.0f - sf_expf(-(ac * ac)) * q;
-    big = x < 0.0f ? -big : big;
+    q = sf_fma(q, t, -0x1.e440cap-2f);
+    q = sf_fma(q, t, 0x1.21b468p-1f);
+    q = sf_fma(q, t, -0x1.b109eep-4f);
+    q = sf_fma(q, t, 0x1.653442p-2f);
+    q = sf_fma(q, t, 0x1.099dbep-2f);
+    q = sf_fma(q, t, 0x1.23cc64p-2f);
+    q = sf_fma(q, t, -0x1.49e54ap-13f);
+    float big = __builtin_copysignf(1.0f - sf_expf(-z) * q, x); /* x = -0 takes the other branch */
     float y = a <= 0.875f ? x * p : big;
     return x != x ? x : y;
 }

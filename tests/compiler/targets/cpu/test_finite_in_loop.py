@@ -41,15 +41,15 @@ def gelu_parts(shape: tuple[int, ...], dtype: str = "f32") -> Graph:
 
 def test_a_long_fused_loop_tests_its_stores_and_has_no_pass_after() -> None:
     text = body(gelu_parts((6, 256)))
-    assert text.count("sf_bad |= sf_nonfinite_float(out") == 3  # the bool output is not tested
-    assert "#pragma omp simd reduction(|:sf_bad)" in text
-    assert "__atomic_fetch_or(&sf_x->bad, sf_bad, __ATOMIC_RELAXED);" in text  # each task range's flag
+    assert text.count("sf_bad = sf_umax(sf_bad, sf_key_float(out") == 3  # the bool output is not tested
+    assert "#pragma omp simd reduction(max:sf_bad)" in text
+    assert "__atomic_fetch_or(&sf_x->bad, sf_bad >= SF_BAD_KEY, __ATOMIC_RELAXED);" in text  # per task range
     assert "const sf_u32a" not in text  # no second read of the outputs
 
 
 def test_short_rows_of_a_softmax_are_tested_after_the_region() -> None:
     text = body(build_case("softmax_fwd", (64, 32), "f32"))
-    assert "sf_nonfinite" not in text
+    assert "sf_key_" not in text
     assert text.count("(const sf_u32a *)out0_y") == 1
 
 
@@ -97,21 +97,21 @@ def test_with_reductions_marks_only_loops_that_set_the_flag() -> None:
         "    for (int l = 0; l < 16; ++l) a[l] = 0;",
         "    #pragma omp simd",
         "    for (int64_t c = 0; c < 8L; ++c) {",
-        "        sf_bad |= sf_nonfinite_float(out0[c] = x[c]);",
+        "        sf_bad = sf_umax(sf_bad, sf_key_float(out0[c] = x[c]));",
         "    }",
         "}",
         "#pragma omp simd",
         "for (int l = 0; l < 16; ++l) b[l] = 0;",
     ]
     got = with_reductions(lines)
-    assert got[0].endswith("reduction(|:sf_bad)") and got[4].endswith("reduction(|:sf_bad)")
+    assert got[0].endswith("reduction(max:sf_bad)") and got[4].endswith("reduction(max:sf_bad)")
     assert got[2] == lines[2] and got[9] == lines[9]
 
 
 def test_unchecked_moves_the_test_of_other_buffers_after_the_region() -> None:
     lines = [
-        "    sf_bad |= sf_nonfinite_float(out0_y[((r * 8L) + c)] = (a + b));",
-        "    sf_bad |= sf_nonfinite_double(out1_z[c] = q);",
+        "    sf_bad = sf_umax(sf_bad, sf_key_float(out0_y[((r * 8L) + c)] = (a + b)));",
+        "    sf_bad = sf_umax(sf_bad, sf_key_double(out1_z[c] = q));",
     ]
     got, moved = unchecked(lines, {"out1_z"})
     assert got == ["    out0_y[((r * 8L) + c)] = (a + b);", lines[1]] and moved == ["out0_y"]

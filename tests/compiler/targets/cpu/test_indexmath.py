@@ -79,3 +79,15 @@ def test_the_identities_hold_for_every_value_in_c_semantics() -> None:
         got = simplify(expr, {})
         for r, s in itertools.product(range(-300, 300), range(-4, 5)):
             assert c_value(got, {"r": r, "s": s}) == c_value(expr, {"r": r, "s": s}), (r, s)
+
+
+def test_a_divisor_of_the_stride_reads_the_column_alone() -> None:
+    """A transpose's gather: (r*128 + c) % 32 is c % 32 and / 32 is r*4 + c/32 (c in [0, 128), r >= 0)."""
+    flat = k.add(k.mul(R, k.i64(128)), S)
+    bounds = {"r": 64, "s": 128}
+    assert simplify(k.mod(flat, k.i64(32)), bounds) == k.mod(S, k.i64(32))
+    assert simplify(k.div(flat, k.i64(32)), bounds) == k.add(k.mul(R, k.i64(4)), k.div(S, k.i64(32)))
+    for expr in (k.mod(flat, k.i64(32)), k.div(flat, k.i64(32)), k.div(flat, k.i64(128))):
+        got = simplify(expr, bounds)
+        for r, s in itertools.product(range(64), range(128)):
+            assert c_value(got, {"r": r, "s": s}) == c_value(expr, {"r": r, "s": s}), (expr, r, s)

@@ -66,3 +66,26 @@ def test_a_concat_becomes_branch_free_loops_and_matches_the_reference(tmp_path: 
     got = compile_cluster(graph, tmp_path)(inputs)
     output_checks = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
     assert all(v.ok for v in output_checks.values()), {n: v.reason for n, v in output_checks.items()}
+
+
+def heads_to_rows(batch: int = 4, heads: int = 4, seq: int = 8, depth: int = 32) -> Graph:
+    """The demo's attention output back to rows: [b, h, s, d] -> [b, s, h, d] -> [b*s, h*d], scaled."""
+    b = GraphBuilder()
+    x = b.parameter("x", (batch, heads, seq, depth))
+    t = b.reshape(b.transpose(x, (0, 2, 1, 3)), (batch * seq, heads * depth))
+    b.output("y", b.mul(t, 2.0))
+    return b.build()
+
+
+def test_a_transpose_gathers_whole_runs_without_per_element_division(tmp_path: Path) -> None:
+    graph = heads_to_rows()
+    text = cluster_source(graph, plan_cluster(graph, 0, PlanOptions()), "f").text
+    body = text[text.index("struct f_tasks") :]
+    loop = body[body.index("_run = 0;") :]
+    assert "_run < 4L" in loop and "< 32L" in loop  # four runs of one head's 32 values
+    element = loop[loop.index("#pragma omp simd") : loop.index("sf_umax")]
+    assert " / 32L" not in element and " % 32L" not in element
+    inputs = random_inputs(graph, 5)
+    got = compile_cluster(graph, tmp_path)(inputs)
+    output_checks = check_outputs(got, evaluate(graph, inputs), evaluate(graph, inputs, "float64"))
+    assert all(v.ok for v in output_checks.values()), {n: v.reason for n, v in output_checks.items()}

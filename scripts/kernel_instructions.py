@@ -1,0 +1,155 @@
+"""Instructions per call of the demo model's generated CPU kernels (figures, not tests), counted by callgrind.
+
+Input: the demo's clusters (graph and plan of each installed cluster, built once by the hook with TF and kept
+in a pickle, `--clusters`), or C sources saved by an earlier run (`--sources`, to compare generator versions).
+Output: per cluster, instructions per call of its `_entry` (production flags but AVX2, see `count`; one
+thread, random inputs in [-2, 2], one warm-up call and `--reps` calls counted) and the fastest of 300 timed
+calls (production flags), and the totals; `--save DIR` writes the generated C there.
+
+    PYTHONPATH=. python scripts/kernel_instructions.py --save /tmp/k-before
+    PYTHONPATH=. python scripts/kernel_instructions.py --sources /tmp/k-before
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+TIMED_REPS = 300
+DIMS = {"batch": 8, "seq": 32, "hidden": 128, "heads": 4}
+_FILL = {  # storage C type -> value from a uniform u in [0, 1)
+    "float": "(float)(4.0 * u - 2.0)",
+    "double": "4.0 * u - 2.0",
+    "_Float16": "(_Float16)(4.0 * u - 2.0)",
+    "uint8_t": "(uint8_t)(u < 0.5)",
+    "int32_t": "(int32_t)(4.0 * u)",
+    "int64_t": "(int64_t)(4.0 * u)",
+}
+
+
+def dump(path: Path) -> None:
+    """The demo's installed clusters (index, graph, plan), as the hook builds them, pickled to `path`."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import bench_step
+
+    with tempfile.TemporaryDirectory() as tmp:
+        session, hook, _, _ = bench_step._hooked_session(DIMS, "native", tmp)
+        found = [(c.index, c.kernel.executable.graph, c.kernel.executable.plan) for c, _ in hook.installed]
+        session.close()
+    path.write_bytes(pickle.dumps(found))
+
+
+def generated(clusters: Path) -> dict[str, dict[str, Any]]:
+    """Per cluster function name: its C text and parameters (storage type, element count)."""
+    from stitchfleet.compiler.targets.cpu.cexpr import STORAGE
+    from stitchfleet.compiler.targets.cpu.source import cluster_source
+
+    out = {}
+    for index, graph, plan in pickle.loads(clusters.read_bytes()):
+        source = cluster_source(graph, plan, f"cluster{index}")
+        params = [(STORAGE[p.dtype], math.prod(p.shape)) for p in source.params]
+        out[source.function] = {"text": source.text, "params": params}
+    return out
+
+
+def harness(function: str, params: list[tuple[str, int]], reps: int) -> str:
+    """main(): aligned buffers filled from a fixed xorshift sequence, one warm-up call, `reps` calls."""
+    lines = ["#include <stdio.h>", "#include <time.h>", "int main(void) {", "    uint64_t s = 88172645463325252ull;"]
+    lines.append(f"    void *b[{max(len(params), 1)}];")
+    for i, (ctype, count) in enumerate(params):
+        size = -(-max(count, 1) * 8 // 64) * 64
+        lines += [
+            f"    {ctype} *p{i} = aligned_alloc(64, {size});",
+            f"    for (long i = 0; i < {max(count, 1)}; ++i) {{",
+            "        s ^= s << 13; s ^= s >> 7; s ^= s << 17;",
+            "        double u = (double)(s >> 11) * 0x1p-53;",
+            f"        p{i}[i] = {_FILL[ctype]};",
+            "    }",
+            f"    b[{i}] = p{i};",
+        ]
+    lines += [
+        "    int rc = 0;",
+        "#ifdef SF_TIMED",
+        "    double best = 1e30;",
+        "    for (int r = 0; r < SF_REPS; ++r) {",
+        "        struct timespec t0, t1;",
+        "        clock_gettime(CLOCK_MONOTONIC, &t0);",
+        f"        rc |= {function}_entry(b);",
+        "        clock_gettime(CLOCK_MONOTONIC, &t1);",
+        "        double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);",
+        "        best = ns < best ? ns : best;",
+        "    }",
+        '    printf("%.0f\\n", best);',
+        "#else",
+        f"    for (int r = 0; r < {reps + 1}; ++r) rc |= {function}_entry(b);",
+        "#endif",
+        '    fprintf(stderr, "rc %d\\n", rc);',
+        "    return 0;",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+def count(function: str, entry: dict[str, Any], reps: int, work: Path) -> tuple[float, float]:
+    """Instructions per call of the entry (callgrind, collected inside `<function>_entry` only) and the
+    fastest of `TIMED_REPS` timed calls in ns. Callgrind has no AVX-512 (valgrind 3.19 stops with SIGILL),
+    so the counted build adds -mno-avx512f (AVX2, 32-byte vectors); the timed build is the production one."""
+    from stitchfleet.compiler.targets.cpu.executable import CpuOptions
+
+    c_file, binary, out = work / f"{function}.c", work / function, work / f"{function}.callgrind"
+    main_file = work / f"{function}_main.c"  # its own unit: the entry is not inlined into main
+    c_file.write_text(entry["text"])
+    head = "#include <stdint.h>\n#include <stdlib.h>\n"
+    main_file.write_text(f"{head}int {function}_entry(void *const *b);\n" + harness(function, entry["params"], reps))
+    flags = [f for f in CpuOptions(work).flags if f not in ("-shared", "-fPIC")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(["cc", *flags, "-mno-avx512f", str(c_file), str(main_file), "-o", str(binary), "-lm"], check=True)
+    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", f"--toggle-collect={function}_entry"]
+    subprocess.run([*command, str(binary)], check=True, env=env, capture_output=True)
+    # the warm-up call is collected too: every call runs the same code on the same data
+    totals = next(line for line in out.read_text().splitlines() if line.startswith(("summary:", "totals:")))
+    timed = [*flags, "-DSF_TIMED", f"-DSF_REPS={TIMED_REPS}"]
+    subprocess.run(["cc", *timed, str(c_file), str(main_file), "-o", str(binary), "-lm"], check=True)
+    ns = float(subprocess.run([str(binary)], check=True, env=env, capture_output=True, text=True).stdout)
+    return int(totals.split()[1]) / (reps + 1), ns
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kernel_instructions.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--clusters", type=Path, default=Path(tempfile.gettempdir()) / "demo-clusters.pkl")
+    parser.add_argument("--sources", type=Path, default=None, help="measure the C saved here instead")
+    parser.add_argument("--save", type=Path, default=None, help="write the generated C (sources.json) here")
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args(argv)
+    if args.sources is not None:
+        entries = json.loads((args.sources / "sources.json").read_text())
+    else:
+        if not args.clusters.exists():
+            dump(args.clusters)
+        entries = generated(args.clusters)
+    if args.save is not None:
+        args.save.mkdir(parents=True, exist_ok=True)
+        (args.save / "sources.json").write_text(json.dumps(entries))
+    total, total_ns = 0.0, 0.0
+    print(f"{'cluster':10s} {'instructions (AVX2)':>20s} {'min us (AVX-512)':>17s}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for function, entry in entries.items():
+            n, ns = count(function, entry, args.reps, Path(tmp))
+            total, total_ns = total + n, total_ns + ns
+            print(f"{function:10s} {n:20,.0f} {ns / 1e3:17.1f}", flush=True)
+    print(f"{'total':10s} {total:20,.0f} {total_ns / 1e3:17.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
