@@ -62,42 +62,26 @@ def generated(clusters: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def harness(function: str, params: list[tuple[str, int]], reps: int) -> str:
-    """main(): aligned buffers filled from a fixed xorshift sequence, one warm-up call, `reps` calls."""
-    lines = ["#include <stdio.h>", "#include <time.h>", "int main(void) {", "    uint64_t s = 88172645463325252ull;"]
-    lines.append(f"    void *b[{max(len(params), 1)}];")
+HARNESS = Path(__file__).with_name("kernel_instructions_main.c")  # the fixed C; only the buffers are generated
+
+
+def params_header(function: str, params: list[tuple[str, int]]) -> str:
+    """kernel_params.h for HARNESS: the entry's name, the buffer count, and `sf_fill`, which allocates each buffer
+    (64-byte aligned) and fills it from the harness' uniform sequence (signature-dependent glue only)."""
+    lines = [f"#define SF_ENTRY {function}_entry", f"#define SF_NPARAMS {len(params)}"]
+    lines += ["double sf_uniform(uint64_t *s);", "static void sf_fill(void **b, uint64_t *s) {"]
     for i, (ctype, count) in enumerate(params):
         size = -(-max(count, 1) * 8 // 64) * 64
         lines += [
-            f"    {ctype} *p{i} = aligned_alloc(64, {size});",
-            f"    for (long i = 0; i < {max(count, 1)}; ++i) {{",
-            "        s ^= s << 13; s ^= s >> 7; s ^= s << 17;",
-            "        double u = (double)(s >> 11) * 0x1p-53;",
-            f"        p{i}[i] = {_FILL[ctype]};",
-            "    }",
-            f"    b[{i}] = p{i};",
+            f"  {ctype} *p{i} = aligned_alloc(64, {size});",
+            f"  for (long i = 0; i < {max(count, 1)}; ++i) {{",
+            "    double u = sf_uniform(s);",
+            f"    p{i}[i] = {_FILL[ctype]};",
+            "  }",
+            f"  b[{i}] = p{i};",
         ]
-    lines += [
-        "    int rc = 0;",
-        "#ifdef SF_TIMED",
-        "    double best = 1e30;",
-        "    for (int r = 0; r < SF_REPS; ++r) {",
-        "        struct timespec t0, t1;",
-        "        clock_gettime(CLOCK_MONOTONIC, &t0);",
-        f"        rc |= {function}_entry(b);",
-        "        clock_gettime(CLOCK_MONOTONIC, &t1);",
-        "        double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);",
-        "        best = ns < best ? ns : best;",
-        "    }",
-        '    printf("%.0f\\n", best);',
-        "#else",
-        f"    for (int r = 0; r < {reps + 1}; ++r) rc |= {function}_entry(b);",
-        "#endif",
-        '    fprintf(stderr, "rc %d\\n", rc);',
-        "    return 0;",
-        "}",
-    ]
-    return "\n".join(lines)
+    lines += ["  (void)s;", "}"]
+    return "\n".join(lines) + "\n"
 
 
 def count(function: str, entry: dict[str, Any], reps: int, work: Path) -> tuple[float, float]:
@@ -107,18 +91,18 @@ def count(function: str, entry: dict[str, Any], reps: int, work: Path) -> tuple[
     from stitchfleet.compiler.targets.cpu.executable import CpuOptions
 
     c_file, binary, out = work / f"{function}.c", work / function, work / f"{function}.callgrind"
-    main_file = work / f"{function}_main.c"  # its own unit: the entry is not inlined into main
+    main_file = HARNESS  # its own unit: the entry is not inlined into main
     c_file.write_text(entry["text"])
-    head = "#include <stdint.h>\n#include <stdlib.h>\n"
-    main_file.write_text(f"{head}int {function}_entry(void *const *b);\n" + harness(function, entry["params"], reps))
+    (work / "kernel_params.h").write_text(params_header(function, entry["params"]))
     flags = [f for f in CpuOptions(work).flags if f not in ("-shared", "-fPIC")]
+    flags += [f"-I{work}", f"-DSF_REPS={reps}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(["cc", *flags, "-mno-avx512f", str(c_file), str(main_file), "-o", str(binary), "-lm"], check=True)
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", f"--toggle-collect={function}_entry"]
     subprocess.run([*command, str(binary)], check=True, env=env, capture_output=True)
     # the warm-up call is collected too: every call runs the same code on the same data
     totals = next(line for line in out.read_text().splitlines() if line.startswith(("summary:", "totals:")))
-    timed = [*flags, "-DSF_TIMED", f"-DSF_REPS={TIMED_REPS}"]
+    timed = [*(f for f in flags if not f.startswith("-DSF_REPS=")), "-DSF_TIMED", f"-DSF_REPS={TIMED_REPS}"]
     subprocess.run(["cc", *timed, str(c_file), str(main_file), "-o", str(binary), "-lm"], check=True)
     ns = float(subprocess.run([str(binary)], check=True, env=env, capture_output=True, text=True).stdout)
     return int(totals.split()[1]) / (reps + 1), ns
