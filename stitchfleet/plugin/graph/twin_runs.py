@@ -21,13 +21,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import tensorflow as tf
 
-if TYPE_CHECKING:
-    from stitchfleet.plugin.graph.twin import Twin
+
+class Copy(Protocol):
+    """What a prepared run asks of the copy (`twin.Twin`, which holds the `PreparedRuns`: a protocol, not an
+    import of it, so the two modules do not import each other)."""
+
+    graph: tf.Graph
+
+    def element(self, element: tf.Tensor | tf.Operation) -> tf.Tensor | tf.Operation: ...
+
+    def _fed(self, feed_dict: Any) -> list[Any] | None: ...
+
+    def runnable(self, elements: Sequence[tf.Tensor | tf.Operation], fed: Sequence[tf.Tensor]) -> bool: ...
+
 
 UNPREPARED: object = object()  # `PreparedRuns.run`: not taken (a result can be None: a fetched op's)
 LIMIT = 32  # run structures remembered per session (a job has a few: its step, check steps, warmup builds)
@@ -75,7 +86,7 @@ class _Prepared:
 class PreparedRuns:
     """The diverted runs of one session, prepared per run structure (see the module docstring)."""
 
-    def __init__(self, twin: Twin, session: tf.compat.v1.Session) -> None:
+    def __init__(self, twin: Copy, session: tf.compat.v1.Session) -> None:
         self.twin, self.session = twin, session
         self._known: dict[Hashable, _Prepared | None] = {}  # None: a structure left to the plain path
 
