@@ -9,6 +9,8 @@ a shape its placeholder refuses, a session whose `run` is not TF's) runs the pla
 from __future__ import annotations
 
 import collections
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,18 @@ def _handlers(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     return built
 
 
+@contextlib.contextmanager
+def _attached() -> Iterator[tuple[dict[str, Any], tf.compat.v1.Session, Diverter]]:
+    """The test model's ops, a session of its graph (variables initialised) and a diverter attached to it."""
+    graph, model = _model()
+    twin = build(graph, [_site(model["act"].op)])
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(model["init"])
+        diverter = Diverter(twin)
+        diverter.attach(session)
+        yield model, session, diverter
+
+
 def _executed(metadata: Any) -> set[str]:
     return {n.node_name for d in metadata.step_stats.dev_stats for n in d.node_stats}
 
@@ -44,12 +58,7 @@ def _executed(metadata: Any) -> set[str]:
 def test_a_prepared_run_keeps_its_structure_options_and_metadata_and_builds_no_fetch_handler(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    graph, model = _model()
-    twin = build(graph, [_site(model["act"].op)])
-    with tf.compat.v1.Session(graph=graph) as session:
-        session.run(model["init"])
-        diverter = Diverter(twin)
-        diverter.attach(session)
+    with _attached() as (model, session, diverter):
         fetches = {"caller": [model["loss"], model["train"]], "hook": {"pair": (model["act"], model["loss"])}}
         built = _handlers(monkeypatch)
         results = []
@@ -119,12 +128,7 @@ def test_what_the_prepared_run_does_not_take_runs_the_plain_path(monkeypatch: py
 
 
 def test_a_run_the_copy_declines_is_declined_every_time() -> None:
-    graph, model = _model()
-    twin = build(graph, [_site(model["act"].op)])
-    with tf.compat.v1.Session(graph=graph) as session:
-        session.run(model["init"])
-        diverter = Diverter(twin)
-        diverter.attach(session)
+    with _attached() as (model, session, diverter):
         for _ in range(2):  # the second from what the first prepared: still declined, still run as written
             diverter.armed = True
             assert session.run(model["loss"], {model["loss"]: 2.0}) == 2.0
