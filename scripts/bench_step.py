@@ -1,8 +1,8 @@
-"""End-to-end step time of the demo model (figures, not tests): plain TF vs the plugin's paths.
+"""End-to-end step time of a model under the plugin (figures, not tests): plain TF vs the plugin's paths.
 
 Input: the command line (model dims, steps per window, rounds, bridges to compare). Output: a
-table on stdout and, with --out, `step-<date>.json`/`.md` there. One process builds the demo's
-BERT-like encoder twice: a plain graph (no hook: what the job runs without stitchfleet) and a
+table on stdout and, with --out, `step-<date>.json`/`.md` there. One process builds the model (the demo's
+BERT-like encoder unless --model says) twice: a plain graph (no hook: what the job runs without stitchfleet) and a
 hooked graph whose switch vector is fed directly, so the same session runs, window by window and
 interleaved: the user's graph as the hooked job runs it with every cluster off (the plugin's
 baseline: the graph as built, stitching lives on the twin), the twin with every cluster off
@@ -12,6 +12,12 @@ rounds, wall and process CPU time; the first steps of each window are untimed (p
 or tf.numpy_function) is a process-wide choice, so each bridge runs in its own process (this script re-runs itself).
 
     PYTHONPATH=. python scripts/bench_step.py --dims 8 32 128 4 --rounds 6 --out benchmarks/results
+    PYTHONPATH=. python scripts/bench_step.py --model KerasTransformer --bridges native --no-alone
+
+`--model` takes the demo model (default, sized by --dims), a job of scripts/ab_jobs.py (`mlp`, `transformer`) or a
+Keras model of benchmarks/keras_apps.py (its own sizes; every float placeholder fed standard normal values, the
+labels uniform classes, fixed for the run);
+`--no-alone` leaves out the per-cluster configurations (a model with many clusters takes long otherwise).
 """
 
 from __future__ import annotations
@@ -35,11 +41,42 @@ sys.path.insert(0, str(ROOT))
 SETTLE = 2  # untimed steps at the start of each window
 
 
-def _hooked_session(dims: dict[str, int], bridge: str, tmp: str) -> tuple[Any, Any, Any, Any]:
+def _build(dims: dict[str, int], model: str) -> tuple[Any, Any, Any, Any]:
+    """(graph, loss, train op, feeds) of the demo model at `dims` or of the Keras model `model`."""
+    import tensorflow as tf
+
+    from stitchfleet.demo import command
+
+    if model == "demo":
+        return command._build(dims)
+    import ab_jobs  # this script's folder: the A/B's jobs (an MLP, a Transformer encoder) as users write them
+
+    if model in ab_jobs.JOBS:
+        graph, loss, train_op, fixed = ab_jobs.JOBS[model]()
+        return graph, loss, train_op, lambda: fixed
+    from benchmarks import keras_apps
+
+    graph, loss, train_op = keras_apps.training_graph(model, as_job=True)
+    rng = np.random.default_rng(0)
+    data: dict[Any, Any] = {}
+    for op in graph.get_operations():
+        if op.type != "Placeholder":
+            continue
+        tensor = op.outputs[0]
+        shape = tensor.shape.as_list()
+        if tensor.dtype.is_floating:
+            data[tensor] = rng.standard_normal(shape).astype(tensor.dtype.as_numpy_dtype)
+        elif tensor.dtype in (tf.int32, tf.int64):
+            data[tensor] = rng.integers(0, keras_apps.CLASSES, shape).astype(tensor.dtype.as_numpy_dtype)
+        else:
+            raise ValueError(f"{model}: no value to feed placeholder {op.name} of {tensor.dtype.name}")
+    return graph, loss, train_op, lambda: data
+
+
+def _hooked_session(dims: dict[str, int], bridge: str, tmp: str, model: str = "demo") -> tuple[Any, Any, Any, Any]:
     import tensorflow as tf
 
     from stitchfleet import settings
-    from stitchfleet.demo import command
     from stitchfleet.plugin.session.hook import StitchHook
 
     env = {
@@ -51,19 +88,17 @@ def _hooked_session(dims: dict[str, int], bridge: str, tmp: str) -> tuple[Any, A
         "STITCHFLEET_CHECK_EVERY": "1000000",
         "STITCHFLEET_CACHE_DIR": str(settings.current().cache_dir),
     }
-    graph, loss, train_op, feeds = command._build(dims)
+    graph, loss, train_op, feeds = _build(dims, model)
     hook = StitchHook(settings.load(env), db_url=f"sqlite:///{Path(tmp) / 't.db'}")
     with graph.as_default():
         session = tf.compat.v1.train.MonitoredSession(hooks=[hook])
     return session, hook, (loss, train_op), feeds
 
 
-def _plain_session(dims: dict[str, int]) -> tuple[Any, Any, Any]:
+def _plain_session(dims: dict[str, int], model: str = "demo") -> tuple[Any, Any, Any]:
     import tensorflow as tf
 
-    from stitchfleet.demo import command
-
-    graph, loss, train_op, feeds = command._build(dims)
+    graph, loss, train_op, feeds = _build(dims, model)
     with graph.as_default():
         session = tf.compat.v1.train.MonitoredSession()
     return session, (loss, train_op), feeds
@@ -87,11 +122,13 @@ def _on_twin(hook: Any, raw: Any, fetches: Any, feed: Any) -> Any:
     return raw.run(fetches, feed)
 
 
-def measure(dims: dict[str, int], bridge: str, steps: int, rounds: int) -> dict[str, Any]:
+def measure(
+    dims: dict[str, int], bridge: str, steps: int, rounds: int, *, model: str = "demo", alone: bool = True
+) -> dict[str, Any]:
     """Median step seconds per configuration, for one bridge (see the module docstring)."""
     with tempfile.TemporaryDirectory() as tmp:
-        session, hook, fetches, feeds = _hooked_session(dims, bridge, tmp)
-        plain, plain_fetches, plain_feeds = _plain_session(dims)
+        session, hook, fetches, feeds = _hooked_session(dims, bridge, tmp, model)
+        plain, plain_fetches, plain_feeds = _plain_session(dims, model)
         raw = session._tf_sess()  # the switches are fed directly: no schedule, no guard
         count = len(hook.installed)
         configs: dict[str, Any] = {
@@ -99,10 +136,10 @@ def measure(dims: dict[str, int], bridge: str, steps: int, rounds: int) -> dict[
             "twin, all off": np.zeros(count, bool),
             "all on": np.ones(count, bool),
         }
-        for position, (cluster, _) in enumerate(hook.installed):
-            alone = np.zeros(count, bool)
-            alone[position] = True
-            configs[f"cluster {cluster.index} alone"] = alone
+        for position, (cluster, _) in enumerate(hook.installed if alone else []):
+            alone_on = np.zeros(count, bool)
+            alone_on[position] = True
+            configs[f"cluster {cluster.index} alone"] = alone_on
         times: dict[str, list[float]] = {"plain TF": [], **{name: [] for name in configs}}
         cpu: dict[str, list[float]] = {name: [] for name in times}
         for r in range(rounds):
@@ -116,15 +153,17 @@ def measure(dims: dict[str, int], bridge: str, steps: int, rounds: int) -> dict[
                 times[name] += _window(lambda feed=feed: _on_twin(hook, raw, fetches, feed), steps, cpu[name])
         session.close()
         plain.close()
+    print(f"  {bridge}: {count} clusters installed", flush=True)
     walls = {name: statistics.median(ts) for name, ts in times.items()}
     return {**walls, **{f"cpu: {name}": statistics.median(ts) for name, ts in cpu.items()}}
 
 
-def _table(dims: dict[str, int], by_bridge: dict[str, dict[str, float]]) -> list[str]:
+def _table(dims: dict[str, int], by_bridge: dict[str, dict[str, float]], model: str = "demo") -> list[str]:
     bridges = list(by_bridge)
     first = by_bridge[bridges[0]]
+    what = f"Demo model {dims}" if model == "demo" else f"Model {model}"
     lines = [
-        f"Demo model {dims}; median step ms; `vs plain TF` = change against TF without the plugin.",
+        f"{what}; median step ms; `vs plain TF` = change against TF without the plugin.",
         "",
         "| configuration | " + " | ".join(f"{b} ms | vs plain TF | CPU ms | vs plain TF" for b in bridges) + " |",
         "|---|" + "---:|---:|---:|---:|" * len(bridges),
@@ -141,7 +180,7 @@ def _table(dims: dict[str, int], by_bridge: dict[str, dict[str, float]]) -> list
 
 def _one(args: argparse.Namespace) -> int:
     dims = dict(zip(("batch", "seq", "hidden", "heads"), args.dims, strict=True))
-    print(json.dumps(measure(dims, args.child, args.steps, args.rounds)))
+    print(json.dumps(measure(dims, args.child, args.steps, args.rounds, model=args.model, alone=args.alone)))
     return 0
 
 
@@ -153,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds over all configurations")
     parser.add_argument("--bridges", nargs="+", default=["native", "python"], choices=["native", "python"])
     parser.add_argument("--out", type=Path, default=None, help="folder for step-<date>.json/.md")
+    parser.add_argument("--model", default="demo", help="demo (--dims), an ab_jobs job, a Keras model")
+    parser.add_argument("--no-alone", dest="alone", action="store_false", help="no per-cluster configurations")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.steps <= SETTLE or args.rounds < 1:
@@ -163,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     by_bridge: dict[str, dict[str, float]] = {}
     for bridge in args.bridges:
         argv_child = [sys.executable, __file__, "--child", bridge, "--steps", str(args.steps)]
-        argv_child += ["--rounds", str(args.rounds), "--dims", *map(str, args.dims)]
+        argv_child += ["--rounds", str(args.rounds), "--dims", *map(str, args.dims), "--model", args.model]
+        argv_child += [] if args.alone else ["--no-alone"]
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
         done = subprocess.run(argv_child, capture_output=True, text=True, env=env, check=False)
         sys.stdout.write("".join(ln + "\n" for ln in done.stdout.splitlines() if ln.startswith("  ")))
@@ -171,12 +213,13 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(done.stderr[-3000:])
             return done.returncode
         by_bridge[bridge] = json.loads(done.stdout.strip().splitlines()[-1])
-    lines = _table(dims, by_bridge)
+    lines = _table(dims, by_bridge, args.model)
     print("\n".join(lines))
     if args.out:
         stamp = dt.date.today().isoformat()
         args.out.mkdir(parents=True, exist_ok=True)
-        record = {"date": stamp, "dims": dims, "steps": args.steps, "rounds": args.rounds, "medians_s": by_bridge}
+        record = {"date": stamp, "model": args.model, "dims": dims}
+        record |= {"steps": args.steps, "rounds": args.rounds, "medians_s": by_bridge}
         (args.out / f"step-{stamp}.json").write_text(json.dumps(record, indent=2) + "\n")
         (args.out / f"step-{stamp}.md").write_text("\n".join(lines) + "\n")
     return 0
