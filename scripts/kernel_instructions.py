@@ -84,7 +84,7 @@ def params_header(function: str, params: list[tuple[str, int]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def count(function: str, entry: dict[str, Any], reps: int, work: Path) -> tuple[float, float]:
+def count(function: str, entry: dict[str, Any], reps: int, work: Path, opt: str = "") -> tuple[float, float]:
     """Instructions per call of the entry (callgrind, collected inside `<function>_entry` only) and the
     fastest of `TIMED_REPS` timed calls in ns. Callgrind has no AVX-512 (valgrind 3.19 stops with SIGILL),
     so the counted build adds -mno-avx512f (AVX2, 32-byte vectors); the timed build is the production one."""
@@ -95,6 +95,7 @@ def count(function: str, entry: dict[str, Any], reps: int, work: Path) -> tuple[
     c_file.write_text(entry["text"])
     (work / "kernel_params.h").write_text(params_header(function, entry["params"]))
     flags = [f for f in CpuOptions(work).flags if f not in ("-shared", "-fPIC")]
+    flags = [opt if opt and f.startswith("-O") else f for f in flags]  # another optimisation level, to compare
     flags += [f"-I{work}", f"-DSF_REPS={reps}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(["cc", *flags, "-mno-avx512f", str(c_file), str(main_file), "-o", str(binary), "-lm"], check=True)
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sources", type=Path, default=None, help="measure the C saved here instead")
     parser.add_argument("--save", type=Path, default=None, help="write the generated C (sources.json) here")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--opt", default="", help="replace the production -O level, e.g. -O2 (compile flags' A/B)")
     args = parser.parse_args(argv)
     if args.sources is not None:
         entries = json.loads((args.sources / "sources.json").read_text())
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'cluster':10s} {'instructions (AVX2)':>20s} {'min us (AVX-512)':>17s}")
     with tempfile.TemporaryDirectory() as tmp:
         for function, entry in entries.items():
-            n, ns = count(function, entry, args.reps, Path(tmp))
+            n, ns = count(function, entry, args.reps, Path(tmp), args.opt)
             total, total_ns = total + n, total_ns + ns
             print(f"{function:10s} {n:20,.0f} {ns / 1e3:17.1f}", flush=True)
     print(f"{'total':10s} {total:20,.0f} {total_ns / 1e3:17.1f}")

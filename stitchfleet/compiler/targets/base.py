@@ -179,6 +179,11 @@ class NativeTarget(Protocol):
         """Why its kernels cannot run in the op here (a compiler or library it needs), or None."""
         ...
 
+    def builder(self) -> dict[str, str] | None:
+        """What its kernels' cache keys depend on beside their source (this machine, its compiler), or None when
+        its kernels are no files a job's setup can record (the plugin's `setup_record`)."""
+        ...
+
     def prebuild(self, folder: Path) -> list[Path]:
         """Builds into `folder` what a pod without a compiler needs beside the op; the files' names say
         their sources, so a shim's folder is found again by `native_target(..., shipped=[folder])`."""

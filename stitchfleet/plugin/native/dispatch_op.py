@@ -239,7 +239,7 @@ def library_path(cache_dir: Path) -> Path:
     return cache.path(key) if cache.path(key).is_file() else cache.put(key, _build())
 
 
-def _present(cache_dir: Path) -> bool:
+def present(cache_dir: Path) -> bool:
     """Whether this TF's op library is there without a build: shipped with the shim, or in the cache."""
     if _prebuilt() is not None:
         return True
@@ -275,7 +275,7 @@ def warm(cache_dir: Path) -> bool:
             return False
         if Path(cache_dir) in _WARMING:
             return _WARMING[Path(cache_dir)].is_alive()
-    if _present(cache_dir):
+    if present(cache_dir):
         return False
     with _LOCK:
         if Path(cache_dir) in _WARMING:

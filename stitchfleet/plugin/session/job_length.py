@@ -15,7 +15,7 @@ import tensorflow as tf
 from stitchfleet import settings as settings_module
 from stitchfleet.plugin.control.schedule import Timing
 from stitchfleet.plugin.fleet.ledger import Ledger
-from stitchfleet.plugin.setup import payback
+from stitchfleet.plugin.setup import payback, setup_record
 from stitchfleet.telemetry.kinds import EventKind
 from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
@@ -41,7 +41,13 @@ class JobLength:
         why = too_short(timing, self.current.job_steps, self.stop)
         if why is None:
             step_seconds = self.current.step_ms / 1e3 if self.current.step_ms > 0 else None
-            estimate = payback.estimate(planned(self.current.job_steps, self.stop), step_seconds, backend, timing)
+            graph = tf.compat.v1.get_default_graph()  # begin's: the user's graph, nothing added yet
+
+            def cache() -> setup_record.CacheState:
+                return setup_record.state(graph, backend, self.current)
+
+            steps = planned(self.current.job_steps, self.stop)
+            estimate = payback.estimate(steps, step_seconds, backend, timing, cache)
             log.info("stitchfleet: %s", estimate.why)
             if estimate.affordable:
                 ledger.event(EventKind.SETUP.value, None, None, "setup affordable", detail=estimate.why)

@@ -1,28 +1,55 @@
 """Whether a job's setup can pay back: the gain stitching could bring over its planned steps against what setup costs.
 
 Input: the job's planned steps, its plain step time when known (STITCHFLEET_STEP_MS: the fleet's or the user's
-figure), the backend, the `Timing` of its exploration. Output: a `Payback` with the estimated cost, the best gain,
-the decision and its sentence, which the job's telemetry records (a `setup` event); for a job of unknown length, the
-`Deferral`: how long it trains as written before its setup starts. Rules: docs/plugin/setup.md.
+figure), the backend, the `Timing` of its exploration and, when the decision depends on it, what the kernel cache
+holds of the job's last setup (`setup_record.CacheState`). Output: a `Payback` with the estimated cost, the best
+gain, the decision, the case (warm, partly warm, cold) and its sentence, which the job's telemetry records (a
+`setup` event); for a job of unknown length, the `Deferral`: how long it trains as written before its setup starts.
+Rules: docs/plugin/setup.md.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from stitchfleet.compiler import targets
 from stitchfleet.plugin.control.schedule import Timing
+from stitchfleet.plugin.setup.setup_record import CacheState
 
-# Fixed seconds setup adds to a job on the CPU beyond its plain session, measured on the demo model (2-core machine,
-# issue 29, benchmarks/README.md "demo"): session creation 6.4 s under the plugin against 1.3 s plain (selection,
-# the translation check, the twin, the native op load) and the first executor builds of the twin 5.4 s. Kernels
-# from a warm cache make the first figure smaller, never the second: the estimate keeps both (an upper figure
-# keeps a short job out of harm's way; a long job repays either).
-FIXED_SECONDS = {"cpu": 10.5}  # per device kind the backend runs on (`Profile.runs_on`)
-FIXED_SECONDS_OTHER = 10.5  # GPU backends: not measured here; the CPU figure stands in (stated in the sentence)
+
+@dataclass(frozen=True)
+class SetupSeconds:
+    """What setup adds to a job beyond its plain session (creation and first steps), by what the kernel cache holds:
+    `warm` with every kernel of the job and the native op there (the session's creation under the plugin, the
+    twin's first executor builds), `kernels` more when none of its kernels is there (C compiles, translation
+    checks; that share of it when some are), `op` more when the native op is to be built (a C++ compile against
+    TF's headers beside the kernels': the longest path of a cold setup)."""
+
+    warm: float
+    kernels: float
+    op: float
+
+    @property
+    def cold(self) -> float:
+        return self.warm + self.kernels + self.op
+
+    def fixed(self, state: CacheState) -> float:
+        return self.warm + self.kernels * state.missing + (0.0 if state.op else self.op)
+
+
+# Measured on the demo model (scripts/setup_phases.py, 2-core machine, benchmarks/README.md "Session 18: setup
+# cost"): creation plus the first 10 steps beyond plain TF's, medians: warm 1.4 s, the op in the cache but no kernel
+# 3.4 s, nothing in the cache 7.6 s. Upper figures of a quiet machine (under load every phase stretches: a
+# demanding user's job on a loaded node repays less, so the figures round up).
+SETUP_SECONDS = {"cpu": SetupSeconds(warm=1.5, kernels=2.0, op=4.2)}  # per device kind (`Profile.runs_on`)
+# GPU backends: not measured here; the CPU's cold figure stands in, whatever their cache holds (stated)
+SETUP_SECONDS_OTHER = SetupSeconds(warm=SETUP_SECONDS["cpu"].cold, kernels=0.0, op=0.0)
 # The best steady gain a stitched step has shown against plain TF in a job on the CPU: the twin with every cluster
-# on at 0.88x plain's CPU time (benchmarks/README.md, perf session 11); through the hook 0.95-0.98x.
-BEST_GAIN = 0.12
+# on at 0.90x plain's wall on the demo model (scripts/bench_step.py --dims 8 32 128 4 --rounds 4 --bridges native:
+# 4.38 ms plain, 3.94 ms every cluster on; its CPU time -14.7%, which a job's wall does not get). An upper figure:
+# a job's stitched phase also runs baseline blocks (5%) and check steps at plain speed, and the hook's per step cost.
+BEST_GAIN = 0.10
 # What a probe's mixed configuration costs over plain TF's step: +11% to +27% measured per cluster alone (issue 29).
 PROBE_LOSS = 0.25
 
@@ -37,16 +64,22 @@ class Payback:
     gain: float  # seconds: BEST_GAIN of the steps after exploration, at the plain step time
     affordable: bool
     why: str
+    case: str = "cold"  # the setup figure used: warm, partly warm, cold (what the cache holds), or not looked up
 
 
-def fixed_seconds(backend: str) -> float:
-    """What setup adds to a job on `backend` (a target, or `auto`) beyond its plain session: FIXED_SECONDS of the
-    device kind it runs on; FIXED_SECONDS_OTHER for a name no target has (the hook's setup then says what is wrong)."""
+def setup_seconds(backend: str) -> SetupSeconds:
+    """What setup adds to a job on `backend` (a target, or `auto`): SETUP_SECONDS of the device kind it runs on;
+    SETUP_SECONDS_OTHER for a name no target has (the hook's setup then says what is wrong)."""
     try:
         runs_on = targets.profile(targets.automatic("cpu") if backend == "auto" else backend).runs_on
     except (ImportError, KeyError, ValueError):
-        return FIXED_SECONDS_OTHER
-    return FIXED_SECONDS.get(runs_on, FIXED_SECONDS_OTHER)
+        return SETUP_SECONDS_OTHER
+    return SETUP_SECONDS.get(runs_on, SETUP_SECONDS_OTHER)
+
+
+def fixed_seconds(backend: str) -> float:
+    """Setup's cold figure on `backend`: what a job whose kernels the cache does not hold pays beyond plain TF."""
+    return setup_seconds(backend).cold
 
 
 @dataclass(frozen=True)
@@ -82,23 +115,41 @@ def deferral(backend: str, share: float) -> Deferral | None:
     return Deferral(fixed / share, fixed, share)
 
 
-def estimate(steps: int | None, step_seconds: float | None, backend: str, timing: Timing) -> Payback:
+def estimate(
+    steps: int | None,
+    step_seconds: float | None,
+    backend: str,
+    timing: Timing,
+    cache: Callable[[], CacheState] | None = None,
+) -> Payback:
     """The job's setup decision. Unknown length or step time: set up (the probes then bound themselves by the
-    steps left); known both: set up only when the best gain over the steps left after exploring exceeds the cost."""
-    fixed = fixed_seconds(backend)
+    steps left); known both: set up only when the best gain over the steps left after exploring exceeds the cost.
+    The fixed cost is the cold figure unless `cache` (what the kernel cache holds of this job's last setup) says
+    otherwise; it is looked up only when the decision depends on it (a gain between the warm and cold costs)."""
+    seconds = setup_seconds(backend)
     if steps is None or step_seconds is None:
         missing = "length" if steps is None else "step time"
         why = f"the job's {missing} is unknown: setup runs, and the probes stop when the steps left cannot repay them"
-        return Payback(steps, step_seconds, fixed, float("nan"), True, why)
+        return Payback(steps, step_seconds, seconds.cold, float("nan"), True, why, "unknown")
     exploring = min(timing.exploring_steps, steps)
-    cost = fixed + exploring * step_seconds * PROBE_LOSS
+    probes = exploring * step_seconds * PROBE_LOSS
     gain = max(steps - exploring, 0) * step_seconds * BEST_GAIN
+    if gain > seconds.cold + probes:
+        fixed, case, said = seconds.cold, "cold, not looked up", "cold: even a cold setup repays, the cache unread"
+    elif gain <= seconds.warm + probes or cache is None:
+        fixed, case = seconds.cold, "cold, not looked up"
+        said = "cold: the cache unread" if cache is None else "cold: not even a warm setup repays, the cache unread"
+    else:
+        state = cache()
+        fixed, case = seconds.fixed(state), state.case
+        said = f"{case}: {state.why}" + ("" if state.op else ", and the native op is to be built")
+    cost = fixed + probes
     figures = (
         f"{steps} steps of {step_seconds * 1e3:.2f} ms: a gain of at most {gain:.1f} s ({BEST_GAIN:.0%} of the steps"
-        f" after {exploring} exploring) against a setup cost of about {cost:.1f} s ({fixed:g} s fixed on {backend}"
-        f" plus {exploring} exploring steps at +{PROBE_LOSS:.0%})"
+        f" after {exploring} exploring) against a setup cost of about {cost:.1f} s ({fixed:.1f} s fixed on {backend},"
+        f" {said}; plus {exploring} exploring steps at +{PROBE_LOSS:.0%})"
     )
     if gain > cost:
-        return Payback(steps, step_seconds, cost, gain, True, f"setup can pay back: {figures}")
+        return Payback(steps, step_seconds, cost, gain, True, f"setup can pay back: {figures}", case)
     why = f"setup cannot pay back: {figures}: no compile, no probe, the job runs as written"
-    return Payback(steps, step_seconds, cost, gain, False, why)
+    return Payback(steps, step_seconds, cost, gain, False, why, case)

@@ -31,6 +31,7 @@ from stitchfleet.plugin.horovod.setup_agreement import SLOTS
 from stitchfleet.plugin.native import dispatch_op, gpu_device
 from stitchfleet.plugin.native.faults import Fault
 from stitchfleet.plugin.native.kernels import ClusterKernel, gpu_op_unavailable
+from stitchfleet.plugin.setup import setup_record
 from stitchfleet.plugin.shapes.signatures import Specialisation
 from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
@@ -230,6 +231,7 @@ def choose(
     """Maps and builds every cluster of `art` (see the module docstring). Under a shape signature
     (`signature`), each mapped site learns which folded values it reads vary with the signature."""
     verdicts = {verdict.key: verdict for verdict in slower}
+    recorded = setup_record.record_key(graph, backend, current)  # the graph as the job built it: nothing added yet
     building_op = False
     if current.bridge != "python" and targets.profile(backend).native_op:
         building_op = dispatch_op.warm(current.cache_dir)  # the op's build overlaps the cluster compiles below
@@ -260,6 +262,8 @@ def choose(
             continue
         builds.append(_Build(i, fingerprint, site, site_backend, plan, len(cg.nodes), device, shapes, placed))
     _build_all(found, builds, known_bad, current, (fault, rank, building_op))
+    # what the job's next run finds in the cache: its payback estimate then knows whether its setup is warm
+    setup_record.write(current.cache_dir, recorded, backend, [cluster.kernel for cluster in found.clusters])
     found.left.sort(key=lambda left: left[0])
     if signature is not None:
         signature.mark(graph, conversion, found.mapped)

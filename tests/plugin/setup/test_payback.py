@@ -23,7 +23,7 @@ TIMING = Timing.from_settings(settings_module.load({"STITCHFLEET_PROBE_STEPS": "
 
 
 def test_a_short_job_with_a_known_step_time_cannot_pay_back() -> None:
-    # the demo's 6000 steps of ~6.5 ms: at most 12% of ~39 s back, against ~10.5 s of fixed setup on the CPU
+    # the demo's 6000 steps of ~6.5 ms: at most 10% of ~39 s back, against the cold setup's fixed cost on the CPU
     found = payback.estimate(6000, 0.0065, "cpu", TIMING)
     assert not found.affordable
     assert found.gain < found.cost
@@ -82,8 +82,9 @@ def test_a_job_long_enough_to_repay_its_setup_is_set_up_and_says_so(tmp_path: Pa
 def test_a_job_of_unknown_length_defers_its_setup_by_its_fixed_cost_over_setup_share() -> None:
     found = payback.deferral("cpu", 0.1)
     assert found is not None
-    assert found.seconds == pytest.approx(payback.FIXED_SECONDS["cpu"] / 0.1)
-    assert found.waiting().startswith("the job's length is unknown: it trains as written for 105 s, then sets up")
+    assert found.seconds == pytest.approx(payback.SETUP_SECONDS["cpu"].cold / 0.1)  # the cold figure: unknown cache
+    waits = f"the job's length is unknown: it trains as written for {found.seconds:.0f} s, then sets up"
+    assert found.waiting().startswith(waits)
     assert found.ended(4.4, 3000).startswith(
         "the job's length was unknown and it ended after 3000 training steps in 4.4 s"
     )
@@ -91,5 +92,5 @@ def test_a_job_of_unknown_length_defers_its_setup_by_its_fixed_cost_over_setup_s
 
 
 def test_the_fixed_cost_of_auto_is_its_cpu_targets_and_an_unknown_name_gets_the_stated_stand_in() -> None:
-    assert payback.fixed_seconds("auto") == payback.FIXED_SECONDS["cpu"]
-    assert payback.fixed_seconds("no-such-target") == payback.FIXED_SECONDS_OTHER
+    assert payback.fixed_seconds("auto") == payback.SETUP_SECONDS["cpu"].cold
+    assert payback.setup_seconds("no-such-target") == payback.SETUP_SECONDS_OTHER

@@ -134,16 +134,40 @@ def library_key(source: CSource, options: CpuOptions) -> str:
     return cache_key(source.text, hashlib.sha256(machine.encode()).hexdigest(), versions, options.flags)
 
 
+def build_identity(options: CpuOptions) -> dict[str, str] | None:
+    """What `library_key` depends on beside the source: the machine (this CPU, unless portable), the C compiler
+    and the flags; None when there is no C compiler."""
+    try:
+        cc = compiler_version(options.compiler)
+    except CpuCompileError:
+        return None
+    machine = "portable" if options.portable else _cpu_description()
+    return {"machine": hashlib.sha256(machine.encode()).hexdigest(), "cc": cc, "flags": " ".join(options.flags)}
+
+
 _LOADED: dict[Path, ctypes.CDLL] = {}
 _LOAD_LOCK = threading.Lock()
 
 
+_BUILDING: dict[Path, threading.Lock] = {}  # one lock per shared object this process builds or looks up
+
+
+def _building(path: Path) -> threading.Lock:
+    with _LOAD_LOCK:
+        return _BUILDING.setdefault(path, threading.Lock())
+
+
 def load_library(source: CSource, options: CpuOptions) -> tuple[ctypes.CDLL, bool]:
-    """The compiled shared object (built on a cache miss) and whether it came from the cache."""
+    """The compiled shared object (built on a cache miss) and whether it came from the cache. Identical kernels
+    (a model's repeated layers: the same text, so the same key) built at once by a job's compile workers compile
+    once: the second waits for the first's file, and finds it (both compiled it before)."""
     cache = artifact_cache(Path(options.cache_dir), "cpu")
     key = library_key(source, options)
-    hit = cache.get(key) is not None
-    path = cache.path(key) if hit else cache.put(key, _build(source, options))
+    path = cache.path(key)
+    with _building(path):
+        hit = path.is_file()  # not read: dlopen reads it (a hit read every object's bytes for nothing)
+        if not hit:
+            cache.put(key, _build(source, options))
     with _LOAD_LOCK:
         if path not in _LOADED:
             _LOADED[path] = ctypes.CDLL(str(path))

@@ -15,7 +15,7 @@ from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.plan import StitchPlan
 from stitchfleet.compiler.targets.base import ClusterRun, Placement
 from stitchfleet.compiler.targets.cpu import PROFILE
-from stitchfleet.compiler.targets.cpu.executable import CpuExecutable, compile_cluster
+from stitchfleet.compiler.targets.cpu.executable import CpuExecutable, CpuOptions, build_identity, compile_cluster
 
 
 class CpuTarget:
@@ -35,6 +35,9 @@ class CpuTarget:
 
     def native_unavailable(self) -> str | None:
         return None  # a missing C compiler fails each compile with its own message
+
+    def builder(self) -> dict[str, str] | None:
+        return build_identity(CpuOptions(self.cache_dir))
 
     def prebuild(self, folder: Path) -> list[Path]:
         del folder  # the clusters' C is compiled per job: nothing cluster-independent to ship

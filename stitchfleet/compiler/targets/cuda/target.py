@@ -111,6 +111,9 @@ class CudaNativeTarget:
             return str(err)
         return None
 
+    def builder(self) -> dict[str, str] | None:
+        return None  # its cubins are keyed by the arch a placement names: a job's setup records none of them
+
     def prebuild(self, folder: Path) -> list[Path]:
         """The launch library, named by its source (a pod has no C compiler to build it)."""
         built = build(artifact_cache(self.cache_dir, "launch"))

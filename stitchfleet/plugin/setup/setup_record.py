@@ -1,0 +1,151 @@
+"""What a job's setup left in the kernel cache, so that its next run knows what its setup will cost there.
+
+Input: the job's graph, backend and settings; after a setup, the kernels it built (`ClusterKernel`s); before one,
+the kernel cache directory. Output: `write` puts `<cache>/setups/<key>.json` (the kernels' files, and the code,
+CPU and C compiler that built them); `CacheState` says how much of it the cache holds now (`recall`), which
+`payback.estimate` turns into the warm, partly warm or cold setup cost. Rules: docs/plugin/setup.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from stitchfleet import settings as settings_module
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+RECORD_DIR = "setups"
+PACKAGE = Path(__file__).resolve().parents[2]  # stitchfleet/
+CODE_DIRS = ("compiler", "plugin")  # what decides a job's clusters, their C and the op (csrc included)
+
+
+@functools.cache
+def code_digest() -> str:
+    """sha256 over every file of the compiler and the plugin (relative path and bytes), read once per process:
+    a record written by other code says nothing of which kernels this code builds."""
+    digest = hashlib.sha256()
+    for folder in CODE_DIRS:
+        for path in sorted((PACKAGE / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def builder(backend: str, cache_dir: Path) -> dict[str, str] | None:
+    """What the kernels' cache keys depend on beside their source: this code, and what the backend's target says
+    (cpu: this CPU, as -march=native compiles for it, the C compiler, its flags); None for a backend whose kernels
+    are no files a setup records."""
+    from stitchfleet.compiler import targets
+
+    try:
+        made = targets.native(backend, Path(cache_dir)).builder()
+    except (ImportError, KeyError, ValueError):
+        return None
+    return None if made is None else {"code": code_digest(), **made}
+
+
+def record_key(graph: tf.Graph, backend: str, current: settings_module.Settings) -> str:
+    """The record's name: the graph's identity across runs (`signatures.graph_key`), the backend and the
+    settings that change the clusters drawn (remote stitching's budget)."""
+    from stitchfleet.plugin.shapes.signatures import graph_key
+
+    blob = json.dumps([graph_key(graph), backend, current.remote_stitch_budget])
+    return hashlib.sha256(blob.encode()).hexdigest()[:40]
+
+
+def state(graph: tf.Graph, backend: str, current: settings_module.Settings) -> CacheState:
+    """What the kernel cache holds of this job's last setup (`recall`), and whether its native op is there or not
+    needed (the `python` bridge, a backend without the op)."""
+    from stitchfleet.compiler import targets
+    from stitchfleet.plugin.native import dispatch_op
+
+    needed = current.bridge != "python" and targets.profile(backend).native_op
+    op = not needed or dispatch_op.present(current.cache_dir)
+    return recall(current.cache_dir, record_key(graph, backend, current), backend, op)
+
+
+def _path(cache_dir: Path, key: str) -> Path:
+    return Path(cache_dir) / RECORD_DIR / f"{key}.json"
+
+
+def _kernel_file(kernel: Any, cache_dir: Path) -> str | None:
+    """The kernel's shared object, relative to the cache directory; None when it is no file there."""
+    library = getattr(getattr(kernel, "executable", None), "library_path", None)
+    if library is None:
+        return None
+    try:
+        return str(Path(library).resolve().relative_to(Path(cache_dir).resolve()))
+    except ValueError:
+        return None
+
+
+def write(cache_dir: Path, key: str, backend: str, kernels: Iterable[Any]) -> bool:
+    """Records the kernels a setup built (atomic rename: a concurrent pod reads a whole record or none).
+    Nothing raises: without a record the next run only estimates its setup as cold. False when not written."""
+    made = builder(backend, cache_dir)
+    files = [_kernel_file(kernel, cache_dir) for kernel in kernels]
+    if made is None or not files or None in files:
+        return False
+    target = _path(cache_dir, key)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{key[:16]}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as out:
+            json.dump({**made, "kernels": sorted(set(files))}, out)
+        Path(temporary).replace(target)
+    except OSError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """How much of a job's last setup the kernel cache holds: `kernels` it built (0: none known), `present` of them
+    there now, whether the native op is there (or not needed), and the sentence that says so."""
+
+    kernels: int
+    present: int
+    op: bool
+    why: str
+
+    @property
+    def missing(self) -> float:
+        """The share of the job's kernels its setup compiles: 1 when the cache knows none of them."""
+        return 1.0 if self.kernels == 0 else (self.kernels - self.present) / self.kernels
+
+    @property
+    def case(self) -> str:
+        """warm (every kernel there), partly warm, or cold (none)."""
+        if self.missing == 0:
+            return "warm"
+        return "cold" if self.present == 0 else "partly warm"
+
+
+def recall(cache_dir: Path, key: str, backend: str, op: bool) -> CacheState:
+    """What the cache holds of the job's last setup recorded under `key` (`op`: whether the native op is there
+    or not needed). No record, an unreadable one, or one written by other code, for another CPU or by another
+    C compiler: cold (its kernels' keys would differ)."""
+    try:
+        doc = json.loads(_path(cache_dir, key).read_text())
+        files = [str(name) for name in doc["kernels"]]
+        made = {name: str(value) for name, value in doc.items() if name != "kernels"}
+    except (OSError, ValueError, KeyError, TypeError):
+        return CacheState(0, 0, op, "no earlier setup of this job's graph is recorded in the kernel cache")
+    current = builder(backend, cache_dir)
+    if current != made:
+        what = {"code": "other stitchfleet code", "machine": "another CPU", "cc": "another C compiler"}
+        changed = [name for name in {**made, **(current or {})} if (current or {}).get(name) != made.get(name)]
+        by = what.get(changed[0], f"other {changed[0]}")
+        return CacheState(0, 0, op, f"the cache's kernels of this job were built by {by}")
+    present = sum((Path(cache_dir) / name).is_file() for name in files)
+    why = f"the kernel cache holds {present} of the {len(files)} kernels this job's last setup built"
+    return CacheState(len(files), present, op, why)

@@ -1,0 +1,163 @@
+"""What a job's setup leaves in the kernel cache (`setup_record`), and the payback estimate that reads it (issue 29
+item 4): a job whose kernels the cache holds pays the warm figure, one whose kernels it does not the cold one, and
+the cache is read only where the decision depends on it; the job's `setup` event says which case applied."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import tensorflow as tf
+
+from stitchfleet import settings as settings_module
+from stitchfleet.plugin.control.schedule import Timing
+from stitchfleet.plugin.session.hook import StitchHook
+from stitchfleet.plugin.setup import payback, setup_record
+from stitchfleet.plugin.setup.setup_record import CacheState
+from tests.plugin.hook_harness import events, make_settings
+from tests.plugin.session.test_hook_job_length import _train
+
+pytestmark = pytest.mark.tf
+TIMING = Timing.from_settings(settings_module.load({"STITCHFLEET_PROBE_STEPS": "6"}), clusters=2)
+SECONDS = payback.SETUP_SECONDS["cpu"]
+STEPS = 100_000
+
+
+def _step_between(low: float, high: float) -> float:
+    """A step time whose best gain over STEPS lies halfway between two setup costs (the probes' share included)."""
+    exploring = TIMING.exploring_steps
+    target = (low + high) / 2
+    return target / ((STEPS - exploring) * payback.BEST_GAIN - exploring * payback.PROBE_LOSS)
+
+
+def _kernels(cache: Path, names: list[str]) -> list[Any]:
+    """Stand-ins for built ClusterKernels: what the record reads of them is their shared object's path."""
+    (cache / "cpu").mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (cache / "cpu" / name).write_bytes(b"\x7fELF")
+    return [SimpleNamespace(executable=SimpleNamespace(library_path=cache / "cpu" / name)) for name in names]
+
+
+def test_a_record_says_how_many_of_the_jobs_kernels_the_cache_still_holds(tmp_path: Path) -> None:
+    kernels = _kernels(tmp_path, ["a.so", "b.so", "c.so", "d.so"])
+    assert setup_record.write(tmp_path, "k1", "cpu", kernels)
+    warm = setup_record.recall(tmp_path, "k1", "cpu", op=True)
+    assert (warm.kernels, warm.present, warm.case, warm.missing) == (4, 4, "warm", 0.0)
+    assert warm.why == "the kernel cache holds 4 of the 4 kernels this job's last setup built"
+    (tmp_path / "cpu" / "a.so").unlink()  # a cache cleaner took one
+    partly = setup_record.recall(tmp_path, "k1", "cpu", op=True)
+    assert (partly.present, partly.case, partly.missing) == (3, "partly warm", 0.25)
+    for name in ("b.so", "c.so", "d.so"):
+        (tmp_path / "cpu" / name).unlink()
+    assert setup_record.recall(tmp_path, "k1", "cpu", op=True).case == "cold"
+
+
+def test_no_record_an_unreadable_one_or_another_builders_is_cold(tmp_path: Path) -> None:
+    missing = setup_record.recall(tmp_path, "none", "cpu", op=True)
+    assert missing.case == "cold" and missing.missing == 1.0
+    assert missing.why == "no earlier setup of this job's graph is recorded in the kernel cache"
+    assert setup_record.write(tmp_path, "k2", "cpu", _kernels(tmp_path, ["a.so"]))
+    path = tmp_path / setup_record.RECORD_DIR / "k2.json"
+    doc = json.loads(path.read_text())
+    for field, said in (("code", "other stitchfleet code"), ("machine", "another CPU"), ("cc", "another C compiler")):
+        path.write_text(json.dumps({**doc, field: "something else"}))
+        other = setup_record.recall(tmp_path, "k2", "cpu", op=True)
+        assert other.case == "cold" and other.why == f"the cache's kernels of this job were built by {said}"
+    path.write_text("{not json")
+    assert setup_record.recall(tmp_path, "k2", "cpu", op=True).case == "cold"
+
+
+def test_nothing_is_recorded_for_kernels_outside_the_cache_or_other_backends(tmp_path: Path) -> None:
+    outside = [SimpleNamespace(executable=SimpleNamespace(library_path=Path("/elsewhere/x.so")))]
+    assert not setup_record.write(tmp_path, "k3", "cpu", outside)
+    assert not setup_record.write(tmp_path, "k3", "sim", _kernels(tmp_path, ["a.so"]))
+    assert not setup_record.write(tmp_path, "k3", "cpu", [])
+    assert not (tmp_path / setup_record.RECORD_DIR / "k3.json").exists()
+
+
+def _state(present: int, kernels: int = 4, op: bool = True) -> CacheState:
+    return CacheState(kernels, present, op, f"the kernel cache holds {present} of the {kernels} kernels")
+
+
+def test_between_the_warm_and_cold_costs_the_cache_decides() -> None:
+    step = _step_between(SECONDS.warm, SECONDS.warm + SECONDS.kernels)
+    warm = payback.estimate(STEPS, step, "cpu", TIMING, lambda: _state(4))
+    assert warm.affordable and warm.case == "warm"
+    assert f"{SECONDS.warm:.1f} s fixed on cpu, warm: the kernel cache holds 4 of the 4 kernels" in warm.why
+    cold = payback.estimate(STEPS, step, "cpu", TIMING, lambda: _state(0))
+    assert not cold.affordable and cold.case == "cold"
+    assert f"{SECONDS.cold - SECONDS.op:.1f} s fixed on cpu, cold: the kernel cache holds 0 of the 4" in cold.why
+    no_op = payback.estimate(STEPS, step, "cpu", TIMING, lambda: _state(0, op=False))
+    assert no_op.cost == pytest.approx(SECONDS.cold + TIMING.exploring_steps * step * payback.PROBE_LOSS)
+    assert "and the native op is to be built" in no_op.why
+    partly = payback.estimate(STEPS, step, "cpu", TIMING, lambda: _state(2))
+    assert partly.case == "partly warm" and warm.cost < partly.cost < cold.cost
+    assert partly.cost == pytest.approx(warm.cost + SECONDS.kernels / 2)
+
+
+def test_unread_cache_counts_as_cold_and_is_read_only_where_it_decides() -> None:
+    read: list[int] = []
+
+    def cache() -> CacheState:
+        read.append(1)
+        return _state(4)
+
+    between = _step_between(SECONDS.warm, SECONDS.warm + SECONDS.kernels)
+    assert not payback.estimate(STEPS, between, "cpu", TIMING).affordable  # nothing to read: the cold figure
+    long = payback.estimate(STEPS, _step_between(SECONDS.cold, 2 * SECONDS.cold), "cpu", TIMING, cache)
+    assert long.affordable and long.case == "cold, not looked up" and "even a cold setup repays" in long.why
+    short = payback.estimate(STEPS, _step_between(0.0, SECONDS.warm), "cpu", TIMING, cache)
+    assert not short.affordable and "not even a warm setup repays" in short.why
+    assert not read  # neither read the cache: the decision did not depend on it
+    assert payback.estimate(STEPS, between, "cpu", TIMING, cache).affordable and read == [1]
+
+
+def test_backends_not_measured_take_the_cold_figure_whatever_the_cache_holds() -> None:
+    other = payback.SETUP_SECONDS_OTHER
+    assert other.fixed(_state(4)) == other.fixed(_state(0, op=False)) == SECONDS.cold
+    assert payback.fixed_seconds("cpu") == SECONDS.cold
+
+
+def test_a_second_run_finds_its_kernels_and_sets_up_at_the_warm_cost(tmp_path: Path) -> None:
+    step_ms = _step_between(SECONDS.warm, SECONDS.warm + SECONDS.kernels) * 1e3
+    first = make_settings(tmp_path, "record-first", STITCHFLEET_JOB_STEPS="0", STITCHFLEET_PROBE_STEPS="2")
+    hook = StitchHook(first, backend="cpu", db_url=f"sqlite:///{tmp_path / 'first.db'}")
+    _train(3, hook, tf.compat.v1.train.StopAtStepHook(num_steps=STEPS))  # no step time told: it sets up
+    assert hook.installed
+    url = f"sqlite:///{tmp_path / 'second.db'}"
+    second = make_settings(
+        tmp_path,
+        "record-second",
+        STITCHFLEET_JOB_STEPS="0",
+        STITCHFLEET_PROBE_STEPS="2",
+        STITCHFLEET_STEP_MS=f"{step_ms}",
+    )
+    hook = StitchHook(second, backend="cpu", db_url=url)
+    _train(3, hook, tf.compat.v1.train.StopAtStepHook(num_steps=STEPS))  # the same script: the same graph key
+    assert hook.installed and hook.length.skipped is None
+    detail = {event.reason: event.detail for event in events(url, "setup")}["setup affordable"]
+    assert ", warm: the kernel cache holds " in detail and "setup can pay back" in detail
+
+
+def test_the_same_job_on_an_empty_cache_is_cold_and_skips(tmp_path: Path) -> None:
+    step_ms = _step_between(SECONDS.warm, SECONDS.warm + SECONDS.kernels) * 1e3
+    url = f"sqlite:///{tmp_path / 'telemetry.db'}"
+    current = make_settings(
+        tmp_path,
+        "record-cold",
+        STITCHFLEET_JOB_STEPS="0",
+        STITCHFLEET_PROBE_STEPS="2",
+        STITCHFLEET_STEP_MS=f"{step_ms}",
+        STITCHFLEET_CACHE_DIR=str(tmp_path / "empty-cache"),
+    )
+    hook = StitchHook(current, backend="cpu", db_url=url)
+    _train(3, hook, tf.compat.v1.train.StopAtStepHook(num_steps=STEPS))
+    assert not hook.installed and hook.length.skipped is not None
+    assert "cold: no earlier setup of this job's graph is recorded in the kernel cache" in hook.length.skipped
+    assert "and the native op is to be built" in hook.length.skipped
+    [setup] = events(url, "setup", tmp_path / "state" / "spool")
+    assert setup.reason == "setup skipped: job too short" and setup.detail == hook.length.skipped
+    assert not (tmp_path / "empty-cache" / "cpu").exists()  # skipped: nothing compiled
