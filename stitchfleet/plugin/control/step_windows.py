@@ -26,6 +26,12 @@ class Window:
     baselines: tuple[float | None, ...]  # per step: plain TF's mean step at its signature (None: no figure)
     signatures: tuple[str | None, ...] = ()  # per step: its signature
     noise: float = 0.0  # the standard error of the window's saving against its paired baseline, in seconds
+    own: tuple[float, ...] = ()  # per step: the plugin's own work on it, outside `seconds` (`Controller.step_done`)
+
+    @property
+    def spent(self) -> float:
+        """What the window's steps cost the job: their seconds and the plugin's own work on them."""
+        return sum(self.seconds) + sum(self.own)
 
     @property
     def iterations(self) -> int:
@@ -44,12 +50,14 @@ class Window:
 
     @property
     def saved_seconds(self) -> float:
-        """Plain TF's mean step at each step's signature minus the step's time, summed over the window's steps that
-        have one (negative when slower), whatever its noise: the report claims a task's saving only when its
-        interval over all its paired windows excludes zero (`telemetry.paired`); 0 outside stitched windows."""
+        """Plain TF's mean step at each step's signature minus the step's time and the plugin's own work on it,
+        summed over the window's steps that have one (negative when slower), whatever its noise: the report claims
+        a task's saving only when its interval over all its paired windows excludes zero (`telemetry.paired`); 0
+        outside stitched windows."""
         if self.row_mode != STITCHED:
             return 0.0
-        return sum(b - s for b, s in zip(self.baselines, self.seconds, strict=True) if b is not None)
+        own = self.own or (0.0,) * len(self.seconds)
+        return sum(b - s - o for b, s, o in zip(self.baselines, self.seconds, own, strict=True) if b is not None)
 
 
 @dataclass
@@ -62,6 +70,7 @@ class _Held:
     seconds: tuple[float, ...]
     signatures: tuple[str | None, ...]
     timed: tuple[tuple[float, str | None], ...]
+    own: tuple[float, ...]
 
 
 @dataclass
@@ -76,6 +85,7 @@ class Windows:
     seconds: list[float] = field(default_factory=list)
     signatures: list[str | None] = field(default_factory=list)
     timed: list[tuple[float, str | None]] = field(default_factory=list)
+    own: list[float] = field(default_factory=list)
     baseline_median: float | None = None
     by_signature: dict[str | None, float] = field(default_factory=dict)  # the last baseline block's medians
     samples: dict[str | None, list[float]] = field(default_factory=dict)  # and its timed steps, per signature
@@ -93,12 +103,16 @@ class Windows:
             return statistics.median(seconds for seconds, _ in self.timed)
         return self.baseline_median
 
-    def add(self, step: int, mode: str, seconds: float, timed: bool, signature: str | None = "") -> list[Window]:
-        """Adds one step; returns the windows ready (a stitched window once the baseline block after it closed)."""
+    def add(
+        self, step: int, mode: str, seconds: float, timed: bool, signature: str | None = "", *, own: float = 0.0
+    ) -> list[Window]:
+        """Adds one step (`own`: the plugin's work on it beyond `seconds`, never part of a baseline); returns the
+        windows ready (a stitched window once the baseline block after it closed)."""
         ready = self._close() if self.seconds and mode != self.mode else []
         if not self.seconds:
             self.mode, self.first = mode, step
         self.seconds.append(seconds)
+        self.own.append(own)
         self.signatures.append(signature)
         if timed:
             self.timed.append((seconds, signature))
@@ -118,9 +132,17 @@ class Windows:
         """Ends the open window: a baseline block releases the stitched windows held since the block before."""
         if not self.seconds:
             return []
-        held = _Held(self.index, self.mode, self.first, tuple(self.seconds), tuple(self.signatures), tuple(self.timed))
+        held = _Held(
+            self.index,
+            self.mode,
+            self.first,
+            tuple(self.seconds),
+            tuple(self.signatures),
+            tuple(self.timed),
+            tuple(self.own),
+        )
         self.index += 1
-        self.seconds, self.signatures, self.timed = [], [], []
+        self.seconds, self.signatures, self.timed, self.own = [], [], [], []
         timed = [seconds for seconds, _ in held.timed]
         if held.mode == STITCHED and timed:
             # every stitched step since the baseline it is compared with: one noisy window is not
@@ -159,7 +181,9 @@ class Windows:
         baselines = tuple(medians.get(signature) for signature in held.signatures)
         counts = {key: held.signatures.count(key) for key in noise}
         error = sum((counts[key] * e) ** 2 for key, e in noise.items()) ** 0.5
-        return Window(held.index, held.mode, held.first, last, held.seconds, baselines, held.signatures, error)
+        return Window(
+            held.index, held.mode, held.first, last, held.seconds, baselines, held.signatures, error, held.own
+        )
 
 
 def _samples(timed: list[tuple[float, str | None]]) -> dict[str | None, list[float]]:
