@@ -95,6 +95,9 @@ def main(steps: int, chunk: int) -> None:
     on_timer = sum(plain_mean[s] - inner[s] for s in window_steps)
     saved = sum(r["saved_seconds"] for r in rows if r["mode"] == STITCHED and r["first_step"] >= START)
     print(f"{len(window_steps)} stitched steps from step {START}, plain TF in chunks of {chunk}+ steps beside them:")
+    if not window_steps:
+        print(f"  stitching off: {controller.stitching_off or controller.job_reverted}")
+        return
     print(f"  clock: plain TF minus the hooked job's wall {clock:+.3f} s; minus its timed runs only {on_timer:+.3f} s")
     print(f"  booked (blocks' mean, own work charged: {sum(own[s] for s in window_steps):.3f} s): {saved:+.3f} s")
     print(f"  the former rule (blocks' median, no own work): {_median_rule(found):+.3f} s")
