@@ -20,6 +20,7 @@ from typing import Any
 from stitchfleet.demo import command
 from stitchfleet.plugin.control.schedule import BASELINE, STITCHED
 from stitchfleet.plugin.session.hook import StitchHook
+from stitchfleet.telemetry import paired
 
 START = 400  # the hooked job's first steps (warmup, probes) before the alternation starts
 
@@ -87,20 +88,38 @@ def main(steps: int, chunk: int) -> None:
         plain_mean.update(dict.fromkeys(range(first, step), mean))
     hooked.close()  # the job's last windows
     plain.close()
-    found = [b for b in booked if b[0] >= START]
+    _report(controller, chunk, [b for b in booked if b[0] >= START], [r for r in rows if r["first_step"] >= START])
+    _clock(walls, plain_mean, booked)
+
+
+def _report(controller: Any, chunk: int, found: list[tuple[int, str, float, bool, float]], kept: list[Any]) -> None:
+    """The booked saving with its interval, and the former rule's, on the windows from START."""
     window_steps = {s for s, mode, *_ in found if mode == STITCHED}
     own = {s: o for s, *_, o in found}
-    inner = {s: seconds for s, _, seconds, *_ in found}
-    clock = sum(plain_mean[s] - walls[s] for s in window_steps)
-    on_timer = sum(plain_mean[s] - inner[s] for s in window_steps)
-    saved = sum(r["saved_seconds"] for r in rows if r["mode"] == STITCHED and r["first_step"] >= START)
+    saved = sum(r["saved_seconds"] for r in kept if r["mode"] == STITCHED)
+    sums = paired.PairedSums.windows(
+        (r["mode"], r["iterations"], r["step_seconds_sum"], r["baseline_step_seconds"], r["saved_seconds"])
+        for r in kept
+    )
+    interval = paired.claim(sums, saved)
     print(f"{len(window_steps)} stitched steps from step {START}, plain TF in chunks of {chunk}+ steps beside them:")
     if not window_steps:
         print(f"  stitching off: {controller.stitching_off or controller.job_reverted}")
         return
-    print(f"  clock: plain TF minus the hooked job's wall {clock:+.3f} s; minus its timed runs only {on_timer:+.3f} s")
-    print(f"  booked (blocks' mean, own work charged: {sum(own[s] for s in window_steps):.3f} s): {saved:+.3f} s")
+    charged = sum(own[s] for s in window_steps)
+    print(f"  booked (blocks' mean, own work charged: {charged:.3f} s): {saved:+.3f} s")
+    print(f"    95% interval {interval.low:+.3f} to {interval.high:+.3f} s (`telemetry.paired`)")
     print(f"  the former rule (blocks' median, no own work): {_median_rule(found):+.3f} s")
+
+
+def _clock(walls: dict[int, float], plain_mean: dict[int, float], booked: list[Any]) -> None:
+    """Plain TF's steps beside the stitched windows' steps minus theirs: wall, and their timed runs only."""
+    window_steps = [s for s, mode, *_ in booked if mode == STITCHED and s in walls]
+    if window_steps:
+        inner = {s: seconds for s, _, seconds, *_ in booked}
+        clock = sum(plain_mean[s] - walls[s] for s in window_steps)
+        on_timer = sum(plain_mean[s] - inner[s] for s in window_steps)
+        print(f"  clock: plain TF minus the hooked job's wall {clock:+.3f} s; minus its timed runs {on_timer:+.3f} s")
 
 
 if __name__ == "__main__":
