@@ -176,9 +176,9 @@ class Windows:
         return self._window(held, means, noise)
 
     @staticmethod
-    def _window(held: _Held, medians: dict[str | None, float], noise: dict[str | None, float]) -> Window:
+    def _window(held: _Held, references: dict[str | None, float], noise: dict[str | None, float]) -> Window:
         last = held.first + len(held.seconds) - 1
-        baselines = tuple(medians.get(signature) for signature in held.signatures)
+        baselines = tuple(references.get(signature) for signature in held.signatures)
         counts = {key: held.signatures.count(key) for key in noise}
         error = sum((counts[key] * e) ** 2 for key, e in noise.items()) ** 0.5
         return Window(
