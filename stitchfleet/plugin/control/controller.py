@@ -83,7 +83,7 @@ class Controller:
         # and the previous step's `step_done`, which ends after its figures were booked
         self.clock, self.carried = clock, 0.0
         self.planned_at: float | None = None
-        self.own_seconds = 0.0  # all of it so far
+        self.own_charged = 0.0  # of it, what the stitched (and probe) windows' savings pay so far
         for c in clusters:
             c.kept = None if self.timing.probing else True
 
@@ -341,13 +341,14 @@ class Controller:
         """Books the step's time; closed windows become StepWindow rows. `measured`, `plain`, `signature`: the
         signature of the kernels that ran, the clusters that ran TF's ops for it, the step's own (`StepFigures`,
         `Probes`, `step_windows`); `own`: the plugin's work on the step beyond `seconds` (`step_done`)."""
-        self.own_seconds += own
         if self.done:  # nothing is left to decide: only the job's time and its telemetry windows
             self.job_seconds += seconds
             for window in self.windows.add(step, self.mode(step), seconds, not checked, signature, own=own):
                 self._record(window)
             return
         mode = self.mode(step)
+        if mode in (STITCHED, PROBE, REFERENCE):
+            self.own_charged += own
         if mode == STITCHED and not self.announced:
             self._announce(step)
         seconds -= 0.0 if checked else self._first_run(step, seconds)
