@@ -21,8 +21,8 @@ def test_demo_trains_records_and_reports(tmp_path: Path, capsys: pytest.CaptureF
     assert [line.split()[4] for line in lines] == ["warmup", "baseline", "baseline", "probe"]
     assert lines[3].split()[4:6] == ["probe", "all"]
     assert "per-cluster decisions" in out and "not probed yet (the run ended first)" in out
-    assert "median step times: plain TF (the job without the plugin, alternated with it)" in out
-    assert "baseline steps (plain TF inside the job, the report's reference)" in out and "x its noise of" in out
+    assert "mean step times: plain TF (the job without the plugin, alternated with it)" in out
+    assert "baseline steps (plain TF inside the job, the report's reference" in out and "x its noise of" in out
     databases = list(tmp_path.glob("run-*/telemetry.db"))
     assert len(databases) == 1 and f"telemetry recorded in {databases[0]}" in out
     assert "# stitchfleet weekly savings report" in out and "demo-bert-encoder" in out

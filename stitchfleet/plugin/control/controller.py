@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -45,6 +46,7 @@ class Controller:
         *,
         kernels: SignatureLookup | None = None,
         job_steps: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.clusters, self.ledger, self.size = clusters, ledger, size
         # the probe schedule, samples and decisions; the kernels per shape signature: a finding's shapes, a
@@ -77,6 +79,11 @@ class Controller:
         self.saved_variance = 0.0  # the squared standard errors of the windows' savings, summed (`Window.noise`)
         self.ran: set[int] = set()  # clusters (positions) whose kernels ran in a step so far (`_first_run`)
         self.first_seconds = 0.0  # what their first runs took beyond a usual step: setup
+        # The plugin's own work on a step, outside its timed run (`step_done`): the clock, when the step was planned,
+        # and the previous step's `step_done`, which ends after its figures were booked
+        self.clock, self.carried = clock, 0.0
+        self.planned_at: float | None = None
+        self.own_charged = 0.0  # of it, what the stitched (and probe) windows' savings pay so far
         for c in clusters:
             c.kept = None if self.timing.probing else True
 
@@ -153,6 +160,8 @@ class Controller:
         joins the consensus, saying so (no rank may wait for it). `fresh`: clusters (positions) whose kernel
         for this step's shapes the guard has not judged yet (`signature_kernels`): judged too when switched
         on, outside the checks' budget and rotation (a rank-local extra: it adds fetches, no collective)."""
+        if not self.done:
+            self.planned_at = self.clock()
         if not self.recalled:
             self._recall(step)
         if self.done:  # nothing is left to decide: the step runs as written
@@ -187,10 +196,30 @@ class Controller:
         self.ledger.compiled(self.setup_total)
 
     def step_done(self, plan: StepPlan, figures: StepFigures) -> None:
-        """Books what `plan`'s step took and found, then applies the summed figures (`decide`)."""
+        """Books what `plan`'s step took and found, then applies the summed figures (`decide`).
+
+        The plugin's own work on the step is booked beside its seconds (`own`): from `step_plan` to this call,
+        less the timed run (the plan, the step's feeds and fetches, reading its figures, judging its checks), and
+        the previous step's `step_done`. Plain TF pays none of it, so a stitched window's saving pays it and a
+        baseline (the user's graph, plain TF's step) never holds it (docs/plugin/control.md, `step_windows`)."""
+        entered = self.clock()
+        planned, self.planned_at = self.planned_at, None
+        own = self.carried + (max(entered - planned - figures.seconds, 0.0) if planned is not None else 0.0)
+        try:
+            self._step_done(plan, figures, own)
+        finally:
+            self.carried = self.clock() - entered
+
+    def _step_done(self, plan: StepPlan, figures: StepFigures, own: float) -> None:
         self.fault = self.fault or figures.fault
         self.timed(
-            plan.step, figures.seconds, bool(plan.judged), figures.measured, figures.plain, signature=figures.signature
+            plan.step,
+            figures.seconds,
+            bool(plan.judged),
+            figures.measured,
+            figures.plain,
+            signature=figures.signature,
+            own=own,
         )
         if plan.quiet:
             return
@@ -307,16 +336,19 @@ class Controller:
         plain: Sequence[int] = (),
         *,
         signature: str | None = "",
+        own: float = 0.0,
     ) -> None:
         """Books the step's time; closed windows become StepWindow rows. `measured`, `plain`, `signature`: the
         signature of the kernels that ran, the clusters that ran TF's ops for it, the step's own (`StepFigures`,
-        `Probes`, `step_windows`)."""
+        `Probes`, `step_windows`); `own`: the plugin's work on the step beyond `seconds` (`step_done`)."""
         if self.done:  # nothing is left to decide: only the job's time and its telemetry windows
             self.job_seconds += seconds
-            for window in self.windows.add(step, self.mode(step), seconds, not checked, signature):
+            for window in self.windows.add(step, self.mode(step), seconds, not checked, signature, own=own):
                 self._record(window)
             return
         mode = self.mode(step)
+        if mode in (STITCHED, PROBE, REFERENCE):
+            self.own_charged += own
         if mode == STITCHED and not self.announced:
             self._announce(step)
         seconds -= 0.0 if checked else self._first_run(step, seconds)
@@ -333,7 +365,7 @@ class Controller:
             self.check_seconds += max(seconds - usual, 0.0)
         else:
             self.bracket.add(step, mode, seconds)
-        for window in self.windows.add(step, mode, seconds, not checked, signature):
+        for window in self.windows.add(step, mode, seconds, not checked, signature, own=own):
             self._record(window)
 
     def _first_run(self, step: int, seconds: float) -> float:
@@ -375,7 +407,7 @@ class Controller:
             last_step=window.last_step,
             iterations=window.iterations,
             mode=window.row_mode,
-            step_seconds_sum=sum(window.seconds),
+            step_seconds_sum=window.spent,
             baseline_step_seconds=window.baseline,
             saved_seconds=window.saved_seconds,
         )

@@ -8,9 +8,10 @@ sources had, "" with static shapes, None when unknown). The rules in full: docs/
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from stitchfleet.plugin.control.schedule import BASELINE, PROBE, REFERENCE, STITCHED, median_noise
+from stitchfleet.plugin.control.schedule import BASELINE, PROBE, REFERENCE, STITCHED
 
 MIN_BASELINE_STEPS = 3  # timed baseline steps of a signature its stitched steps are compared with
 
@@ -22,9 +23,15 @@ class Window:
     first_step: int
     last_step: int
     seconds: tuple[float, ...]
-    baselines: tuple[float | None, ...]  # per step: plain TF's median at its signature (None: no figure)
+    baselines: tuple[float | None, ...]  # per step: plain TF's mean step at its signature (None: no figure)
     signatures: tuple[str | None, ...] = ()  # per step: its signature
     noise: float = 0.0  # the standard error of the window's saving against its paired baseline, in seconds
+    own: tuple[float, ...] = ()  # per step: the plugin's own work on it, outside `seconds` (`Controller.step_done`)
+
+    @property
+    def spent(self) -> float:
+        """What the window's steps cost the job: their seconds and the plugin's own work on them."""
+        return sum(self.seconds) + sum(self.own)
 
     @property
     def iterations(self) -> int:
@@ -43,12 +50,14 @@ class Window:
 
     @property
     def saved_seconds(self) -> float:
-        """Plain TF's median at each step's signature minus the step's time, summed over the window's steps that
-        have one (negative when slower), whatever its noise: the report claims a task's saving only when its
-        interval over all its paired windows excludes zero (`telemetry.paired`); 0 outside stitched windows."""
+        """Plain TF's mean step at each step's signature minus the step's time and the plugin's own work on it,
+        summed over the window's steps that have one (negative when slower), whatever its noise: the report claims
+        a task's saving only when its interval over all its paired windows excludes zero (`telemetry.paired`); 0
+        outside stitched windows."""
         if self.row_mode != STITCHED:
             return 0.0
-        return sum(b - s for b, s in zip(self.baselines, self.seconds, strict=True) if b is not None)
+        own = self.own or (0.0,) * len(self.seconds)
+        return sum(b - s - o for b, s, o in zip(self.baselines, self.seconds, own, strict=True) if b is not None)
 
 
 @dataclass
@@ -61,6 +70,7 @@ class _Held:
     seconds: tuple[float, ...]
     signatures: tuple[str | None, ...]
     timed: tuple[tuple[float, str | None], ...]
+    own: tuple[float, ...]
 
 
 @dataclass
@@ -75,6 +85,7 @@ class Windows:
     seconds: list[float] = field(default_factory=list)
     signatures: list[str | None] = field(default_factory=list)
     timed: list[tuple[float, str | None]] = field(default_factory=list)
+    own: list[float] = field(default_factory=list)
     baseline_median: float | None = None
     by_signature: dict[str | None, float] = field(default_factory=dict)  # the last baseline block's medians
     samples: dict[str | None, list[float]] = field(default_factory=dict)  # and its timed steps, per signature
@@ -92,12 +103,16 @@ class Windows:
             return statistics.median(seconds for seconds, _ in self.timed)
         return self.baseline_median
 
-    def add(self, step: int, mode: str, seconds: float, timed: bool, signature: str | None = "") -> list[Window]:
-        """Adds one step; returns the windows ready (a stitched window once the baseline block after it closed)."""
+    def add(
+        self, step: int, mode: str, seconds: float, timed: bool, signature: str | None = "", *, own: float = 0.0
+    ) -> list[Window]:
+        """Adds one step (`own`: the plugin's work on it beyond `seconds`, never part of a baseline); returns the
+        windows ready (a stitched window once the baseline block after it closed)."""
         ready = self._close() if self.seconds and mode != self.mode else []
         if not self.seconds:
             self.mode, self.first = mode, step
         self.seconds.append(seconds)
+        self.own.append(own)
         self.signatures.append(signature)
         if timed:
             self.timed.append((seconds, signature))
@@ -117,9 +132,17 @@ class Windows:
         """Ends the open window: a baseline block releases the stitched windows held since the block before."""
         if not self.seconds:
             return []
-        held = _Held(self.index, self.mode, self.first, tuple(self.seconds), tuple(self.signatures), tuple(self.timed))
+        held = _Held(
+            self.index,
+            self.mode,
+            self.first,
+            tuple(self.seconds),
+            tuple(self.signatures),
+            tuple(self.timed),
+            tuple(self.own),
+        )
         self.index += 1
-        self.seconds, self.signatures, self.timed = [], [], []
+        self.seconds, self.signatures, self.timed, self.own = [], [], [], []
         timed = [seconds for seconds, _ in held.timed]
         if held.mode == STITCHED and timed:
             # every stitched step since the baseline it is compared with: one noisy window is not
@@ -139,24 +162,28 @@ class Windows:
             self.baseline_median = statistics.median(seconds for seconds, _ in block)
             self.by_signature, self.samples = _medians(block), _samples(block)
             self.since_baseline = []
-        return [*ready, self._window(held, _medians(block), {})]
+        return [*ready, self._window(held, _means(block), {})]
 
     def _paired(self, held: _Held, base: list[tuple[float, str | None]]) -> Window:
-        """`held` against the timed baseline steps around it, per signature, with the noise of that difference."""
-        medians, samples, found = _medians(base), _samples(base), _samples(list(held.timed))
+        """`held` against the timed baseline steps around it, per signature, with the noise of that difference.
+        The reference is their mean, not their median: a window's saving sums its own steps, slow ones included,
+        so only the baseline's mean step is what plain TF would have spent on them (docs/plugin/control.md)."""
+        means, samples, found = _means(base), _samples(base), _samples(list(held.timed))
         noise: dict[str | None, float] = {}
         for key, steps in found.items():
-            if key in medians and key in samples:
-                noise[key] = median_noise(steps, samples[key])
-        return self._window(held, medians, noise)
+            if key in means and key in samples:
+                noise[key] = mean_noise(steps, samples[key])
+        return self._window(held, means, noise)
 
     @staticmethod
-    def _window(held: _Held, medians: dict[str | None, float], noise: dict[str | None, float]) -> Window:
+    def _window(held: _Held, references: dict[str | None, float], noise: dict[str | None, float]) -> Window:
         last = held.first + len(held.seconds) - 1
-        baselines = tuple(medians.get(signature) for signature in held.signatures)
+        baselines = tuple(references.get(signature) for signature in held.signatures)
         counts = {key: held.signatures.count(key) for key in noise}
         error = sum((counts[key] * e) ** 2 for key, e in noise.items()) ** 0.5
-        return Window(held.index, held.mode, held.first, last, held.seconds, baselines, held.signatures, error)
+        return Window(
+            held.index, held.mode, held.first, last, held.seconds, baselines, held.signatures, error, held.own
+        )
 
 
 def _samples(timed: list[tuple[float, str | None]]) -> dict[str | None, list[float]]:
@@ -170,11 +197,28 @@ def _samples(timed: list[tuple[float, str | None]]) -> dict[str | None, list[flo
 
 def _medians(timed: list[tuple[float, str | None]]) -> dict[str | None, float]:
     """Per known signature with MIN_BASELINE_STEPS timed steps at least (any, when it is the only one), their
-    median."""
-    found: dict[str | None, list[float]] = {}
-    for seconds, signature in timed:
-        if signature is not None:
-            found.setdefault(signature, []).append(seconds)
-    if len(found) == 1:  # one signature (static shapes: ""): the window's median, however few its steps
-        return {key: statistics.median(steps) for key, steps in found.items()}
-    return {key: statistics.median(steps) for key, steps in found.items() if len(steps) >= MIN_BASELINE_STEPS}
+    median: the usual step the slowdown guard and the check budget read."""
+    return {key: statistics.median(steps) for key, steps in _enough(timed).items()}
+
+
+def _means(timed: list[tuple[float, str | None]]) -> dict[str | None, float]:
+    """Per known signature with MIN_BASELINE_STEPS timed steps at least (any, when it is the only one), their
+    mean: the reference a window's saving is measured against."""
+    return {key: statistics.fmean(steps) for key, steps in _enough(timed).items()}
+
+
+def _enough(timed: list[tuple[float, str | None]]) -> dict[str | None, list[float]]:
+    """The timed steps per known signature that has a figure (see `_medians`)."""
+    found = _samples(timed)
+    if len(found) == 1:  # one signature (static shapes: ""): a figure however few its steps
+        return found
+    return {key: steps for key, steps in found.items() if len(steps) >= MIN_BASELINE_STEPS}
+
+
+def mean_noise(first: Sequence[float], second: Sequence[float]) -> float:
+    """The standard error of mean(first) - mean(second) (each sample's variance over its size; a sample of one
+    step has no spread of its own to add); 0 when one is empty."""
+    if not first or not second:
+        return 0.0
+    variance = sum(statistics.variance(steps) / len(steps) for steps in (first, second) if len(steps) > 1)
+    return float(variance**0.5)

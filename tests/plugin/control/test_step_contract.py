@@ -172,3 +172,34 @@ def test_a_steady_stitched_step_asks_numpy_for_nothing(tmp_path: Path) -> None:
     plan = controller.step_plan(20)
     assert plan.switches.tolist() == [True, False] and plans[0].switches.tolist() == [True, True]
     controller.ledger.close()
+
+
+def test_the_plugins_own_work_on_a_step_is_charged_to_stitched_windows_never_to_the_baseline(tmp_path: Path) -> None:
+    """Session 18: the step's timer covers its run only, so the plugin's work around it (planning the step, its
+    feeds and fetches, reading its figures, judging its checks: 0.2-0.4 ms a step on the demo, tens of ms on a
+    check step) was in no window, and the report booked it as saved against the wall clock. Here plain TF's step
+    is 10 ms, a stitched step 8 ms, and the plugin works 1.5 ms around every step: 0.5 ms saved a stitched step."""
+    now = [0.0]
+    timing = Timing(
+        warmup_steps=0, baseline_steps=5, rebaseline_every=20, window_steps=20, probe_steps=0, paired_steps=5
+    )
+    current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path), "STITCHFLEET_JOB_UID": "own-work"})
+    ledger = Ledger(current, 0, 1, f"sqlite:///{tmp_path / 't.db'}")
+    found = [Cluster(0, f"{0:032x}", SimpleNamespace(bad=None), 3)]
+    controller = Controller(found, timing, ledger, 1, clock=lambda: now[0])
+    rows: list[dict[str, object]] = []
+    controller.ledger.window = lambda **fields: rows.append(fields)  # type: ignore[method-assign]
+    for step in range(65):  # baseline 0-4, stitched 5-19, baseline 20-24, ... stitched 45-59, baseline 60-64
+        plan = controller.step_plan(step)
+        seconds = 0.008 if plan.on_twin else 0.010
+        now[0] += 0.001 + seconds + 0.0005  # the plugin's work before and after the timed run
+        controller.step_done(plan, StepFigures(seconds, summed=plan.local))
+    now[0] += 1.0  # the job's end is no step's
+    controller.finish()
+    stitched = [r for r in rows if r["mode"] == "stitched"]
+    assert [r["first_step"] for r in stitched] == [5, 25, 45]
+    assert all(r["baseline_step_seconds"] == pytest.approx(0.010) for r in rows)  # plain TF's step, nothing added
+    assert sum(float(r["saved_seconds"]) for r in stitched) == pytest.approx(45 * 0.0005)  # type: ignore[arg-type]
+    assert stitched[0]["step_seconds_sum"] == pytest.approx(15 * 0.0095)  # what the steps cost the job
+    assert controller.own_charged == pytest.approx(45 * 0.0015)  # the baseline steps' is paid by nobody
+    controller.ledger.close()
