@@ -8,7 +8,7 @@ results. Output: the `SessionRunArgs` the step adds (None: nothing, plain TF) an
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan
 
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
     from stitchfleet.plugin.control.controller import Controller
-    from stitchfleet.plugin.graph.twin import Diverter
+    from stitchfleet.plugin.graph.twin import Diverter, Feeds
     from stitchfleet.plugin.session.step_args import StepArgs
     from stitchfleet.plugin.session.step_results import StepResults
     from stitchfleet.plugin.shapes.signature_kernels import SignatureKernels
@@ -40,7 +40,7 @@ class StepPath:
         self.plan: StepPlan | None = None  # the controller's plan of the current step
         self.failure: str | None = None  # a plugin error the controller hears of with the next plan
 
-    def observe(self, feed_dict: Any, step: int) -> float:
+    def observe(self, feed_dict: Feeds | None, step: int) -> float:
         """The step's shape signature: kernels are compiled for it when due (`signature_kernels`), in the
         background; the seconds it booked count as setup (returned). None once no cluster can run stitched."""
         if self.signatures is None or self.controller.done:
@@ -71,7 +71,7 @@ class StepPath:
             return None
         return self.step_args.consensus_only(self.plan)
 
-    def after(self, results: dict[str, Any], seconds: float, step: int) -> None:
+    def after(self, results: dict[str, object], seconds: float, step: int) -> None:
         """Reads what the planned step fetched and hands the controller its figures."""
         assert self.plan is not None
         plan, fault = self.plan, None
