@@ -17,11 +17,11 @@ from tensorflow.core.framework import attr_value_pb2, graph_pb2
 from stitchfleet.plugin.graph.mapping import Site
 from stitchfleet.plugin.graph.op_graph import downstream, upstream
 from stitchfleet.plugin.graph.random_streams import SharingError, owns_stream, share
+from stitchfleet.plugin.graph.twin_mark import PREFIX
 from stitchfleet.plugin.graph.twin_runs import UNPREPARED, PreparedRuns
 
 Feeds = Mapping[object, object]  # a session.run feed_dict: tensors (or their names) -> values
 
-PREFIX = "stitchfleet_twin"
 # Errors of the data or the session, not of the copy: a diverted run that raises one is not run again.
 PROPAGATED = (tf.errors.OutOfRangeError, tf.errors.CancelledError, tf.errors.AbortedError)
 log = logging.getLogger("stitchfleet.plugin")
@@ -350,12 +350,6 @@ def _unfed_placeholders(
     adds the ops an op's run needs beyond its inputs (a cluster's stitched op reads all of its inputs)."""
     ops = [root if isinstance(root, tf.Operation) else root.op for root in roots]
     return {name for name, op in upstream(ops, stop=fed_ops, also=also_reads).items() if op.type == "Placeholder"}
-
-
-def built_in(graph: tf.Graph) -> bool:
-    """Whether `graph` already holds a copy: an earlier session of this process stitched it (TF unfinalizes a
-    graph when its MonitoredSession closes, and a script may open one per epoch on the same graph)."""
-    return any(op.name.startswith(f"{PREFIX}/") for op in graph.get_operations())
 
 
 def build(graph: tf.Graph, sites: Sequence[Site]) -> Twin:

@@ -9,45 +9,42 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
 
 from stitchfleet import settings as settings_module
-from stitchfleet.plugin.control.cluster import Cluster
-from stitchfleet.plugin.control.controller import EXTRA, Controller
-from stitchfleet.plugin.control.schedule import Timing
-from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan
-from stitchfleet.plugin.fleet import ledger
 from stitchfleet.plugin.fleet.ledger import Ledger
-from stitchfleet.plugin.graph.mapping import Site, StepOps
-from stitchfleet.plugin.graph.rewrite import Installed, Rewired, rewire
-from stitchfleet.plugin.graph.training_steps import TrainingSteps, find_loss
-from stitchfleet.plugin.graph.twin import Diverter
-from stitchfleet.plugin.graph.twin import build as build_twin
-from stitchfleet.plugin.graph.twin import built_in as twin_built_in
-from stitchfleet.plugin.guard.translation import check_sites
+from stitchfleet.plugin.graph.training_steps import TrainingSteps
+from stitchfleet.plugin.graph.twin_mark import built_in as twin_built_in
 from stitchfleet.plugin.horovod.decision_sums import Consensus
 from stitchfleet.plugin.horovod.setup_agreement import SLOTS, Agreement
-from stitchfleet.plugin.native.dispatch_op import BridgeOp
-from stitchfleet.plugin.native.dispatch_op import choose as choose_bridge
-from stitchfleet.plugin.native.faults import Fault
-from stitchfleet.plugin.native.kernels import resolve_backend
-from stitchfleet.plugin.session import gc_pause, hooked_graph, job_length
+from stitchfleet.plugin.native.backend_choice import resolve_backend
+from stitchfleet.plugin.session import gc_pause, hooked_graph, job_length, job_record
 from stitchfleet.plugin.session.exported_graph import setup_additions
-from stitchfleet.plugin.session.step_args import StepArgs
-from stitchfleet.plugin.session.step_results import StepResults
 from stitchfleet.plugin.session.step_threads import StepThreads
-from stitchfleet.plugin.setup import job_graph, job_verdict, selection
-from stitchfleet.plugin.shapes.signature_kernels import Job, SignatureKernels
-from stitchfleet.plugin.shapes.signatures import Specialisation
-from stitchfleet.telemetry.kinds import EventKind
+
+if TYPE_CHECKING:  # what setup brings: imported when it runs (job_setup.py), never by a job that skips it
+    from stitchfleet.plugin.control.cluster import Cluster
+    from stitchfleet.plugin.control.controller import Controller
+    from stitchfleet.plugin.graph.mapping import Site
+    from stitchfleet.plugin.graph.rewrite import Installed
+    from stitchfleet.plugin.graph.twin import Diverter
+    from stitchfleet.plugin.native.dispatch_op import BridgeOp
+    from stitchfleet.plugin.native.faults import Fault
+    from stitchfleet.plugin.session.job_setup import Setup
+    from stitchfleet.plugin.session.step_path import StepPath
+    from stitchfleet.plugin.shapes.signature_kernels import SignatureKernels
+    from stitchfleet.plugin.shapes.signatures import Specialisation
 
 log = logging.getLogger("stitchfleet.plugin")
 
 
 class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
+    """The session-facing entry points; the setup (`job_setup`), each step (`step_path`) and the telemetry
+    (`job_record`) are their own modules, composed here."""
+
     def __init__(
         self,
         settings: settings_module.Settings | None = None,
@@ -72,20 +69,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.job_key: tuple[str, str, str] | None = None  # the job's graph in the fleet's memory (`job_verdict`)
         self.consensus: Consensus | None = None
         self._started = 0.0
-        self._plan: StepPlan | None = None  # the controller's plan of the current step
-        self._failure: str | None = None  # a plugin error the controller hears of with the next plan
-        self._setup_seconds, self._faults_seen = 0.0, 0
+        self._setup_seconds = 0.0
+        self.setup: Setup | None = None  # what begin installed (`job_setup`), None when it skipped its setup
+        self.path: StepPath | None = None  # each step's plan and figures, once the controller started
         self._bridge: BridgeOp | None = None
         self.training: TrainingSteps | None = None
         self.runs = StepThreads()  # per thread: its current run is the training step / the agreement run
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
-        self._switch_count = 0  # length of the graph's switch vector (clusters installed at begin)
-        self.step_args: StepArgs | None = None  # a planned step's feeds and fetches (from `_start`)
-        self.step_results: StepResults | None = None  # and its figures, from what it fetched
+        self.switches: tf.Tensor | None = None  # the graph's switch vector (clusters installed at begin)
         self.diverter: Diverter | None = None  # runs a step on the stitched twin (see twin.py)
         self._originals: dict[int, Site] = {}  # each installed cluster's site in the user's graph
-        self.loss_tensor, self.twin_loss = None, None  # the loss in the user's graph, and its value on the twin
         self.shapes: Specialisation | None = None  # the shape signature begin specialised to, if any
         self.signatures: SignatureKernels | None = None  # kernels per signature fed (a graph with None dims)
         self.length = job_length.JobLength(self.settings)  # the job's steps, when known: they bound its probes
@@ -101,20 +95,12 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         except Exception as err:  # never fail the job: stitching stays off
             log.exception("stitchfleet: stitching is off for this job")
             self.active = False
-            if self.ledger is None:  # it failed before its ledger: recorded all the same, under this rank
-                ranks = (self.consensus.rank, self.consensus.size) if self.consensus is not None else (0, 1)
-                self.ledger = ledger.opened(self.settings, *ranks, self.db_url)
-            self._event("compile_failure", None, f"plugin setup failed: {type(err).__name__}", str(err))
+            ranks = (self.consensus.rank, self.consensus.size) if self.consensus is not None else (0, 1)
+            self.ledger = job_record.setup_failed(self.ledger, self.settings, ranks, self.db_url, err)
 
     def not_attached(self, reason: str) -> None:
         """Telemetry of a job whose training steps run without this hook (a session it cannot join), and why."""
-        record = self.ledger or ledger.opened(self.settings, 0, 1, self.db_url)  # a waiting session's, if it had one
-        try:
-            if record is not None:
-                record.event(EventKind.NOT_ATTACHED.value, None, None, "not attached", detail=reason)
-                record.close()
-        except Exception as err:  # the job runs on whatever happens here
-            log.warning("stitchfleet: could not record that the hook is not attached: %s", err)
+        job_record.not_attached(self.ledger, self.settings, self.db_url, reason)
 
     def after_create_session(self, session: tf.compat.v1.Session, coord: tf.train.Coordinator) -> None:
         # Accounting needs what this rank really uses (its GPUs or CPU cores), which only the
@@ -152,25 +138,20 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return self._agreement_step(run_context.original_args.fetches)
         if not self.active or not self.runs.take(run_context, self.training, self.diverter):
             return None
-        self._plan = None
+        path = self.path
+        if path is None:
+            return None
+        path.plan = None
         try:
-            self._observe(run_context.original_args.feed_dict)
-            return self._before_run()
+            self._setup_seconds += path.observe(run_context.original_args.feed_dict, self.step)
+            args = path.before(self.step)
         except Exception as err:
             log.exception("stitchfleet: plugin error preparing step %d; stitching reverts", self.step)
             if self.diverter is not None:
                 self.diverter.armed = False
-            return self._consensus_only(err)
-
-    def _observe(self, feed_dict: Any) -> None:
-        """The step's shape signature: kernels are compiled for it when due (`signature_kernels`), in the
-        background; their seconds count as setup. None once no cluster can run stitched again in this job."""
-        if self.signatures is None or (self.controller is not None and self.controller.done):
-            return
-        booked = self.signatures.before(feed_dict, self.step)
-        if booked and self.controller is not None:
-            self._setup_seconds += booked
-            self.controller.setup_spent(booked)
+            args = path.consensus_only(self.step, err)
+        self._started = time.perf_counter()
+        return args
 
     def after_run(
         self, run_context: tf.compat.v1.train.SessionRunContext, run_values: tf.compat.v1.train.SessionRunValues
@@ -178,43 +159,28 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.runs.in_agreement:
             self.runs.release()
             self._agreed((run_values.results or {}).get("agreement"))
-            if self.controller is not None:
-                # The agreement run was the job's first training step, as written (plain TF): booked as step 0
-                # of the job's windows, so iterations equal steps on every rank (it was left out: 499 for 500).
-                seconds = time.perf_counter() - self._started
-                self.controller.step_done(StepPlan(self.step, quiet=True), StepFigures(seconds))
+            if self.path is not None:
+                self.path.agreed_step(self.step, time.perf_counter() - self._started)
                 self.step += 1
             return
         if not self.active or not self.runs.in_step:
             return
         seconds = time.perf_counter() - self._started
-        if self.quiet and self.controller is not None:
-            try:
-                self.controller.quiet_step(self.step, seconds)
-            except Exception as err:
-                self._fault(err)
-            self.step += 1
-            self.runs.release()
-            return
         try:
-            self._after_run(run_values.results or {}, seconds)
+            if self.quiet and self.controller is not None:
+                self.controller.quiet_step(self.step, seconds)
+            elif self.path is not None:
+                self.path.after(run_values.results or {}, seconds, self.step)
         except Exception as err:
             self._fault(err)
         self.step += 1
         self.runs.release()
 
     def end(self, session: tf.compat.v1.Session) -> None:
-        try:
-            if self.controller is not None:
-                self.controller.finish()
-                if self.job_key is not None and self.ledger is not None:
-                    job_verdict.record(self.ledger, self.job_key, self.controller.course, self.controller.group_proven)
-            if self.shapes is not None and self.ledger is not None:
-                self.shapes.finished(self.ledger, self.step, [c.kernel for c, _ in self.installed], self.signatures)
-        except Exception:
-            log.exception("stitchfleet: could not close the job's telemetry")
-        if self.ledger is not None:
-            self.ledger.close()
+        kernels = [c.kernel for c, _ in self.installed]
+        job_record.closed(
+            self.ledger, self.controller, self.job_key, self.shapes, (self.step, kernels, self.signatures)
+        )
 
     # --- begin ----------------------------------------------------------------------------
 
@@ -233,109 +199,59 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return
         self.consensus = Consensus(current)
         if self.consensus.hvd is not None:
+            # The controller's slots, only for a Horovod job: it imports the compiler's IR (a skipped job must not).
+            from stitchfleet.plugin.control.controller import EXTRA
+
             # First, what a rank whose setup fails below still joins: it then says so to the others.
             self.consensus.build(graph, SLOTS, EXTRA)
             self.agreement = Agreement(self.consensus.hvd, graph)
             self._agreeing = Agreement.vector([], ok=False)
         if self.fault is not None and self.fault.fails_setup(self.consensus.rank):
             raise RuntimeError("injected setup failure")
-        self.ledger = self.ledger or self._opened(current, self.consensus)
+        self.ledger = self.ledger or job_record.opened(current, self.consensus.rank, self.consensus.size, self.db_url)
         backend = resolve_backend(self.backend)
         if self.length.short(self, self.ledger, backend):  # too short to repay its setup: no compile, no probe
             return
-        started, memory = time.perf_counter(), self.ledger.recall()
-        self.job_key, lost = job_verdict.recall(graph, backend, current.gpu_type, self.consensus.size, memory)
+        # Only now the compiler and the graph rewrite: a job that skipped its setup above never imports them.
+        from stitchfleet.plugin.session.job_setup import JobSetup
+
+        setup = JobSetup(graph, current, backend, self.ledger)
+        self.job_key, lost = setup.recall(self.consensus.size)
         if self.length.known_loss(lost, self.ledger):  # the fleet found stitching lose on this graph: as written
             return
-        steps = StepOps(graph)
-        self.shapes = Specialisation(graph, steps, current.cache_dir, self.ledger)
-        conversion, art = job_graph.compiled(steps, self.shapes, current)
-        found = selection.choose(
-            graph,
-            conversion,
-            art,
-            backend=backend,
-            known_bad=set(memory.reverted),
-            current=current,
-            fault=self.fault,
-            rank=self.consensus.rank,
-            agreeing=self.agreement is not None,
-            slower=memory.slower,
-            signature=self.shapes,
+        self.shapes = setup.specialise()
+        rank, agreeing = self.consensus.rank, self.agreement is not None
+        done = setup.run(
+            self.shapes, self._off, loss=self.loss, fault=self.fault, rank=rank, agreeing=agreeing, owner=self
         )
-        if current.translation_check and found.sites:
-            found.refuse(check_sites(graph, found.sites, current.tolerance_factor, current.cache_dir))
-        for kind, left in (("compile_failure", found.left), ("probe", found.slower)):  # slower: a probe saved
-            for index, fingerprint, reason in left:
-                self._off(index, fingerprint, reason, kind)
-        sites, clusters, mapped = found.sites, found.clusters, found.mapped
-        bridge = choose_bridge(current.bridge, backend, current.cache_dir)
-        twin = build_twin(graph, mapped) if sites else None
-        twin_sites = [twin.site(site) for site in sites] if twin is not None else []
-        rewired = rewire(graph, twin_sites, [c.kernel for c in clusters], bridge)
-        self._bridge, self._faults_seen = bridge, bridge.faults() if bridge is not None else 0
-        self._originals = {site.index: site for site in sites}
-        self._adopt(rewired, clusters)
-        self.switches, self._switch_count = rewired.switches, len(self.installed)
-        self._checking = rewired.checking  # fed True on check steps: ref inputs are copied (`check_reads`)
-        self.loss_tensor = find_loss(graph, self.loss)
-        if twin is not None:
-            self.diverter = Diverter(twin, owner=self, shared=("consensus",))
-            self.twin_loss = rewired.current(twin.tensor(self.loss_tensor)) if self.loss_tensor is not None else None
-        self._setup_seconds = time.perf_counter() - started
-        self.ledger.compiled(self._setup_seconds)
-        built = found.compiles.describe(current.compile_budget)
-        log.info("stitchfleet: %d cluster(s) stitched, %d left off; %s", len(self.installed), len(self.off), built)
-        self._event(EventKind.SETUP.value, None, f"setup {self._setup_seconds:.2f} s", built)
+        self.setup, self._bridge, self._originals = done, done.bridge, done.originals
+        self.installed, self.switches, self.diverter = list(done.installed), done.switches, done.diverter
+        self._setup_seconds = setup.seconds()
+        job_record.set_up(self.ledger, self._setup_seconds, len(self.installed), len(self.off), done.built)
         if self.agreement is None:
             self._start(list(range(len(self.installed))))
         else:  # the controller starts once every rank said what it installed (the first training run)
             self._agreeing = Agreement.vector([c.index for c, _ in self.installed], ok=True)
 
-    def _opened(self, current: settings_module.Settings, consensus: Consensus) -> Ledger:
-        """The job's telemetry, started (unless the hook was handed it: `record`)."""
-        record = Ledger(current, consensus.rank, consensus.size, self.db_url)
-        record.started()
-        return record
-
     def _start(self, positions: list[int]) -> None:
         """Runs the controller over the installed clusters at `positions` (all ranks agreed on them)."""
         assert self.consensus is not None and self.ledger is not None and self.training is not None
+        assert self.setup is not None
         self.installed = [self.installed[p] for p in positions]
-        clusters, timing = [c for c, _ in self.installed], Timing.from_settings(self.settings)
         self.active = bool(self.installed)
         fault = (self.fault, self.consensus.rank) if self.fault is not None else None
-        if self.active and self._bridge is not None and self.shapes is not None and self.shapes.signature is not None:
-            job = Job(self._bridge, self.settings, self.ledger, fault)
-            self.signatures = SignatureKernels(self.shapes, self.installed, self._originals, job)
-        size, spent = self.consensus.size, self._setup_seconds
-        self.controller = Controller(
-            clusters,
-            timing,
-            self.ledger,
-            size,
-            spent,
-            kernels=self.signatures.probes if self.signatures else None,
+        self.path = self.setup.started(
+            self.installed,
+            positions,
+            current=self.settings,
+            consensus=self.consensus,
+            ledger=self.ledger,
+            training=self.training,
+            spent=self._setup_seconds,
             job_steps=self.length.steps,
+            fault=fault,
         )
-        self.consensus.clusters = len(self.installed)
-        self.training.require([self._originals[done.site.index].internal for _, done in self.installed])
-        self.step_args = StepArgs(
-            self.consensus,
-            self.training,
-            switches=self.switches,
-            positions=positions,
-            count=self._switch_count,
-            checking=self._checking,
-            installed=[done for _, done in self.installed],
-            loss=self.loss_tensor,
-            twin_loss=self.twin_loss,
-            signatures=self.signatures,
-        )
-        bridge, seen = self._bridge, self._faults_seen
-        self.step_results = StepResults(
-            self.settings, self.consensus, self.installed, self.signatures, bridge=bridge, faults_seen=seen
-        )
+        self.controller, self.signatures = self.path.controller, self.path.signatures
 
     def _agreement_step(self, fetches: object) -> tf.compat.v1.train.SessionRunArgs | None:
         """Horovod's first training run: every rank, its setup failed or not, says what it installed."""
@@ -369,73 +285,18 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
                 self._off(c.index, c.fingerprint, "not installed on every rank: left to TF on all of them")
         self._start(kept)
 
-    def _adopt(self, rewired: Rewired, clusters: list[Cluster]) -> None:
-        for cluster, done in zip(clusters, rewired.clusters, strict=True):
-            if isinstance(done, str):
-                self._off(cluster.index, cluster.fingerprint, done)
-            else:
-                self.installed.append((cluster, done))
-
     def _off(self, index: int, fingerprint: str, reason: str, kind: str = "compile_failure") -> None:
         self.off[index] = reason
         self._event(kind, fingerprint, reason.split(":", maxsplit=1)[0], reason)
 
     def _event(self, kind: str, fingerprint: str | None, reason: str, detail: str) -> None:
-        if self.ledger is not None:
-            self.ledger.event(kind, None, fingerprint, reason, detail=detail)
-
-    # --- steps ----------------------------------------------------------------------------
-
-    def _before_run(self) -> tf.compat.v1.train.SessionRunArgs | None:
-        """Maps the controller's plan of the step onto its feeds and fetches (and the twin's diverter)."""
-        assert self.controller is not None and self.consensus is not None and self.diverter is not None
-        fresh = self.signatures.fresh() if self.signatures is not None else []  # kernels the guard has not judged
-        plan = self._plan = self.controller.step_plan(self.step, self._failure, fresh=fresh)
-        self._failure = None
-        if plan.quiet:
-            # Stitching is over for this job: the step runs as written (no fetch, feed or collective added:
-            # plain TF), only timed and counted for the job's telemetry.
-            self._started = time.perf_counter()
-            return None
-        assert self.step_args is not None
-        self.diverter.armed = plan.on_twin  # the twin runs, or the user's own graph (`StepArgs.planned`)
-        args = self.step_args.planned(plan)
-        self._started = time.perf_counter()
-        return args
-
-    def _consensus_only(self, err: Exception) -> tf.compat.v1.train.SessionRunArgs | None:
-        """A step whose preparation failed still takes part in the consensus (no rank may wait)."""
-        if self.consensus is None or self.controller is None:
-            return None
-        failure, self._failure = self._failure or f"{type(err).__name__}: {err}", None
-        self._plan, self._started = self.controller.step_plan(self.step, failure, prepared=False), time.perf_counter()
-        if self._plan.quiet:  # stitching is over: no rank joins a consensus any more
-            return None
-        return self.step_args.consensus_only(self._plan) if self.step_args is not None else None
-
-    def _after_run(self, results: dict[str, Any], seconds: float) -> None:
-        """Reads what the planned step fetched and hands the controller its figures."""
-        assert self.controller is not None and self.consensus is not None and self._plan is not None
-        plan, fault = self._plan, None
-        if plan.quiet:
-            self.controller.step_done(plan, StepFigures(seconds))
-            return
-        if self.diverter is not None and self.diverter.armed:
-            self.diverter.armed = False
-            raise RuntimeError("the step did not run through the session the twin is attached to")
-        if self.diverter is not None and self.diverter.failure is not None:
-            failure, self.diverter.failure = self.diverter.failure, None
-            log.error("stitchfleet: step %d failed on the twin and ran as written: %s", self.step, failure)
-            fault = f"{type(failure).__name__}: {failure}"  # stitching reverts for the job
-        assert self.step_results is not None
-        self.controller.step_done(plan, self.step_results.figures(plan, results, seconds, self.step, fault))
-        self.step_results.poll()
+        job_record.event(self.ledger, kind, fingerprint, reason, detail)
 
     def _fault(self, err: Exception) -> None:
         """A plugin error outside a step's figures: the controller hears of it with the next plan."""
         log.exception("stitchfleet: plugin error at step %d; stitching reverts", self.step)
-        if self.controller is not None:
-            self._failure = self._failure or f"{type(err).__name__}: {err}"
+        if self.path is not None:
+            self.path.fault(err)
 
     # --- figures for tests and scripts ----------------------------------------------------
 

@@ -29,8 +29,9 @@ from stitchfleet.plugin.graph.mapping import Site, UnmappableError, map_cluster
 from stitchfleet.plugin.graph.training_steps import training_path
 from stitchfleet.plugin.horovod.setup_agreement import SLOTS
 from stitchfleet.plugin.native import dispatch_op, gpu_device
+from stitchfleet.plugin.native.backend_choice import gpu_op_unavailable
 from stitchfleet.plugin.native.faults import Fault
-from stitchfleet.plugin.native.kernels import ClusterKernel, gpu_op_unavailable
+from stitchfleet.plugin.native.kernels import ClusterKernel
 from stitchfleet.plugin.setup import setup_record
 from stitchfleet.plugin.shapes.signatures import Specialisation
 from stitchfleet.telemetry.slow_verdicts import SlowerVerdict

@@ -25,7 +25,7 @@ from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.graph.graph_identity import canonical
 from stitchfleet.plugin.graph.mapping import StepOps
 from stitchfleet.plugin.graph.training_steps import training_path
-from stitchfleet.plugin.graph.twin import PREFIX as TWIN_PREFIX
+from stitchfleet.plugin.graph.twin_mark import PREFIX as TWIN_PREFIX
 from stitchfleet.telemetry.kinds import EventKind
 
 if TYPE_CHECKING:

@@ -88,7 +88,7 @@ def test_an_unknown_setting_is_refused() -> None:
 
 def test_a_checking_target_is_no_job_backend() -> None:
     # cuda-cpu is a target folder (settings accept the name) but only `stitchfleet compile --device` runs it
-    from stitchfleet.plugin.native.kernels import BackendUnavailableError, resolve_backend
+    from stitchfleet.plugin.native.backend_choice import BackendUnavailableError, resolve_backend
 
     with pytest.raises(ValueError, match="unknown backend 'cuda-cpu'"):
         route([_Op("a", CPU)], "cuda-cpu", True, None)

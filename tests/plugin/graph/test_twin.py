@@ -17,7 +17,8 @@ import pytest
 import tensorflow as tf
 
 from stitchfleet.plugin.graph.mapping import Site
-from stitchfleet.plugin.graph.twin import PREFIX, Diverter, Twin, TwinError, build
+from stitchfleet.plugin.graph.twin import Diverter, Twin, TwinError, build
+from stitchfleet.plugin.graph.twin_mark import PREFIX
 
 pytestmark = pytest.mark.tf
 

@@ -18,7 +18,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.client import session as tf_session
 
-from stitchfleet.plugin.graph.twin import PREFIX, Diverter, NotRunnableError, build
+from stitchfleet.plugin.graph.twin import Diverter, NotRunnableError, build
+from stitchfleet.plugin.graph.twin_mark import PREFIX
 from stitchfleet.plugin.graph.twin_runs import UNPREPARED, PreparedRuns
 from tests.plugin.graph.test_twin import _feed, _model, _site
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from stitchfleet.plugin.graph.twin import PREFIX
+from stitchfleet.plugin.graph.twin_mark import PREFIX
 from stitchfleet.plugin.native.faults import Fault, FaultError
 from stitchfleet.telemetry import models as tables
 from tests.plugin.hook_harness import events, hooked, train

@@ -19,7 +19,7 @@ from tensorflow.core.framework import attr_value_pb2
 
 from stitchfleet.demo import models
 from stitchfleet.plugin.control.schedule import BASELINE, STITCHED, WARMUP
-from stitchfleet.plugin.graph.twin import PREFIX
+from stitchfleet.plugin.graph.twin_mark import PREFIX
 from stitchfleet.plugin.native.faults import Fault
 from stitchfleet.plugin.session.hook import StitchHook
 from stitchfleet.telemetry import models as tables
