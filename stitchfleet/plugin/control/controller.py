@@ -79,10 +79,13 @@ class Controller:
         self.saved_variance = 0.0  # the squared standard errors of the windows' savings, summed (`Window.noise`)
         self.ran: set[int] = set()  # clusters (positions) whose kernels ran in a step so far (`_first_run`)
         self.first_seconds = 0.0  # what their first runs took beyond a usual step: setup
-        # The plugin's own work on a step, outside its timed run (`step_done`): the clock, when the step was planned,
-        # and the previous step's `step_done`, which ends after its figures were booked
+        # The plugin's own work on a step, outside its timed run (`step_done`): the clock, when the hook entered the
+        # step (`step_entered`, else when it was planned), and the previous step's end of `step_done` (to the hook's
+        # `step_left` when it says so), which ends after its figures were booked
         self.clock, self.carried = clock, 0.0
         self.planned_at: float | None = None
+        self.entered_at: float | None = None
+        self.done_at: float | None = None  # `step_done` entered: the hook's `step_left` measures from there
         self.own_charged = 0.0  # of it, what the stitched (and probe) windows' savings pay so far
         for c in clusters:
             c.kept = None if self.timing.probing else True
@@ -161,7 +164,8 @@ class Controller:
         for this step's shapes the guard has not judged yet (`signature_kernels`): judged too when switched
         on, outside the checks' budget and rotation (a rank-local extra: it adds fetches, no collective)."""
         if not self.done:
-            self.planned_at = self.clock()
+            self.planned_at = self.entered_at if self.entered_at is not None else self.clock()
+        self.entered_at = None
         if not self.recalled:
             self._recall(step)
         if self.done:  # nothing is left to decide: the step runs as written
@@ -208,7 +212,19 @@ class Controller:
         try:
             self._step_done(plan, figures, own)
         finally:
-            self.carried = self.clock() - entered
+            self.carried, self.done_at = self.clock() - entered, entered
+
+    def step_entered(self) -> None:
+        """The hook's first line of a training step: its work from here to `step_plan` (the run's bookkeeping, the
+        shape signature's observation) is the plugin's own too, booked with the step (`step_done`)."""
+        if not self.done:
+            self.entered_at = self.clock()
+
+    def step_left(self) -> None:
+        """The hook's last line of a step: its work after `step_done` (polling the guard's results, releasing the
+        run) is booked with the next step, as `step_done`'s own is."""
+        if self.done_at is not None:
+            self.carried, self.done_at = self.clock() - self.done_at, None
 
     def _step_done(self, plan: StepPlan, figures: StepFigures, own: float) -> None:
         self.fault = self.fault or figures.fault

@@ -125,6 +125,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return 1
 
     def before_run(self, run_context: tf.compat.v1.train.SessionRunContext) -> tf.compat.v1.train.SessionRunArgs | None:
+        if not self.quiet and self.controller is not None:
+            self.controller.step_entered()  # what the hook does from here is the plugin's own work on the step
         self.runs.reset()
         if self.shapes is not None and self.shapes.learning and self.training is not None:  # for the next processes
             self.shapes.learn(run_context.original_args, self.training.updates_variables)
@@ -175,6 +177,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self._fault(err)
         self.step += 1
         self.runs.release()
+        if not self.quiet and self.controller is not None:
+            self.controller.step_left()  # the hook's work after the step's booking: charged with the next step
 
     def end(self, session: tf.compat.v1.Session) -> None:
         kernels = [c.kernel for c, _ in self.installed]

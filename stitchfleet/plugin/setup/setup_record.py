@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stitchfleet import settings as settings_module
 
@@ -77,7 +77,7 @@ def _path(cache_dir: Path, key: str) -> Path:
     return Path(cache_dir) / RECORD_DIR / f"{key}.json"
 
 
-def _kernel_file(kernel: Any, cache_dir: Path) -> str | None:
+def _kernel_file(kernel: object, cache_dir: Path) -> str | None:
     """The kernel's shared object, relative to the cache directory; None when it is no file there."""
     library = getattr(getattr(kernel, "executable", None), "library_path", None)
     if library is None:
@@ -88,7 +88,7 @@ def _kernel_file(kernel: Any, cache_dir: Path) -> str | None:
         return None
 
 
-def write(cache_dir: Path, key: str, backend: str, kernels: Iterable[Any]) -> bool:
+def write(cache_dir: Path, key: str, backend: str, kernels: Iterable[object]) -> bool:
     """Records the kernels a setup built (atomic rename: a concurrent pod reads a whole record or none).
     Nothing raises: without a record the next run only estimates its setup as cold. False when not written."""
     made = builder(backend, cache_dir)

@@ -203,3 +203,39 @@ def test_the_plugins_own_work_on_a_step_is_charged_to_stitched_windows_never_to_
     assert stitched[0]["step_seconds_sum"] == pytest.approx(15 * 0.0095)  # what the steps cost the job
     assert controller.own_charged == pytest.approx(45 * 0.0015)  # the baseline steps' is paid by nobody
     controller.ledger.close()
+
+
+def test_the_hooks_work_before_the_plan_and_after_the_booking_is_the_plugins_own_too(tmp_path: Path) -> None:
+    """Session 18: the hook works on a step before `step_plan` (the run's bookkeeping, the shape signature) and
+    after `step_done` (polling the guard's results): 0.08-0.16 ms a step on the demo, booked as saved while
+    `step_plan` .. `step_done` was all the controller saw. With `step_entered` / `step_left` every stitched step
+    pays its 0.4 + 0.3 ms too: plain TF 10 ms, stitched 9 ms, 1 + 0.4 + 0.3 ms of the plugin's work a step."""
+    now = [0.0]
+    timing = Timing(
+        warmup_steps=0, baseline_steps=5, rebaseline_every=20, window_steps=20, probe_steps=0, paired_steps=5
+    )
+    current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path), "STITCHFLEET_JOB_UID": "hook-work"})
+    ledger = Ledger(current, 0, 1, f"sqlite:///{tmp_path / 't.db'}")
+    found = [Cluster(0, f"{0:032x}", SimpleNamespace(bad=None), 3)]
+    controller = Controller(found, timing, ledger, 1, clock=lambda: now[0])
+    rows: list[dict[str, object]] = []
+    controller.ledger.window = lambda **fields: rows.append(fields)  # type: ignore[method-assign]
+    for step in range(65):  # baseline 0-4, stitched 5-19, baseline 20-24, ... stitched 45-59, baseline 60-64
+        controller.step_entered()
+        now[0] += 0.0004  # the hook before the plan
+        plan = controller.step_plan(step)
+        seconds = 0.009 if plan.on_twin else 0.010
+        now[0] += 0.001 + seconds  # the plan's feeds and fetches, the run
+        controller.step_done(plan, StepFigures(seconds, summed=plan.local))
+        now[0] += 0.0003  # the hook after the booking
+        controller.step_left()
+    now[0] += 1.0  # the job's end is no step's
+    controller.finish()
+    stitched = [r for r in rows if r["mode"] == "stitched"]
+    assert all(r["baseline_step_seconds"] == pytest.approx(0.010) for r in rows if r["mode"] != "baseline")
+    # every stitched step follows another step, whose work after its booking it carries: 0.3 + 0.4 + 1 ms each
+    assert controller.own_charged == pytest.approx(45 * (0.0003 + 0.0004 + 0.001))
+    assert sum(float(r["saved_seconds"]) for r in stitched) == pytest.approx(  # type: ignore[arg-type]
+        45 * 0.001 - controller.own_charged
+    )
+    controller.ledger.close()
