@@ -50,10 +50,14 @@ def measure(dims: dict[str, int], thresholds: list[int], rounds: int, steps: int
         backoffs = bridge.pool_backoffs()
         for r in range(rounds):
             print(f"  round {r + 1}/{rounds}", flush=True)
-            walls["plain TF"] += _window(lambda: plain.run(plain_fetches, plain_feeds()), steps, cpu["plain TF"])
-            for threshold in thresholds:
-                bridge.pool_elements(threshold)
-                walls[threshold] += _window(on, steps, cpu[threshold])
+            # the order turns each round: a window's place in the round moved its median by ~5% (two identical
+            # configurations differed by that much in a fixed order)
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                if name == "plain TF":
+                    walls[name] += _window(lambda: plain.run(plain_fetches, plain_feeds()), steps, cpu[name])
+                    continue
+                bridge.pool_elements(name)
+                walls[name] += _window(on, steps, cpu[name])
         bridge.pool_elements(default)
         backoffs = bridge.pool_backoffs() - backoffs
         session.close()
