@@ -26,7 +26,9 @@ typedef int (*Pooled)(void *const *buffers, Runner run, void *pool);
 // Below this many elements touched a loop runs on the op's own thread. Handing out costs a closure scheduled and a
 // worker woken (microseconds), and on a machine without a free core the worker's CPU (it spins for more work
 // before it sleeps) comes out of the step: loops of the demo's size (up to 147K) lost 8-12% CPU handed out from
-// 16-32K on the shared 2-core machine, while the 16x64x256 encoder's (262K-1.5M) did not.
+// 16-32K on the shared 2-core machine, while the 16x64x256 encoder's (262K-1.5M) did not. From 64K looked better at
+// 16x64x256 with two cores free and cost the demo's size CPU under load: open until a quiet machine's
+// scripts/bench_pool.py (benchmarks/README.md, "Session 18").
 constexpr int64_t kPoolElements = int64_t{1} << 18;
 // A claimed block is at least this many elements touched (a worker that wakes late still finds work worth
 // taking), and a loop is cut into at most kBlocksPerThread blocks per thread (an even finish).
