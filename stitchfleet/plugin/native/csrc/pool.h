@@ -66,10 +66,12 @@ int64_t now_ns() {
 }
 
 // Backing off: a loop whose op thread, done with every unclaimed block, then waited longer for a worker's block
-// than it had worked itself saw that worker lose its core mid-block (another process, another op: a loaded
-// machine). Such a wait lasts a scheduler slice (milliseconds), so loops run inline for a while, twice as long
-// after each such loop in a row (kBackoffMinNs to kBackoffMaxNs); a loop whose wait was short resets it.
-constexpr int64_t kBackoffMinNs = 10'000'000, kBackoffMaxNs = 1'000'000'000, kWaitSlackNs = 20'000;
+// than it had worked itself, and over kWaitSlackNs, saw that worker lose its core mid-block (another process,
+// another op: a loaded machine). Such a wait lasts a scheduler slice (milliseconds), so loops run inline for a
+// while, twice as long after each such loop in a row (kBackoffMinNs to kBackoffMaxNs); a short wait resets it.
+// On a quiet machine it still fires now and then (the step's own threads outnumber 2 cores), so it is short:
+// with or without it a quiet 16x64x256 step took the same time (benchmarks/README.md, "Session 18").
+constexpr int64_t kBackoffMinNs = 1'000'000, kBackoffMaxNs = 100'000'000, kWaitSlackNs = 200'000;
 std::atomic<int64_t> inline_until{0};
 std::atomic<int64_t> backoff_ns{kBackoffMinNs};
 std::atomic<long> backoffs{0};
