@@ -116,9 +116,19 @@ class BridgeOp:
         return int(self.counters.stitchfleet_bridge_signature_count(symbol.encode(), key.encode()))
 
     def pool_loops(self, on_workers: bool = False) -> int:
-        """Stitched loops run through TF's intra-op pool in this process, or (`on_workers`) their shards that ran
+        """Stitched loops run through TF's intra-op pool in this process, or (`on_workers`) their blocks that ran
         on a TF worker thread other than the calling op's: where stitched tasks ran (csrc/pool.h)."""
         return int(self.counters.stitchfleet_bridge_pool_count(1 if on_workers else 0))
+
+    def pool_backoffs(self) -> int:
+        """Times a handed-out loop's wait for a descheduled worker turned the hand-out off for a while (csrc/pool.h:
+        a loaded machine's sign)."""
+        return int(self.counters.stitchfleet_bridge_pool_count(2))
+
+    def pool_elements(self, elements: int | None = None) -> int:
+        """The elements touched from which a stitched loop is handed out to TF's worker threads, process-wide; with
+        `elements`, set to it. Returns the value before: benchmarks compare thresholds in one process."""
+        return int(self.counters.stitchfleet_bridge_pool_elements(-1 if elements is None else elements))
 
     def faults(self) -> int:
         """Faults of every cluster in this process (NaN/Inf where TF's ops on the same inputs were finite),
@@ -318,6 +328,8 @@ def _load(path: Path) -> BridgeOp:
     counters.stitchfleet_bridge_signature_count.argtypes = [ctypes.c_char_p] * 2
     counters.stitchfleet_bridge_pool_count.restype = ctypes.c_long
     counters.stitchfleet_bridge_pool_count.argtypes = [ctypes.c_int]
+    counters.stitchfleet_bridge_pool_elements.restype = ctypes.c_long
+    counters.stitchfleet_bridge_pool_elements.argtypes = [ctypes.c_long]
     return BridgeOp(path, module, counters)
 
 
