@@ -84,6 +84,7 @@ def child(cache_dir: str, state_dir: str, op_dir: str) -> dict[str, Any]:
     from stitchfleet.demo import command
     from stitchfleet.plugin.native import dispatch_op
     from stitchfleet.plugin.session import hook as hook_module
+    from stitchfleet.plugin.session import job_setup
     from stitchfleet.plugin.setup import job_graph, selection
 
     imported = time.perf_counter() - started
@@ -99,10 +100,10 @@ def child(cache_dir: str, state_dir: str, op_dir: str) -> dict[str, Any]:
         (executable, "load_library", "  kernel key + compile or cache + dlopen"),
         (dispatch_op, "_build", "native op C++ build"),
         (dispatch_op, "_load", "native op load"),
-        (hook_module, "choose_bridge", "bridge (waits for the op build, loads it)"),
-        (hook_module, "check_sites", "translation check"),
-        (hook_module, "build_twin", "twin"),
-        (hook_module, "rewire", "rewrite"),
+        (job_setup, "choose_bridge", "bridge (waits for the op build, loads it)"),
+        (job_setup, "check_sites", "translation check"),
+        (job_setup, "build_twin", "twin"),
+        (job_setup, "rewire", "rewrite"),
     ):
         timers.wrap(owner, attribute, name)
 

@@ -129,6 +129,21 @@ def data_path(graph: tf.Graph) -> frozenset[str]:
     return frozenset(upstream(writers, control=False))
 
 
+def update_path(graph: tf.Graph) -> frozenset[str]:
+    """Names of the ops some write of any variable reads through data edges (trainable or not: moving averages,
+    metrics, accumulators, the global step). What no write reads is at most fetched or tied to the step by control
+    edges (tf.gradients' halves for constants, the `tuple` groups): grappler prunes it from plain TF's step, where a
+    cluster holding it would compute it every step (`frontend.pruned_ops`)."""
+    writers = [op for op in graph.get_operations() if _writes_some_variable(op)]
+    return frozenset(upstream(writers, control=False))
+
+
+def _writes_some_variable(op: Any) -> bool:
+    """A writer's type with an input 0 (its variable, whichever): more ops count than `_writes_variable`'s, so more
+    stay on the path; what stays is only not held, never computed twice."""
+    return (op.type in WRITER_TYPES or op.type.startswith(WRITER_PREFIXES)) and bool(op.inputs)
+
+
 class TrainingSteps:
     """Recognises the training step among a session's runs (see the module docstring)."""
 

@@ -180,15 +180,7 @@ def test_the_plugins_own_work_on_a_step_is_charged_to_stitched_windows_never_to_
     check step) was in no window, and the report booked it as saved against the wall clock. Here plain TF's step
     is 10 ms, a stitched step 8 ms, and the plugin works 1.5 ms around every step: 0.5 ms saved a stitched step."""
     now = [0.0]
-    timing = Timing(
-        warmup_steps=0, baseline_steps=5, rebaseline_every=20, window_steps=20, probe_steps=0, paired_steps=5
-    )
-    current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path), "STITCHFLEET_JOB_UID": "own-work"})
-    ledger = Ledger(current, 0, 1, f"sqlite:///{tmp_path / 't.db'}")
-    found = [Cluster(0, f"{0:032x}", SimpleNamespace(bad=None), 3)]
-    controller = Controller(found, timing, ledger, 1, clock=lambda: now[0])
-    rows: list[dict[str, object]] = []
-    controller.ledger.window = lambda **fields: rows.append(fields)  # type: ignore[method-assign]
+    controller, rows = _timed_controller(tmp_path, now)
     for step in range(65):  # baseline 0-4, stitched 5-19, baseline 20-24, ... stitched 45-59, baseline 60-64
         plan = controller.step_plan(step)
         seconds = 0.008 if plan.on_twin else 0.010
@@ -211,15 +203,7 @@ def test_the_hooks_work_before_the_plan_and_after_the_booking_is_the_plugins_own
     `step_plan` .. `step_done` was all the controller saw. With `step_entered` / `step_left` every stitched step
     pays its 0.4 + 0.3 ms too: plain TF 10 ms, stitched 9 ms, 1 + 0.4 + 0.3 ms of the plugin's work a step."""
     now = [0.0]
-    timing = Timing(
-        warmup_steps=0, baseline_steps=5, rebaseline_every=20, window_steps=20, probe_steps=0, paired_steps=5
-    )
-    current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path), "STITCHFLEET_JOB_UID": "hook-work"})
-    ledger = Ledger(current, 0, 1, f"sqlite:///{tmp_path / 't.db'}")
-    found = [Cluster(0, f"{0:032x}", SimpleNamespace(bad=None), 3)]
-    controller = Controller(found, timing, ledger, 1, clock=lambda: now[0])
-    rows: list[dict[str, object]] = []
-    controller.ledger.window = lambda **fields: rows.append(fields)  # type: ignore[method-assign]
+    controller, rows = _timed_controller(tmp_path, now)
     for step in range(65):  # baseline 0-4, stitched 5-19, baseline 20-24, ... stitched 45-59, baseline 60-64
         controller.step_entered()
         now[0] += 0.0004  # the hook before the plan
@@ -239,3 +223,17 @@ def test_the_hooks_work_before_the_plan_and_after_the_booking_is_the_plugins_own
         45 * 0.001 - controller.own_charged
     )
     controller.ledger.close()
+
+
+def _timed_controller(tmp_path: Path, now: list[float]) -> tuple[Controller, list[dict[str, object]]]:
+    """One cluster, baseline blocks of 5 steps every 20, on the clock `now[0]`; the rows its windows write."""
+    timing = Timing(
+        warmup_steps=0, baseline_steps=5, rebaseline_every=20, window_steps=20, probe_steps=0, paired_steps=5
+    )
+    current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path), "STITCHFLEET_JOB_UID": "own-work"})
+    ledger = Ledger(current, 0, 1, f"sqlite:///{tmp_path / 't.db'}")
+    found = [Cluster(0, f"{0:032x}", SimpleNamespace(bad=None), 3)]
+    controller = Controller(found, timing, ledger, 1, clock=lambda: now[0])
+    rows: list[dict[str, object]] = []
+    controller.ledger.window = lambda **fields: rows.append(fields)  # type: ignore[method-assign]
+    return controller, rows
