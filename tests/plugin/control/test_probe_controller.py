@@ -505,6 +505,23 @@ def test_periodic_checks_wait_while_checks_took_more_than_their_budget(tmp_path:
     assert controller.check_seconds <= 0.01 * controller.job_seconds + 0.05
 
 
+def test_the_checks_judging_outside_the_run_counts_against_the_budget(tmp_path: Path, kernels: Any) -> None:
+    """Session 18: a check step's run is hardly slower than a usual step; its cost is the judging after it (numpy
+    against the fp64 reference, the plugin's own work on the step: 6-70 ms on the demo's 4.5 ms steps). The budget
+    counted the run alone, so the demo checked every 100 steps at 5-8% of its time against a 1% budget."""
+    controller = _controller(tmp_path, kernels, check_budget=0.01, check_max_gap=100_000, **NO_PROBE)
+    judged_at = []
+    for step in range(12_000):
+        judged = controller.judged(step)
+        controller.count_checks(judged, step)
+        controller.timed(step, 0.001, bool(judged), own=0.05 if judged else 0.0)
+        if judged:
+            judged_at.append(step)
+    periodic = judged_at[2:]
+    assert periodic and all(b - a >= 5000 for a, b in itertools.pairwise(periodic))
+    assert controller.check_seconds <= 0.01 * controller.job_seconds + 0.05
+
+
 def test_a_generous_budget_keeps_every_periodic_check(tmp_path: Path, kernels: Any) -> None:
     controller = _controller(tmp_path, kernels, check_budget=1.0, **NO_PROBE)
     for step in range(45):
