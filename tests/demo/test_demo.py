@@ -88,3 +88,25 @@ def test_the_setup_in_the_first_chunk_is_not_counted_as_noise() -> None:
     plain.created, plain.chunks = 0.5, [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     line = command.against_plain(stitched, plain)
     assert "-7.00 s saved (noise 0.04 s); the plugin's job was slower than plain TF's" in line
+
+
+def test_the_native_op_is_prepared_outside_both_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo prepares the machine as the shim image does (the op prebuilt): built once into the kernel cache,
+    before either job's clock; nothing for a backend without the op, nor when it is already there; a machine that
+    cannot build it is told so, and the plugin's setup then says what it does instead."""
+    from stitchfleet.demo import command
+    from stitchfleet.plugin.native import dispatch_op
+
+    assert command.native_op(tmp_path, "sim") == ""  # the sim backend runs through tf.numpy_function
+    monkeypatch.setattr(dispatch_op, "present", lambda cache_dir: True)
+    assert command.native_op(tmp_path, "cpu") == ""
+    built: list[Path] = []
+    monkeypatch.setattr(dispatch_op, "present", lambda cache_dir: False)
+    monkeypatch.setattr(dispatch_op, "library_path", lambda cache_dir: built.append(cache_dir) or cache_dir)
+    assert "built the native TF op" in command.native_op(tmp_path, "cpu") and built == [tmp_path]
+
+    def unbuildable(cache_dir: Path) -> Path:
+        raise dispatch_op.BridgeUnavailableError("no C++ compiler")
+
+    monkeypatch.setattr(dispatch_op, "library_path", unbuildable)
+    assert "cannot be built here (no C++ compiler)" in command.native_op(tmp_path, "cpu")
