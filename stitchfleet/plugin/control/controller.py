@@ -16,9 +16,11 @@ from dataclasses import replace
 import numpy as np
 from numpy.typing import NDArray
 
+from stitchfleet.plugin.control.check_plan import CheckPlan
 from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.decision_figures import DecisionFigures, GuardFigures
 from stitchfleet.plugin.control.job_course import JobCourse, finding_figures
+from stitchfleet.plugin.control.own_work import OwnWork
 from stitchfleet.plugin.control.probe_course import ProbeCourse
 from stitchfleet.plugin.control.probe_decisions import NOISE_FACTOR, ProbeDecisions
 from stitchfleet.plugin.control.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing
@@ -71,21 +73,12 @@ class Controller:
             max(timing.baseline_steps - 1, 1), max(timing.baseline_steps, 2), need=timing.baseline_steps
         )
         self.announced = self.timing.probing  # probed clusters are announced by their decision
-        self.check_counts = [0] * len(clusters)
-        self.job_seconds = 0.0  # every step's time, and what check steps took beyond a usual step
-        self.check_seconds = 0.0
-        self.last_check = 0  # the last step that judged a cluster: checks wait for the budget at most check_max_gap
-        self.turn = 0  # periodic checks made so far (their rotation over the clusters)
+        self.check_plan = CheckPlan([0] * len(clusters))  # which steps judge which clusters, at what cost
+        self.job_seconds = 0.0  # every step's time
         self.saved_variance = 0.0  # the squared standard errors of the windows' savings, summed (`Window.noise`)
         self.ran: set[int] = set()  # clusters (positions) whose kernels ran in a step so far (`_first_run`)
         self.first_seconds = 0.0  # what their first runs took beyond a usual step: setup
-        # The plugin's own work on a step, outside its timed run (`step_done`): the clock, when the hook entered the
-        # step (`step_entered`, else when it was planned), and the previous step's end of `step_done` (to the hook's
-        # `step_left` when it says so), which ends after its figures were booked
-        self.clock, self.carried = clock, 0.0
-        self.planned_at: float | None = None
-        self.entered_at: float | None = None
-        self.done_at: float | None = None  # `step_done` entered: the hook's `step_left` measures from there
+        self.own_work = OwnWork(clock)  # the plugin's work on a step outside its timed run (`step_done`)
         self.own_charged = 0.0  # of it, what the stitched (and probe) windows' savings pay so far
         for c in clusters:
             c.kept = None if self.timing.probing else True
@@ -164,8 +157,7 @@ class Controller:
         for this step's shapes the guard has not judged yet (`signature_kernels`): judged too when switched
         on, outside the checks' budget and rotation (a rank-local extra: it adds fetches, no collective)."""
         if not self.done:
-            self.planned_at = self.entered_at if self.entered_at is not None else self.clock()
-        self.entered_at = None
+            self.own_work.planned()
         if not self.recalled:
             self._recall(step)
         if self.done:  # nothing is left to decide: the step runs as written
@@ -202,29 +194,24 @@ class Controller:
     def step_done(self, plan: StepPlan, figures: StepFigures) -> None:
         """Books what `plan`'s step took and found, then applies the summed figures (`decide`).
 
-        The plugin's own work on the step is booked beside its seconds (`own`): from `step_plan` to this call,
-        less the timed run (the plan, the step's feeds and fetches, reading its figures, judging its checks), and
-        the previous step's `step_done`. Plain TF pays none of it, so a stitched window's saving pays it and a
-        baseline (the user's graph, plain TF's step) never holds it (docs/plugin/control.md, `step_windows`)."""
-        entered = self.clock()
-        planned, self.planned_at = self.planned_at, None
-        own = self.carried + (max(entered - planned - figures.seconds, 0.0) if planned is not None else 0.0)
+        The plugin's own work on the step (`OwnWork`) is booked beside its seconds: plain TF pays none of it, so a
+        stitched window's saving pays it and a baseline never holds it (docs/plugin/control.md)."""
+        started, own = self.own_work.booking(figures.seconds)
         try:
             self._step_done(plan, figures, own)
         finally:
-            self.carried, self.done_at = self.clock() - entered, entered
+            self.own_work.booked(started)
 
     def step_entered(self) -> None:
         """The hook's first line of a training step: its work from here to `step_plan` (the run's bookkeeping, the
         shape signature's observation) is the plugin's own too, booked with the step (`step_done`)."""
         if not self.done:
-            self.entered_at = self.clock()
+            self.own_work.entered()
 
     def step_left(self) -> None:
         """The hook's last line of a step: its work after `step_done` (polling the guard's results, releasing the
         run) is booked with the next step, as `step_done`'s own is."""
-        if self.done_at is not None:
-            self.carried, self.done_at = self.clock() - self.done_at, None
+        self.own_work.left()
 
     def _step_done(self, plan: StepPlan, figures: StepFigures, own: float) -> None:
         self.fault = self.fault or figures.fault
@@ -283,40 +270,20 @@ class Controller:
         return bool(self.judged(step))
 
     def judged(self, step: int) -> list[int]:
-        """The clusters (positions) whose stitched outputs are compared with the reference at `step`.
-
-        A probe window's check judges what it switched on (the probed cluster, or every cluster of the
-        group). The stitched phase's first steps judge only clusters checked fewer than `check_first`
-        times so far in this job (probe checks count: the code and its numerics did not change). A
-        periodic check judges `check_clusters` of the clusters on, in rotation: each check costs 1-25 ms
-        per cluster of numpy on the host, which a small step cannot pay for every cluster every time;
-        and it is skipped while the checks so far took more than `check_budget` of the job's time
-        (on a 3 ms CPU step a check every 100 steps is ~5% of the job; on a 100 ms GPU step, 0.2%), but
-        never for more than `check_max_gap` steps since the last check: the budget delays checks, it cannot
-        stop them, so a fault that starts late is judged within a bounded number of steps (see Timing).
-        """
-        if not self.timing.checks(step):
+        """The clusters (positions) `step` judges against the reference (`CheckPlan`)."""
+        if not self.timing.checks(step):  # most steps: no array asked of numpy
             return []
         on = [k for k, s in enumerate(self.switches(step)) if s]
-        if self.mode(step) != STITCHED:  # a probe window: what it switched on, until checked enough
-            return [k for k in on if self.check_counts[k] < self.timing.check_first]
-        if self.timing.first_checks(step):
-            fresh = [k for k in on if self.check_counts[k] < self.timing.check_first]
-            if fresh or step % self.timing.check_every:
-                return fresh
-        over_budget = self.check_seconds > self.timing.check_budget * self.job_seconds
-        if over_budget and step - self.last_check < self.timing.check_max_gap:
-            return []
-        return [on[j] for j in self.timing.rotation(self.turn, len(on))]
+        return self.check_plan.judged(self.timing, step, on, self.mode(step) == STITCHED, self.job_seconds)
 
     def count_checks(self, judged: list[int], step: int | None = None) -> None:
         """Books the clusters a step judged (the hook calls this once per step, before it runs)."""
-        for k in judged:
-            self.check_counts[k] += 1
-        if judged and step is not None:
-            self.last_check = step
-            if self.mode(step) == STITCHED and not self.timing.first_checks(step):
-                self.turn += 1  # a periodic check was made: the rotation moves on
+        periodic = step is not None and self.mode(step) == STITCHED and not self.timing.first_checks(step)
+        self.check_plan.count(judged, step, periodic)
+
+    @property
+    def check_counts(self) -> list[int]:
+        return self.check_plan.counts
 
     def local(self, step: int) -> NDArray[np.float64]:
         """This rank's figures for `step`, about to run (see the module docstring)."""
@@ -377,11 +344,7 @@ class Controller:
             self.probes.add(step, seconds, not checked, measured, plain, on=on)
         self.job_seconds += seconds
         if checked:
-            usual = self.windows.stitched_median or self.windows.baseline_median or 0.0
-            # the judging (numpy against the fp64 reference, 6-70 ms on the demo's 4.5 ms steps) is the plugin's own
-            # work on the step, outside its run: the budget pays it too, or checks every 100 steps cost 5-8% of
-            # the job while the budget saw 1%
-            self.check_seconds += max(seconds - usual, 0.0) + own
+            self.check_plan.book(seconds, self.windows.stitched_median or self.windows.baseline_median or 0.0, own)
         else:
             self.bracket.add(step, mode, seconds)
         for window in self.windows.add(step, mode, seconds, not checked, signature, own=own):
