@@ -271,13 +271,15 @@ class Controller:
 
     def judged(self, step: int) -> list[int]:
         """The clusters (positions) `step` judges against the reference (`CheckPlan`)."""
-        if not self.timing.checks(step):  # most steps: no array asked of numpy
+        if not self.timing.checks(step):  # most steps: no numpy call
             return []
         on = [k for k, s in enumerate(self.switches(step)) if s]
         return self.check_plan.judged(self.timing, step, on, self.mode(step) == STITCHED, self.job_seconds)
 
     def count_checks(self, judged: list[int], step: int | None = None) -> None:
         """Books the clusters a step judged (the hook calls this once per step, before it runs)."""
+        if not judged:  # most steps
+            return
         periodic = step is not None and self.mode(step) == STITCHED and not self.timing.first_checks(step)
         self.check_plan.count(judged, step, periodic)
 

@@ -9,7 +9,9 @@ keeps the structure of its fetches.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -45,6 +47,18 @@ def _model() -> tuple[Any, dict[str, Any]]:
 
 def _feed(model: dict[str, Any]) -> dict[Any, Any]:
     return {model["x"]: np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)}
+
+
+@contextlib.contextmanager
+def _attached() -> Iterator[tuple[dict[str, Any], tf.compat.v1.Session, Diverter]]:
+    """The test model's ops, a session of its graph (variables initialised) and a diverter attached to it."""
+    graph, model = _model()
+    twin = build(graph, [_site(model["act"].op)])
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(model["init"])
+        diverter = Diverter(twin)
+        diverter.attach(session)
+        yield model, session, diverter
 
 
 def test_the_users_graph_is_left_as_built() -> None:
@@ -159,12 +173,7 @@ def test_a_site_moves_onto_the_copy() -> None:
 
 
 def test_another_threads_run_is_not_diverted_and_keeps_the_arming() -> None:
-    graph, model = _model()
-    twin = build(graph, [_site(model["act"].op)])
-    with tf.compat.v1.Session(graph=graph) as session:
-        session.run(model["init"])
-        diverter = Diverter(twin)
-        diverter.attach(session)
+    with _attached() as (model, session, diverter):
         diverter.armed = True
         seen: list[set[str]] = []
 

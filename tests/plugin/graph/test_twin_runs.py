@@ -9,8 +9,6 @@ a shape its placeholder refuses, a session whose `run` is not TF's) runs the pla
 from __future__ import annotations
 
 import collections
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,7 +19,7 @@ from tensorflow.python.client import session as tf_session
 from stitchfleet.plugin.graph.twin import Diverter, NotRunnableError, build
 from stitchfleet.plugin.graph.twin_mark import PREFIX
 from stitchfleet.plugin.graph.twin_runs import UNPREPARED, PreparedRuns
-from tests.plugin.graph.test_twin import _feed, _model, _site
+from tests.plugin.graph.test_twin import _attached, _feed, _model, _site
 
 pytestmark = pytest.mark.tf
 Pair = collections.namedtuple("Pair", ["loss", "step"])
@@ -38,18 +36,6 @@ def _handlers(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
     monkeypatch.setattr(tf_session._FetchHandler, "__init__", counted)
     return built
-
-
-@contextlib.contextmanager
-def _attached() -> Iterator[tuple[dict[str, Any], tf.compat.v1.Session, Diverter]]:
-    """The test model's ops, a session of its graph (variables initialised) and a diverter attached to it."""
-    graph, model = _model()
-    twin = build(graph, [_site(model["act"].op)])
-    with tf.compat.v1.Session(graph=graph) as session:
-        session.run(model["init"])
-        diverter = Diverter(twin)
-        diverter.attach(session)
-        yield model, session, diverter
 
 
 def _executed(metadata: Any) -> set[str]:
