@@ -167,6 +167,18 @@ def _compare(plain_times: list[float], baseline_times: list[float], controller: 
     print(line)
 
 
+def _step_phase(hook: StitchHook | None, mode: str | None) -> str:
+    """What a step of a job ran, for the balance's breakdown (`where_it_went`): `as written` (no plugin, setup
+    skipped, or stitching over: no fetch or feed added), `check` (the guard's check tensors fetched), or the
+    schedule's mode (probe and reference both `probe`)."""
+    path = hook.path if hook is not None else None
+    if mode is None or path is None or path.plan is None or path.plan.quiet:
+        return "as written"
+    if path.plan.checks:
+        return "check"
+    return PROBE if mode == REFERENCE else mode
+
+
 class Job:
     """One of the two jobs of the run: its session (created when first run, timed), its steps' times."""
 
@@ -175,6 +187,7 @@ class Job:
         self.hook: StitchHook | None = hook
         self.session: Any = None
         self.times: list[float] = []  # every step's seconds
+        self.phases: list[str] = []  # what each step ran (`_step_phase`), beside its time
         self.chunks: list[float] = []  # each chunk's wall seconds (the first includes creating the session)
         self.created = 0.0  # creating the session: the plugin's setup (compile, the twin) happens here
         self.closed = 0.0  # closing it: the hook's end
@@ -193,6 +206,7 @@ class Job:
             began = time.perf_counter()
             self.loss_value, _ = self.session.run([self.loss, self.train_op], self.feeds())
             chunk.append(time.perf_counter() - began)
+            self.phases.append(_step_phase(self.hook, mode))
             if mode == BASELINE:
                 baseline.append(chunk[-1])
             if self.hook is not None and (step + 1) % every == 0:
@@ -240,7 +254,8 @@ def train(
     if hook.controller is not None and hook.controller.job_reverted:
         print(f"guard: stitching reverted for this job: {hook.controller.job_reverted}")
     _compare(plain.times, baseline, hook.controller)
-    return url, against_plain(stitched, plain, hook.length.skipped), hook.length.skipped is not None
+    balance_lines = where_it_went(stitched, plain) + against_plain(stitched, plain, hook.length.skipped)
+    return url, balance_lines, hook.length.skipped is not None
 
 
 def against_plain(stitched: Job, plain: Job, skipped: str | None = None) -> str:
@@ -263,6 +278,29 @@ def against_plain(stitched: Job, plain: Job, skipped: str | None = None) -> str:
         f" plain TF {without:.2f} s: {saved:+.2f} s saved (noise {noise:.2f} s); the plugin's job was {verdict}"
         f" plain TF's"
     ) + (_stayed_out(skipped, beyond and saved < 0) if skipped is not None else "")
+
+
+def where_it_went(stitched: Job, plain: Job) -> str:
+    """The balance by what the plugin's steps ran: per phase, the plugin's step seconds against plain TF's steps of
+    the same numbers (alternated chunk by chunk, so a phase's pairs are not simultaneous: its noise is the spread
+    of those differences times the root of their count), then session creation and close. The phases sum, with
+    the time between steps, to the balance; each names where seconds were won or paid."""
+    lines = ["\nwhere the balance went (the plugin's steps against plain TF's steps of the same numbers; + saved):"]
+    created, closed = plain.created - stitched.created, plain.closed - stitched.closed
+    lines.append(f"  {'session creation (setup)':<26} {created:+8.2f} s")
+    by_phase: dict[str, list[float]] = {}
+    for phase, ours, theirs in zip(stitched.phases, stitched.times, plain.times, strict=False):
+        by_phase.setdefault(phase, []).append(theirs - ours)
+    for phase, saved in sorted(by_phase.items(), key=lambda item: -len(item[1])):
+        noise = statistics.stdev(saved) * len(saved) ** 0.5 if len(saved) > 1 else float("nan")
+        per_step = statistics.fmean(saved) * 1e3
+        lines.append(
+            f"  {phase + ' steps':<26} {sum(saved):+8.2f} s  (noise {noise:.2f} s; {len(saved)} steps,"
+            f" {per_step:+.3f} ms a step)"
+        )
+    close = "close (the hook's end)"
+    lines.append(f"  {close:<26} {closed:+8.2f} s")
+    return "\n".join(lines)
 
 
 def _stayed_out(why: str, harmed: bool) -> str:

@@ -110,3 +110,40 @@ def test_the_native_op_is_prepared_outside_both_jobs(tmp_path: Path, monkeypatch
 
     monkeypatch.setattr(dispatch_op, "library_path", unbuildable)
     assert "cannot be built here (no C++ compiler)" in command.native_op(tmp_path, "cpu")
+
+
+@pytest.mark.tf
+def test_the_balance_is_broken_down_by_what_the_plugins_steps_ran() -> None:
+    """Each phase books plain TF's seconds at the same step numbers minus the plugin's, so the phases and the
+    session's creation and close add up to the balance, and a reader sees where it was won or paid."""
+    from stitchfleet.demo import command
+
+    stitched, plain = command.Job(None), command.Job(None)
+    stitched.created, plain.created, stitched.closed, plain.closed = 3.0, 1.0, 0.25, 0.0
+    stitched.phases = ["warmup", "warmup", "stitched", "stitched", "check", "stitched"]
+    stitched.times = [0.5, 0.01, 0.008, 0.009, 0.02, 0.007]
+    plain.times = [0.1, 0.01, 0.010, 0.010, 0.01, 0.010]
+    text = command.where_it_went(stitched, plain)
+    lines = text.splitlines()
+    assert lines[2].split() == ["session", "creation", "(setup)", "-2.00", "s"]
+    # the most frequent phase first: 3 stitched steps saved 2 + 1 + 3 ms
+    assert lines[3].startswith("  stitched steps") and "+0.01 s" in lines[3] and "3 steps, +2.000 ms a step" in lines[3]
+    assert lines[4].startswith("  warmup steps") and "-0.40 s" in lines[4] and "2 steps, -200.000 ms a step" in lines[4]
+    assert lines[5].startswith("  check steps") and "-0.01 s" in lines[5] and "noise nan s; 1 steps" in lines[5]
+    assert lines[6].split()[-2:] == ["-0.25", "s"] and "close (the hook's end)" in lines[6]
+
+
+@pytest.mark.tf
+def test_a_step_is_labelled_by_its_plan() -> None:
+    from types import SimpleNamespace
+
+    from stitchfleet.demo import command
+
+    def hook(**plan: bool) -> object:
+        return SimpleNamespace(path=SimpleNamespace(plan=SimpleNamespace(**{"quiet": False, "checks": False, **plan})))
+
+    assert command._step_phase(None, None) == "as written"  # the plain job, or setup skipped
+    assert command._step_phase(hook(quiet=True), "stitched") == "as written"  # type: ignore[arg-type]
+    assert command._step_phase(hook(checks=True), "stitched") == "check"  # type: ignore[arg-type]
+    assert command._step_phase(hook(), "reference") == "probe"  # type: ignore[arg-type]
+    assert command._step_phase(hook(), "baseline") == "baseline"  # type: ignore[arg-type]
