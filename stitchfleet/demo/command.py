@@ -7,11 +7,11 @@ time against the baseline median), the group probe's verdict and each cluster's 
 decision, the weekly savings report read back from the SQLite file the run recorded, then the balance
 against plain TF measured in the same run: the same job without the plugin, in a second session of the same
 process, its steps alternated with the plugin's chunk by chunk (a load spike hits both), wall against wall,
-setup included, with the noise of that difference. Every figure is measured in this run. The plain job runs
-its first chunk first and the plugin is told its median step (what the fleet's memory tells a real job): on the
-CPU the default 6000 steps cannot repay the setup, so the plugin stays out of the way and the demo says the
-balance is then ~0 by design (`--step-ms 0`: the plugin is not told, and sets up).
-"""
+setup included, with the noise of that difference, and where it went (per phase of the plugin's steps: warmup,
+baseline, probe, check, stitched, against plain TF's steps of the same numbers). Every figure is measured in this
+run. The plain job runs its first chunk first and the plugin is told its median step (what the fleet's memory tells
+a real job): on the CPU the default 6000 steps cannot repay the setup, so the plugin stays out of the way and the
+demo says the balance is then ~0 by design (`--step-ms 0`: the plugin is not told, and sets up)."""
 
 from __future__ import annotations
 
