@@ -368,8 +368,8 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("demo", help="train a small model with the plugin on and print the savings report")
-    parser.add_argument("--steps", type=int, default=6000, help="training steps (default 6000)")
-    parser.add_argument("--every", type=int, default=250, help="a progress line every N steps (default 250)")
+    parser.add_argument("--steps", type=int, default=12000, help="training steps (default 12000)")
+    parser.add_argument("--every", type=int, default=500, help="a progress line every N steps (default 500)")
     parser.add_argument("--dir", default="stitchfleet-demo", help="where each run's directory is made")
     parser.add_argument("--backend", default="cpu", choices=_demo_backends(), help="kernel backend (default cpu)")
     parser.add_argument(

@@ -10,8 +10,9 @@ process, its steps alternated with the plugin's chunk by chunk (a load spike hit
 setup included, with the noise of that difference, and where it went (per phase of the plugin's steps: warmup,
 baseline, probe, check, stitched, against plain TF's steps of the same numbers). Every figure is measured in this
 run. The plain job runs its first chunk first and the plugin is told its median step (what the fleet's memory tells
-a real job): on the CPU the default 6000 steps cannot repay the setup, so the plugin stays out of the way and the
-demo says the balance is then ~0 by design (`--step-ms 0`: the plugin is not told, and sets up)."""
+a real job), and sets up only when the job's remaining steps can repay it: the default 12000 steps can (a cold
+setup ~3 s against ~1 ms saved on each of ~11000 stitched steps); 6000 could not on a quiet machine, and the plugin
+then stays out of the way and says the balance is ~0 by design (`--step-ms 0`: the plugin is not told, and sets up)."""
 
 from __future__ import annotations
 
@@ -76,9 +77,10 @@ def demo_settings(directory: Path, backend: str, job_steps: int = 0, step_ms: fl
         "STITCHFLEET_CHECK_FIRST": "3",
         # probing from step 30: the group 4 x 2 rounds, then 10 clusters x 2 rounds, each a pair of 6 + 6 steps:
         # stitched from step 366.
-        # The default 6000 steps give the stitched phase room to pay back the setup (compile, the check
-        # executor: ~0.7 s) and the probing, as a real job's thousands of steps do; 3000 did not (measured
-        # 2026-11-21: gross +0.44 s against 0.71 s of setup)
+        # The default 12000 steps give the stitched phase room to pay back a cold setup (compile, the check
+        # executor: 2.8-3.5 s) and the probing, as a real job's thousands of steps do; 6000 did not on a quiet
+        # machine (the payback rule skipped the setup: 2.6 s of expected gain) and was within noise under load
+        # (measured 2026-11-25: +3.09 s, noise 1.58 s)
         "STITCHFLEET_PROBE_STEPS": "6",
         "STITCHFLEET_PROBE_ROUNDS": "2",
         "STITCHFLEET_GPUS_PER_RANK": "1",
