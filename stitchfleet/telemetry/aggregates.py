@@ -59,6 +59,7 @@ def _jobs(connection: Connection, ids: Sequence[int]) -> list[tw.JobFacts]:
                 "device_kind": row.device_kind or "",
                 "reason": row.reason or "",
                 "compile_seconds": row.compile_seconds or 0.0,
+                "overhead_seconds": row.overhead_seconds or 0.0,
             }
         )
         for row in rows

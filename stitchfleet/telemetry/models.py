@@ -121,6 +121,9 @@ class Job(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     # Wall seconds the slowest rank spent compiling: the overhead charged against the savings.
     compile_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    # Wall seconds the slowest rank's plugin spent on its own work beyond what the user's graph costs, over the
+    # steps no saving pays it (measured: rows.JobOverhead); charged against the savings like the compile.
+    overhead_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
     windows: Mapped[list[StepWindow]] = relationship(back_populates="job")
     events: Mapped[list[Event]] = relationship(back_populates="job")
@@ -264,8 +267,10 @@ class TaskWeek(Base):
     saved_by_steps: Mapped[float] = mapped_column(Float, default=0.0)
     steps_square: Mapped[float] = mapped_column(Float, default=0.0)
     baseline_windows: Mapped[int] = mapped_column(Integer, default=0)
-    # Device-seconds: compile overhead (0 unless charged to this week) and net = gross - compile.
+    # Device-seconds: compile and the plugin's own cost (0 unless charged to this week), and
+    # net = gross - compile - overhead.
     compile_device_seconds: Mapped[float] = mapped_column(Float)
+    overhead_device_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     net_device_seconds: Mapped[float] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(16))
     revert_reason: Mapped[str] = mapped_column(Text)
@@ -298,6 +303,7 @@ class WeekRollup(Base):
     iterations: Mapped[int] = mapped_column(BigInteger)
     gross_device_seconds: Mapped[float] = mapped_column(Float)
     compile_device_seconds: Mapped[float] = mapped_column(Float)
+    overhead_device_seconds: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 Index("ix_events_kind_job", Event.kind, Event.job_id)

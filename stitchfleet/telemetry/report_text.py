@@ -92,6 +92,7 @@ def kind_cells(kind: DeviceTotals) -> list[list[str]]:
         [f"{DEVICE_NOUNS[kind.device_kind]} (sum over tasks)", f"{kind.devices:,}"],
         [f"Gross {kind.unit} saved", hours(kind.gross_hours)],
         [f"Compile overhead, {kind.unit}", hours(kind.compile_hours)],
+        [f"Plugin overhead (measured), {kind.unit}", hours(kind.overhead_hours)],
         [f"Net {kind.unit} saved", hours(kind.net_hours)],
     ]
 
@@ -123,10 +124,20 @@ def _reasons_table(totals: Totals) -> str:
 
 def rollup_header(dimension: str) -> list[str]:
     """Header of a rollup table for `dimension` (hours in each row's unit, see Unit)."""
-    return [DIMENSION_TITLES[dimension], "Unit", "Tasks", "Devices", "Gross h", "Compile h", "Net h", "Reverted"]
+    return [
+        DIMENSION_TITLES[dimension],
+        "Unit",
+        "Tasks",
+        "Devices",
+        "Gross h",
+        "Compile h",
+        "Overhead h",
+        "Net h",
+        "Reverted",
+    ]
 
 
-ROLLUP_NUMERIC = (False, False) + (True,) * 6
+ROLLUP_NUMERIC = (False, False) + (True,) * 7
 
 
 def dimension_rollups(rollups: Sequence[Rollup], dimension: str) -> list[Rollup]:
@@ -144,6 +155,7 @@ def rollup_cells(rollups: Sequence[Rollup], dimension: str) -> list[list[str]]:
             f"{r.devices:,}",
             hours(r.gross_hours),
             hours(r.compile_hours),
+            hours(r.overhead_hours),
             hours(r.net_hours),
             f"{r.reverted_tasks:,}",
         ]
@@ -165,12 +177,13 @@ JOB_HEADER = (
     "Gross h",
     "Measured h (95% interval)",
     "Compile h",
+    "Overhead h",
     "Net h",
     "Unit",
     "Status",
     "Revert reason",
 )
-JOB_NUMERIC = (False,) * 5 + (True,) * 9 + (False, False, False)
+JOB_NUMERIC = (False,) * 5 + (True,) * 10 + (False, False, False)
 
 
 def measured(job: JobSavings) -> str:
@@ -207,6 +220,7 @@ def job_cells(job: JobSavings) -> list[str]:
         hours(job.gross_hours),
         measured(job),
         hours(job.compile_hours),
+        hours(job.overhead_hours),
         hours(job.net_hours),
         job.unit,
         job.status,
@@ -362,6 +376,7 @@ def rollups_csv(report: WeeklyReport) -> str:
             compile_hours=kind.compile_hours,
             net_hours=kind.net_hours,
             reverted_tasks=kind.reverted_tasks,
+            overhead_hours=kind.overhead_hours,
         )
         rows.append([report.week.label, *(getattr(fleet, name) for name in ROLLUP_FIELDS)])
     return _csv(["week", *ROLLUP_FIELDS], rows)

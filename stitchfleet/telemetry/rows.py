@@ -130,6 +130,19 @@ class JobCompiled:
 
 
 @dataclass(frozen=True)
+class JobOverhead:
+    """A rank's plugin cost beyond what the user's graph costs, so far (measured, cumulative): its own work on the
+    steps no window's saving pays (plugin.control.plugin_cost). The job keeps the slowest rank's, like its compile."""
+
+    job: JobKey
+    rank: int
+    overhead_seconds: float
+
+    def __post_init__(self) -> None:
+        _require_finite(self, "overhead_seconds", self.overhead_seconds, minimum=0.0)
+
+
+@dataclass(frozen=True)
 class JobFinished:
     """A rank ended; the worst status over all ranks wins (failed > reverted > finished)."""
 
@@ -263,10 +276,30 @@ class ProbeVerdict:
         _require_aware(self, "recorded_at", self.recorded_at)
 
 
-Row = JobStarted | JobCompiled | JobFinished | StepWindow | Event | ClusterVerdict | JobVerdict | ProbeVerdict
+Row = (
+    JobStarted
+    | JobCompiled
+    | JobOverhead
+    | JobFinished
+    | StepWindow
+    | Event
+    | ClusterVerdict
+    | JobVerdict
+    | ProbeVerdict
+)
 ROW_TYPES: dict[str, type[Row]] = {
     cls.__name__: cls
-    for cls in (JobStarted, JobCompiled, JobFinished, StepWindow, Event, ClusterVerdict, JobVerdict, ProbeVerdict)
+    for cls in (
+        JobStarted,
+        JobCompiled,
+        JobOverhead,
+        JobFinished,
+        StepWindow,
+        Event,
+        ClusterVerdict,
+        JobVerdict,
+        ProbeVerdict,
+    )
 }
 _TIME_FIELDS = frozenset({"started_at", "ended_at", "recorded_at", "occurred_at", "updated_at"})
 

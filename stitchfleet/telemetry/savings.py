@@ -16,9 +16,14 @@ Definitions:
   / 3600 (each rank's saved wall seconds are saved on each of its devices).
 - compile overhead: compile_seconds (slowest rank) x devices of the task / 3600 (every device of
   the task waits for the compile), charged once, to the week of the task's start.
+- plugin overhead: the plugin's own cost beyond what the user's graph costs (measured by the job: its work on
+  the steps no window's saving pays, e.g. baseline and warmup steps; rows.JobOverhead), slowest rank x devices
+  of the task / 3600, charged like the compile, once, to the week of the task's start.
 - claimed saving: the week's saved seconds when their 95% interval over the task's paired windows
   excludes zero, else 0, "within noise" (telemetry.paired; task_weeks keeps its sums); gross counts it.
-- net = gross - compile overhead. Step times are the paired means (the stitched windows' steps and the
+- net = gross - compile overhead - plugin overhead: a task with no claimed saving (stitching skipped, never
+  kept, within noise) books minus its own cost, never a positive saving.
+- Step times are the paired means (the stitched windows' steps and the
   baseline blocks around them) when the task has paired windows, else medians over windows, each window's
   mean step time (step_seconds_sum / iterations), baseline falling back to the stitched windows' reference
   (baseline_step_seconds) when no baseline window ran in the week. speedup = baseline / stitched, shown only
@@ -76,7 +81,9 @@ ATTRIBUTION = (
     "core-hours, never summed together: hours saved = saved seconds summed over ranks x devices per rank "
     "(the GPUs, or CPU cores, one rank measured it uses) / 3600; compile overhead = setup seconds (compile, "
     "the check executor) of the slowest rank x all devices of the task / 3600, charged to the week the task "
-    "started; net = gross - compile overhead. A task counts as reverted when any of its clusters, or the "
+    "started; plugin overhead = the plugin's own work the slowest rank measured on steps no window's saving pays "
+    "(baseline, warmup and reverted steps), likewise; net = gross - compile overhead - plugin overhead. A task "
+    "counts as reverted when any of its clusters, or the "
     "whole job, was reverted. Medians are over windows (mean step time of each)."
 )
 
@@ -105,6 +112,7 @@ class JobSavings:
     net_hours: float
     status: str
     revert_reason: str
+    overhead_hours: float = 0.0  # the plugin's own cost the task measured (`rows.JobOverhead`), charged like compile
     measured_hours: float = 0.0  # the paired windows' saving, claimed (gross) only when its interval excludes 0
     low_hours: float | None = None  # its 95% interval (`paired.claim`); None with fewer than 3 paired windows
     high_hours: float | None = None
@@ -134,6 +142,7 @@ class Rollup:
     compile_hours: float
     net_hours: float
     reverted_tasks: int
+    overhead_hours: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -148,6 +157,7 @@ class DeviceTotals:
     compile_hours: float
     net_hours: float
     reverted_tasks: int
+    overhead_hours: float = 0.0
 
     @property
     def unit(self) -> str:
@@ -181,7 +191,7 @@ class Totals:
         for found in self.by_kind:
             if found.device_kind == device_kind:
                 return found
-        return DeviceTotals(device_kind, 0, 0, 0, 0.0, 0.0, 0.0, 0)
+        return DeviceTotals(device_kind, 0, 0, 0, 0.0, 0.0, 0.0, 0, 0.0)
 
     @property
     def gpu(self) -> DeviceTotals:
@@ -266,6 +276,7 @@ def job_savings(row: Any, medians: Medians) -> JobSavings:
     gross = row.claimed_seconds * row.devices_per_rank / SECONDS_PER_HOUR
     low, high = _interval(found, row.devices_per_rank)
     compile_hours = _hours(row.compile_device_seconds)
+    overhead_hours = _hours(row.overhead_device_seconds or 0.0)
     return JobSavings(
         cluster=row.cluster,
         namespace=row.namespace,
@@ -284,9 +295,10 @@ def job_savings(row: Any, medians: Medians) -> JobSavings:
         speedup=speedup(baseline, stitched, gross),
         gross_hours=gross,
         compile_hours=compile_hours,
-        net_hours=gross - compile_hours,
+        net_hours=gross - compile_hours - overhead_hours,
         status=row.status,
         revert_reason=row.revert_reason,
+        overhead_hours=overhead_hours,
         measured_hours=row.saved_seconds * row.devices_per_rank / SECONDS_PER_HOUR,
         low_hours=low,
         high_hours=high,
@@ -301,6 +313,7 @@ def with_medians(connection: Connection, week: Week, rows: Sequence[Any]) -> lis
 
 def _device_totals(row: Any) -> DeviceTotals:
     gross, compile_hours = _hours(row.gross_device_seconds), _hours(row.compile_device_seconds)
+    overhead_hours = _hours(row.overhead_device_seconds or 0.0)
     return DeviceTotals(
         device_kind=row.device_kind,
         tasks=row.tasks,
@@ -308,8 +321,9 @@ def _device_totals(row: Any) -> DeviceTotals:
         iterations=row.iterations,
         gross_hours=gross,
         compile_hours=compile_hours,
-        net_hours=gross - compile_hours,
+        net_hours=gross - compile_hours - overhead_hours,
         reverted_tasks=row.reverted_tasks,
+        overhead_hours=overhead_hours,
     )
 
 

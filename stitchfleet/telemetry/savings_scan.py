@@ -55,6 +55,7 @@ def _job(row: savings_sql.TaskRow, medians: dict[tuple[int, str], float], revert
     gross = _hours(found.claimed, row.devices_per_rank)
     interval = (None, None) if found.low == -math.inf else (found.low, found.high)
     compile_hours = _hours(row.compile_seconds, devices) if row.compile_charged else 0.0
+    overhead_hours = _hours(row.overhead_seconds, devices) if row.compile_charged else 0.0
     return JobSavings(
         cluster=row.cluster,
         namespace=row.namespace,
@@ -73,9 +74,10 @@ def _job(row: savings_sql.TaskRow, medians: dict[tuple[int, str], float], revert
         speedup=speedup(baseline, stitched, gross),
         gross_hours=gross,
         compile_hours=compile_hours,
-        net_hours=gross - compile_hours,
+        net_hours=gross - compile_hours - overhead_hours,
         status=row.status,
         revert_reason=_revert_reason(row, reverts),
+        overhead_hours=overhead_hours,
         measured_hours=_hours(row.saved_seconds, row.devices_per_rank),
         low_hours=None if interval[0] is None else _hours(interval[0], row.devices_per_rank),
         high_hours=None if interval[1] is None else _hours(interval[1], row.devices_per_rank),
@@ -106,6 +108,7 @@ def rollups(jobs: Iterable[JobSavings]) -> tuple[Rollup, ...]:
 def _device_totals(device_kind: str, jobs: list[JobSavings]) -> DeviceTotals:
     gross = sum(job.gross_hours for job in jobs)
     compile_hours = sum(job.compile_hours for job in jobs)
+    overhead_hours = sum(job.overhead_hours for job in jobs)
     return DeviceTotals(
         device_kind=device_kind,
         tasks=len(jobs),
@@ -113,8 +116,9 @@ def _device_totals(device_kind: str, jobs: list[JobSavings]) -> DeviceTotals:
         iterations=sum(job.iterations for job in jobs),
         gross_hours=gross,
         compile_hours=compile_hours,
-        net_hours=gross - compile_hours,
+        net_hours=gross - compile_hours - overhead_hours,
         reverted_tasks=sum(1 for job in jobs if _reverted(job)),
+        overhead_hours=overhead_hours,
     )
 
 

@@ -10,7 +10,7 @@ Attribution (the contract the report footer states):
 - a window belongs to the week when its `recorded_at` (the instant its last step ended) is in
   [Monday 00:00 UTC, next Monday 00:00 UTC);
 - a task appears when it has a window in the week or started in it;
-- its compile overhead is charged to the week containing `started_at` (a task whose start was
+- its compile and plugin overhead are charged to the week containing `started_at` (a task whose start was
   never recorded: the week of its first window);
 - its device kind and devices per rank are what its ranks measured (`device_kind`,
   `devices_per_rank`); a task no rank measured (written before they did) falls back to what was
@@ -55,11 +55,12 @@ class TaskRow:
     status: str
     reason: str
     compile_seconds: float
-    compile_charged: bool
+    compile_charged: bool  # the week holds the task's start: its compile and plugin overhead are charged to it
     windows: int
     iterations: int
     saved_seconds: float
     paired: paired.PairedSums
+    overhead_seconds: float = 0.0  # the slowest rank's plugin cost beyond the user's graph (rows.JobOverhead)
 
 
 # The accounting unit of a task (see the module docstring): measured, else declared.
@@ -156,6 +157,7 @@ def _task_select(week: Week) -> Select[Any]:
             func.coalesce(per_job.c.iterations, 0),
             func.coalesce(per_job.c.saved, 0.0),
             *(func.coalesce(per_job.c[name], 0) for name in paired.FIELDS),
+            J.overhead_seconds,
         )
         .outerjoin(per_job, per_job.c.job_id == J.id)
         .where(or_(per_job.c.job_id.is_not(None), charged))
@@ -187,7 +189,8 @@ def _task_row(row: Any) -> TaskRow:
         windows=int(row[14]),
         iterations=int(row[15]),
         saved_seconds=float(row[16]),
-        paired=paired.PairedSums.made([float(value or 0.0) for value in row[17:]]),
+        paired=paired.PairedSums.made([float(value or 0.0) for value in row[17:-1]]),
+        overhead_seconds=float(row[-1] or 0.0),
     )
 
 

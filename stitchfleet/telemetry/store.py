@@ -5,7 +5,7 @@ the database, such that writing the same batch again changes nothing: windows ar
 (job, rank, window index), events by uuid, jobs by (cluster, namespace, job name, job uid),
 clusters by fingerprint, job verdicts by (job, fingerprint), probe verdicts by (job, fingerprint,
 profile, shapes) (the latest wins).
-Merges are order-independent (earliest start, latest end, worst status, largest compile time,
+Merges are order-independent (earliest start, latest end, worst status, largest compile time and overhead,
 sticky revert verdict, a job's latest probe verdict), so replays in any order give the same figures.
 Every write also refreshes the touched tasks' weekly aggregates (task_weeks, week_rollups) in the
 same transaction, which is what keeps a weekly report at O(groups) rows.
@@ -28,6 +28,7 @@ from stitchfleet.telemetry.rows import (
     JobCompiled,
     JobFinished,
     JobKey,
+    JobOverhead,
     JobStarted,
     JobVerdict,
     ProbeVerdict,
@@ -113,6 +114,13 @@ def _job_started(connection: Connection, row: JobStarted) -> None:
 def _job_compiled(connection: Connection, row: JobCompiled) -> None:
     stmt = _insert(connection, JOBS).values(**_key_values(row.job), compile_seconds=row.compile_seconds)
     update = {"compile_seconds": _larger(stmt.excluded.compile_seconds, JOBS.c.compile_seconds)}
+    connection.execute(stmt.on_conflict_do_update(index_elements=list(JOB_KEY), set_=update))
+
+
+def _job_overhead(connection: Connection, row: JobOverhead) -> None:
+    # Cumulative per rank, so a replay or a late older row never lowers it; the slowest rank's wins, as the compile's.
+    stmt = _insert(connection, JOBS).values(**_key_values(row.job), overhead_seconds=row.overhead_seconds)
+    update = {"overhead_seconds": _larger(stmt.excluded.overhead_seconds, JOBS.c.overhead_seconds)}
     connection.execute(stmt.on_conflict_do_update(index_elements=list(JOB_KEY), set_=update))
 
 
@@ -220,6 +228,7 @@ def _probe_verdict(connection: Connection, row: ProbeVerdict, job: int) -> None:
 _JOB_WRITERS: dict[type[Any], Any] = {
     JobStarted: _job_started,
     JobCompiled: _job_compiled,
+    JobOverhead: _job_overhead,
     JobFinished: _job_finished,
     ClusterVerdict: _cluster_verdict,
 }

@@ -286,6 +286,7 @@ def _job_values(plan: TaskPlan) -> dict[str, Any]:
         "status": _status(plan),
         "reason": plan.revert_reason,
         "compile_seconds": plan.compile_seconds,
+        "overhead_seconds": 0.0,  # synthetic tasks record no JobOverhead row
     }
 
 

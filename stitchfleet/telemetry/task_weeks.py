@@ -7,7 +7,7 @@ and, for such a row, what it adds to the `week_rollups` groups. Window sums move
 only, so a write costs what it writes, never what the task already holds. The accounting rules are
 those of `savings` (see its module docstring): a window counts in the week holding its
 `recorded_at`; a task is active in a week when it has a window in it or started in it; compile
-overhead is charged to the week of its start (no recorded start: the week of its first window);
+and plugin overhead are charged to the week of its start (no recorded start: the week of its first window);
 device kind and devices per rank are what the ranks measured, else what was declared; a task is
 reverted when any revert event names it, or its status says so. Median step times are not kept
 here (a median cannot move by differences): reports read them from the windows of the tasks they list.
@@ -37,8 +37,9 @@ VECTOR_FIELDS = (
     "iterations",
     "gross_device_seconds",
     "compile_device_seconds",
+    "overhead_device_seconds",
 )
-Vector = tuple[int, int, int, int, int, int, int, float, float]
+Vector = tuple[int, int, int, int, int, int, int, float, float, float]
 GroupKey = tuple[dt.date, str, str, str]  # week start, dimension, key, device kind
 PAIRED_FIELDS = paired.FIELDS
 
@@ -61,6 +62,7 @@ class JobFacts(NamedTuple):
     status: str
     reason: str
     compile_seconds: float
+    overhead_seconds: float = 0.0  # the plugin's own cost beyond the user's graph (slowest rank): rows.JobOverhead
 
 
 class WindowFacts(NamedTuple):
@@ -216,7 +218,7 @@ def task_week_rows(
     if started is not None:
         weeks.setdefault(started, _Week())
     with_windows = [start for start, sums in weeks.items() if sums.windows > 0]
-    # Compile overhead goes to the week of the start, else to the week of the first window.
+    # Compile and plugin overhead go to the week of the start, else to the week of the first window.
     charged = started if started is not None else min(with_windows, default=None)
     identity = _identity(job, reverts)
     per_rank, devices = identity["devices_per_rank"], job.world_size * identity["devices_per_rank"]
@@ -225,6 +227,7 @@ def task_week_rows(
         if sums.windows <= 0 and start != started:
             continue
         compile_device_seconds = job.compile_seconds * devices if start == charged else 0.0
+        overhead_device_seconds = job.overhead_seconds * devices if start == charged else 0.0
         figures = paired.PairedSums.made(sums.paired)
         claimed = paired.claim(figures, sums.saved).claimed
         rows.append(
@@ -238,7 +241,8 @@ def task_week_rows(
                 "saved_seconds": sums.saved,
                 "claimed_seconds": claimed,
                 "compile_device_seconds": compile_device_seconds,
-                "net_device_seconds": claimed * per_rank - compile_device_seconds,
+                "overhead_device_seconds": overhead_device_seconds,
+                "net_device_seconds": claimed * per_rank - compile_device_seconds - overhead_device_seconds,
                 "daily_saved_seconds": sums.daily,
             }
         )
@@ -266,19 +270,20 @@ def contributions(row: Mapping[str, Any]) -> Iterator[tuple[GroupKey, Vector]]:
         row["iterations"],
         row["claimed_seconds"] * per_rank,
         row["compile_device_seconds"],
+        row["overhead_device_seconds"],
     )
     yield (week, "fleet", "", kind), task
     for dimension in ("namespace", "team", "model"):
         yield (week, dimension, row[dimension], kind), task
     yield (week, "job", job_key(row), ""), task
     for label, events in row["reverts"].items():
-        yield (week, "reason", label, kind), (1, 0, 1, events, 0, 0, 0, 0.0, 0.0)
+        yield (week, "reason", label, kind), (1, 0, 1, events, 0, 0, 0, 0.0, 0.0, 0.0)
     share = 1.0 if row["claimed_seconds"] else 0.0  # a saving within noise is claimed on no day either
     for offset, measured in enumerate(row["daily_saved_seconds"]):
         saved = measured * share
         if saved != 0.0:
             day = (week + dt.timedelta(days=offset)).isoformat()
-            yield (week, "day", day, kind), (1, 0, 0, 0, 0, 0, 0, saved * per_rank, 0.0)
+            yield (week, "day", day, kind), (1, 0, 0, 0, 0, 0, 0, saved * per_rank, 0.0, 0.0)
 
 
 def add_into(totals: dict[GroupKey, list[float]], rows: Iterable[Mapping[str, Any]], sign: int) -> None:

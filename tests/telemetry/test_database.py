@@ -30,7 +30,7 @@ def test_upgrade_check_downgrade(any_url: str) -> None:
     engine = database.connect(any_url)
     try:
         assert set(inspect(engine).get_table_names()) >= TABLES
-        assert database.current_revision(engine) == head_revision() == "0006"
+        assert database.current_revision(engine) == head_revision() == "0007"
         database.check(any_url)  # raises when models and migrations drift apart
         database.upgrade(any_url)  # a second upgrade is a no-op
         database.downgrade(any_url)

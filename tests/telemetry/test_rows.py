@@ -12,8 +12,9 @@ from tests.telemetry.workload import job_key, workload
 
 
 def test_json_round_trip_of_every_row_type() -> None:
-    # The operator's form of a pod's cluster verdict completes the set.
-    rows = [*workload(windows=12, ranks=2), r.JobVerdict(job_key(), "fp-ln-bwd", "reverted", "mismatch", 7)]
+    # The operator's form of a pod's cluster verdict and a rank's plugin overhead complete the set.
+    extra = [r.JobVerdict(job_key(), "fp-ln-bwd", "reverted", "mismatch", 7), r.JobOverhead(job_key(), 1, 0.25)]
+    rows = [*workload(windows=12, ranks=2), *extra]
     assert {type(row).__name__ for row in rows} == set(r.ROW_TYPES)
     assert [r.from_json(r.to_json(row)) for row in rows] == rows
 
@@ -25,6 +26,7 @@ def test_json_round_trip_of_every_row_type() -> None:
         (lambda: r.StepWindow(job_key(), 0, 0, 0, 9, 10, "turbo", 1.0), "mode='turbo': expected one of"),
         (lambda: r.StepWindow(job_key(), 0, 0, 0, 9, 10, "stitched", float("nan")), "step_seconds_sum=nan"),
         (lambda: r.JobFinished(job_key(), "done"), "status='done'"),
+        (lambda: r.JobOverhead(job_key(), 0, -0.5), "overhead_seconds=-0.5: expected a value >= 0.0"),
         (lambda: r.JobStarted(job_key(), rank=2, world_size=2), "rank=2 is not below world_size=2"),
         (lambda: r.JobStarted(job_key(), started_at=dt.datetime(2026, 1, 1)), "started_at=.*needs a timezone"),
         (lambda: r.JobKey("c", "ns", "", "u"), "job_name is empty"),

@@ -83,7 +83,7 @@ def upgrade() -> None:
     op.drop_index("ix_step_windows_job_id", table_name="step_windows")
     _create_task_weeks()
     _create_week_rollups()
-    # Filled from the rows already there by 0006, the last revision that changes these tables: the package's
+    # Filled from the rows already there by 0007, the last revision that changes these tables: the package's
     # `aggregates.rebuild` writes the columns of the head revision, which this one does not have yet.
 
 

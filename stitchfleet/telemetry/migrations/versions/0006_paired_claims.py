@@ -6,8 +6,8 @@ Create Date: 2026-11-25
 
 A task-week's saving is claimed only when its 95% interval over its paired windows excludes zero
 (telemetry.paired); gross and net count the claimed saving. The new columns are derived data: the
-upgrade fills them, and every rollup, from the rows already there with the package's `aggregates.rebuild`
-(the fill 0003 ran before, which a later revision that changes these tables must again bring itself).
+revision 0007 fills them, and every rollup, from the rows already there with the package's `aggregates.rebuild`
+(which writes the head revision's columns: the last revision that changes these tables brings the fill).
 """
 
 from __future__ import annotations
@@ -30,10 +30,7 @@ def upgrade() -> None:
             batch.add_column(sa.Column(name, sa.Float(), nullable=False, server_default="0"))
         for name, kind in INTEGERS:
             batch.add_column(sa.Column(name, kind, nullable=False, server_default="0"))
-    # Derived from the rows already there: the same code the store runs on every write.
-    from stitchfleet.telemetry import aggregates
-
-    aggregates.rebuild(op.get_bind())
+    # Filled by 0007 (see the module docstring).
 
 
 def downgrade() -> None:
