@@ -24,6 +24,7 @@ admission webhook injects it); its step times are the gaps between its per-step 
 arrive, its decisions and claims are read from the telemetry database its runs share over the rounds.
 
     PYTHONPATH=. python scripts/ab_jobs.py --jobs demo mlp transformer --rounds 2
+    PYTHONPATH=. python scripts/ab_jobs.py --jobs demo:12000 --rounds 1   # a job's own length after ':'
     STITCHFLEET_CORPUS_DIR=DIR PYTHONPATH=. python scripts/ab_jobs.py --jobs --corpus models_cifar10_train.py:300
 """
 
@@ -146,6 +147,13 @@ def _child(job: str, mode: str, steps: int, state: str, fleet: str) -> dict[str,
     return found
 
 
+def _brief(text: str, limit: int = 110) -> str:
+    """A decision's text for the table's cell: whole, or cut at the last word that fits, marked with '...'."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
+
+
 def _plugin_figures(hook: Any, url: str, uid: str) -> dict[str, Any]:
     """What the plugin decided and what its report claims: its windows' saved seconds and its setup seconds (per
     device, the rank's seconds), the windows' noise, and the setup it booked from steps (warmup builds, first
@@ -153,11 +161,11 @@ def _plugin_figures(hook: Any, url: str, uid: str) -> dict[str, Any]:
     controller = hook.controller
     if controller is None:
         skipped = hook.length.skipped
-        decided = f"setup skipped: {skipped[:60]}" if skipped else "off" if hook.installed else "nothing stitched"
+        decided = f"setup skipped: {_brief(skipped)}" if skipped else "off" if hook.installed else "nothing stitched"
     elif controller.job_reverted:
-        decided = f"reverted: {controller.job_reverted[:60]}"
+        decided = f"reverted: {_brief(controller.job_reverted)}"
     elif controller.stitching_off:
-        decided = f"off: {controller.stitching_off[:60]}"
+        decided = f"off: {_brief(controller.stitching_off)}"
     else:
         kept = sum(bool(c.kept) and c.enabled for c in controller.clusters)
         decided = f"{kept}/{len(controller.clusters)} kept, group {'proven' if controller.group_proven else 'not'}"
@@ -301,11 +309,11 @@ def _corpus_claims(path: Path, uid: str, stitched: str) -> dict[str, Any]:
     finally:
         engine.dispose()
     if reverts:
-        decided = f"reverted: {(reverts[0][0] or '').splitlines()[0][:60]}"
+        decided = f"reverted: {_brief((reverts[0][0] or '').splitlines()[0])}"
     elif verdicts:
-        decided = f"{verdicts[-1][0]}: {(verdicts[-1][1] or '')[:60]}"
+        decided = f"{verdicts[-1][0]}: {_brief(verdicts[-1][1] or '')}"
     elif setups:
-        decided = (setups[-1][0] or "").splitlines()[0][:60]
+        decided = _brief((setups[-1][0] or "").splitlines()[0])
     else:
         decided = "no setup recorded"
     if stitched:
@@ -456,6 +464,16 @@ def _complete(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
     return complete
 
 
+def _job(spec: str, steps: int) -> tuple[str, int]:
+    """`JOB[:STEPS]` of --jobs: one of JOBS and its length (default --steps, else the job's own: STEPS)."""
+    name, _, count = spec.partition(":")
+    if name not in JOBS:
+        raise SystemExit(f"ab_jobs: --jobs {spec!r}: no job {name!r} (the jobs: {', '.join(JOBS)})")
+    if not count.isdigit() and count:
+        raise SystemExit(f"ab_jobs: --jobs {spec!r}: the steps after ':' must be a whole number")
+    return name, int(count) if count else steps or STEPS[name]
+
+
 def _program(spec: str, steps: int) -> tuple[str, int]:
     """`PROGRAM[:STEPS]` of --corpus: the program's file in the corpus directory and its step cap."""
     name, _, count = spec.partition(":")
@@ -466,7 +484,9 @@ def _program(spec: str, steps: int) -> tuple[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ab_jobs.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", nargs="*", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument(
+        "--jobs", nargs="*", default=list(JOBS), metavar="JOB[:STEPS]", help=f"jobs of this script: {', '.join(JOBS)}"
+    )
     parser.add_argument(
         "--corpus", nargs="*", default=[], metavar="PROGRAM[:STEPS]", help="corpus programs ($STITCHFLEET_CORPUS_DIR)"
     )
@@ -486,8 +506,9 @@ def main(argv: list[str] | None = None) -> int:
         job, mode = args.child
         print(json.dumps(_child(job, mode, args.steps, args.state, args.fleet)))
         return 0
+    own = dict(_job(spec, args.steps) for spec in args.jobs)
     programs = dict(_program(spec, args.steps) for spec in args.corpus)
-    jobs = [*args.jobs, *programs]
+    jobs = [*own, *programs]
     results: dict[str, dict[str, list[dict[str, Any]]]] = {job: {m: [] for m in MODES} for job in jobs}
     # Each run's figures as one JSON line as soon as it ends, so a run cut short (a time limit) still leaves what it
     # measured; --resume reads them back and runs only what is missing.
@@ -509,8 +530,7 @@ def main(argv: list[str] | None = None) -> int:
                         if job in programs:
                             found = _corpus_run(job, mode, programs[job], cache, str(fleet), step_ms=known, limit=limit)
                         else:
-                            steps = args.steps or STEPS[job]
-                            found = _run(job, mode, steps, cache, str(fleet), step_ms=known, limit=limit)
+                            found = _run(job, mode, own[job], cache, str(fleet), step_ms=known, limit=limit)
                         results[job][mode].append(found)
                         where = f"round {r + 1}/{args.rounds}: {job} {mode}"
                         print(_progress(where, found, time.perf_counter() - started), flush=True)
