@@ -94,6 +94,11 @@ class Windows:
     block: list[tuple[float, str | None]] = field(default_factory=list)  # the last baseline block's timed steps
     held: list[_Held] = field(default_factory=list)  # stitched windows since that block, waiting for the next
     last_mode: str = ""  # the mode of the window closed last (consecutive baseline windows make one block)
+    # Over the job's steady stitched windows (probes left out), paired: their saving and the plain TF seconds it is
+    # a share of (`steady_gain`), what the job's next run weighs its setup against (`setup_record.Measured`).
+    steady_saved: float = 0.0
+    steady_compared: float = 0.0
+    steady_steps: int = 0
 
     @property
     def usual(self) -> float | None:
@@ -173,7 +178,19 @@ class Windows:
         for key, steps in found.items():
             if key in means and key in samples:
                 noise[key] = mean_noise(steps, samples[key])
-        return self._window(held, means, noise)
+        window = self._window(held, means, noise)
+        if held.mode == STITCHED:
+            compared = [b for b in window.baselines if b is not None]
+            self.steady_saved += window.saved_seconds
+            self.steady_compared += sum(compared)
+            self.steady_steps += len(compared)
+        return window
+
+    @property
+    def steady_gain(self) -> float | None:
+        """The share of plain TF's step the steady stitched steps saved (negative: lost), the plugin's own work on
+        them included; None before any was paired."""
+        return self.steady_saved / self.steady_compared if self.steady_compared > 0 else None
 
     @staticmethod
     def _window(held: _Held, references: dict[str | None, float], noise: dict[str | None, float]) -> Window:

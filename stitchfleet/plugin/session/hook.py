@@ -185,6 +185,11 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         job_record.closed(
             self.ledger, self.controller, self.job_key, self.shapes, (self.step, kernels, self.signatures)
         )
+        if self.setup is not None and self.controller is not None and self.consensus is not None:
+            done = self.setup
+            job_record.remembered(
+                self.settings, self.controller, self.consensus.size, (done.recorded, done.backend, done.warm)
+            )
 
     # --- begin ----------------------------------------------------------------------------
 

@@ -91,3 +91,27 @@ def closed(
         log.exception("stitchfleet: could not close the job's telemetry")
     if record is not None:
         record.close()
+
+
+def remembered(
+    current: settings_module.Settings, controller: Controller, ranks: int, record: tuple[str, str, bool]
+) -> None:
+    """After `closed`: what the job's stitched phase measured, added to its setup's record in the kernel cache for
+    its next run's payback estimate on this node (`setup_record.Measured`). `record`: the setup's (record key,
+    backend, whether every kernel came from the cache: `job_setup.Setup`). A Horovod job adds nothing: its ranks'
+    nodes hold different caches, and every rank must take the same setup decision."""
+    key, backend, warm = record
+    if ranks != 1 or not key:
+        return
+    try:
+        from stitchfleet.plugin.setup import setup_record
+
+        windows = controller.windows
+        # What a warm run pays again: the executor builds, the kernels' first runs, and the setup itself when this
+        # run's kernels all came from the cache (a cold one's seconds are mostly compiles a warm run does not pay).
+        per_run = controller.setup_total if warm else controller.setup_total - controller.setup_seconds
+        figures = setup_record.measured(windows.steady_gain, windows.steady_steps, per_run)
+        if figures is not None and setup_record.remember(current.cache_dir, key, backend, figures):
+            log.info("stitchfleet: for this job's next run here: %s", figures.said())
+    except Exception:  # a figure for the next run is never worth a failure
+        log.exception("stitchfleet: could not record what this job measured for its next run")

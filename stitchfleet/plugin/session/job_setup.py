@@ -58,6 +58,9 @@ class Setup:
     twin_loss: tf.Tensor | None  # and its value on the twin
     diverter: Diverter | None  # runs a step on the stitched twin (see twin.py)
     built: str  # the compiles, described for the log and the `setup` event
+    recorded: str = ""  # its record in the kernel cache (`setup_record`), which the job's end adds its figures to
+    backend: str = ""  # the backend the record's kernels were built for
+    warm: bool = False  # every kernel came from the kernel cache: its seconds are what a warm run pays again
 
     def started(
         self,
@@ -189,6 +192,9 @@ class JobSetup:
             twin_loss=twin_loss,
             diverter=diverter,
             built=found.compiles.describe(current.compile_budget),
+            recorded=found.recorded,
+            backend=self.backend,
+            warm=found.compiles.built > 0 and found.compiles.compiled == 0,
         )
 
     def seconds(self) -> float:

@@ -2,9 +2,10 @@
 
 Input: the job's planned steps, its plain step time when known (STITCHFLEET_STEP_MS: the fleet's or the user's
 figure), the backend, the `Timing` of its exploration and, when the decision depends on it, what the kernel cache
-holds of the job's last setup (`setup_record.CacheState`). Output: a `Payback` with the estimated cost, the best
-gain, the decision, the case (warm, partly warm, cold) and its sentence, which the job's telemetry records (a
-`setup` event); for a job of unknown length, the `Deferral`: how long it trains as written before its setup starts.
+holds of the job's last setup and what its last run there measured (`setup_record.CacheState`). Output: a `Payback`
+with the estimated cost, the gain, the decision, the case (warm, partly warm, cold) and its sentence, which the
+job's telemetry records (a `setup` event); for a job of unknown length, the `Deferral`: how long it trains as
+written before its setup starts.
 Rules: docs/plugin/setup.md.
 """
 
@@ -35,7 +36,10 @@ class SetupSeconds:
         return self.warm + self.kernels + self.op
 
     def fixed(self, state: CacheState) -> float:
-        return self.warm + self.kernels * state.missing + (0.0 if state.op else self.op)
+        """The setup's cost with what the cache holds; a warm run costs at least what the job's last run here paid
+        that a warm run pays again (`Measured.per_run`: a graph larger than the demo's pays more)."""
+        warm = max(self.warm, state.measured.per_run) if state.measured is not None else self.warm
+        return warm + self.kernels * state.missing + (0.0 if state.op else self.op)
 
 
 # Measured on the demo model (scripts/setup_phases.py, 2-core machine, benchmarks/README.md "Session 18: setup
@@ -125,7 +129,8 @@ def estimate(
     """The job's setup decision. Unknown length or step time: set up (the probes then bound themselves by the
     steps left); known both: set up only when the best gain over the steps left after exploring exceeds the cost.
     The fixed cost is the cold figure unless `cache` (what the kernel cache holds of this job's last setup) says
-    otherwise; it is looked up only when the decision depends on it (a gain between the warm and cold costs)."""
+    otherwise, and the gain BEST_GAIN unless the job's last run there measured less; the cache is looked up only
+    when the decision depends on it (the best gain repays at least a warm setup)."""
     seconds = setup_seconds(backend)
     if steps is None or step_seconds is None:
         missing = "length" if steps is None else "step time"
@@ -133,21 +138,25 @@ def estimate(
         return Payback(steps, step_seconds, seconds.cold, float("nan"), True, why, "unknown")
     exploring = min(timing.exploring_steps, steps)
     probes = exploring * step_seconds * PROBE_LOSS
-    gain = max(steps - exploring, 0) * step_seconds * BEST_GAIN
-    if gain > seconds.cold + probes:
-        fixed, case, said = seconds.cold, "cold, not looked up", "cold: even a cold setup repays, the cache unread"
-    elif gain <= seconds.warm + probes or cache is None:
+    share, source = BEST_GAIN, "the best a stitched step has shown"
+    gain = max(steps - exploring, 0) * step_seconds * share
+    if gain <= seconds.warm + probes or cache is None:
         fixed, case = seconds.cold, "cold, not looked up"
         said = "cold: the cache unread" if cache is None else "cold: not even a warm setup repays, the cache unread"
     else:
+        # Read whenever the setup could repay: what the job's last run here measured (a steady gain below the best,
+        # a larger graph's setup) can say no even where a cold setup at the best gain would repay.
         state = cache()
         fixed, case = seconds.fixed(state), state.case
         said = f"{case}: {state.why}" + ("" if state.op else ", and the native op is to be built")
+        if state.measured is not None:
+            share, source = min(state.measured.gain, BEST_GAIN), state.measured.said()
+            gain = max(steps - exploring, 0) * step_seconds * share
     cost = fixed + probes
     figures = (
-        f"{steps} steps of {step_seconds * 1e3:.2f} ms: a gain of at most {gain:.1f} s ({BEST_GAIN:.0%} of the steps"
-        f" after {exploring} exploring) against a setup cost of about {cost:.1f} s ({fixed:.1f} s fixed on {backend},"
-        f" {said}; plus {exploring} exploring steps at +{PROBE_LOSS:.0%})"
+        f"{steps} steps of {step_seconds * 1e3:.2f} ms: a gain of at most {gain:.1f} s ({share:.1%} of the steps"
+        f" after {exploring} exploring: {source}) against a setup cost of about {cost:.1f} s ({fixed:.1f} s fixed on"
+        f" {backend}, {said}; plus {exploring} exploring steps at +{PROBE_LOSS:.0%})"
     )
     if gain > cost:
         return Payback(steps, step_seconds, cost, gain, True, f"setup can pay back: {figures}", case)

@@ -74,6 +74,7 @@ class Candidates:
     slower: list[tuple[int, str, str]] = field(default_factory=list)  # the fleet's verdict, as left
     compiles: Compiles = field(default_factory=Compiles)
     background: threading.Thread | None = None  # compiles past the budget into the cache, for the next pod
+    recorded: str = ""  # the setup's record in the kernel cache (`setup_record.record_key`): its run adds figures
 
     def refuse(self, refused: dict[int, str]) -> None:
         """Leaves the built clusters whose site index is in `refused` to TF, with its reason."""
@@ -236,7 +237,7 @@ def choose(
     building_op = False
     if current.bridge != "python" and targets.profile(backend).native_op:
         building_op = dispatch_op.warm(current.cache_dir)  # the op's build overlaps the cluster compiles below
-    found = Candidates()
+    found = Candidates(recorded=recorded)
     path = training_path(graph)
     routes = _router(backend, current)
     builds: list[_Build] = []

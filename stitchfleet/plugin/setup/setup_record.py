@@ -1,9 +1,10 @@
 """What a job's setup left in the kernel cache, so that its next run knows what its setup will cost there.
 
-Input: the job's graph, backend and settings; after a setup, the kernels it built (`ClusterKernel`s); before one,
-the kernel cache directory. Output: `write` puts `<cache>/setups/<key>.json` (the kernels' files, and the code,
-CPU and C compiler that built them); `CacheState` says how much of it the cache holds now (`recall`), which
-`payback.estimate` turns into the warm, partly warm or cold setup cost. Rules: docs/plugin/setup.md.
+Input: the job's graph, backend and settings; after a setup, the kernels it built (`ClusterKernel`s); at the job's
+end, what its stitched phase measured (`Measured`); before a setup, the kernel cache directory. Output: `write` puts
+`<cache>/setups/<key>.json` (the kernels' files, and the code, CPU and C compiler that built them), `remember` adds
+the measured figures to it; `CacheState` says how much of it the cache holds now and what the last run measured
+(`recall`), which `payback.estimate` turns into the setup's cost and gain. Rules: docs/plugin/setup.md.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,15 +94,37 @@ def write(cache_dir: Path, key: str, backend: str, kernels: Iterable[object]) ->
     """Records the kernels a setup built (atomic rename: a concurrent pod reads a whole record or none).
     Nothing raises: without a record the next run only estimates its setup as cold. False when not written."""
     made = builder(backend, cache_dir)
-    files = [_kernel_file(kernel, cache_dir) for kernel in kernels]
-    if made is None or not files or None in files:
+    found = [_kernel_file(kernel, cache_dir) for kernel in kernels]
+    files = [name for name in found if name is not None]
+    if made is None or not files or len(files) < len(found):
         return False
+    doc: dict[str, object] = {**made, "kernels": sorted(set(files))}
+    before = _read(cache_dir, key)
+    if before is not None and before.get("measured") is not None and _made(before) == made:
+        doc["measured"] = before["measured"]  # the same code's kernels: what their last run measured still holds
+    return _replace(cache_dir, key, doc)
+
+
+def _read(cache_dir: Path, key: str) -> dict[str, object] | None:
+    try:
+        doc = json.loads(_path(cache_dir, key).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _made(doc: dict[str, object]) -> dict[str, str]:
+    return {name: str(value) for name, value in doc.items() if name not in ("kernels", "measured")}
+
+
+def _replace(cache_dir: Path, key: str, doc: dict[str, object]) -> bool:
+    """Writes the record whole (atomic rename: a concurrent pod reads a whole record or none)."""
     target = _path(cache_dir, key)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{key[:16]}.", suffix=".tmp")
         with os.fdopen(fd, "w") as out:
-            json.dump({**made, "kernels": sorted(set(files))}, out)
+            json.dump(doc, out)
         Path(temporary).replace(target)
     except OSError:
         return False
@@ -108,14 +132,35 @@ def write(cache_dir: Path, key: str, backend: str, kernels: Iterable[object]) ->
 
 
 @dataclass(frozen=True)
+class Measured:
+    """What the job's last run that stitched measured on this node: `gain`, the share of plain TF's step its steady
+    stitched steps saved (the plugin's own work on them included; negative when they were slower), over `steps`
+    stitched steps; `per_run`, the seconds it paid beyond plain TF that a run with every kernel in the cache pays
+    again (the twin's executor builds, the kernels' first runs, the plugin's work no saving pays, and the setup
+    itself when that run found its kernels in the cache)."""
+
+    gain: float
+    steps: int
+    per_run: float
+
+    def said(self) -> str:
+        return (
+            f"its last run here saved {self.gain:+.1%} of plain TF's step over {self.steps} stitched steps and paid"
+            f" {self.per_run:.1f} s a warm run pays again"
+        )
+
+
+@dataclass(frozen=True)
 class CacheState:
     """How much of a job's last setup the kernel cache holds: `kernels` it built (0: none known), `present` of them
-    there now, whether the native op is there (or not needed), and the sentence that says so."""
+    there now, whether the native op is there (or not needed), the sentence that says so, and what the job's last
+    run with a stitched phase measured (`Measured`; None when none is recorded)."""
 
     kernels: int
     present: int
     op: bool
     why: str
+    measured: Measured | None = None
 
     @property
     def missing(self) -> float:
@@ -134,12 +179,11 @@ def recall(cache_dir: Path, key: str, backend: str, op: bool) -> CacheState:
     """What the cache holds of the job's last setup recorded under `key` (`op`: whether the native op is there
     or not needed). No record, an unreadable one, or one written by other code, for another CPU or by another
     C compiler: cold (its kernels' keys would differ)."""
-    try:
-        doc = json.loads(_path(cache_dir, key).read_text())
-        files = [str(name) for name in doc["kernels"]]
-        made = {name: str(value) for name, value in doc.items() if name != "kernels"}
-    except (OSError, ValueError, KeyError, TypeError):
+    doc = _read(cache_dir, key)
+    kernels = doc.get("kernels") if doc is not None else None
+    if doc is None or not isinstance(kernels, list):
         return CacheState(0, 0, op, "no earlier setup of this job's graph is recorded in the kernel cache")
+    files, made = [str(name) for name in kernels], _made(doc)
     current = builder(backend, cache_dir)
     if current != made:
         what = {"code": "other stitchfleet code", "machine": "another CPU", "cc": "another C compiler"}
@@ -148,4 +192,35 @@ def recall(cache_dir: Path, key: str, backend: str, op: bool) -> CacheState:
         return CacheState(0, 0, op, f"the cache's kernels of this job were built by {by}")
     present = sum((Path(cache_dir) / name).is_file() for name in files)
     why = f"the kernel cache holds {present} of the {len(files)} kernels this job's last setup built"
-    return CacheState(len(files), present, op, why)
+    return CacheState(len(files), present, op, why, _measured(doc.get("measured")))
+
+
+def _measured(found: object) -> Measured | None:
+    """The record's measured figures, or None when it has none or they do not read as such."""
+    if not isinstance(found, dict):
+        return None
+    try:
+        measured = Measured(float(found["gain"]), int(found["steps"]), float(found["per_run"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return measured if all(map(math.isfinite, (measured.gain, measured.per_run))) else None
+
+
+# Fewer paired steady stitched steps than this say too little of the steady gain to weigh a next run's setup by.
+MIN_STEADY_STEPS = 50
+
+
+def measured(gain: float | None, steps: int, per_run: float) -> Measured | None:
+    """A run's figures for its next run (`Measured`), or None when its steady stitched steps were too few to say."""
+    if gain is None or steps < MIN_STEADY_STEPS or not math.isfinite(gain):
+        return None
+    return Measured(gain, steps, per_run)
+
+
+def remember(cache_dir: Path, key: str, backend: str, measured: Measured) -> bool:
+    """Adds what the job's run measured to its setup's record, for its next run's payback estimate; only to a record
+    this code, CPU and compiler wrote (another's kernels say nothing of this one's gain). False when not written."""
+    doc = _read(cache_dir, key)
+    if doc is None or _made(doc) != builder(backend, cache_dir):
+        return False
+    return _replace(cache_dir, key, {**doc, "measured": asdict(measured)})

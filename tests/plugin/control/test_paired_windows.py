@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stitchfleet.plugin.control.schedule import BASELINE, STITCHED, Timing
+from stitchfleet.plugin.control.schedule import BASELINE, PROBE, STITCHED, Timing
 from stitchfleet.plugin.control.slowdown import Bracket
 from stitchfleet.plugin.control.step_windows import Window, Windows
 from stitchfleet.telemetry import paired
@@ -120,3 +120,24 @@ def test_slow_steps_that_hit_both_modes_alike_are_no_saving_and_no_loss() -> Non
     assert abs(measured - truth) <= 3 * noise, (measured, truth, noise)
     claim = _claim(found)
     assert claim.low <= truth <= claim.high, (claim, truth)
+
+
+def test_the_steady_gain_is_the_paired_stitched_windows_share_of_plain_tf_and_leaves_probes_out() -> None:
+    """What the job's next run weighs its setup against (`setup_record.Measured`): the steady stitched steps' saving
+    as a share of plain TF's step beside them, the plugin's own work on them counted; probe windows are not steady."""
+    windows = Windows(PAIRED.window_steps)
+    assert windows.steady_gain is None
+    rng = np.random.default_rng(1)
+    plain = 0.010 * rng.uniform(0.99, 1.01, 2000)
+    for step, seconds in enumerate(plain):
+        mode = PAIRED.phase(step)
+        ran = seconds * 0.92 if mode == STITCHED else seconds
+        windows.add(step, mode, float(ran), True, own=0.0002 if mode == STITCHED else 0.0)
+    windows.close()
+    assert windows.steady_gain == pytest.approx(0.08 - 0.02, abs=0.005)  # 8% faster, 2% of it paid back as own work
+    assert windows.steady_steps == sum(PAIRED.phase(step) == STITCHED for step in range(2000))
+    probes = Windows(100)
+    for step in range(200):
+        probes.add(step, PROBE if step < 100 else BASELINE, 0.009 if step < 100 else 0.010, True)
+    probes.close()
+    assert probes.steady_gain is None and probes.steady_steps == 0

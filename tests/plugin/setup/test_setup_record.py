@@ -107,12 +107,13 @@ def test_unread_cache_counts_as_cold_and_is_read_only_where_it_decides() -> None
 
     between = _step_between(SECONDS.warm, SECONDS.warm + SECONDS.kernels)
     assert not payback.estimate(STEPS, between, "cpu", TIMING).affordable  # nothing to read: the cold figure
-    long = payback.estimate(STEPS, _step_between(SECONDS.cold, 2 * SECONDS.cold), "cpu", TIMING, cache)
-    assert long.affordable and long.case == "cold, not looked up" and "even a cold setup repays" in long.why
     short = payback.estimate(STEPS, _step_between(0.0, SECONDS.warm), "cpu", TIMING, cache)
     assert not short.affordable and "not even a warm setup repays" in short.why
-    assert not read  # neither read the cache: the decision did not depend on it
+    assert not read  # the decision did not depend on it: not even a warm setup repays at the best gain
     assert payback.estimate(STEPS, between, "cpu", TIMING, cache).affordable and read == [1]
+    # A job long enough for a cold setup reads it too: its last run's measured gain can still say no
+    long = payback.estimate(STEPS, _step_between(SECONDS.cold, 2 * SECONDS.cold), "cpu", TIMING, cache)
+    assert long.affordable and long.case == "warm" and read == [1, 1]
 
 
 def test_backends_not_measured_take_the_cold_figure_whatever_the_cache_holds() -> None:
@@ -161,3 +162,77 @@ def test_the_same_job_on_an_empty_cache_is_cold_and_skips(tmp_path: Path) -> Non
     [setup] = events(url, "setup", tmp_path / "state" / "spool")
     assert setup.reason == "setup skipped: job too short" and setup.detail == hook.length.skipped
     assert not (tmp_path / "empty-cache" / "cpu").exists()  # skipped: nothing compiled
+
+
+MEASURED = setup_record.Measured(gain=0.02, steps=1800, per_run=8.0)
+
+
+def test_what_a_run_measured_is_kept_with_its_setups_record_and_read_back(tmp_path: Path) -> None:
+    kernels = _kernels(tmp_path, ["a.so", "b.so"])
+    assert setup_record.write(tmp_path, "m1", "cpu", kernels)
+    assert setup_record.recall(tmp_path, "m1", "cpu", op=True).measured is None
+    assert setup_record.remember(tmp_path, "m1", "cpu", MEASURED)
+    state = setup_record.recall(tmp_path, "m1", "cpu", op=True)
+    assert state.measured == MEASURED and state.case == "warm"
+    assert setup_record.write(tmp_path, "m1", "cpu", kernels)  # the next setup by the same code keeps them
+    assert setup_record.recall(tmp_path, "m1", "cpu", op=True).measured == MEASURED
+    path = tmp_path / setup_record.RECORD_DIR / "m1.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "measured": {"gain": "x", "steps": 3, "per_run": 1.0}}))
+    assert setup_record.recall(tmp_path, "m1", "cpu", op=True).measured is None  # unreadable figures: none
+    path.write_text(json.dumps({**doc, "code": "other"}))
+    assert not setup_record.remember(tmp_path, "m1", "cpu", MEASURED)  # other code's kernels: not theirs to weigh
+    assert setup_record.write(tmp_path, "m1", "cpu", kernels)  # and this code's next setup drops them
+    assert setup_record.recall(tmp_path, "m1", "cpu", op=True).measured is None
+    assert not setup_record.remember(tmp_path, "none", "cpu", MEASURED)  # no setup recorded: nothing to add to
+
+
+def test_a_measured_gain_below_the_best_or_a_larger_setup_says_no_where_the_best_would_set_up() -> None:
+    step = _step_between(SECONDS.cold, 2 * SECONDS.cold)  # the best gain repays even a cold setup
+    best = payback.estimate(STEPS, step, "cpu", TIMING, lambda: _state(4))
+    assert best.affordable
+    small = CacheState(4, 4, True, "the kernel cache holds 4 of the 4 kernels", MEASURED)
+    found = payback.estimate(STEPS, step, "cpu", TIMING, lambda: small)
+    exploring = TIMING.exploring_steps
+    assert found.gain == pytest.approx((STEPS - exploring) * step * MEASURED.gain)
+    assert found.cost == pytest.approx(MEASURED.per_run + exploring * step * payback.PROBE_LOSS)
+    assert not found.affordable
+    assert "(2.0% of the steps after" in found.why and "its last run here saved +2.0% of plain TF's step" in found.why
+    lost = CacheState(4, 4, True, "", setup_record.Measured(gain=-0.05, steps=900, per_run=0.5))
+    assert not payback.estimate(10 * STEPS, step, "cpu", TIMING, lambda: lost).affordable  # no length repays a loss
+    better = CacheState(4, 4, True, "", setup_record.Measured(gain=0.3, steps=900, per_run=0.5))
+    capped = payback.estimate(STEPS, step, "cpu", TIMING, lambda: better)
+    assert capped.gain == pytest.approx(best.gain)  # never above the best gain: one run's figure is noisy
+
+
+def test_a_run_that_stitched_leaves_its_measured_figures_and_the_next_run_weighs_them(tmp_path: Path) -> None:
+    """The BERT run_classifier of the corpus (issue 29): a warm run set up on the demo's figures (10% of its steps
+    against 1.5 s) and paid 8 s of setup for a 3.8% steady gain. What a run measured now reaches the next one."""
+    cache = tmp_path / "cache"
+    fixed = {
+        "STITCHFLEET_CACHE_DIR": str(cache),
+        "STITCHFLEET_BRIDGE": "python",
+        "STITCHFLEET_JOB_STEPS": "0",
+        "STITCHFLEET_REBASELINE_EVERY": "20",
+        "STITCHFLEET_CHECK_EVERY": "1000000",
+        "STITCHFLEET_SLOWDOWN_MARGIN": "100",  # a loaded machine's noise must not revert the run being measured
+    }
+    hook = StitchHook(make_settings(tmp_path, "measured-first", **fixed), backend="cpu")
+    _train(200, hook, tf.compat.v1.train.StopAtStepHook(num_steps=200))
+    assert hook.setup is not None and hook.setup.recorded and hook.controller is not None
+    windows = hook.controller.windows
+    found = setup_record.recall(cache, hook.setup.recorded, "cpu", op=True).measured
+    assert found is not None and found.steps == windows.steady_steps >= setup_record.MIN_STEADY_STEPS
+    assert found.gain == pytest.approx(windows.steady_gain) and found.per_run > 0
+    # The next run of the same graph, told a step time at which the best gain repays even a cold setup: a loss
+    # measured by the run before says no, for any length.
+    assert setup_record.remember(cache, hook.setup.recorded, "cpu", setup_record.Measured(-0.05, 100, found.per_run))
+    step_ms = _step_between(SECONDS.cold, 2 * SECONDS.cold) * 1e3
+    url = f"sqlite:///{tmp_path / 'second.db'}"
+    second = StitchHook(
+        make_settings(tmp_path, "measured-second", **fixed, STITCHFLEET_STEP_MS=f"{step_ms}"), backend="cpu", db_url=url
+    )
+    _train(3, second, tf.compat.v1.train.StopAtStepHook(num_steps=STEPS))
+    assert not second.installed and second.length.skipped is not None
+    assert "setup cannot pay back" in second.length.skipped
+    assert "its last run here saved -5.0% of plain TF's step over 100 stitched steps" in second.length.skipped
