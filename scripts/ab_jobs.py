@@ -3,8 +3,9 @@
 Input: the command line (jobs of the corpus, steps per job, rounds). Output: one Markdown table on stdout (and
 appended to --out when given): per job and mode, wall seconds (process start of the job to its end: graph,
 session, setup, steps), the steady step (median of the last half), first and last loss, what the plugin decided,
-the report's claimed saving (net: the job's windows' gross minus its setup, from its telemetry, per device back
-to the rank's seconds, with the windows' noise) against the measured difference from plain TF in the same round
+the report's claimed saving (net: the job's windows' gross minus its setup and its plugin overhead, from its
+telemetry, per device back to the rank's seconds, with the windows' noise; a run without stitched windows claims
+minus its setup and overhead) against the measured difference from plain TF in the same round
 (steps alone, and wall), with the noise of the measured difference (spread of plain TF's over the rounds).
 Each run prints a line as it ends and, with --record FILE, appends its figures to FILE as one JSON line; the table
 so far is printed after every round; --resume FILE reads such a file back and runs only the rounds it lacks.
@@ -179,7 +180,7 @@ def _plugin_figures(hook: Any, url: str, uid: str) -> dict[str, Any]:
 def _claim(url: str, uid: str) -> dict[str, Any]:
     """What the report claims for one run (job uid): its paired windows' saving with the report's 95% interval
     (`telemetry.paired`, the same sums the store keeps per task-week), the claimed part (0 when the interval holds
-    zero), and the setup seconds the job booked."""
+    zero), and the setup and plugin overhead seconds the job booked (`rows.JobOverhead`)."""
     import sqlalchemy as sa
 
     from stitchfleet.telemetry import paired
@@ -193,8 +194,8 @@ def _claim(url: str, uid: str) -> dict[str, Any]:
     try:
         with engine.connect() as connection:
             rows = [tuple(row) for row in connection.execute(sa.text(windows), {"uid": uid})]
-            query = f"select coalesce(max(compile_seconds), 0) from jobs where id in ({mine})"
-            setup = connection.execute(sa.text(query), {"uid": uid}).scalar()
+            query = f"select max(compile_seconds), max(overhead_seconds) from jobs where id in ({mine})"
+            setup, overhead = connection.execute(sa.text(query), {"uid": uid}).one()
     finally:
         engine.dispose()
     sums = paired.PairedSums.windows(rows)
@@ -204,6 +205,7 @@ def _claim(url: str, uid: str) -> dict[str, Any]:
         "claimed_gross": found.claimed,
         "interval": [found.low, found.high],
         "setup": float(setup or 0.0),
+        "overhead": float(overhead or 0.0),
     }
 
 
@@ -347,28 +349,34 @@ def _noise(values: list[float]) -> float:
 
 
 def _claimed(run: dict[str, Any]) -> str:
-    """A run's claim as the report books it: the net (claimed gross minus its setup) and the measured saving's
-    95% interval; "0 (within noise)" when that interval holds zero and nothing is claimed."""
+    """A run's claim as the report books it: the net (claimed gross minus its setup and plugin overhead, as the
+    report's net) and the measured saving's 95% interval; a gross of 0 "within noise" when that interval holds zero,
+    and none without stitched windows: then the net is minus the setup and overhead (never a saving)."""
     low, high = run["interval"]
+    overhead = run.get("overhead", 0.0)  # records written before the report booked it have none
+    costs = f"setup {run['setup']:.2f}, overhead {overhead:.2f}"
+    net = run["claimed_gross"] - run["setup"] - overhead
     if run["measured_gross"] == 0.0 and not math.isfinite(low):
-        return f"none: no stitched windows, setup {run['setup']:.2f}"
+        return f"{net:+.2f} (no stitched windows; {costs})"
     interval = f"[{low:+.2f}, {high:+.2f}]" if math.isfinite(low) else "[no interval: < 3 paired windows]"
     if run["claimed_gross"] == 0.0:
-        return f"0 within noise, setup {run['setup']:.2f} (measured {run['measured_gross']:+.2f} {interval})"
-    return f"{run['claimed_gross'] - run['setup']:+.2f} (gross {run['claimed_gross']:+.2f} {interval})"
+        return f"{net:+.2f} (gross 0 within noise, measured {run['measured_gross']:+.2f} {interval}; {costs})"
+    return f"{net:+.2f} (gross {run['claimed_gross']:+.2f} {interval}; {costs})"
 
 
 def _agrees(plain: dict[str, Any], run: dict[str, Any], noise: float) -> str:
     """Whether the report agrees with the clock: the steps' measured difference from plain TF (the same round) lies
-    in the report's interval of the saving, less the setup it booked from steps, widened by twice the measured
-    difference's own noise; "n/a" with one round (no noise to judge by)."""
+    in the report's interval of the saving, less the setup it booked from steps and the plugin overhead it booked (both
+    spent in the steps), widened by twice the measured difference's own noise; "n/a" with one round (no noise to
+    judge by)."""
     if math.isnan(noise):
         return "n/a"
     difference = plain["steps_seconds"] - run["steps_seconds"]
     low, high = run["interval"]
     if not math.isfinite(low):  # no interval: nothing is claimed, so the clock must show no saving beyond noise
         low = high = 0.0
-    low, high = low - run["setup_from_steps"] - 2 * noise, high - run["setup_from_steps"] + 2 * noise
+    booked = run["setup_from_steps"] + run.get("overhead", 0.0)
+    low, high = low - booked - 2 * noise, high - booked + 2 * noise
     return "yes" if low <= difference <= high else f"no ({difference:+.2f})"
 
 

@@ -4,8 +4,10 @@ Input: optional arguments: the job's steps (default 3000) and the plain steps pe
 Output: on stdout, over the stitched windows' steps: the clock's saving (each chunk's plain TF mean step minus the
 hooked job's steps, its wall and its own timer), the windows' measured saving as booked (`step_windows`: the blocks'
 mean, the plugin's own work charged), and what the former rule booked on the same steps (the blocks' median, no
-own work). The hooked job runs until just after a baseline block, then plain TF as many steps, so the two share
-the machine's load within ~0.2 s. Run from the repository root: PYTHONPATH=. python scripts/savings_bias.py
+own work); and the plugin overhead the job books beside them (its own work on the steps no saving pays,
+`plugin_cost.PluginCost`). The hooked job runs until just after a baseline block, then plain TF as many steps, so
+the two share the machine's load within ~0.2 s. Run from the repository root:
+PYTHONPATH=. python scripts/savings_bias.py
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stitchfleet.demo import command
+from stitchfleet.plugin.control.plugin_cost import PluginCost
 from stitchfleet.plugin.control.schedule import BASELINE, STITCHED
 from stitchfleet.plugin.session.hook import StitchHook
 from stitchfleet.telemetry import paired
@@ -90,6 +93,9 @@ def main(steps: int, chunk: int) -> None:
     plain.close()
     _report(controller, chunk, [b for b in booked if b[0] >= START], [r for r in rows if r["first_step"] >= START])
     _clock(walls, plain_mean, booked)
+    cost = PluginCost.of(controller)
+    print(f"  plugin overhead booked (own work on steps no saving pays, the whole job): {cost.overhead:.3f} s", end="")
+    print(f" of {cost.own:.3f} s own work ({cost.charged:.3f} s paid in the windows' savings)")
 
 
 def _report(controller: Any, chunk: int, found: list[tuple[int, str, float, bool, float]], kept: list[Any]) -> None:

@@ -20,6 +20,7 @@ class OwnWork:
     planned_at: float | None = None  # when the step was entered (`entered`), else planned
     entered_at: float | None = None
     booking_at: float | None = None  # the previous booking's start: `left` measures from there
+    total: float = 0.0  # every booked step's own work so far: what `plugin_cost.PluginCost` splits
 
     def entered(self) -> None:
         """The hook's first line of a training step: its work from here to the plan is the plugin's own too."""
@@ -33,7 +34,9 @@ class OwnWork:
         """The booking of a step whose run took `seconds` starts: (its start, the step's own work so far)."""
         started = self.clock()
         planned, self.planned_at = self.planned_at, None
-        return started, self.carried + (max(started - planned - seconds, 0.0) if planned is not None else 0.0)
+        own = self.carried + (max(started - planned - seconds, 0.0) if planned is not None else 0.0)
+        self.total += own
+        return started, own
 
     def booked(self, started: float) -> None:
         """The booking that began at `started` ended: its time goes with the next step, unless `left` says more."""

@@ -30,6 +30,7 @@ from stitchfleet.telemetry.rows import (
     JobCompiled,
     JobFinished,
     JobKey,
+    JobOverhead,
     JobStarted,
     ProbeVerdict,
     Row,
@@ -237,6 +238,10 @@ class Ledger:
             log.warning("stitchfleet: rank record failed (%s); recording this session's setup alone", err)
         self.safely(JobCompiled, self.key, self.rank, seconds)
         self.open_later()  # setup is booked: the client's imports overlap TF's session creation, not begin
+
+    def overhead(self, seconds: float) -> None:
+        """This rank's plugin cost beyond the user's graph, measured so far (`plugin_cost.PluginCost.overhead`)."""
+        self.safely(JobOverhead, self.key, self.rank, seconds)
 
     def event(
         self, kind: str, step: int | None, fingerprint: str | None, reason: str, **figures: float | str | None

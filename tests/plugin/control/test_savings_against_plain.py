@@ -6,12 +6,15 @@ step seconds minus the plugin's, summed over the job's steps but its first (sess
 compile runs, and the first run, where TF builds the executor of the user's graph, are left out: the hooked
 graph is larger, its first run ~0.3 s slower, a cost the report does not book). Claimed: the weekly report's
 gross saving of the job's windows minus the setup it booked from steps (the warmup's executor builds, the
-kernels' first runs), per device, back to the rank's seconds, minus the hooked session's own cost: what its
-steps that run the user's graph (baseline blocks, and every step once stitching is over) take beyond plain
-TF's steps of the same number, per step, times the steps, less the part of it the report books on stitched steps
-(the plugin's own work around their runs, session 18: `Controller.step_done`). That cost (seen: 0.3-0.7 ms on
-1.1-1.3 ms steps, of which the report books ~0.07 ms) is measured here and printed: the rest the report cannot see,
-its windows compare stitched steps with the job's own baseline, which pays it too. They must agree
+kernels' first runs) and minus the plugin overhead it booked (`PluginCost`: the plugin's own work on the steps no
+window's saving pays, baseline and warmup), per device, back to the rank's seconds, minus what the report cannot
+see of the hooked session's own cost: what its steps that run the user's graph (baseline blocks, and every step
+once stitching is over) take beyond plain TF's steps of the same number, per step, times the steps, less what the
+report books of it (the plugin's own work on stitched steps, in their savings, session 18: `Controller.step_done`;
+on the other steps, as the overhead). That rest is the steps' run itself with the hook's feeds and fetches (seen:
+0.3-0.7 ms on 1.1-1.3 ms steps, of which the report books ~0.1 ms): its windows compare stitched steps with the
+job's own baseline, which pays it too, and no step of the job runs without them to measure it against. It is
+measured here and printed. They must agree
 within the report's stated noise, its 95% interval of the saving (`telemetry.paired`), widened by 3 standard
 errors of the clock's own measurement (the chunks' paired differences, the own cost's); and the report books the
 saving only when that interval excludes zero. No speed is asserted: which way the plugin goes is this machine's.
@@ -30,6 +33,7 @@ import pytest
 import tensorflow as tf
 
 from stitchfleet.demo import models
+from stitchfleet.plugin.control.plugin_cost import PluginCost
 from stitchfleet.plugin.session.hook import StitchHook
 from stitchfleet.telemetry.savings import weekly_summary
 from stitchfleet.telemetry.weeks import week_of
@@ -81,7 +85,8 @@ class Figures:
 
     measured: float  # the clock's, summed over the alternated chunks
     noise: float  # its standard error: the chunks' paired differences, and the own cost's (see the docstring)
-    reported: float  # the report's measured saving on the steps: its windows' less setup from steps and own cost
+    reported: float  # the report's measured saving on the steps: its windows' less setup from steps, the overhead it
+    # booked and the own cost it cannot see
     low: float  # the report's 95% interval of it, shifted likewise
     high: float
     claimed: float  # what the report books (gross), shifted likewise: `reported`, or none within noise
@@ -101,23 +106,27 @@ def _alternated(tmp: Path, steps: int, chunk: int) -> Figures:
     measured = sum(pairs)
     noise = statistics.stdev(pairs[1:]) * len(pairs) ** 0.5  # the first pair holds the builds: not its spread
     own = [plugin.times[s] - plain.times[s] for s in range(1, steps) if plugin.own[s]]
-    # paid by every step of the hooked session, less what the report books itself on stitched steps (the plugin's
-    # own work around their runs, `Controller.step_done`)
-    charged = hook.controller.own_charged if hook.controller is not None else 0.0
-    cost = statistics.mean(own) * (steps - 1) - charged
-    cost_noise = statistics.stdev(own) / len(own) ** 0.5 * (steps - 1)
-    print(f"the hooked session's own cost: {statistics.mean(own) * 1e3:+.3f} ms/step over {len(own)} steps", end="")
-    print(f" (the report books {charged:.3f} s of it)")
     [found] = weekly_summary(url, week_of(dt.datetime.now(dt.UTC))).jobs
     controller = hook.controller
     assert controller is not None and found.iterations == steps
     per_device = 3600.0 / found.devices_per_rank  # device-hours back to the rank's seconds
     assert found.compile_hours * per_device == pytest.approx(controller.setup_total)  # what the report books
+    overhead = found.overhead_hours * per_device  # the plugin's own work on steps no saving pays, as booked
+    assert overhead == pytest.approx(PluginCost.of(controller).overhead) and overhead > 0.0
+    assert found.net_hours == pytest.approx(found.gross_hours - found.compile_hours - found.overhead_hours)
+    # paid by every step of the hooked session, less what the report books itself: on stitched steps in their
+    # savings (`Controller.step_done`), on the others as the overhead
+    booked = controller.own_charged + overhead
+    cost = statistics.mean(own) * (steps - 1) - booked
+    cost_noise = statistics.stdev(own) / len(own) ** 0.5 * (steps - 1)
+    print(f"the hooked session's own cost: {statistics.mean(own) * 1e3:+.3f} ms/step over {len(own)} steps", end="")
+    print(f" (the report books {booked:.3f} s of it: {overhead:.3f} s as overhead)")
     assert found.low_hours is not None and found.high_hours is not None, "a 600-step job has its interval"
     # what is booked is the measured saving when its interval excludes zero, else nothing: sign and size agree
     excludes_zero = found.low_hours > 0.0 or found.high_hours < 0.0
     assert found.gross_hours == (found.measured_hours if excludes_zero else 0.0)
-    shift = (controller.warmup.seconds or 0.0) + controller.first_seconds + cost  # what the windows cannot see
+    # what the windows cannot see: the setup from steps and the overhead (both booked by the report), and `cost`
+    shift = (controller.warmup.seconds or 0.0) + controller.first_seconds + overhead + cost
     return Figures(
         measured,
         (noise**2 + cost_noise**2) ** 0.5,
