@@ -23,10 +23,14 @@ class FleetMetrics(Exposition):
         self.jobs_tracked = self._gauge("jobs_tracked", "Opted-in jobs whose pods the operator currently watches.")
         self.week_jobs = self._gauge("week_jobs", "Jobs that ran with stitchfleet this ISO week.")
         self.week_tasks = self._gauge("week_tasks", "Training tasks (ranks) that ran with stitchfleet this ISO week.")
-        self.saved = self._gauge("week_gpu_hours_saved", "Net GPU-hours saved this ISO week.")
+        self.saved = self._gauge(
+            "week_gpu_hours_saved", "Net GPU-hours saved this ISO week (less compile and measured plugin overhead)."
+        )
         self.gross = self._gauge("week_gross_gpu_hours_saved", "GPU-hours saved this ISO week before overheads.")
         self.cpu_saved = self._gauge(
-            "week_cpu_core_hours_saved", "Net CPU core-hours saved this ISO week by CPU jobs (never in GPU-hours)."
+            "week_cpu_core_hours_saved",
+            "Net CPU core-hours saved this ISO week by CPU jobs, less compile and measured plugin overhead (never in "
+            "GPU-hours).",
         )
         self.reverted = self._gauge("week_reverted_jobs", "Jobs with a reverted stitch cluster this ISO week.")
         self.reverts = Gauge(

@@ -45,6 +45,11 @@ def _rows() -> list[r.Row]:
         tiny_fleet.window((cpu, 0, 0), tiny_fleet.at(19, 2), (100, 30.0, 0.0), "baseline"),
         r.StepWindow(cpu, 1, 1, 100, 199, 100, "stitched", 20.0, 0.3, 10.0, tiny_fleet.at(20, 2)),
         r.JobFinished(cpu, "reverted", "slower than baseline", ended_at=tiny_fleet.at(20, 3)),
+        # the plugin's own cost: the slowest rank's counts, a rank's older figure never lowers it (any order)
+        r.JobOverhead(cpu, 0, 0.8),
+        r.JobOverhead(cpu, 1, 1.2),
+        r.JobOverhead(cpu, 1, 0.4),
+        r.JobOverhead(tiny_fleet.B, 3, 2.5),
     ]
     return tiny_fleet.fleet() + list(synthetic.fleet_rows(spec)) + extra
 

@@ -164,3 +164,22 @@ def test_a_speedup_never_disagrees_in_sign_with_the_gross(
 ) -> None:
     found = savings.speedup(baseline, stitched, gross)
     assert found == (pytest.approx(expected) if expected is not None else None)
+
+
+def test_every_tasks_speedup_agrees_in_sign_with_its_gross(sqlite_url: str) -> None:
+    """Issue 29 item 5 on a whole synthetic week (noisy windows, reverts, several ranks): a row shows a speedup only
+    beside a claimed saving, over 1 beside hours saved and under 1 beside hours lost; and its net is its gross less
+    the compile and the plugin overhead, so a task claiming nothing never books a positive net."""
+    from stitchfleet.telemetry import synthetic
+
+    database.upgrade(sqlite_url)
+    synthetic.generate(sqlite_url, synthetic.FleetSpec(tasks=60, week=weeks.parse_week("2026-W47"), seed=3))
+    tasks = list(savings.week_tasks(sqlite_url, "2026-W47"))
+    assert len(tasks) == 60 and any(t.speedup is not None for t in tasks)
+    for task in tasks:
+        if task.speedup is not None:
+            assert (task.speedup > 1.0) == (task.gross_hours > 0.0), task
+        else:
+            assert task.gross_hours == 0.0 or task.baseline_step_seconds is None, task
+        assert task.net_hours == pytest.approx(task.gross_hours - task.compile_hours - task.overhead_hours)
+        assert task.gross_hours != 0.0 or task.net_hours <= 0.0
