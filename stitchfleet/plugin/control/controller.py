@@ -21,6 +21,7 @@ from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.decision_figures import DecisionFigures, GuardFigures
 from stitchfleet.plugin.control.job_course import JobCourse, finding_figures
 from stitchfleet.plugin.control.own_work import OwnWork
+from stitchfleet.plugin.control.plugin_cost import PluginCost
 from stitchfleet.plugin.control.probe_course import ProbeCourse
 from stitchfleet.plugin.control.probe_decisions import NOISE_FACTOR, ProbeDecisions
 from stitchfleet.plugin.control.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing
@@ -353,12 +354,10 @@ class Controller:
             self._record(window)
 
     def _first_run(self, step: int, seconds: float) -> float:
-        """The first step that runs a cluster's kernel in this process loads it (its library, its first call):
-        seen on the small BERT encoder, 1.9 s at the group probe's first switched-on step against 1.3 ms
-        steps (its first step on without the check tensors). That time beyond the usual baseline step is setup,
-        booked with the compile seconds like the warmup's executor builds; returned, so that no probe and no
-        window counts it (within a window's noise it was booked nowhere, and the report's saving missed it
-        against the wall clock). Check steps are left to the check budget: their extra is the checks'."""
+        """The first step that runs a cluster's kernel in this process loads it (its library, its first call): 1.9 s
+        on the small BERT encoder against 1.3 ms steps. That time beyond the usual baseline step is setup, booked
+        with the compile seconds like the warmup's executor builds; returned, so that no probe and no window counts
+        it (else the report's saving missed it against the wall clock). Check steps are left to the check budget."""
         if len(self.ran) == len(self.clusters):  # every kernel has run: nothing is new (most steps)
             return 0.0
         on = set(np.flatnonzero(self.switches(step)).tolist())  # not a Python loop over numpy booleans
@@ -459,9 +458,10 @@ class Controller:
         self.course.settle(step)
 
     def finish(self) -> None:
-        """The job's end: its last windows, then its outcome (`JobCourse.finish`)."""
+        """The job's end: its last windows, its overhead (`PluginCost`), then its outcome (`JobCourse.finish`)."""
         for window in self.windows.close():
             self._record(window)
+        self.ledger.overhead(PluginCost.of(self).overhead)
         self.course.finish(self.timing.probing, self.group_proven)
 
     def _guard_job(self, step: int, figures: GuardFigures) -> None:

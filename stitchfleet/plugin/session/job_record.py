@@ -74,16 +74,12 @@ def closed(
     shapes: Specialisation | None,
     ended: tuple[int, list[ClusterKernel], SignatureKernels | None],
 ) -> None:
-    """The job's end: its controller's last windows and its plugin overhead, the verdict on its graph for the
-    fleet's memory, the shape signatures it was fed (`ended`: its steps, the installed clusters' kernels, the kernels
-    per signature); then the ledger is closed."""
+    """The job's end: its controller's last windows, the verdict on its graph for the fleet's memory, the shape
+    signatures it was fed (`ended`: its steps, the installed clusters' kernels, the kernels per signature); then
+    the ledger is closed."""
     try:
         if controller is not None:
             controller.finish()
-            if record is not None:  # the plugin's own work no window's saving pays: charged like the setup
-                from stitchfleet.plugin.control.plugin_cost import PluginCost
-
-                record.overhead(PluginCost.of(controller).overhead)
             if job_key is not None and record is not None:
                 # Only a job whose setup ran has a key, so the setup's modules are loaded already.
                 from stitchfleet.plugin.setup import job_verdict
