@@ -10,7 +10,8 @@ minus its setup and overhead) against the measured difference from plain TF in t
 Each run prints a line as it ends and, with --record FILE, appends its figures to FILE as one JSON line; the table
 so far is printed after every round; --resume FILE reads such a file back and runs only the rounds it lacks.
 
-Each run is its own process (XLA's flags are read at import; a cold plugin has an empty kernel cache); the rounds
+Each run is its own process (XLA's flags are read at import; a cold plugin has an empty kernel cache but for the
+native TF op, which a pod finds prebuilt in the shim image); the rounds
 alternate the modes' order, the warm run reuses its round's cold cache. Every plugin run of a job records into one
 telemetry database kept over the rounds: the fleet's memory, so a later run knows what earlier runs' probes found
 (with STITCHFLEET_SLOWER_JOBS=2, from the second round on). Jobs run in a MonitoredSession with a StopAtStepHook,
@@ -36,6 +37,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,6 +46,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from stitchfleet import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -472,6 +476,22 @@ def _complete(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
     return complete
 
 
+def _shipped_op(cache: str) -> None:
+    """Puts the native TF op into a cold run's empty kernel cache, as a pod finds it prebuilt in the shim image
+    (images/shim.Containerfile): a job never builds it, so a cold run here compiles its kernels only. Built once into
+    this machine's own cache (`stitchfleet demo` does the same), copied from there."""
+    from stitchfleet.compiler import targets
+    from stitchfleet.plugin.native import dispatch_op
+
+    if not targets.profile("cpu").native_op:
+        return
+    built = dispatch_op.library_path(settings.current().cache_dir)
+    target = dispatch_op.cached_library(Path(cache))
+    if built != target:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(built, target)
+
+
 def _job(spec: str, steps: int) -> tuple[str, int]:
     """`JOB[:STEPS]` of --jobs: one of JOBS and its length (default --steps, else the job's own: STEPS)."""
     name, _, count = spec.partition(":")
@@ -490,7 +510,7 @@ def _program(spec: str, steps: int) -> tuple[str, int]:
     return name, int(count) if count else steps or 200
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ab_jobs.py", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--jobs", nargs="*", default=list(JOBS), metavar="JOB[:STEPS]", help=f"jobs of this script: {', '.join(JOBS)}"
@@ -509,6 +529,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--state", default="", help=argparse.SUPPRESS)
     parser.add_argument("--fleet", default="", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.child:
         job, mode = args.child
@@ -532,6 +557,7 @@ def main(argv: list[str] | None = None) -> int:
                 fleet = Path(fleets) / job
                 fleet.mkdir(exist_ok=True)
                 with tempfile.TemporaryDirectory() as cache:  # cold: an empty kernel cache; warm: the same, filled
+                    _shipped_op(cache)
                     for mode in _order(r):
                         known = _known_step_ms(results[job]["plain"]) if mode == "warm" else 0.0
                         limit = _limit(results[job]["plain"], args.limit)

@@ -249,6 +249,13 @@ def library_path(cache_dir: Path) -> Path:
     return cache.path(key) if cache.path(key).is_file() else cache.put(key, _build())
 
 
+def cached_library(cache_dir: Path) -> Path:
+    """Where this TF's op library is (or would be) in the kernel cache at `cache_dir`: a benchmark that starts a job
+    on an empty cache copies the op there, as a pod finds it prebuilt in the shim image (scripts/ab_jobs.py)."""
+    cache, key = _cached(cache_dir)
+    return cache.path(key)
+
+
 def present(cache_dir: Path) -> bool:
     """Whether this TF's op library is there without a build: shipped with the shim, or in the cache."""
     if _prebuilt() is not None:
