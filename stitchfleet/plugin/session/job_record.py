@@ -104,12 +104,15 @@ def remembered(
     if ranks != 1 or not key:
         return
     try:
+        from stitchfleet.plugin.control.plugin_cost import PluginCost
         from stitchfleet.plugin.setup import setup_record
 
         windows = controller.windows
-        # What a warm run pays again: the executor builds, the kernels' first runs, and the setup itself when this
-        # run's kernels all came from the cache (a cold one's seconds are mostly compiles a warm run does not pay).
+        # What a warm run pays again: the executor builds, the kernels' first runs, the plugin's work no saving pays,
+        # and the setup itself when this run's kernels all came from the cache (a cold one's seconds are mostly
+        # compiles a warm run does not pay).
         per_run = controller.setup_total if warm else controller.setup_total - controller.setup_seconds
+        per_run += PluginCost.of(controller).overhead
         figures = setup_record.measured(windows.steady_gain, windows.steady_steps, per_run)
         if figures is not None and setup_record.remember(current.cache_dir, key, backend, figures):
             log.info("stitchfleet: for this job's next run here: %s", figures.said())
