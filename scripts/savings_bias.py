@@ -1,6 +1,8 @@
 """Prints the report's saving on the demo job against plain TF's steps run beside it, finely alternated.
 
-Input: optional arguments: the job's steps (default 3000) and the plain steps per chunk (at least 20, default 25).
+Input: optional arguments: the job's steps (default 3000) and the plain steps per chunk (at least 20, default 25);
+--no-probe: no probe phase (STITCHFLEET_PROBE_STEPS=0: every cluster kept from the start), so the stitched windows
+are measured where the probes would turn stitching off (the demo's group probe does on a loaded 2-core machine).
 Output: on stdout, over the stitched windows' steps: the clock's saving (each chunk's plain TF mean step minus the
 hooked job's steps, its wall and its own timer), the windows' measured saving as booked (`step_windows`: the blocks'
 mean, the plugin's own work charged), and what the former rule booked on the same steps (the blocks' median, no
@@ -12,8 +14,9 @@ PYTHONPATH=. python scripts/savings_bias.py
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -53,11 +56,13 @@ def _median_rule(booked: list[tuple[int, str, float, bool, float]]) -> float:
     return saved
 
 
-def main(steps: int, chunk: int) -> None:
+def main(steps: int, chunk: int, *, probe: bool = True) -> None:
     directory = Path(tempfile.mkdtemp())
     plain = command.Job(None)
     plain.run(range(0, 50), 1000, [])
-    hook = StitchHook(command.demo_settings(directory, "cpu", steps, 0.0), db_url=f"sqlite:///{directory / 't.db'}")
+    current = command.demo_settings(directory, "cpu", steps, 0.0)
+    current = current if probe else dataclasses.replace(current, probe_steps=0)
+    hook = StitchHook(current, db_url=f"sqlite:///{directory / 't.db'}")
     hooked = command.Job(hook)
     hooked.run(range(0, 1), 1000, [])
     controller = hook.controller
@@ -129,4 +134,9 @@ def _clock(walls: dict[int, float], plain_mean: dict[int, float], booked: list[A
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("steps", nargs="?", type=int, default=3000)
+    parser.add_argument("chunk", nargs="?", type=int, default=25)
+    parser.add_argument("--no-probe", action="store_true", help="no probe phase: every cluster kept from the start")
+    args = parser.parse_args()
+    main(args.steps, args.chunk, probe=not args.no_probe)
