@@ -12,13 +12,26 @@ if TYPE_CHECKING:
     import tensorflow as tf
 
 SEED_ATTRS = ("seed", "seed2")
+STRING = 7  # tensorflow.core.framework.types_pb2.DT_STRING, without importing TF at this module's import
 
 
 def canonical(graph_def: tf.compat.v1.GraphDef) -> tf.compat.v1.GraphDef:
-    """`graph_def` (changed in place and returned) without its seeds and with canonical function names."""
+    """`graph_def` (changed in place and returned) without its seeds and string constants' values, and with canonical
+    function names."""
     _blank_seeds(graph_def)
+    _blank_strings(graph_def.node)
+    for function in graph_def.library.function:
+        _blank_strings(function.node_def)
     _rename_functions(graph_def)
     return graph_def
+
+
+def _blank_strings(nodes: Any) -> None:
+    """Clears the values of string constants, keeping their shapes: a run's file names (its input files in a scratch
+    directory, a dated model_dir) are drawn per run and decide nothing the plugin compiles from the graph."""
+    for node in nodes:
+        if node.op == "Const" and "value" in node.attr and node.attr["value"].tensor.dtype == STRING:
+            node.attr["value"].tensor.ClearField("string_val")
 
 
 def _seed_inputs(op_type: str) -> list[int]:

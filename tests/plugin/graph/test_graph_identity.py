@@ -62,3 +62,22 @@ def test_the_key_does_not_follow_the_library_order_that_counters_give() -> None:
         _conds(count)
         keys.add(graph_key(_model()))
     assert len(keys) == 1
+
+
+def _reader(path: str, scale: float = 2.0) -> Any:
+    graph = tf.Graph()
+    with graph.as_default():
+        records = tf.data.TFRecordDataset([path]).map(tf.strings.length)
+        lengths = tf.compat.v1.data.make_one_shot_iterator(records).get_next()
+        x = tf.compat.v1.placeholder(tf.float32, [None, 16], name="x")
+        tf.reduce_mean(x * scale + tf.cast(lengths, tf.float32), name="loss")
+    return graph
+
+
+def test_a_runs_file_names_are_not_part_of_its_graphs_key() -> None:
+    """Regression (issue 29): the corpus's BERT run_classifier reads `train.tf_record` from a per-run scratch
+    directory, so each run had its own key and never found its setup's record or the fleet's verdict."""
+    first, second = _reader("/tmp/run-a/train.tf_record"), _reader("/tmp/run-b/train.tf_record")
+    assert first.as_graph_def() != second.as_graph_def()
+    assert graph_key(first) == graph_key(second)
+    assert graph_key(_reader("/tmp/run-a/train.tf_record", scale=3.0)) != graph_key(first)  # a number still counts
