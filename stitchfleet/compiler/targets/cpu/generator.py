@@ -74,6 +74,7 @@ class Gen:
     bounds: dict[str, int]
     caches: list[RowCache] = field(default_factory=list)  # the current task's row caches
     ready: list[RowCache] = field(default_factory=list)  # those its groups so far have written
+    stored: dict[int, k.Buffer] = field(default_factory=dict)  # node -> output an earlier part wrote whole
 
     def group_bounds(self, **extra: int) -> dict[str, int]:
         return {**self.bounds, **extra}

@@ -62,6 +62,12 @@ class Reduce:
         """Statements computing the operand at `index`, and its value (in the operand's compute type)."""
         gen, em = self.gen, self.gen.ph.emitter(self.group)
         bind(em, gen.ready, self.group, [self.operand.id], index)
+        stored = gen.stored.get(self.operand.id)
+        if stored is not None and c.STORAGE[self.operand.dtype] == c.COMPUTE[self.operand.dtype]:
+            # an earlier part wrote the operand whole as an output: one load instead of its producers' loads and
+            # math (the demo's GELU-backward bias gradient: one stream instead of four); the same bits, since
+            # the output holds the value computed (storage type = compute type)
+            em.bound[self.operand.id] = k.Load(stored, index)
         value = em.value(self.operand.id, index)
         row0 = gen.ph.sources.row0
         for cache in (rc for rc in gen.caches if rc.producer == self.group.id):

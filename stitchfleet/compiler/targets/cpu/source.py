@@ -235,6 +235,8 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
         for groups in sets:
             body = fused_loop(ph, groups, "    ")
             parts.append(_part(body, _elements_of(groups)))
+            # every element of every root is written before the next part starts (the runner's barrier)
+            gen.stored |= {n: outputs[n][0] for g in groups for n in g.roots if outputs.get(n)}
             if inner_extent(ph, groups) >= CHECKED_INNER and not in_runs(body):
                 fused |= {b.name for g in groups for n in g.roots for b in outputs.get(n, ())}
         for loop in planned:
