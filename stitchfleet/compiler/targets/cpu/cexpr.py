@@ -48,6 +48,14 @@ COMPUTE = {
     DType.BOOL: "bool",
 }
 STORAGE = {**COMPUTE, DType.F16: "_Float16", DType.BOOL: "uint8_t"}
+
+
+def exact_storage(dtype: DType) -> bool:
+    """Whether a buffer of `dtype` holds a computed value bit for bit (storage type = compute type: no f16
+    rounding, no bool as a byte to widen again)."""
+    return STORAGE[dtype] == COMPUTE[dtype]
+
+
 _SMALL_POWERS = (2.0, 3.0, 4.0)
 _BIT_SELECTED = frozenset({"float", "double"})  # sf_sel_* exists for these
 

@@ -63,7 +63,7 @@ class Reduce:
         gen, em = self.gen, self.gen.ph.emitter(self.group)
         bind(em, gen.ready, self.group, [self.operand.id], index)
         stored = gen.stored.get(self.operand.id)
-        if stored is not None and c.STORAGE[self.operand.dtype] == c.COMPUTE[self.operand.dtype]:
+        if stored is not None and c.exact_storage(self.operand.dtype):
             # an earlier part wrote the operand whole as an output: one load instead of its producers' loads and
             # math (the demo's GELU-backward bias gradient: one stream instead of four); the same bits, since
             # the output holds the value computed (storage type = compute type)

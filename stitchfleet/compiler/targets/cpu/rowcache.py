@@ -3,7 +3,7 @@
 Input: one planned loop (its groups in task order) and the cluster graph. Output: `RowCache`s,
 one per row-reduction operand that a later row-wise group or row reduction of the same task
 reads at the same element, and `bind`, which makes an emitter read such a value from its
-cache instead of computing it.
+cache instead of computing it (`load_stored`: from an output an earlier part wrote whole).
 
 Why: the GPU plan recomputes a row reduction's operand in every group that needs it (a
 softmax's `exp(x - max)`: once for the sum and once per output; registers are free there,
@@ -28,6 +28,7 @@ from stitchfleet.compiler.ir import Graph, Kind, Node
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower import Emitter
 from stitchfleet.compiler.plan import Group, MappingKind
+from stitchfleet.compiler.targets.cpu.cexpr import exact_storage
 
 ROW_REDUCTIONS = (MappingKind.WARP_PER_ROW, MappingKind.BLOCK_PER_ROW)
 MAX_BYTES = 16 << 10  # a task's cache arrays together stay well inside L1 and the stack
@@ -165,3 +166,18 @@ def bind(em: Emitter, ready: Sequence[RowCache], group: Group, roots: Sequence[i
         fits = cache.shape == row_shape(group)
         if fits and row0 is not None and all(in_place(em.graph, r, cache.node, buffered) for r in roots):
             em.bound[cache.node] = k.Load(cache.buffer, local(cache, index, row0))
+
+
+def load_stored(em: Emitter, stored: dict[int, k.Buffer], group: Group, index: k.Expr) -> None:
+    """Makes `em` load each stored output (written whole by an earlier part) that every root reads in place
+    and that is computed (not an input), instead of recomputing it."""
+    buffered = loaded(em)
+    shape = em.graph.node(group.dominant).shape
+    for node_id, buf in stored.items():
+        node = em.graph.node(node_id)
+        if node.shape != shape or node_id in buffered or node_id in em.own or not exact_storage(node.dtype):
+            continue
+        if all(in_place(em.graph, r, node_id, buffered) for r in group.roots) and any(
+            _depends(em.graph, r, node_id, buffered) for r in group.roots
+        ):
+            em.bound[node_id] = k.Load(buf, index)

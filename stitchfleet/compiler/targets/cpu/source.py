@@ -68,7 +68,7 @@ from stitchfleet.compiler.targets.cpu.generator import (
 )
 from stitchfleet.compiler.targets.cpu.pieces import column_loops, in_runs
 from stitchfleet.compiler.targets.cpu.reduction import REDUCERS, Reduce
-from stitchfleet.compiler.targets.cpu.rowcache import bind, loaded, row_caches
+from stitchfleet.compiler.targets.cpu.rowcache import bind, load_stored, loaded, row_caches
 
 # The NaN/Inf test stays in a fused loop whose inner loop runs at least this long: in short inner loops
 # (the demo's 1024 x 32 softmax input) gcc 12's simd reduction costs more than the pass after (`finite`).
@@ -125,6 +125,7 @@ def _elementwise(gen: Gen, group: Group, pad: str) -> list[str]:
     index = row if m.cols == 1 else k.add(k.mul(row, k.i64(m.cols)), col)
     if m.cols > 1:
         bind(em, gen.ready, group, group.roots, index)
+        load_stored(em, gen.stored, group, index)
     store_results(gen.ph, em, group, index)
     head = loop_range(row.name, "row0", m.rows_per_task, m.rows)
     if m.cols == 1:

@@ -1,5 +1,6 @@
-"""A reduction whose operand an earlier part wrote whole as an output loads it (`Gen.stored`) instead of
-recomputing its producers: the GELU backward's bias gradient reads `dx`, not dy, x, bias, erf and exp."""
+"""A value an earlier part wrote whole as an output is loaded (`Gen.stored`) instead of recomputed from its
+producers: by a reduction whose operand it is (the GELU backward's bias gradient reads `dx`, not dy, x, bias,
+erf and exp) and by a later row-wise group that reads it in place (`rowcache.load_stored`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.suite import build_case
-from stitchfleet.compiler.evaluate import random_inputs
+from stitchfleet.compiler.evaluate import evaluate, random_inputs
+from stitchfleet.compiler.ir import Graph, GraphBuilder
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster
 from stitchfleet.compiler.targets.cpu.executable import compile_cluster
 from stitchfleet.compiler.targets.cpu.source import cluster_source
+from stitchfleet.compiler.tolerance import check_outputs
 
 
 def reduction_part(text: str) -> str:
@@ -46,3 +49,26 @@ def test_the_loaded_sum_equals_the_recomputed_one(tmp_path: Path) -> None:
             part += row
         want += part
     np.testing.assert_array_equal(got["dbias"], want.astype(np.float32))
+
+
+def centered() -> Graph:
+    """y = a * w + a (an output), its column sum, and y less its row mean (a row-wise group after a reduction)."""
+    b = GraphBuilder()
+    a, w = b.parameter("a", (64, 256)), b.parameter("w", (64, 256))
+    y = a * w + a
+    b.output("y", y)
+    b.output("s", b.reduce_sum(y, (0,)))
+    b.output("z", y - b.reduce_mean(y, (1,), keepdims=True))
+    return b.build()
+
+
+def test_later_parts_read_y_not_its_inputs(tmp_path: Path) -> None:
+    graph = centered()
+    parts = cluster_source(graph, plan_cluster(graph, 0, PlanOptions()), "f").text.split("static void f_part")[1:]
+    later = [p for p in parts[1:] if "group" in p]
+    assert len(later) == 2 and all("out0_y[" in p and "in1_w[" not in p for p in later)
+    inputs = random_inputs(graph, 2)
+    checks = check_outputs(
+        compile_cluster(graph, tmp_path)(inputs), evaluate(graph, inputs), evaluate(graph, inputs, "float64")
+    )
+    assert all(v.ok for v in checks.values()), {n: v.reason for n, v in checks.items()}
