@@ -26,15 +26,6 @@ LANES = 16
 # takes milliseconds are worth the gamble.
 PARALLEL_ELEMENTS = 1 << 22
 MEMORY_ORDER_ACCUMULATORS = 2048  # a strided reduction's kept block, in accumulators on the stack
-# A float sum adds its values in float partials, folded into the double accumulators after this many
-# chunks of LANES (a row block of 128 values: 8 float adds per lane; numpy's pairwise sum makes 16 per
-# accumulator in its base case) or this many rows (a column tile). Each partial's rounding is then bounded
-# by the block, not the row's length, and the loop adds floats: one vector op per 16 values instead of
-# two widenings and two double adds. 16 chunks measured up to 2.2x numpy float32's error on 30000-value
-# rows, 8 chunks at most 1.0x (scripts/kernel_accuracy.py).
-PART_CHUNKS = 8
-PART_ROWS = 8
-UNROLLED_BLOCKS = 4  # a row of up to this many blocks has each block's loop written out (`reduction`)
 
 
 @dataclass(frozen=True)
@@ -84,22 +75,13 @@ _EXACT = frozenset({Op.REDUCE_MAX, Op.REDUCE_MIN})  # the result is one of the o
 
 
 def accumulator(dtype: DType, op: Op | None = None) -> DType:
-    """Float sums accumulate in double (through float partials of a bounded block, `partial`), so the
-    rounding does not grow with the reduced extent or depend much on the plan's task split. A max or
+    """Float sums accumulate in double: free on a memory-bound CPU loop, and the result then no longer
+    depends on the summation order the plan's task split imposes (one rounding at the end). A max or
     min is exact in any float type holding its operands, so it stays in the compute type: twice the
     lanes per vector and no conversions (the demo softmax's row max)."""
     if op in _EXACT and dtype.is_float:
         return DType.F64 if dtype is DType.F64 else DType.F32
     return DType.F64 if dtype.is_float else dtype
-
-
-def partial(dtype: DType, op: Op) -> DType | None:
-    """The type a sum of `dtype` values adds its blocks in before the double fold (see `PART_CHUNKS`):
-    float for float values (f16 and bf16 compute in float too); None where values fold straight into
-    the accumulator (products, max/min, integers, float64)."""
-    if op in (Op.REDUCE_SUM, Op.REDUCE_MEAN) and dtype.is_float and c.COMPUTE[dtype] == "float":
-        return DType.F32
-    return None
 
 
 def loop_range(var: str, start: str, count: int, limit: int) -> str:

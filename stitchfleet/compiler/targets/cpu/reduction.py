@@ -19,13 +19,9 @@ from stitchfleet.compiler.targets.cpu import cexpr as c
 from stitchfleet.compiler.targets.cpu.generator import (
     LANES,
     MEMORY_ORDER_ACCUMULATORS,
-    PART_CHUNKS,
-    PART_ROWS,
-    UNROLLED_BLOCKS,
     Gen,
     accumulator,
     loop_range,
-    partial,
 )
 from stitchfleet.compiler.targets.cpu.invariant import branchy, hoisted_block
 from stitchfleet.compiler.targets.cpu.rowcache import bind, local
@@ -40,7 +36,6 @@ class Reduce:
         self.operand = gen.graph.node(self.node.inputs[0])
         self.acc = accumulator(self.node.dtype, self.node.op)
         self.ctype = c.COMPUTE[self.acc]
-        self.part = partial(self.operand.dtype, self.node.op)
         self.count = math.prod(self.operand.shape) // max(math.prod(self.node.shape), 1)
 
     def identity(self) -> str:
@@ -48,15 +43,6 @@ class Reduce:
 
     def fold(self, acc: str, value: str) -> str:
         return f"{acc} = {c.binary_text(COMBINE[self.node.op], acc, value, self.acc)};"
-
-    def fold_part(self, part: str, value: str) -> str:
-        """`part` += the operand's value, in the partial's type (the operand's compute type)."""
-        assert self.part is not None
-        return f"{part} = {c.binary_text(COMBINE[self.node.op], part, value, self.part)};"
-
-    def part_zero(self) -> str:
-        assert self.part is not None
-        return c.const_text(0.0, self.part)
 
     def operand_stmts(self, index: k.Expr, bounds: dict[str, int]) -> tuple[list[k.Stmt], str]:
         """Statements computing the operand at `index`, and its value (in the operand's compute type)."""
@@ -82,10 +68,10 @@ class Reduce:
     def widened(self, text: str) -> str:
         return c.cast_text(text, self.operand.dtype, self.acc)
 
-    def element(self, index: k.Expr, bounds: dict[str, int], into: str, pad: str, part: bool = False) -> list[str]:
-        """Statements folding the operand at `index` into `into` (a float partial where `part`)."""
+    def element(self, index: k.Expr, bounds: dict[str, int], into: str, pad: str) -> list[str]:
+        """Statements folding the operand at `index` into `into`."""
         stmts, text = self.operand_value(index, bounds, pad)
-        return [*stmts, pad + (self.fold_part(into, text) if part else self.fold(into, self.widened(text)))]
+        return [*stmts, pad + self.fold(into, self.widened(text))]
 
     def lanes(
         self, acc: str, span: tuple[str, str], index: Callable[[k.Var], k.Expr], bound: int, pad: str
@@ -110,101 +96,29 @@ class Reduce:
     def lanes_pass(
         self, lane: str, span: tuple[str, str], index: Callable[[k.Var], k.Expr], bound: dict[str, int], pad: str
     ) -> Iterator[str]:
-        """Folds index(i) for i in span into the lanes; bound: "" -> the extent of i, plus outer loop bounds.
-        A float sum adds blocks of `PART_CHUNKS` chunks in float lanes, each block folded into the double
-        lanes (`generator.PART_CHUNKS`); the tail folds straight into the double lanes."""
+        """Folds index(i) for i in span into the lanes; bound: "" -> the extent of i, plus outer loop bounds."""
         start, stop = span
         i = self.gen.names("i")
         var = k.Var(self.gen.names("c"), DType.I64)
         bounds = self.gen.group_bounds(**{(name or var.name): size for name, size in bound.items()})
-        chunk_pad = pad if self.part is None else pad + "    "  # the chunk loop nests in the block
-        inner = chunk_pad + "        "
-        extent = bound[""]
-        static = self.part is not None and start == "0" and stop == f"{extent}L"
-        # constant blocks: each chunk loop counts its own copy of i, the tail starts after the last
-        yield f"{pad}int64_t {i} = {extent - extent % LANES if static else start};"
+        inner = pad + "        "
+        yield f"{pad}int64_t {i} = {start};"
         raw, text = self.operand_stmts(index(var), bounds)
         before, stmts = hoisted_block(raw, {var.name}, bounds, (pad, inner))
         yield from before
-        target = lane if self.part is None else self.gen.names("part")
+        yield f"{pad}for (; {i} + {LANES} <= {stop}; {i} += {LANES}) {{"
         if branchy([s for s in raw if not isinstance(s, k.Store)]):  # a row cache's store is no branch
-            body = list(self._split_chunk(target, var, i, (stmts, text), chunk_pad))
+            yield from self._split_chunk(lane, var, i, (stmts, text), pad)
         else:
-            body = [
-                f"{chunk_pad}    #pragma omp simd",
-                f"{chunk_pad}    for (int64_t {var.name} = {i}; {var.name} < {i} + {LANES}; ++{var.name}) {{",
-                *stmts,
-                inner + self._chunk_fold(f"{target}[{var.name} - {i}]", text),
-                f"{chunk_pad}    }}",
-            ]
-        if self.part is None:
-            yield f"{pad}for (; {i} + {LANES} <= {stop}; {i} += {LANES}) {{"
-            yield from body
-            yield f"{pad}}}"
-        else:
-            yield from self._blocks((lane, target, i), span, extent if static else None, body, pad)
+            yield f"{pad}    #pragma omp simd"
+            yield f"{pad}    for (int64_t {var.name} = {i}; {var.name} < {i} + {LANES}; ++{var.name}) {{"
+            yield from stmts
+            yield inner + self.fold(f"{lane}[{var.name} - {i}]", self.widened(text))
+            yield f"{pad}    }}"
+        yield f"{pad}}}"
         yield f"{pad}for (int64_t {var.name} = {i}; {var.name} < {stop}; ++{var.name}) {{"
         yield from self.element(index(var), bounds, f"{lane}[0]", pad + "    ")
         yield f"{pad}}}"
-
-    def _blocks(
-        self, names: tuple[str, str, str], span: tuple[str, str], extent: int | None, body: list[str], pad: str
-    ) -> Iterator[str]:
-        """The float blocks around the chunk `body`, each folded into the double lanes. A span [0, extent)
-        of constant extent gets constant trip counts, and up to `UNROLLED_BLOCKS` blocks are written out
-        one after another, each in a one-trip loop: with a computed block end, `i` carried between blocks,
-        a loop over blocks or plain braces around the chunk loop, gcc 12 kept the double lanes in stack
-        slots or ran the chunk as a remainder-checked loop (the demo's layer norms and softmax at 128 and
-        256 wide: up to +34% instructions; callgrind, `scripts/kernel_instructions.py`)."""
-        lane, part, i = names
-        stop = span[1]
-        block = LANES * PART_CHUNKS
-        assert self.part is not None
-        opened = [
-            f"{pad}    {c.COMPUTE[self.part]} {part}[{LANES}];",
-            f"{pad}    for (int l = 0; l < {LANES}; ++l) {part}[l] = {self.part_zero()};",
-        ]
-        fold = [
-            f"{pad}    #pragma omp simd",
-            f"{pad}    for (int l = 0; l < {LANES}; ++l) {self.fold(f'{lane}[l]', self.widened(f'{part}[l]'))}",
-        ]
-        if extent is None:
-            end = self.gen.names("end")
-            chunks = f"sf_min_int64_t(({stop} - {i}) / {LANES}, {PART_CHUNKS}L)"
-            yield f"{pad}while ({i} + {LANES} <= {stop}) {{"
-            yield from opened
-            yield f"{pad}    const int64_t {end} = {i} + {LANES} * {chunks};"
-            yield f"{pad}    for (; {i} < {end}; {i} += {LANES}) {{"
-            yield from body
-            yield f"{pad}    }}"
-            yield from fold
-            yield f"{pad}}}"
-            return
-        full = extent - extent % LANES
-        if full > block * UNROLLED_BLOCKS:
-            first = self.gen.names("b")
-            end = f"{first} + {block}L" if full % block == 0 else f"sf_min_int64_t({first} + {block}L, {full}L)"
-            yield f"{pad}for (int64_t {first} = 0; {first} < {full}L; {first} += {block}L) {{"
-            yield from opened
-            yield f"{pad}    for (int64_t {i} = {first}; {i} < {end}; {i} += {LANES}) {{"
-            yield from body
-            yield f"{pad}    }}"
-            yield from fold
-            yield f"{pad}}}"
-            return
-        for at in range(0, full, block):
-            once = self.gen.names("once")
-            yield f"{pad}for (int {once} = 0; {once} < 1; ++{once}) {{"
-            yield from opened
-            yield f"{pad}    for (int64_t {i} = {at}; {i} < {min(at + block, full)}L; {i} += {LANES}) {{"
-            yield from body
-            yield f"{pad}    }}"
-            yield from fold
-            yield f"{pad}}}"
-
-    def _chunk_fold(self, target: str, value: str) -> str:
-        """The fold of one chunk value into a lane: the float partial's, or the accumulator's (widened)."""
-        return self.fold(target, self.widened(value)) if self.part is None else self.fold_part(target, value)
 
     def _split_chunk(self, lane: str, var: k.Var, i: str, value: tuple[list[str], str], pad: str) -> Iterator[str]:
         """One chunk of LANES values into a temporary (in the operand's type), then the folds: with the
@@ -220,7 +134,7 @@ class Reduce:
         yield f"{inner}{vals}[{var.name} - {i}] = {text};"
         yield f"{pad}    }}"
         yield f"{pad}    #pragma omp simd"
-        yield f"{pad}    for (int l = 0; l < {LANES}; ++l) {self._chunk_fold(f'{lane}[l]', f'{vals}[l]')}"
+        yield f"{pad}    for (int l = 0; l < {LANES}; ++l) {self.fold(f'{lane}[l]', self.widened(f'{vals}[l]'))}"
 
     def atomic_add(self, index: str, acc: str, pad: str) -> list[str]:
         """The plan's atomic combine: this task's share (a mean's already divided) added to the value."""
@@ -301,15 +215,13 @@ def _split_row_nested(gen: Gen, r: Reduce, names: tuple[k.Var, str], last: int, 
 
 
 def reduce_column_tiles(gen: Gen, r: Reduce, pad: str) -> list[str]:
-    """A tile of columns over a slice of rows: one accumulator per column, columns innermost; a float sum
-    adds `PART_ROWS` rows at a time in float partials, then folds them into the double accumulators."""
+    """A tile of columns over a slice of rows: one accumulator per column, columns innermost."""
     m = r.group.mapping
     chunk = -(-m.rows // m.row_splits)
     col, i = k.Var(gen.names("col"), DType.I64), k.Var(gen.names("i"), DType.I64)
     accs, split = gen.names("accs"), gen.names("split")
     c0, c1, r0 = gen.names("c0"), gen.names("c1"), gen.names("r0")
     bounds = gen.group_bounds(**{col.name: m.cols, i.name: m.rows})
-    index = k.add(k.mul(i, k.i64(m.cols)), col)
     lines = [
         f"{pad}const int64_t {split} = t % {m.row_splits}L;",
         f"{pad}const int64_t {c0} = (t / {m.row_splits}L) * {m.block_threads}L;",
@@ -317,36 +229,14 @@ def reduce_column_tiles(gen: Gen, r: Reduce, pad: str) -> list[str]:
         f"{pad}const int64_t {r0} = {split} * {chunk}L;",
         f"{pad}{r.ctype} {accs}[{m.block_threads}];",
         f"{pad}for (int64_t j = 0; j < {c1} - {c0}; ++j) {accs}[j] = {r.identity()};",
+        f"{pad}for (int64_t {i.name} = {r0}; {i.name} < sf_min_int64_t({r0} + {chunk}L, {m.rows}L); ++{i.name}) {{",
+        f"{pad}    #pragma omp simd",
+        f"{pad}    for (int64_t {col.name} = {c0}; {col.name} < {c1}; ++{col.name}) {{",
+        *r.element(k.add(k.mul(i, k.i64(m.cols)), col), bounds, f"{accs}[{col.name} - {c0}]", pad + "        "),
+        f"{pad}    }}",
+        f"{pad}}}",
+        f"{pad}for (int64_t {col.name} = {c0}; {col.name} < {c1}; ++{col.name}) {{",
     ]
-    rows_end = f"sf_min_int64_t({r0} + {chunk}L, {m.rows}L)"
-    if r.part is None:
-        lines += [
-            f"{pad}for (int64_t {i.name} = {r0}; {i.name} < {rows_end}; ++{i.name}) {{",
-            f"{pad}    #pragma omp simd",
-            f"{pad}    for (int64_t {col.name} = {c0}; {col.name} < {c1}; ++{col.name}) {{",
-            *r.element(index, bounds, f"{accs}[{col.name} - {c0}]", pad + "        "),
-            f"{pad}    }}",
-            f"{pad}}}",
-        ]
-    else:
-        parts, block = gen.names("parts"), gen.names("b")
-        fold = r.fold(f"{accs}[j]", r.widened(f"{parts}[j]"))
-        lines += [  # the fold zeroes each partial it reads: no second pass over the tile per block
-            f"{pad}{c.COMPUTE[r.part]} {parts}[{m.block_threads}];",
-            f"{pad}for (int64_t j = 0; j < {c1} - {c0}; ++j) {parts}[j] = {r.part_zero()};",
-            f"{pad}for (int64_t {block} = {r0}; {block} < {rows_end}; {block} += {PART_ROWS}L) {{",
-            f"{pad}    for (int64_t {i.name} = {block}; {i.name} < sf_min_int64_t({block} + {PART_ROWS}L, {rows_end});"
-            f" ++{i.name}) {{",
-            f"{pad}        #pragma omp simd",
-            f"{pad}        for (int64_t {col.name} = {c0}; {col.name} < {c1}; ++{col.name}) {{",
-            *r.element(index, bounds, f"{parts}[{col.name} - {c0}]", pad + "            ", part=True),
-            f"{pad}        }}",
-            f"{pad}    }}",
-            f"{pad}    #pragma omp simd",
-            f"{pad}    for (int64_t j = 0; j < {c1} - {c0}; ++j) {{ {fold} {parts}[j] = {r.part_zero()}; }}",
-            f"{pad}}}",
-        ]
-    lines.append(f"{pad}for (int64_t {col.name} = {c0}; {col.name} < {c1}; ++{col.name}) {{")
     if m.row_splits == 1:
         acc = gen.names("acc")
         lines += [f"{pad}    {r.ctype} {acc} = {accs}[{col.name} - {c0}];", *r.finish(acc, col, bounds, pad + "    ")]

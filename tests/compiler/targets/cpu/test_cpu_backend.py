@@ -113,7 +113,7 @@ def test_random_graphs_match_evaluate_on_cpu(cache_dir: Path, graph: Graph, devi
 def test_cancellation_chain_is_as_accurate_as_native(cache_dir: Path) -> None:
     """Found by the property test: x - max, - mean, - sum, - max over rows (sums of zero-mean rows).
 
-    The cpu result (float32 math; sums in float partials of 128-value blocks, folded in double) is as
+    The cpu result equals float32 math with double-accumulated reductions bit for bit and is as
     close to fp64 as the native result in absolute terms, but near-zero outputs (y - max(y)) make
     tolerance.check's worst scaled error 16x native: the rule, not the code, is order-sensitive
     here, so this case asserts the absolute accuracy instead.
