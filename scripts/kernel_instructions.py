@@ -4,10 +4,14 @@ Input: the demo's clusters (graph and plan of each installed cluster, built once
 in a pickle, `--clusters`), or C sources saved by an earlier run (`--sources`, to compare generator versions).
 Output: per cluster, instructions per call of its `_entry` (production flags but AVX2, see `count`; one
 thread, random inputs in [-2, 2], one warm-up call and `--reps` calls counted) and the fastest of 300 timed
-calls (production flags), and the totals; `--save DIR` writes the generated C there.
+calls (production flags), and the totals; `--save DIR` writes the generated C there. `--dims` sizes the demo model
+(batch, seq, hidden, heads; default 8 32 128 4), `--model` takes another model of `scripts/bench_step.py` (an
+ab_jobs job such as `transformer`, or a Keras model); each model and size has its own pickle.
 
     PYTHONPATH=. python scripts/kernel_instructions.py --save /tmp/k-before
     PYTHONPATH=. python scripts/kernel_instructions.py --sources /tmp/k-before
+    PYTHONPATH=. python scripts/kernel_instructions.py --dims 16 64 256 4
+    PYTHONPATH=. python scripts/kernel_instructions.py --model transformer --only 3 5
 """
 
 from __future__ import annotations
@@ -37,13 +41,13 @@ _FILL = {  # storage C type -> value from a uniform u in [0, 1)
 }
 
 
-def dump(path: Path) -> None:
-    """The demo's installed clusters (index, graph, plan), as the hook builds them, pickled to `path`."""
+def dump(path: Path, dims: dict[str, int] = DIMS, model: str = "demo") -> None:
+    """The model's installed clusters (index, graph, plan), as the hook builds them, pickled to `path`."""
     sys.path.insert(0, str(ROOT / "scripts"))
     import bench_step
 
     with tempfile.TemporaryDirectory() as tmp:
-        session, hook, _, _ = bench_step._hooked_session(DIMS, "native", tmp)
+        session, hook, _, _ = bench_step._hooked_session(dims, "native", tmp, model)
         found = [(c.index, c.kernel.executable.graph, c.kernel.executable.plan) for c, _ in hook.installed]
         session.close()
     path.write_bytes(pickle.dumps(found))
@@ -111,18 +115,28 @@ def count(function: str, entry: dict[str, Any], reps: int, work: Path, opt: str 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kernel_instructions.py", description=__doc__.splitlines()[0])
-    parser.add_argument("--clusters", type=Path, default=Path(tempfile.gettempdir()) / "demo-clusters.pkl")
+    parser.add_argument("--clusters", type=Path, default=None, help="the pickle (default: one per model and dims)")
+    parser.add_argument(
+        "--dims", type=int, nargs=4, default=list(DIMS.values()), metavar=("BATCH", "SEQ", "HIDDEN", "HEADS")
+    )
+    parser.add_argument("--model", default="demo", help="demo (sized by --dims), an ab_jobs job, a Keras model")
+    parser.add_argument("--only", nargs="+", type=int, default=None, help="these cluster indices only")
     parser.add_argument("--sources", type=Path, default=None, help="measure the C saved here instead")
     parser.add_argument("--save", type=Path, default=None, help="write the generated C (sources.json) here")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--opt", default="", help="replace the production -O level, e.g. -O2 (compile flags' A/B)")
     args = parser.parse_args(argv)
+    dims = dict(zip(DIMS, args.dims, strict=True))
     if args.sources is not None:
         entries = json.loads((args.sources / "sources.json").read_text())
     else:
-        if not args.clusters.exists():
-            dump(args.clusters)
-        entries = generated(args.clusters)
+        sized = "-".join(map(str, args.dims)) if args.model == "demo" else "default"
+        clusters = args.clusters or Path(tempfile.gettempdir()) / f"{args.model}-clusters-{sized}.pkl"
+        if not clusters.exists():
+            dump(clusters, dims, args.model)
+        entries = generated(clusters)
+    if args.only is not None:
+        entries = {f: e for f, e in entries.items() if int(f.removeprefix("cluster")) in args.only}
     if args.save is not None:
         args.save.mkdir(parents=True, exist_ok=True)
         (args.save / "sources.json").write_text(json.dumps(entries))
