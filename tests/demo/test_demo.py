@@ -139,11 +139,15 @@ def test_a_step_is_labelled_by_its_plan() -> None:
 
     from stitchfleet.demo import command
 
-    def hook(**plan: bool) -> object:
-        return SimpleNamespace(path=SimpleNamespace(plan=SimpleNamespace(**{"quiet": False, "checks": False, **plan})))
+    def hook(over: bool = False, **plan: bool) -> object:
+        planned = SimpleNamespace(**{"quiet": False, "checks": False, **plan})
+        return SimpleNamespace(quiet=over, path=SimpleNamespace(plan=planned))
 
     assert command._step_phase(None, None) == "as written"  # the plain job, or setup skipped
     assert command._step_phase(hook(quiet=True), "stitched") == "as written"  # type: ignore[arg-type]
+    # Regression: once the job reverted the hook planned no step, and its last plan labelled 10621 quiet steps
+    # "reverted" in a quiet make demo's breakdown
+    assert command._step_phase(hook(over=True), "reverted") == "as written"  # type: ignore[arg-type]
     assert command._step_phase(hook(checks=True), "stitched") == "check"  # type: ignore[arg-type]
     assert command._step_phase(hook(), "reference") == "probe"  # type: ignore[arg-type]
     assert command._step_phase(hook(), "baseline") == "baseline"  # type: ignore[arg-type]
