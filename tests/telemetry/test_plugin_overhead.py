@@ -9,21 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from stitchfleet.telemetry import database, report_text, savings, savings_scan, store
+from stitchfleet.telemetry import report_text, savings, savings_scan
 from stitchfleet.telemetry import rows as r
 from tests.telemetry.tiny_fleet import B, at, key, write_fleet
+from tests.telemetry.workload import write
 
 H = 3600.0
 SKIPPED = key("vision", "skipped-cpu")
-
-
-def _write(url: str, rows: list[r.Row]) -> None:
-    engine = database.connect(url)
-    try:
-        with engine.begin() as connection:
-            store.write_rows(connection, rows)
-    finally:
-        engine.dispose()
 
 
 def _overheads() -> list[r.Row]:
@@ -43,7 +35,7 @@ def _by_name(report: savings.WeeklyReport) -> dict[str, savings.JobSavings]:
 
 def test_overhead_is_charged_beside_the_compile_and_net_pays_it(any_url: str) -> None:
     write_fleet(any_url)
-    _write(any_url, _overheads())
+    write(any_url, _overheads())
     report = savings.weekly_summary(any_url, "2026-W47")
     jobs = _by_name(report)
     b = jobs["bert-b"]
@@ -72,7 +64,7 @@ def test_overhead_is_charged_beside_the_compile_and_net_pays_it(any_url: str) ->
 
 def test_the_scan_from_every_row_agrees_with_the_aggregates(any_url: str) -> None:
     write_fleet(any_url)
-    _write(any_url, _overheads())
+    write(any_url, _overheads())
     kept, scanned = savings.weekly_summary(any_url, "2026-W47"), savings_scan.weekly_summary_scan(any_url, "2026-W47")
     for name, job in _by_name(kept).items():
         other = _by_name(scanned)[name]
@@ -90,7 +82,7 @@ def test_the_scan_from_every_row_agrees_with_the_aggregates(any_url: str) -> Non
 
 def test_the_overhead_goes_to_the_week_of_the_start_only(sqlite_url: str) -> None:
     write_fleet(sqlite_url)
-    _write(sqlite_url, [r.JobOverhead(key("vision", "vit-c"), 1, 2.0)])  # vit-c started in W47, ran into W48
+    write(sqlite_url, [r.JobOverhead(key("vision", "vit-c"), 1, 2.0)])  # vit-c started in W47, ran into W48
     c47 = _by_name(savings.weekly_summary(sqlite_url, "2026-W47"))["vit-c"]
     c48 = _by_name(savings.weekly_summary(sqlite_url, "2026-W48"))["vit-c"]
     assert (c47.overhead_hours, c48.overhead_hours) == (pytest.approx(4 / H), 0.0)  # 2 s x 2 GPUs, once
@@ -99,7 +91,7 @@ def test_the_overhead_goes_to_the_week_of_the_start_only(sqlite_url: str) -> Non
 
 def test_the_text_report_shows_the_overhead_in_each_units_table(sqlite_url: str) -> None:
     write_fleet(sqlite_url)
-    _write(sqlite_url, _overheads())
+    write(sqlite_url, _overheads())
     report = savings.weekly_summary(sqlite_url, "2026-W47")
     text = report_text.render_markdown(report)
     assert "| Overhead h |" in text and "Plugin overhead (measured), CPU core-hours" in text
