@@ -115,7 +115,6 @@ def _child(job: str, mode: str, steps: int, state: str, fleet: str) -> dict[str,
     started = time.perf_counter()
     import tensorflow as tf
 
-    from stitchfleet import settings
     from stitchfleet.plugin.session.hook import StitchHook
 
     graph, loss, train_op, feeds = JOBS[job]()

@@ -173,9 +173,9 @@ def _step_phase(hook: StitchHook | None, mode: str | None) -> str:
     """What a step of a job ran, for the balance's breakdown (`where_it_went`): `as written` (no plugin, setup
     skipped, or stitching over: no fetch or feed added), `check` (the guard's check tensors fetched), or the
     schedule's mode (probe and reference both `probe`)."""
-    path = hook.path if hook is not None else None
     # Once stitching is over the hook plans no step (`hook.quiet`): the path's plan is then the last one it made
-    if mode is None or path is None or path.plan is None or path.plan.quiet or getattr(hook, "quiet", False):
+    path = hook.path if hook is not None and not hook.quiet else None
+    if mode is None or path is None or path.plan is None or path.plan.quiet:
         return "as written"
     if path.plan.checks:
         return "check"

@@ -139,7 +139,8 @@ def estimate(
     exploring = min(timing.exploring_steps, steps)
     probes = exploring * step_seconds * PROBE_LOSS
     share, source = BEST_GAIN, "the best a stitched step has shown"
-    gain = max(steps - exploring, 0) * step_seconds * share
+    stepped = max(steps - exploring, 0) * step_seconds  # plain TF's seconds over the steps after exploring
+    gain = stepped * share
     if gain <= seconds.warm + probes or cache is None:
         fixed, case = seconds.cold, "cold, not looked up"
         said = "cold: the cache unread" if cache is None else "cold: not even a warm setup repays, the cache unread"
@@ -151,7 +152,7 @@ def estimate(
         said = f"{case}: {state.why}" + ("" if state.op else ", and the native op is to be built")
         if state.measured is not None:
             share, source = min(state.measured.gain, BEST_GAIN), state.measured.said()
-            gain = max(steps - exploring, 0) * step_seconds * share
+            gain = stepped * share
     cost = fixed + probes
     figures = (
         f"{steps} steps of {step_seconds * 1e3:.2f} ms: a gain of at most {gain:.1f} s ({share:.1%} of the steps"
