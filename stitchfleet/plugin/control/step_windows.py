@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from stitchfleet.plugin.control.schedule import BASELINE, PROBE, REFERENCE, STITCHED
 
 MIN_BASELINE_STEPS = 3  # timed baseline steps of a signature its stitched steps are compared with
+# A block's first step after a switch from the twin pays the switch (executor caches, threads: +0.25-0.5 ms on the
+# demo's 4.7 ms steps): no step of plain TF, so no part of the reference; its excess is the stitched side's cost
+SETTLE_STEPS = 1
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class Window:
     signatures: tuple[str | None, ...] = ()  # per step: its signature
     noise: float = 0.0  # the standard error of the window's saving against its paired baseline, in seconds
     own: tuple[float, ...] = ()  # per step: the plugin's own work on it, outside `seconds` (`Controller.step_done`)
+    switch: float = 0.0  # the block after it: its first steps' seconds beyond the reference (switching back to TF)
 
     @property
     def spent(self) -> float:
@@ -51,13 +55,14 @@ class Window:
     @property
     def saved_seconds(self) -> float:
         """Plain TF's mean step at each step's signature minus the step's time and the plugin's own work on it,
-        summed over the window's steps that have one (negative when slower), whatever its noise: the report claims
-        a task's saving only when its interval over all its paired windows excludes zero (`telemetry.paired`); 0
-        outside stitched windows."""
+        summed over the window's steps that have one (negative when slower), less the switch back to the user's
+        graph after it (`switch`), whatever its noise: the report claims a task's saving only when its interval
+        over all its paired windows excludes zero (`telemetry.paired`); 0 outside stitched windows."""
         if self.row_mode != STITCHED:
             return 0.0
         own = self.own or (0.0,) * len(self.seconds)
-        return sum(b - s - o for b, s, o in zip(self.baselines, self.seconds, own, strict=True) if b is not None)
+        pairs = zip(self.baselines, self.seconds, own, strict=True)
+        return sum(b - s - o for b, s, o in pairs if b is not None) - self.switch
 
 
 @dataclass
@@ -71,6 +76,7 @@ class _Held:
     signatures: tuple[str | None, ...]
     timed: tuple[tuple[float, str | None], ...]
     own: tuple[float, ...]
+    leading: int = 0  # its first steps timed, before any untimed one (a block's first steps after a switch)
 
 
 @dataclass
@@ -86,12 +92,13 @@ class Windows:
     signatures: list[str | None] = field(default_factory=list)
     timed: list[tuple[float, str | None]] = field(default_factory=list)
     own: list[float] = field(default_factory=list)
+    leading: int = 0  # the open window's first steps that were timed, in a row
     baseline_median: float | None = None
     by_signature: dict[str | None, float] = field(default_factory=dict)  # the last baseline block's medians
     samples: dict[str | None, list[float]] = field(default_factory=dict)  # and its timed steps, per signature
     stitched_median: float | None = None
     since_baseline: list[float] = field(default_factory=list)  # timed stitched steps since the last baseline
-    block: list[tuple[float, str | None]] = field(default_factory=list)  # the last baseline block's timed steps
+    block: list[tuple[float, str | None]] = field(default_factory=list)  # the last block's settled timed steps
     held: list[_Held] = field(default_factory=list)  # stitched windows since that block, waiting for the next
     last_mode: str = ""  # the mode of the window closed last (consecutive baseline windows make one block)
     # Over the job's steady stitched windows (probes left out), paired: their saving and the plain TF seconds it is
@@ -121,6 +128,8 @@ class Windows:
         self.signatures.append(signature)
         if timed:
             self.timed.append((seconds, signature))
+        if timed and self.leading == len(self.seconds) - 1:
+            self.leading += 1
         if len(self.seconds) >= self.size:
             ready += self._close()
         return ready
@@ -129,7 +138,7 @@ class Windows:
         """At the end of the job: the open window and every stitched window still waiting, compared with the
         baseline block before them only (no block came after them)."""
         ready = self._close()
-        ready += [self._paired(held, list(self.block)) for held in self.held]
+        ready += [self._paired(held, list(self.block), []) for held in self.held]
         self.held = []
         return sorted(ready, key=lambda window: window.index)
 
@@ -145,23 +154,28 @@ class Windows:
             tuple(self.signatures),
             tuple(self.timed),
             tuple(self.own),
+            self.leading,
         )
         self.index += 1
-        self.seconds, self.signatures, self.timed, self.own = [], [], [], []
+        self.seconds, self.signatures, self.timed, self.own, self.leading = [], [], [], [], 0
         timed = [seconds for seconds, _ in held.timed]
         if held.mode == STITCHED and timed:
             # every stitched step since the baseline it is compared with: one noisy window is not
             # enough to revert a job, and a real slowdown only gains evidence as windows close
             self.since_baseline += timed
             self.stitched_median = statistics.median(self.since_baseline)
+        switched = self.last_mode in (PROBE, REFERENCE, STITCHED)  # from the twin to the user's graph, or back
         contiguous, self.last_mode = self.last_mode == held.mode, held.mode
         if held.mode in (PROBE, REFERENCE, STITCHED):
             self.held.append(held)
             return []
         if held.mode != BASELINE:
             return [self._window(held, {}, {})]
-        block = [*self.block, *held.timed] if contiguous else list(held.timed)
-        ready = [self._paired(waiting, [*self.block, *held.timed]) for waiting in self.held]
+        first, settled = _settle(held, switched)
+        block = [*self.block, *settled] if contiguous else settled
+        base = [*self.block, *settled]
+        last = self.held[-1] if self.held else None  # the window the switch to this block came from
+        ready = [self._paired(waiting, base, first if waiting is last else []) for waiting in self.held]
         self.held, self.block = [], block
         if timed:
             self.baseline_median = statistics.median(seconds for seconds, _ in block)
@@ -169,16 +183,25 @@ class Windows:
             self.since_baseline = []
         return [*ready, self._window(held, _means(block), {})]
 
-    def _paired(self, held: _Held, base: list[tuple[float, str | None]]) -> Window:
-        """`held` against the timed baseline steps around it, per signature, with the noise of that difference.
-        The reference is their mean, not their median: a window's saving sums its own steps, slow ones included,
-        so only the baseline's mean step is what plain TF would have spent on them (docs/plugin/control.md)."""
+    def _paired(
+        self, held: _Held, base: list[tuple[float, str | None]], switched: list[tuple[float, str | None]]
+    ) -> Window:
+        """`held` against the settled timed baseline steps around it, per signature, with the noise of that
+        difference. The reference is their mean, not their median: a window's saving sums its own steps, slow ones
+        included, so only the baseline's mean step is what plain TF would have spent on them. `switched`: the
+        first steps of the block after it, which paid the switch back to the user's graph: their excess over the
+        reference is the window's cost (docs/plugin/control.md)."""
         means, samples, found = _means(base), _samples(base), _samples(list(held.timed))
         noise: dict[str | None, float] = {}
         for key, steps in found.items():
             if key in means and key in samples:
                 noise[key] = mean_noise(steps, samples[key])
+        back = [(seconds - means[key], key) for seconds, key in switched if key in means]
         window = self._window(held, means, noise)
+        if back:  # each such step is one step's spread (its own noise) beyond the reference's
+            spread = sum(statistics.variance(samples[k]) for _, k in back if len(samples[k]) > 1)
+            total = sum(excess for excess, _ in back)
+            window = replace(window, switch=total, noise=(window.noise**2 + spread) ** 0.5)
         if held.mode == STITCHED:
             compared = [b for b in window.baselines if b is not None]
             self.steady_saved += window.saved_seconds
@@ -201,6 +224,16 @@ class Windows:
         return Window(
             held.index, held.mode, held.first, last, held.seconds, baselines, held.signatures, error, held.own
         )
+
+
+def _settle(held: _Held, switched: bool) -> tuple[list[tuple[float, str | None]], list[tuple[float, str | None]]]:
+    """A baseline window's timed steps split into its first SETTLE_STEPS after a switch from the twin (none when
+    it follows no twin step, or when its first step was not timed: that step paid the switch) and the rest; a
+    window with no step past them keeps them all (a figure, as before, with nothing to charge)."""
+    count = min(SETTLE_STEPS, held.leading) if switched else 0
+    if count >= len(held.timed):
+        return [], list(held.timed)
+    return list(held.timed[:count]), list(held.timed[count:])
 
 
 def _samples(timed: list[tuple[float, str | None]]) -> dict[str | None, list[float]]:
