@@ -32,11 +32,12 @@ from stitchfleet import settings as settings_module
 from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.controller import Controller
 from stitchfleet.plugin.control.probe_decisions import NOISE_FACTOR
-from stitchfleet.plugin.control.schedule import BASELINE, PROBE, REFERENCE
+from stitchfleet.plugin.control.schedule import BASELINE, PROBE, REFERENCE, STITCHED
 from stitchfleet.plugin.control.step_windows import mean_noise
 from stitchfleet.plugin.session.hook import StitchHook
 
 DIMS = {"batch": 8, "seq": 32, "hidden": 128, "heads": 4}
+COMPARED = (STITCHED, PROBE, "check")  # the phases whose steps the report's paired windows hold
 WARM_STEPS = 10  # the plain job's first steps, its executor builds: left out of the step time the plugin is told
 
 
@@ -157,7 +158,8 @@ def _compare(plain_times: list[float], baseline_times: list[float], controller: 
     if base is not None:
         noise = mean_noise(baseline_times, plain_times)
         agrees = abs(base - plain) <= NOISE_FACTOR * noise
-        line += "; baseline steps (plain TF inside the job, the report's reference, with the hook's work on them)"
+        line += "; baseline steps (plain TF inside the job, the report's reference: a block's first step after"
+        line += " stitched ones left out; with the hook's work on them)"
         line += f" {base * 1e3:.2f} ms"
         line += f" ({(base - plain) / plain * 100:+.1f}% vs plain TF: "
         line += "within" if agrees else "beyond"
@@ -195,6 +197,7 @@ class Job:
         self.created = 0.0  # creating the session: the plugin's setup (compile, the twin) happens here
         self.closed = 0.0  # closing it: the hook's end
         self.loss_value = 0.0
+        self.previous: str | None = None  # the last step's mode
 
     def run(self, steps: range, every: int, baseline: list[float]) -> None:
         started = time.perf_counter()
@@ -210,8 +213,9 @@ class Job:
             self.loss_value, _ = self.session.run([self.loss, self.train_op], self.feeds())
             chunk.append(time.perf_counter() - began)
             self.phases.append(_step_phase(self.hook, mode))
-            if mode == BASELINE:
-                baseline.append(chunk[-1])
+            if mode == BASELINE and self.previous not in (STITCHED, PROBE, REFERENCE):
+                baseline.append(chunk[-1])  # as the report's reference: no block's first step after the twin's
+            self.previous = mode
             if self.hook is not None and (step + 1) % every == 0:
                 _progress(self.hook, step, float(self.loss_value), chunk[-every:])
         self.times += chunk
@@ -301,6 +305,14 @@ def where_it_went(stitched: Job, plain: Job) -> str:
             f"  {phase + ' steps':<26} {sum(saved):+8.2f} s  (noise {noise:.2f} s; {len(saved)} steps,"
             f" {per_step:+.3f} ms a step)"
         )
+    # the steps the report's windows book a saving on, as the report's balance line gives it per rank (`balance`)
+    compared = [saved for phase in COMPARED for saved in by_phase.get(phase, [])]
+    if compared:
+        noise = statistics.stdev(compared) * len(compared) ** 0.5 if len(compared) > 1 else float("nan")
+        lines.append(
+            f"  {'of which the report books':<26} {sum(compared):+8.2f} s  (noise {noise:.2f} s; the stitched, probe"
+            " and check steps: its measured gross per device is the same seconds)"
+        )
     close = "close (the hook's end)"
     lines.append(f"  {close:<26} {closed:+8.2f} s")
     return "\n".join(lines)
@@ -344,7 +356,8 @@ def balance(job: Any) -> str:
     return (
         f"\nbalance of {job.job_name} over {job.iterations:,} steps on {job.devices_per_rank} {job.device_kind}"
         f" device(s) per rank: {claim}, setup {setup:.2f} {unit} (compile, the check executor): net {net:+.2f}"
-        f" {unit}; {verdict}"
+        f" {unit}; {verdict}; measured per device: {measured / max(job.devices_per_rank, 1):+.2f} s of the rank's"
+        " steps (the clock's figure: 'of which the report books' above)"
     )
 
 

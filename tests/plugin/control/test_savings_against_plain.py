@@ -8,8 +8,9 @@ graph is larger, its first run ~0.3 s slower, a cost the report does not book). 
 gross saving of the job's windows minus the setup it booked from steps (the warmup's executor builds, the
 kernels' first runs) and minus the plugin overhead it booked (`PluginCost`: the plugin's own work on the steps no
 window's saving pays, baseline and warmup), per device, back to the rank's seconds, minus what the report cannot
-see of the hooked session's own cost: what its steps that run the user's graph (baseline blocks, and every step
-once stitching is over) take beyond plain TF's steps of the same number, per step, times the steps, less what the
+see of the hooked session's own cost: what its steps that run the user's graph after another such step (baseline
+blocks but their first step after stitched ones, whose switch the report books since session 21; every step once
+stitching is over) take beyond plain TF's steps of the same number, per step, times the steps, less what the
 report books of it (the plugin's own work on stitched steps, in their savings, session 18: `Controller.step_done`;
 on the other steps, as the overhead). That rest is the steps' run itself with the hook's feeds and fetches (seen:
 0.3-0.7 ms on 1.1-1.3 ms steps, of which the report books ~0.1 ms): its windows compare stitched steps with the
@@ -105,7 +106,9 @@ def _alternated(tmp: Path, steps: int, chunk: int) -> Figures:
     pairs[0] -= plain.times[0] - plugin.times[0]  # the first run: TF's executor build (see the module docstring)
     measured = sum(pairs)
     noise = statistics.stdev(pairs[1:]) * len(pairs) ** 0.5  # the first pair holds the builds: not its spread
-    own = [plugin.times[s] - plain.times[s] for s in range(1, steps) if plugin.own[s]]
+    # a step of the user's graph right after a twin step pays the switch between the graphs, which the report books
+    # (`step_windows`: the window before the block pays it): only the steps after another of the user's graph count
+    own = [plugin.times[s] - plain.times[s] for s in range(1, steps) if plugin.own[s] and plugin.own[s - 1]]
     [found] = weekly_summary(url, week_of(dt.datetime.now(dt.UTC))).jobs
     controller = hook.controller
     assert controller is not None and found.iterations == steps
