@@ -476,5 +476,4 @@ class Controller:
         elif fresh >= self.size and self.course.stitching:
             mean_s, mean_b, mean_n = stitched / self.size, base / self.size, noise / self.size
             if mean_s - mean_b > max(mean_b * self.timing.slowdown_margin, NOISE_FACTOR * mean_n):
-                detail = f"stitched median {mean_s:.6f} s vs baseline {mean_b:.6f} s per step (noise {mean_n:.6f} s)"
-                self._revert_job(step, "slowdown", detail)
+                self.course.slowed(step, mean_s, mean_b, mean_n)

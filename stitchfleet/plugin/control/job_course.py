@@ -25,6 +25,7 @@ class JobCourse:
         self.clusters, self.ledger = clusters, ledger
         self.job_reverted: str | None = None
         self.stitching_off: str | None = None
+        self.slowdown: tuple[float, float, float] | None = None  # the slowdown revert's figures (`slowed`)
         self._over = False  # `done`, latched
 
     @property
@@ -67,6 +68,14 @@ class JobCourse:
         self.job_reverted = f"{reason}: {detail}"
         log.warning("stitchfleet: stitching reverted for the job at step %d: %s", step, self.job_reverted)
         self.ledger.event("revert", step, None, reason, detail=detail)
+
+    def slowed(self, step: int, stitched: float, baseline: float, noise: float) -> None:
+        """The slowdown guard reverts the job: its stitched and baseline medians and their noise (seconds) are kept
+        as data, which the job's next run on the node weighs (`setup.last_run`)."""
+        if self.job_reverted is None:
+            self.slowdown = (stitched, baseline, noise)
+        detail = f"stitched median {stitched:.6f} s vs baseline {baseline:.6f} s per step (noise {noise:.6f} s)"
+        self.revert_job(step, "slowdown", detail)
 
     def switch_off(self, step: int, reason: str, why: str) -> None:
         """Stitching off for the job (not an error): every later step runs the user's graph."""

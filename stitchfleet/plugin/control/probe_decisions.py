@@ -42,6 +42,9 @@ class ProbeDecisions:
         self.signatures = SignatureDecisions(clusters, ledger, self.probes, kernels, timing.probe_margin)
         self.group_proven: bool | None = None  # the group probe's decision; None until taken (or without one)
         self.group_probe = ""  # what the group probe measured, in a cluster's `probe` format
+        # its figures as decided, per rank: (every cluster on, the paired baseline, noise) medians in seconds; None
+        # until measured (the job's next run on the node weighs them: `setup.last_run`)
+        self.group_figures: tuple[float, float, float] | None = None
         self.rerun_futile = False  # a pair ran out of reruns without figures: no pair runs again (`rerun`)
 
     @property
@@ -162,6 +165,7 @@ class ProbeDecisions:
                 return False
             self.group_probe = self.describe(GROUP, on, base, noise)
             self.group_proven = base - on > self._needed(base, noise)
+            self.group_figures = (on, base, noise)
             if self.group_proven or on >= base:  # a finding the fleet keeps (not one within the noise)
                 outcome = ProbeOutcome.FASTER if self.group_proven else ProbeOutcome.SLOWER
                 fingerprint, profile, shapes = group_key([(c.fingerprint, c.profile, c.shapes) for c in self.clusters])

@@ -34,8 +34,9 @@ class JobLength:
 
     def short(self, hook: object, ledger: Ledger, backend: str) -> bool:
         """At `begin`: whether the job is too short for its setup (`too_short`), or its setup cannot pay back on
-        `backend` (`payback.estimate`); the job's telemetry says which (a `setup` event with the figures; when
-        skipped, the job finished)."""
+        `backend` (`payback.estimate`: "job too short", or "measured not to pay" when what its last run on this node
+        measured said no); the job's telemetry says which (a `setup` event with the figures; when skipped, the job
+        finished). A run that weighed those figures is counted in the setup's record (`setup_record.tally`)."""
         self.stop = stop_hook(hook)
         timing = Timing.from_settings(self.current, clusters=2)
         why = too_short(timing, self.current.job_steps, self.stop)
@@ -49,10 +50,16 @@ class JobLength:
             steps = planned(self.current.job_steps, self.stop)
             estimate = payback.estimate(steps, step_seconds, backend, timing, cache)
             log.info("stitchfleet: %s", estimate.why)
+            state = estimate.state
+            if state is not None and state.measured is not None:  # weighed: a skip counts, a setup restarts the count
+                setup_record.tally(self.current.cache_dir, state.key, backend, skipped=not estimate.affordable)
             if estimate.affordable:
                 ledger.event(EventKind.SETUP.value, None, None, "setup affordable", detail=estimate.why)
                 return False
             why = estimate.why
+            if estimate.weighed is not None:  # what its last run here measured said no: not the job's length
+                self._skip(ledger, "setup skipped: measured not to pay", why)
+                return True
         self._skip(ledger, "setup skipped: job too short", why)
         return True
 

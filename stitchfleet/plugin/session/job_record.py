@@ -96,8 +96,9 @@ def closed(
 def remembered(
     current: settings_module.Settings, controller: Controller, ranks: int, record: tuple[str, str, bool]
 ) -> None:
-    """After `closed`: what the job's stitched phase measured, added to its setup's record in the kernel cache for
-    its next run's payback estimate on this node (`setup_record.Measured`). `record`: the setup's (record key,
+    """After `closed`: what the job's run measured (its steady stitched gain, or the figure that turned its stitching
+    off: `setup.last_run`), added to its setup's record in the kernel cache for its next run's payback estimate on
+    this node (`setup_record.Measured`). `record`: the setup's (record key,
     backend, whether every kernel came from the cache: `job_setup.Setup`). A Horovod job adds nothing: its ranks'
     nodes hold different caches, and every rank must take the same setup decision."""
     key, backend, warm = record
@@ -105,15 +106,14 @@ def remembered(
         return
     try:
         from stitchfleet.plugin.control.plugin_cost import PluginCost
-        from stitchfleet.plugin.setup import setup_record
+        from stitchfleet.plugin.setup import last_run, setup_record
 
-        windows = controller.windows
         # What a warm run pays again: the executor builds, the kernels' first runs, the plugin's work no saving pays,
         # and the setup itself when this run's kernels all came from the cache (a cold one's seconds are mostly
         # compiles a warm run does not pay).
         per_run = controller.setup_total if warm else controller.setup_total - controller.setup_seconds
         per_run += PluginCost.of(controller).overhead
-        figures = setup_record.measured(windows.steady_gain, windows.steady_steps, per_run)
+        figures = last_run.figures(controller, per_run)
         if figures is not None and setup_record.remember(current.cache_dir, key, backend, figures):
             log.info("stitchfleet: for this job's next run here: %s", figures.said())
     except Exception:  # a figure for the next run is never worth a failure

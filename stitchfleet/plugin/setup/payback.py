@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from stitchfleet.compiler import targets
 from stitchfleet.plugin.control.schedule import Timing
-from stitchfleet.plugin.setup.setup_record import CacheState
+from stitchfleet.plugin.setup.setup_record import CacheState, Measured
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,11 @@ SETUP_SECONDS_OTHER = SetupSeconds(warm=SETUP_SECONDS["cpu"].cold, kernels=0.0, 
 BEST_GAIN = 0.10
 # What a probe's mixed configuration costs over plain TF's step: +11% to +27% measured per cluster alone (issue 29).
 PROBE_LOSS = 0.25
+# Runs on a node that skip their setup on what the job's last run there measured before one explores again (sets up,
+# probes, and its end writes fresh figures): a figure taken on a loaded node, or one noisy probe, does not keep a
+# graph from stitching for good, and the exploring run's cost (up to +12% of one job's wall measured: issue 29) is
+# spread over the runs it spared (about 1% of each). docs/plugin/setup.md.
+RETRY_AFTER = 10
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class Payback:
     affordable: bool
     why: str
     case: str = "cold"  # the setup figure used: warm, partly warm, cold (what the cache holds), or not looked up
+    state: CacheState | None = None  # what the cache held, when it was read (its measured figures, their skips)
+    weighed: Measured | None = None  # what the job's last run here measured, when the decision weighed it
 
 
 def setup_seconds(backend: str) -> SetupSeconds:
@@ -141,25 +148,36 @@ def estimate(
     share, source = BEST_GAIN, "the best a stitched step has shown"
     stepped = max(steps - exploring, 0) * step_seconds  # plain TF's seconds over the steps after exploring
     gain = stepped * share
+    state, measured = None, None
     if gain <= seconds.warm + probes or cache is None:
         fixed, case = seconds.cold, "cold, not looked up"
         said = "cold: the cache unread" if cache is None else "cold: not even a warm setup repays, the cache unread"
     else:
         # Read whenever the setup could repay: what the job's last run here measured (a steady gain below the best,
-        # a larger graph's setup) can say no even where a cold setup at the best gain would repay.
+        # a larger graph's setup, a loss) can say no even where a cold setup at the best gain would repay.
         state = cache()
-        fixed, case = seconds.fixed(state), state.case
-        said = f"{case}: {state.why}" + ("" if state.op else ", and the native op is to be built")
-        if state.measured is not None:
-            share, source = min(state.measured.gain, BEST_GAIN), state.measured.said()
+        measured = state.measured
+        said = f"{state.case}: {state.why}" + ("" if state.op else ", and the native op is to be built")
+        if measured is not None and measured.skips >= RETRY_AFTER:
+            said += f"; {measured.skips} runs skipped their setup on what its last run here measured: this one explores"
+            measured = None
+        fixed, case = seconds.fixed(state), state.case  # a retry too: a warm run pays what its last run paid again
+        if measured is not None:
+            share, source = min(measured.expected, BEST_GAIN), measured.said()
             gain = stepped * share
     cost = fixed + probes
-    figures = (
-        f"{steps} steps of {step_seconds * 1e3:.2f} ms: a gain of at most {gain:.1f} s ({share:.1%} of the steps"
-        f" after {exploring} exploring: {source}) against a setup cost of about {cost:.1f} s ({fixed:.1f} s fixed on"
-        f" {backend}, {said}; plus {exploring} exploring steps at +{PROBE_LOSS:.0%})"
-    )
+
+    def figures(source: str) -> str:
+        return (
+            f"{steps} steps of {step_seconds * 1e3:.2f} ms: a gain of at most {gain:.1f} s ({share:.1%} of the steps"
+            f" after {exploring} exploring: {source}) against a setup cost of about {cost:.1f} s ({fixed:.1f} s fixed"
+            f" on {backend}, {said}; plus {exploring} exploring steps at +{PROBE_LOSS:.0%})"
+        )
+
     if gain > cost:
-        return Payback(steps, step_seconds, cost, gain, True, f"setup can pay back: {figures}", case)
-    why = f"setup cannot pay back: {figures}: no compile, no probe, the job runs as written"
-    return Payback(steps, step_seconds, cost, gain, False, why, case)
+        why = f"setup can pay back: {figures(source)}"
+        return Payback(steps, step_seconds, cost, gain, True, why, case, state, measured)
+    # refused on what the job's last run here measured: that reason first, its figures after
+    said_first = figures(source) if measured is None else f"{source}; {figures('the share it measured')}"
+    why = f"setup cannot pay back: {said_first}: no compile, no probe, the job runs as written"
+    return Payback(steps, step_seconds, cost, gain, False, why, case, state, measured)

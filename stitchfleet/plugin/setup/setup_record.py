@@ -16,7 +16,7 @@ import math
 import os
 import tempfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -131,36 +131,63 @@ def _replace(cache_dir: Path, key: str, doc: dict[str, object]) -> bool:
     return True
 
 
+STEADY, GROUP, SLOWDOWN = "steady", "group", "slowdown"  # what a run's `Measured` figure is (its `source`)
+
+
 @dataclass(frozen=True)
 class Measured:
-    """What the job's last run that stitched measured on this node: `gain`, the share of plain TF's step its steady
-    stitched steps saved (the plugin's own work on them included; negative when they were slower), over `steps`
-    stitched steps; `per_run`, the seconds it paid beyond plain TF that a run with every kernel in the cache pays
-    again (the twin's executor builds, the kernels' first runs, the plugin's work no saving pays, and the setup
-    itself when that run found its kernels in the cache)."""
+    """What the job's last run measured on this node: `gain`, the share of plain TF's step stitching saved (negative
+    when slower), over `steps` steps; `per_run`, the seconds it paid beyond plain TF that a run with every kernel in
+    the cache pays again (the twin's executor builds, the kernels' first runs, the plugin's work no saving pays, and
+    the setup itself when that run found its kernels in the cache). `source` says what the gain is: its steady
+    stitched steps' paired saving (the plugin's own work on them included), or, for a run whose stitching ended off
+    without steady stitched steps, its group probe's (every cluster on against its paired baseline) or the slowdown
+    guard's figure that reverted it; `noise`, that figure's standard error as a share of plain TF's step (0 for the
+    steady gain: its windows' noise is the report's). `skips`: runs here that skipped their setup on these figures
+    since they were written (`payback.RETRY_AFTER`)."""
 
     gain: float
     steps: int
     per_run: float
+    source: str = STEADY
+    noise: float = 0.0
+    skips: int = 0
+
+    @property
+    def expected(self) -> float:
+        """The share of plain TF's step a next run's stitched phase can expect: the steady gain; at most 0 for a run
+        whose stitching ended off (a run that decides alike stitches nothing after its probes; a favourable figure
+        within the noise was not found faster)."""
+        return self.gain if self.source == STEADY else min(self.gain, 0.0)
 
     def said(self) -> str:
-        return (
-            f"its last run here saved {self.gain:+.1%} of plain TF's step over {self.steps} stitched steps and paid"
-            f" {self.per_run:.1f} s a warm run pays again"
-        )
+        paid = f"paid {self.per_run:.1f} s a warm run pays again"
+        if self.source == GROUP:
+            return (
+                f"its last run here measured every cluster on at {self.gain:+.1%} of plain TF's step in its group"
+                f" probe ({self.steps} steps, noise {self.noise:.1%}): not faster, stitching went off; it {paid}"
+            )
+        if self.source == SLOWDOWN:
+            return (
+                f"its last run here was reverted by the slowdown guard: its stitched steps at {self.gain:+.1%} of"
+                f" plain TF's step (noise {self.noise:.1%}); it {paid}"
+            )
+        saved = f"saved {self.gain:+.1%} of plain TF's step over {self.steps} stitched steps"
+        return f"its last run here {saved} and {paid}"
 
 
 @dataclass(frozen=True)
 class CacheState:
     """How much of a job's last setup the kernel cache holds: `kernels` it built (0: none known), `present` of them
-    there now, whether the native op is there (or not needed), the sentence that says so, and what the job's last
-    run with a stitched phase measured (`Measured`; None when none is recorded)."""
+    there now, whether the native op is there (or not needed), the sentence that says so, what the job's last run
+    measured (`Measured`; None when none is recorded) and the record's key (`record_key`)."""
 
     kernels: int
     present: int
     op: bool
     why: str
     measured: Measured | None = None
+    key: str = ""
 
     @property
     def missing(self) -> float:
@@ -192,18 +219,27 @@ def recall(cache_dir: Path, key: str, backend: str, op: bool) -> CacheState:
         return CacheState(0, 0, op, f"the cache's kernels of this job were built by {by}")
     present = sum((Path(cache_dir) / name).is_file() for name in files)
     why = f"the kernel cache holds {present} of the {len(files)} kernels this job's last setup built"
-    return CacheState(len(files), present, op, why, _measured(doc.get("measured")))
+    return CacheState(len(files), present, op, why, _measured(doc.get("measured")), key)
 
 
 def _measured(found: object) -> Measured | None:
-    """The record's measured figures, or None when it has none or they do not read as such."""
+    """The record's measured figures, or None when it has none or they do not read as such (a record written before
+    `source`, `noise` and `skips` holds a steady gain)."""
     if not isinstance(found, dict):
         return None
     try:
-        measured = Measured(float(found["gain"]), int(found["steps"]), float(found["per_run"]))
+        measured = Measured(
+            float(found["gain"]),
+            int(found["steps"]),
+            float(found["per_run"]),
+            str(found.get("source", STEADY)),
+            float(found.get("noise", 0.0)),
+            int(found.get("skips", 0)),
+        )
     except (KeyError, TypeError, ValueError):
         return None
-    return measured if all(map(math.isfinite, (measured.gain, measured.per_run))) else None
+    figures = (measured.gain, measured.per_run, measured.noise)
+    return measured if all(map(math.isfinite, figures)) and measured.source in (STEADY, GROUP, SLOWDOWN) else None
 
 
 # Fewer paired steady stitched steps than this say too little of the steady gain to weigh a next run's setup by.
@@ -224,3 +260,17 @@ def remember(cache_dir: Path, key: str, backend: str, measured: Measured) -> boo
     if doc is None or _made(doc) != builder(backend, cache_dir):
         return False
     return _replace(cache_dir, key, {**doc, "measured": asdict(measured)})
+
+
+def tally(cache_dir: Path, key: str, backend: str, skipped: bool) -> bool:
+    """Counts a run that weighed the record's measured figures: one more skip when it skipped its setup on them, none
+    when it set up (after `payback.RETRY_AFTER` skips a run explores again). Written only when the count
+    changes; a concurrent pod's count may be lost (one more or one less run skips). False when not written."""
+    doc = _read(cache_dir, key)
+    found = _measured(doc.get("measured")) if doc is not None else None
+    if doc is None or found is None or _made(doc) != builder(backend, cache_dir):
+        return False
+    skips = found.skips + 1 if skipped else 0
+    if skips == found.skips:
+        return False
+    return _replace(cache_dir, key, {**doc, "measured": asdict(replace(found, skips=skips))})

@@ -1,0 +1,134 @@
+"""A run that measured stitching not paying on its graph makes the next run on the node skip its setup (issue 29):
+the Transformer's warm run set up, warmed up, probed the group and went off again, as its cold run had (1.08x plain
+TF's wall). Its figure is kept in the setup's record, weighed before any compile, and explored again after
+`payback.RETRY_AFTER` skipped runs; a numeric revert records no loss."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from stitchfleet.plugin.native.faults import Fault
+from stitchfleet.plugin.session.hook import StitchHook
+from stitchfleet.plugin.setup import payback, setup_record
+from stitchfleet.plugin.setup.setup_record import CacheState, Measured
+from tests.plugin.hook_harness import events, make_settings
+from tests.plugin.session.test_hook_job_length import _train
+from tests.plugin.setup.test_setup_record import SECONDS, STEPS, TIMING, _kernels, _step_between
+
+pytestmark = pytest.mark.tf
+GROUP_LOSS = Measured(gain=-0.04, steps=8, per_run=0.9, source=setup_record.GROUP, noise=0.01)
+# 6 steps explore (warmup 2, the group's switched-on halves 2 x 2): 120 planned steps afford them within PROBE_SHARE,
+# not the per-cluster probes after a group loss, so stitching goes off at the group's decision
+PLANNED = 120
+
+
+def _state(measured: Measured) -> CacheState:
+    return CacheState(4, 4, True, "the kernel cache holds 4 of the 4 kernels", measured, "k")
+
+
+def test_a_group_loss_or_a_favourable_figure_within_the_noise_refuses_for_any_length() -> None:
+    step = _step_between(SECONDS.cold, 2 * SECONDS.cold)  # the best gain repays even a cold setup
+    lost = payback.estimate(100 * STEPS, step, "cpu", TIMING, lambda: _state(GROUP_LOSS))
+    assert not lost.affordable and lost.weighed == GROUP_LOSS
+    assert lost.why.startswith(
+        "setup cannot pay back: its last run here measured every cluster on at -4.0% of plain TF's step in its group"
+        " probe (8 steps, noise 1.0%): not faster, stitching went off; it paid 0.9 s a warm run pays again; "
+    )
+    assert f"(-4.0% of the steps after {TIMING.exploring_steps} exploring: the share it measured)" in lost.why
+    within = Measured(0.005, 8, 0.9, setup_record.GROUP, 0.01)  # +0.5%, not proven: a rerun stitches nothing
+    even = payback.estimate(100 * STEPS, step, "cpu", TIMING, lambda: _state(within))
+    assert not even.affordable and even.gain == 0.0 and "(0.0% of the steps after" in even.why
+
+
+def test_after_retry_after_skipped_runs_one_explores_again() -> None:
+    """A figure taken on a loaded node must not keep the graph from stitching for good."""
+    step = _step_between(SECONDS.cold, 2 * SECONDS.cold)
+    last = payback.RETRY_AFTER - 1
+    held = payback.estimate(STEPS, step, "cpu", TIMING, lambda: _state(Measured(-0.04, 8, 0.9, "group", 0.01, last)))
+    assert not held.affordable
+    retry = Measured(-0.04, 8, 0.9, "group", 0.01, payback.RETRY_AFTER)
+    again = payback.estimate(STEPS, step, "cpu", TIMING, lambda: _state(retry))
+    assert again.affordable and again.weighed is None
+    assert f"{payback.RETRY_AFTER} runs skipped their setup on what its last run here measured" in again.why
+    assert again.cost == pytest.approx(held.cost)  # what a warm run pays again still counts
+
+
+def test_the_record_counts_the_runs_that_skipped_on_its_figures(tmp_path: Path) -> None:
+    assert setup_record.write(tmp_path, "t1", "cpu", _kernels(tmp_path, ["a.so"]))
+    assert not setup_record.tally(tmp_path, "t1", "cpu", skipped=True)  # no figures: nothing to count
+    assert setup_record.remember(tmp_path, "t1", "cpu", GROUP_LOSS)
+    assert setup_record.tally(tmp_path, "t1", "cpu", skipped=True)
+    assert setup_record.tally(tmp_path, "t1", "cpu", skipped=True)
+    found = setup_record.recall(tmp_path, "t1", "cpu", op=True)
+    assert found.measured is not None and found.measured.skips == 2 and found.key == "t1"
+    assert setup_record.tally(tmp_path, "t1", "cpu", skipped=False)  # a run that set up: the count restarts
+    assert not setup_record.tally(tmp_path, "t1", "cpu", skipped=False)  # unchanged: not written
+    assert setup_record.remember(tmp_path, "t1", "cpu", GROUP_LOSS)
+    recalled = setup_record.recall(tmp_path, "t1", "cpu", op=True).measured
+    assert recalled == GROUP_LOSS and recalled.said() == GROUP_LOSS.said()
+    path = tmp_path / setup_record.RECORD_DIR / "t1.json"
+    doc = json.loads(path.read_text())
+    older = {"gain": 0.03, "steps": 400, "per_run": 2.0}  # a record written before the source was kept
+    path.write_text(json.dumps({**doc, "measured": older}))
+    assert setup_record.recall(tmp_path, "t1", "cpu", op=True).measured == Measured(0.03, 400, 2.0)
+    path.write_text(json.dumps({**doc, "measured": {**older, "source": "guessed"}}))
+    assert setup_record.recall(tmp_path, "t1", "cpu", op=True).measured is None
+
+
+def _fixed(cache: Path) -> dict[str, str]:
+    return {
+        "STITCHFLEET_CACHE_DIR": str(cache),
+        "STITCHFLEET_BRIDGE": "python",
+        "STITCHFLEET_JOB_STEPS": "0",
+        "STITCHFLEET_PROBE_STEPS": "2",
+        "STITCHFLEET_PROBE_MARGIN": "100",  # the group is never proven: a loss measured whatever the machine's load
+    }
+
+
+def test_a_job_whose_group_was_not_faster_makes_its_next_run_here_skip_its_setup(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = StitchHook(make_settings(tmp_path, "loss-first", **_fixed(cache)), backend="cpu")
+    _train(PLANNED, first, tf.compat.v1.train.StopAtStepHook(num_steps=PLANNED))
+    assert first.setup is not None and first.setup.recorded and first.controller is not None
+    controller = first.controller
+    assert controller.group_proven is False and controller.stitching_off is not None
+    assert controller.windows.steady_steps == 0  # before: no figure, and the next run explored again
+    found = setup_record.recall(cache, first.setup.recorded, "cpu", op=True).measured
+    assert found is not None and found.source == setup_record.GROUP and controller.decisions.group_figures
+    on, base, _ = controller.decisions.group_figures
+    assert found.gain == pytest.approx((base - on) / base) and found.per_run > 0
+
+    # The next run of the same graph on this node, told a step time at which the best gain repays a cold setup
+    step_ms = _step_between(SECONDS.cold, 2 * SECONDS.cold) * 1e3
+    url = f"sqlite:///{tmp_path / 'second.db'}"
+    told = make_settings(tmp_path, "loss-second", **_fixed(cache), STITCHFLEET_STEP_MS=f"{step_ms}")
+    second = StitchHook(told, backend="cpu", db_url=url)
+    _train(3, second, tf.compat.v1.train.StopAtStepHook(num_steps=STEPS))
+    assert second.setup is None and second.controller is None and not second.installed  # before any setup work
+    skipped = second.length.skipped
+    assert skipped is not None and skipped.startswith(
+        f"setup cannot pay back: its last run here measured every cluster on at {found.gain:+.1%} of plain TF's step"
+    )
+    [setup] = events(url, "setup", tmp_path / "state" / "spool")
+    assert (setup.reason, setup.detail) == ("setup skipped: measured not to pay", skipped)
+    counted = setup_record.recall(cache, first.setup.recorded, "cpu", op=True).measured
+    assert counted is not None and counted.skips == 1
+
+
+def test_a_numeric_revert_writes_no_loss(tmp_path: Path) -> None:
+    """The same losing job with a kernel whose output is wrong: the guard reverts it at its first check, and the
+    group measured after says nothing the next run should weigh."""
+    cache = tmp_path / "cache"
+    hook = StitchHook(
+        make_settings(tmp_path, "loss-mismatch", **_fixed(cache)), backend="cpu", fault=Fault("constant", cluster=5)
+    )
+    _train(PLANNED, hook, tf.compat.v1.train.StopAtStepHook(num_steps=PLANNED))
+    assert hook.setup is not None and hook.controller is not None
+    reverted = [c for c in hook.controller.clusters if c.reverted_at is not None]
+    assert [c.index for c in reverted] == [5] and reverted[0].reason.startswith("mismatch")
+    assert hook.controller.group_proven is False and hook.controller.done
+    assert setup_record.recall(cache, hook.setup.recorded, "cpu", op=True).measured is None
