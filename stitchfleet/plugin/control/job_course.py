@@ -70,10 +70,8 @@ class JobCourse:
         self.ledger.event("revert", step, None, reason, detail=detail)
 
     def slowed(self, step: int, stitched: float, baseline: float, noise: float) -> None:
-        """The slowdown guard reverts the job: its stitched and baseline medians and their noise (seconds) are kept
-        as data, which the job's next run on the node weighs (`setup.last_run`)."""
-        if self.job_reverted is None:
-            self.slowdown = (stitched, baseline, noise)
+        """The slowdown guard reverts the job; its figures (seconds) are kept for the next run (`setup.last_run`)."""
+        self.slowdown = self.slowdown or (stitched, baseline, noise)
         detail = f"stitched median {stitched:.6f} s vs baseline {baseline:.6f} s per step (noise {noise:.6f} s)"
         self.revert_job(step, "slowdown", detail)
 

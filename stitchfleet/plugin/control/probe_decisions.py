@@ -42,9 +42,7 @@ class ProbeDecisions:
         self.signatures = SignatureDecisions(clusters, ledger, self.probes, kernels, timing.probe_margin)
         self.group_proven: bool | None = None  # the group probe's decision; None until taken (or without one)
         self.group_probe = ""  # what the group probe measured, in a cluster's `probe` format
-        # its figures as decided, per rank: (every cluster on, the paired baseline, noise) medians in seconds; None
-        # until measured (the job's next run on the node weighs them: `setup.last_run`)
-        self.group_figures: tuple[float, float, float] | None = None
+        self.group_figures: tuple[float, float, float] | None = None  # as decided, per rank: on, base, noise (s)
         self.rerun_futile = False  # a pair ran out of reruns without figures: no pair runs again (`rerun`)
 
     @property

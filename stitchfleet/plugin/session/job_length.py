@@ -34,12 +34,11 @@ class JobLength:
 
     def short(self, hook: object, ledger: Ledger, backend: str) -> bool:
         """At `begin`: whether the job is too short for its setup (`too_short`), or its setup cannot pay back on
-        `backend` (`payback.estimate`: "job too short", or "measured not to pay" when what its last run on this node
-        measured said no); the job's telemetry says which (a `setup` event with the figures; when skipped, the job
-        finished). A run that weighed those figures is counted in the setup's record (`setup_record.tally`)."""
+        `backend` (`payback.estimate`; "measured not to pay" when its last run here said so: `setup_record.tally`
+        counts it); the job's telemetry says which (a `setup` event with the figures; when skipped, it finished)."""
         self.stop = stop_hook(hook)
         timing = Timing.from_settings(self.current, clusters=2)
-        why = too_short(timing, self.current.job_steps, self.stop)
+        why, label = too_short(timing, self.current.job_steps, self.stop), "job too short"
         if why is None:
             step_seconds = self.current.step_ms / 1e3 if self.current.step_ms > 0 else None
             graph = tf.compat.v1.get_default_graph()  # begin's: the user's graph, nothing added yet
@@ -58,9 +57,8 @@ class JobLength:
                 return False
             why = estimate.why
             if estimate.weighed is not None:  # what its last run here measured said no: not the job's length
-                self._skip(ledger, "setup skipped: measured not to pay", why)
-                return True
-        self._skip(ledger, "setup skipped: job too short", why)
+                label = "measured not to pay"
+        self._skip(ledger, f"setup skipped: {label}", why)
         return True
 
     def known_loss(self, verdict: SlowerVerdict | None, ledger: Ledger) -> bool:

@@ -96,9 +96,8 @@ def closed(
 def remembered(
     current: settings_module.Settings, controller: Controller, ranks: int, record: tuple[str, str, bool]
 ) -> None:
-    """After `closed`: what the job's run measured (its steady stitched gain, or the figure that turned its stitching
-    off: `setup.last_run`), added to its setup's record in the kernel cache for its next run's payback estimate on
-    this node (`setup_record.Measured`). `record`: the setup's (record key,
+    """After `closed`: what the job's run measured (`setup.last_run`), added to its setup's record in the kernel cache
+    for its next run's payback estimate on this node (`setup_record.Measured`). `record`: the setup's (record key,
     backend, whether every kernel came from the cache: `job_setup.Setup`). A Horovod job adds nothing: its ranks'
     nodes hold different caches, and every rank must take the same setup decision."""
     key, backend, warm = record

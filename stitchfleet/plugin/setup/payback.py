@@ -56,10 +56,8 @@ SETUP_SECONDS_OTHER = SetupSeconds(warm=SETUP_SECONDS["cpu"].cold, kernels=0.0, 
 BEST_GAIN = 0.10
 # What a probe's mixed configuration costs over plain TF's step: +11% to +27% measured per cluster alone (issue 29).
 PROBE_LOSS = 0.25
-# Runs on a node that skip their setup on what the job's last run there measured before one explores again (sets up,
-# probes, and its end writes fresh figures): a figure taken on a loaded node, or one noisy probe, does not keep a
-# graph from stitching for good, and the exploring run's cost (up to +12% of one job's wall measured: issue 29) is
-# spread over the runs it spared (about 1% of each). docs/plugin/setup.md.
+# Runs that skip their setup on what the job's last run on the node measured before one explores again: one noisy or
+# loaded run's figure does not shut a graph out for good; the exploring run (+8-12% of a job: issue 29) costs ~1% a run.
 RETRY_AFTER = 10
 
 
@@ -164,20 +162,15 @@ def estimate(
         fixed, case = seconds.fixed(state), state.case  # a retry too: a warm run pays what its last run paid again
         if measured is not None:
             share, source = min(measured.expected, BEST_GAIN), measured.said()
-            gain = stepped * share
-    cost = fixed + probes
-
-    def figures(source: str) -> str:
-        return (
-            f"{steps} steps of {step_seconds * 1e3:.2f} ms: a gain of at most {gain:.1f} s ({share:.1%} of the steps"
-            f" after {exploring} exploring: {source}) against a setup cost of about {cost:.1f} s ({fixed:.1f} s fixed"
-            f" on {backend}, {said}; plus {exploring} exploring steps at +{PROBE_LOSS:.0%})"
-        )
-
+    gain, cost = stepped * share, fixed + probes
+    refused = measured is not None and gain <= cost  # on what the job's last run here measured: that reason first
+    figures = (
+        f"{steps} steps of {step_seconds * 1e3:.2f} ms: a gain of at most {gain:.1f} s ({share:.1%} of the steps after"
+        f" {exploring} exploring: {'as measured' if refused else source}) against a setup cost of about {cost:.1f} s"
+        f" ({fixed:.1f} s fixed on {backend}, {said}; plus {exploring} exploring steps at +{PROBE_LOSS:.0%})"
+    )
     if gain > cost:
-        why = f"setup can pay back: {figures(source)}"
-        return Payback(steps, step_seconds, cost, gain, True, why, case, state, measured)
-    # refused on what the job's last run here measured: that reason first, its figures after
-    said_first = figures(source) if measured is None else f"{source}; {figures('the share it measured')}"
-    why = f"setup cannot pay back: {said_first}: no compile, no probe, the job runs as written"
+        return Payback(steps, step_seconds, cost, gain, True, f"setup can pay back: {figures}", case, state, measured)
+    first = f"{source}; " if refused else ""
+    why = f"setup cannot pay back: {first}{figures}: no compile, no probe, the job runs as written"
     return Payback(steps, step_seconds, cost, gain, False, why, case, state, measured)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 RECORD_DIR = "setups"
 PACKAGE = Path(__file__).resolve().parents[2]  # stitchfleet/
 CODE_DIRS = ("compiler", "plugin")  # what decides a job's clusters, their C and the op (csrc included)
+STEADY, GROUP, SLOWDOWN = "steady", "group", "slowdown"  # what a run's `Measured` figure is (its `source`)
 
 
 @functools.cache
@@ -131,20 +132,13 @@ def _replace(cache_dir: Path, key: str, doc: dict[str, object]) -> bool:
     return True
 
 
-STEADY, GROUP, SLOWDOWN = "steady", "group", "slowdown"  # what a run's `Measured` figure is (its `source`)
-
-
 @dataclass(frozen=True)
 class Measured:
-    """What the job's last run measured on this node: `gain`, the share of plain TF's step stitching saved (negative
-    when slower), over `steps` steps; `per_run`, the seconds it paid beyond plain TF that a run with every kernel in
-    the cache pays again (the twin's executor builds, the kernels' first runs, the plugin's work no saving pays, and
-    the setup itself when that run found its kernels in the cache). `source` says what the gain is: its steady
-    stitched steps' paired saving (the plugin's own work on them included), or, for a run whose stitching ended off
-    without steady stitched steps, its group probe's (every cluster on against its paired baseline) or the slowdown
-    guard's figure that reverted it; `noise`, that figure's standard error as a share of plain TF's step (0 for the
-    steady gain: its windows' noise is the report's). `skips`: runs here that skipped their setup on these figures
-    since they were written (`payback.RETRY_AFTER`)."""
+    """What the job's last run measured on this node (`setup.last_run`): `gain`, the share of plain TF's step saved
+    (negative: lost) over `steps` steps by its steady stitched steps (`source`), or its group probe or the slowdown
+    guard's figure when its stitching ended off without them (`noise`: its standard error, a share of the step);
+    `per_run`, the seconds beyond plain TF a warm run pays again (executor builds, the kernels' first runs, the
+    plugin's work no saving pays, a setup from the cache); `skips`, runs that skipped on it (`payback.RETRY_AFTER`)."""
 
     gain: float
     steps: int
@@ -155,25 +149,21 @@ class Measured:
 
     @property
     def expected(self) -> float:
-        """The share of plain TF's step a next run's stitched phase can expect: the steady gain; at most 0 for a run
-        whose stitching ended off (a run that decides alike stitches nothing after its probes; a favourable figure
-        within the noise was not found faster)."""
+        """The share of plain TF's step a next run's stitched phase can expect: at most 0 after stitching ended off
+        (a run that decides alike stitches nothing; a favourable figure within the noise was not found faster)."""
         return self.gain if self.source == STEADY else min(self.gain, 0.0)
 
     def said(self) -> str:
-        paid = f"paid {self.per_run:.1f} s a warm run pays again"
+        gain, paid = f"{self.gain:+.1%} of plain TF's step", f"paid {self.per_run:.1f} s a warm run pays again"
         if self.source == GROUP:
-            return (
-                f"its last run here measured every cluster on at {self.gain:+.1%} of plain TF's step in its group"
-                f" probe ({self.steps} steps, noise {self.noise:.1%}): not faster, stitching went off; it {paid}"
+            found = (
+                f"measured every cluster on at {gain} in its group probe ({self.steps} steps, noise {self.noise:.1%})"
             )
+            return f"its last run here {found}: not faster, stitching went off; it {paid}"
         if self.source == SLOWDOWN:
-            return (
-                f"its last run here was reverted by the slowdown guard: its stitched steps at {self.gain:+.1%} of"
-                f" plain TF's step (noise {self.noise:.1%}); it {paid}"
-            )
-        saved = f"saved {self.gain:+.1%} of plain TF's step over {self.steps} stitched steps"
-        return f"its last run here {saved} and {paid}"
+            found = f"was reverted by the slowdown guard: its stitched steps at {gain} (noise {self.noise:.1%})"
+            return f"its last run here {found}; it {paid}"
+        return f"its last run here saved {gain} over {self.steps} stitched steps and {paid}"
 
 
 @dataclass(frozen=True)
@@ -228,14 +218,8 @@ def _measured(found: object) -> Measured | None:
     if not isinstance(found, dict):
         return None
     try:
-        measured = Measured(
-            float(found["gain"]),
-            int(found["steps"]),
-            float(found["per_run"]),
-            str(found.get("source", STEADY)),
-            float(found.get("noise", 0.0)),
-            int(found.get("skips", 0)),
-        )
+        extra = (str(found.get("source", STEADY)), float(found.get("noise", 0.0)), int(found.get("skips", 0)))
+        measured = Measured(float(found["gain"]), int(found["steps"]), float(found["per_run"]), *extra)
     except (KeyError, TypeError, ValueError):
         return None
     figures = (measured.gain, measured.per_run, measured.noise)
@@ -263,9 +247,8 @@ def remember(cache_dir: Path, key: str, backend: str, measured: Measured) -> boo
 
 
 def tally(cache_dir: Path, key: str, backend: str, skipped: bool) -> bool:
-    """Counts a run that weighed the record's measured figures: one more skip when it skipped its setup on them, none
-    when it set up (after `payback.RETRY_AFTER` skips a run explores again). Written only when the count
-    changes; a concurrent pod's count may be lost (one more or one less run skips). False when not written."""
+    """Counts a run that weighed the record's figures: a skip adds one, a setup restarts at 0 (`payback.RETRY_AFTER`).
+    Written when the count changes; a concurrent pod's count may be lost. False when not written."""
     doc = _read(cache_dir, key)
     found = _measured(doc.get("measured")) if doc is not None else None
     if doc is None or found is None or _made(doc) != builder(backend, cache_dir):

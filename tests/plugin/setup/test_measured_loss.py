@@ -38,7 +38,7 @@ def test_a_group_loss_or_a_favourable_figure_within_the_noise_refuses_for_any_le
         "setup cannot pay back: its last run here measured every cluster on at -4.0% of plain TF's step in its group"
         " probe (8 steps, noise 1.0%): not faster, stitching went off; it paid 0.9 s a warm run pays again; "
     )
-    assert f"(-4.0% of the steps after {TIMING.exploring_steps} exploring: the share it measured)" in lost.why
+    assert f"(-4.0% of the steps after {TIMING.exploring_steps} exploring: as measured)" in lost.why
     within = Measured(0.005, 8, 0.9, setup_record.GROUP, 0.01)  # +0.5%, not proven: a rerun stitches nothing
     even = payback.estimate(100 * STEPS, step, "cpu", TIMING, lambda: _state(within))
     assert not even.affordable and even.gain == 0.0 and "(0.0% of the steps after" in even.why
