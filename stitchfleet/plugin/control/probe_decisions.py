@@ -122,14 +122,9 @@ class ProbeDecisions:
         return True
 
     def extend(self, step: int, on: float, base: float, noise: float) -> bool:
-        """Runs the group's pair again when every cluster on measured faster than the baseline by more than the
-        margin, but not beyond the noise (`needed`): more samples can prove it (a gain under the margin, more
-        cannot); says whether it does. The group's ~10% effect on a small step is
-        near one pair's noise on a busy or 2-core machine: a quiet make demo once saw -0.09 ms (noise 0.24) for
-        a configuration 10% faster in the job, and turned stitching off. The extra steps run the configuration
-        that measured faster on half of them, so they cost nothing in expectation; each rerun adds its samples
-        to the same halves (its noise falls ~1/sqrt(2)). At most `probe_reruns` times, from summed figures
-        only (every rank extends at the same step)."""
+        """Runs the group's pair again, its samples pooled, when every cluster on measured faster than the baseline
+        beyond the margin but not beyond the noise (on a 2-core machine one pair's noise is about the group's whole
+        gain: docs/plugin/control.md); says whether it does. At most `probe_reruns` times, from summed figures."""
         gain = base - on
         if gain <= base * self.timing.probe_margin or gain > self._needed(base, noise) or self.rerun_futile:
             return False

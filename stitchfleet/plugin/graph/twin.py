@@ -282,6 +282,7 @@ class Diverter:
         self.session: Any = None
         self.failure: Exception | None = None
         self._thread: int | None = None  # the thread whose next run goes to the copy
+        self._run: Callable[..., Any] | None = None  # the `run` set on the attached session
 
     @property
     def armed(self) -> bool:
@@ -317,8 +318,16 @@ class Diverter:
                 log.exception("stitchfleet: a step failed on the stitched twin; it runs again as written")
                 return own(self._plain(fetches), feed_dict=feed_dict, options=options, run_metadata=run_metadata)
 
-        session.run = run
+        session.run = self._run = run
         self.session = session
+
+    def detach(self) -> None:
+        """Gives the session its own `run` back (stitching is over for the job: no run goes to the copy, and
+        a quiet step then pays no wrapper); a `run` someone set over ours stays."""
+        session, self._thread = self.session, None
+        if session is not None and vars(session).get("run") is self._run:
+            del session.run
+        self.session = self._run = None
 
     def _plain(self, fetches: Any) -> Any:
         """The run's fetches without the owner's fetches on the copy (its `shared` ones kept)."""

@@ -8,6 +8,7 @@ rewired graph, the feeds and fetches each step adds (the controller's two calls 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._bridge: BridgeOp | None = None
         self.training: TrainingSteps | None = None
         self.runs = StepThreads()  # per thread: its current run is the training step / the agreement run
+        self._quiet = threading.local()  # per thread, once quiet: its training run's start (None: not a step)
+        self._quiet.started = None
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
         self.switches: tf.Tensor | None = None  # the graph's switch vector (clusters installed at begin)
@@ -105,7 +108,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def after_create_session(self, session: tf.compat.v1.Session, coord: tf.train.Coordinator) -> None:
         # Accounting needs what this rank really uses (its GPUs or CPU cores), which only the
         # created session knows; the job runs on whatever happens here.
-        if self.diverter is not None:
+        if self.diverter is not None and not self.quiet:
             try:
                 self.diverter.attach(session)  # a recovered session is attached anew
             except Exception as err:
@@ -125,17 +128,18 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return 1
 
     def before_run(self, run_context: tf.compat.v1.train.SessionRunContext) -> tf.compat.v1.train.SessionRunArgs | None:
-        if not self.quiet and self.controller is not None:
+        if not self.quiet and self.active and self.controller is not None and self.controller.done:
+            self.quiet = True  # stitching is over: from now on no fetch, feed or decision per step (issue 29)
+            if self.diverter is not None:
+                self.diverter.detach()
+        if self.quiet:  # the step runs as written, only timed and counted (its cost: docs/plugin/session.md)
+            self._quiet.started = self._quiet_start(run_context)
+            return None
+        if self.controller is not None:
             self.controller.step_entered()  # what the hook does from here is the plugin's own work on the step
         self.runs.reset()
         if self.shapes is not None and self.shapes.learning and self.training is not None:  # for the next processes
             self.shapes.learn(run_context.original_args, self.training.updates_variables)
-        if not self.quiet and self.active and self.controller is not None and self.controller.done:
-            self.quiet = True  # stitching is over: from now on no fetch, feed or decision per step (issue 29)
-        if self.quiet:  # the step runs as written, only timed and counted (its cost: docs/plugin/session.md)
-            if self.runs.take(run_context, self.training, None, over=True):
-                self._started = time.perf_counter()
-            return None
         if self._agreeing is not None:
             return self._agreement_step(run_context.original_args.fetches)
         if not self.active or not self.runs.take(run_context, self.training, self.diverter):
@@ -155,9 +159,35 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._started = time.perf_counter()
         return args
 
+    def _quiet_start(self, run_context: tf.compat.v1.train.SessionRunContext) -> float | None:
+        """A quiet step's start: the clock when the run updates a variable (a training step), else None. No
+        thread claims it: with nothing diverted there is no step in flight to protect, and a second thread's
+        training run is a training step too (both are counted)."""
+        try:
+            args = run_context.original_args
+            if self.shapes is not None and self.shapes.learning and self.training is not None:
+                self.shapes.learn(args, self.training.updates_variables)  # for the job's next processes
+            if self.training is not None and self.training.updates_variables(args.fetches):
+                return time.perf_counter()
+        except Exception:
+            log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
+        return None
+
     def after_run(
         self, run_context: tf.compat.v1.train.SessionRunContext, run_values: tf.compat.v1.train.SessionRunValues
     ) -> None:
+        started = self._quiet.started if self.quiet else None
+        if started is not None:  # a quiet training step: booked in one controller call (`_quiet_start`)
+            self._quiet.started = None
+            try:
+                if self.controller is not None:
+                    self.controller.quiet_step(self.step, time.perf_counter() - started)
+            except Exception as err:
+                self._fault(err)
+            self.step += 1
+            return
+        if self.quiet:
+            return
         if self.runs.in_agreement:
             self.runs.release()
             self._agreed((run_values.results or {}).get("agreement"))
@@ -169,15 +199,13 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return
         seconds = time.perf_counter() - self._started
         try:
-            if self.quiet and self.controller is not None:
-                self.controller.quiet_step(self.step, seconds)
-            elif self.path is not None:
+            if self.path is not None:
                 self.path.after(run_values.results or {}, seconds, self.step)
         except Exception as err:
             self._fault(err)
         self.step += 1
         self.runs.release()
-        if not self.quiet and self.controller is not None:
+        if self.controller is not None:
             self.controller.step_left()  # the hook's work after the step's booking: charged with the next step
 
     def end(self, session: tf.compat.v1.Session) -> None:
