@@ -184,6 +184,12 @@ def _step_phase(hook: StitchHook | None, mode: str | None) -> str:
     return PROBE if mode == REFERENCE else mode
 
 
+def in_reference(previous: str | None, mode: str | None) -> bool:
+    """Whether a step of the plugin's job (its mode, the step before's) is one the report's reference holds: a
+    baseline step, but not a block's first after steps on the twin, which paid the switch (`step_windows`)."""
+    return mode == BASELINE and previous not in (STITCHED, PROBE, REFERENCE)
+
+
 class Job:
     """One of the two jobs of the run: its session (created when first run, timed), its steps' times."""
 
@@ -213,8 +219,8 @@ class Job:
             self.loss_value, _ = self.session.run([self.loss, self.train_op], self.feeds())
             chunk.append(time.perf_counter() - began)
             self.phases.append(_step_phase(self.hook, mode))
-            if mode == BASELINE and self.previous not in (STITCHED, PROBE, REFERENCE):
-                baseline.append(chunk[-1])  # as the report's reference: no block's first step after the twin's
+            if in_reference(self.previous, mode):
+                baseline.append(chunk[-1])
             self.previous = mode
             if self.hook is not None and (step + 1) % every == 0:
                 _progress(self.hook, step, float(self.loss_value), chunk[-every:])

@@ -153,3 +153,14 @@ def test_a_step_is_labelled_by_its_plan() -> None:
     assert command._step_phase(hook(checks=True), "stitched") == "check"  # type: ignore[arg-type]
     assert command._step_phase(hook(), "reference") == "probe"  # type: ignore[arg-type]
     assert command._step_phase(hook(), "baseline") == "baseline"  # type: ignore[arg-type]
+
+
+@pytest.mark.tf
+def test_the_baseline_line_compares_the_steps_the_reports_reference_holds() -> None:
+    """Regression (issue 29 item 5): the demo's baseline figure took every baseline step, a block's first one after
+    stitched steps included, which the report's reference leaves out (it paid the switch between the graphs)."""
+    from stitchfleet.demo import command
+
+    assert command.in_reference("baseline", "baseline") and command.in_reference("warmup", "baseline")
+    assert not command.in_reference("stitched", "baseline") and not command.in_reference("reference", "baseline")
+    assert not command.in_reference("baseline", "stitched") and not command.in_reference(None, None)
