@@ -267,7 +267,8 @@ def train(
     if hook.controller is not None and hook.controller.job_reverted:
         print(f"guard: stitching reverted for this job: {hook.controller.job_reverted}")
     _compare(plain.times, baseline, hook.controller)
-    balance_lines = where_it_went(stitched, plain) + against_plain(stitched, plain, hook.length.skipped)
+    first = hook.controller.first_seconds if hook.controller is not None else 0.0
+    balance_lines = where_it_went(stitched, plain, first) + against_plain(stitched, plain, hook.length.skipped)
     return url, balance_lines, hook.length.skipped is not None
 
 
@@ -293,11 +294,12 @@ def against_plain(stitched: Job, plain: Job, skipped: str | None = None) -> str:
     ) + (_stayed_out(skipped, beyond and saved < 0) if skipped is not None else "")
 
 
-def where_it_went(stitched: Job, plain: Job) -> str:
+def where_it_went(stitched: Job, plain: Job, first: float = 0.0) -> str:
     """The balance by what the plugin's steps ran: per phase, the plugin's step seconds against plain TF's steps of
     the same numbers (alternated chunk by chunk, so a phase's pairs are not simultaneous: its noise is the spread
     of those differences times the root of their count), then session creation and close. The phases sum, with
-    the time between steps, to the balance; each names where seconds were won or paid."""
+    the time between steps, to the balance; each names where seconds were won or paid. `first`: what the kernels'
+    first runs took beyond a usual step, which the report books as setup, not in its windows."""
     lines = ["\nwhere the balance went (the plugin's steps against plain TF's steps of the same numbers; + saved):"]
     created, closed = plain.created - stitched.created, plain.closed - stitched.closed
     lines.append(f"  {'session creation (setup)':<26} {created:+8.2f} s")
@@ -317,7 +319,8 @@ def where_it_went(stitched: Job, plain: Job) -> str:
         noise = statistics.stdev(compared) * len(compared) ** 0.5 if len(compared) > 1 else float("nan")
         lines.append(
             f"  {'of which the report books':<26} {sum(compared):+8.2f} s  (noise {noise:.2f} s; the stitched, probe"
-            " and check steps: its measured gross per device is the same seconds)"
+            f" and check steps: its measured gross per device less the kernels' first runs, {first:.2f} s it books"
+            " as setup, is the same seconds)"
         )
     close = "close (the hook's end)"
     lines.append(f"  {close:<26} {closed:+8.2f} s")
