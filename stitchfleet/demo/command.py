@@ -267,8 +267,8 @@ def train(
     if hook.controller is not None and hook.controller.job_reverted:
         print(f"guard: stitching reverted for this job: {hook.controller.job_reverted}")
     _compare(plain.times, baseline, hook.controller)
-    first = hook.controller.first_seconds if hook.controller is not None else 0.0
-    balance_lines = where_it_went(stitched, plain, first) + against_plain(stitched, plain, hook.length.skipped)
+    first_runs = hook.controller.first_seconds if hook.controller is not None else 0.0
+    balance_lines = where_it_went(stitched, plain, first_runs) + against_plain(stitched, plain, hook.length.skipped)
     return url, balance_lines, hook.length.skipped is not None
 
 
