@@ -215,3 +215,26 @@ def test_a_copied_op_keeps_its_control_edge_from_a_shared_op() -> None:
         session.run(init)
         session.run(twin.tensor(loss), {x: np.ones((2, 4), np.float32)})
         assert session.run(counter) == 1.0  # the copy ran the shared update first, once
+
+
+def test_detach_gives_the_session_its_own_run_back_and_leaves_a_later_wrapper() -> None:
+    """Once stitching is over the hook detaches the diverter: a quiet step then calls the session's own run."""
+    with _attached() as (model, session, diverter):
+        assert "run" in vars(session)
+        diverter.armed = True
+        diverter.detach()
+        assert "run" not in vars(session) and not diverter.armed and diverter.session is None
+        assert session.run(model["loss"], _feed(model)) > 0  # the class's own run
+    with _attached() as (model, session, diverter):
+        calls: list[object] = []
+        ours = session.run
+
+        def later(fetches: Any, *args: Any, **kwargs: Any) -> Any:  # set over ours by someone else
+            calls.append(fetches)
+            return ours(fetches, *args, **kwargs)
+
+        session.run = later
+        diverter.detach()
+        assert vars(session)["run"] is later  # not ours to take away
+        session.run(model["loss"], _feed(model))
+        assert calls == [model["loss"]]
