@@ -28,6 +28,7 @@ CASES: tuple[tuple[str, tuple[int, ...], str], ...] = (
     ("softmax_fwd", (32, 4096), "f32"),
     ("softmax_bwd", (256, 128), "f32"),
     ("softmax_bwd", (32, 4096), "f32"),
+    ("bias_gelu_fwd", (1024, 1024), "f32"),
     ("gelu_bwd_bias_grad", (1024, 256), "f32"),
     ("gelu_bwd_bias_grad", (512, 3072), "f32"),
     ("dropout_residual_layernorm", (256, 1024), "f32"),
