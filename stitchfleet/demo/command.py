@@ -366,7 +366,7 @@ def balance(job: Any) -> str:
         f"\nbalance of {job.job_name} over {job.iterations:,} steps on {job.devices_per_rank} {job.device_kind}"
         f" device(s) per rank: {claim}, setup {setup:.2f} {unit} (compile, the check executor): net {net:+.2f}"
         f" {unit}; {verdict}; measured per device: {measured / max(job.devices_per_rank, 1):+.2f} s of the rank's"
-        " steps (the clock's figure: 'of which the report books' above)"
+        " steps (the clock's figure: 'of which the report books' in the balance below)"
     )
 
 
