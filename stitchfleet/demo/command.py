@@ -268,7 +268,8 @@ def train(
         print(f"guard: stitching reverted for this job: {hook.controller.job_reverted}")
     _compare(plain.times, baseline, hook.controller)
     first_runs = hook.controller.first_seconds if hook.controller is not None else 0.0
-    balance_lines = where_it_went(stitched, plain, first_runs) + against_plain(stitched, plain, hook.length.skipped)
+    breakdown = where_it_went(stitched, plain, first_runs, every)
+    balance_lines = breakdown + against_plain(stitched, plain, hook.length.skipped)
     return url, balance_lines, hook.length.skipped is not None
 
 
@@ -294,12 +295,14 @@ def against_plain(stitched: Job, plain: Job, skipped: str | None = None) -> str:
     ) + (_stayed_out(skipped, beyond and saved < 0) if skipped is not None else "")
 
 
-def where_it_went(stitched: Job, plain: Job, first: float = 0.0) -> str:
+def where_it_went(stitched: Job, plain: Job, first: float = 0.0, every: int = 0) -> str:
     """The balance by what the plugin's steps ran: per phase, the plugin's step seconds against plain TF's steps of
     the same numbers (alternated chunk by chunk, so a phase's pairs are not simultaneous: its noise is the spread
     of those differences times the root of their count), then session creation and close. The phases sum, with
     the time between steps, to the balance; each names where seconds were won or paid. `first`: what the kernels'
-    first runs took beyond a usual step, which the report books as setup, not in its windows."""
+    first runs took beyond a usual step, which the report books as setup, not in its windows. `every`: the chunks'
+    steps; the steps the report books then also get the noise between chunks (a load that changes from one chunk to
+    the next moves all of a chunk's steps one way: the spread of single steps understates it)."""
     lines = ["\nwhere the balance went (the plugin's steps against plain TF's steps of the same numbers; + saved):"]
     created, closed = plain.created - stitched.created, plain.closed - stitched.closed
     lines.append(f"  {'session creation (setup)':<26} {created:+8.2f} s")
@@ -317,14 +320,29 @@ def where_it_went(stitched: Job, plain: Job, first: float = 0.0) -> str:
     compared = [saved for phase in COMPARED for saved in by_phase.get(phase, [])]
     if compared:
         noise = statistics.stdev(compared) * len(compared) ** 0.5 if len(compared) > 1 else float("nan")
+        chunks = _chunk_noise(stitched, plain, every)
+        between = f", {chunks:.2f} s between chunks" if chunks is not None else ""
         lines.append(
-            f"  {'of which the report books':<26} {sum(compared):+8.2f} s  (noise {noise:.2f} s; the stitched, probe"
-            f" and check steps: its measured gross per device less the kernels' first runs, {first:.2f} s it books"
-            " as setup, is the same seconds)"
+            f"  {'of which the report books':<26} {sum(compared):+8.2f} s  (noise {noise:.2f} s per step{between}; the"
+            f" stitched, probe and check steps: its measured gross per device less the kernels' first runs,"
+            f" {first:.2f} s it books as setup, is the same seconds)"
         )
     close = "close (the hook's end)"
     lines.append(f"  {close:<26} {closed:+8.2f} s")
     return "\n".join(lines)
+
+
+def _chunk_noise(stitched: Job, plain: Job, every: int) -> float | None:
+    """The standard error of the report's steps' saving from the chunks' sums of it (all but the first, which holds
+    the setup's first runs, as `against_plain`'s), times the root of their count; None under three chunks."""
+    if every <= 0:
+        return None
+    sums: dict[int, float] = {}
+    for step, (phase, ours, theirs) in enumerate(zip(stitched.phases, stitched.times, plain.times, strict=False)):
+        if phase in COMPARED:
+            sums[step // every] = sums.get(step // every, 0.0) + theirs - ours
+    steady = [saved for chunk, saved in sums.items() if chunk > 0]
+    return statistics.stdev(steady) * len(sums) ** 0.5 if len(steady) > 2 else None
 
 
 def _stayed_out(why: str, harmed: bool) -> str:

@@ -131,8 +131,12 @@ def test_the_balance_is_broken_down_by_what_the_plugins_steps_ran() -> None:
     assert lines[4].startswith("  warmup steps") and "-0.40 s" in lines[4] and "2 steps, -200.000 ms a step" in lines[4]
     assert lines[5].startswith("  check steps") and "-0.01 s" in lines[5] and "noise nan s; 1 steps" in lines[5]
     # the stitched and check steps, which the report's windows hold: its gross per device compares with them
-    assert lines[6].startswith("  of which the report books") and "-0.00 s  (noise 0.01 s;" in lines[6]
+    assert lines[6].startswith("  of which the report books") and "-0.00 s  (noise 0.01 s per step;" in lines[6]
     assert "less the kernels' first runs, 0.50 s it books as setup" in lines[6]  # not in the report's windows
+    # chunks of one step: the report's steps saved +2, +1, -10, +3 ms, a spread of 6.0 ms, times the root of 4
+    between = command.where_it_went(stitched, plain, 0.5, every=1).splitlines()[6]
+    assert "noise 0.01 s per step, 0.01 s between chunks;" in between and "between" not in lines[6]
+    assert "between" not in command.where_it_went(stitched, plain, 0.5, every=2).splitlines()[6]  # two chunks only
     assert lines[7].split()[-2:] == ["-0.25", "s"] and "close (the hook's end)" in lines[7]
 
 
