@@ -130,6 +130,10 @@ class BridgeOp:
         `elements`, set to it. Returns the value before: benchmarks compare thresholds in one process."""
         return int(self.counters.stitchfleet_bridge_pool_elements(-1 if elements is None else elements))
 
+    def staggered(self) -> int:
+        """Outputs the CPU kernel allocated at staggered page offsets in this process (csrc/staggered.h)."""
+        return int(self.counters.stitchfleet_bridge_staggered())
+
     def faults(self) -> int:
         """Faults of every cluster in this process (NaN/Inf where TF's ops on the same inputs were finite),
         after collecting the GPU ops' flag words (host memory: no sync): one cheap read per step; only a
@@ -325,6 +329,8 @@ def _load(path: Path) -> BridgeOp:
     counters.stitchfleet_bridge_count.argtypes = [ctypes.c_char_p, ctypes.c_int]
     counters.stitchfleet_bridge_faults.restype = ctypes.c_long
     counters.stitchfleet_bridge_faults.argtypes = []
+    counters.stitchfleet_bridge_staggered.restype = ctypes.c_long
+    counters.stitchfleet_bridge_staggered.argtypes = []
     counters.stitchfleet_bridge_bind.restype = ctypes.c_int
     counters.stitchfleet_bridge_bind.argtypes = [ctypes.c_char_p] * 5
     counters.stitchfleet_bridge_unbind.restype = ctypes.c_int

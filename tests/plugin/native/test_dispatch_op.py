@@ -314,3 +314,42 @@ def _layernorm(rows: int) -> Graph:
     b.output("y", y)
     b.output("gamma_out", gamma)
     return b.build()
+
+
+def two_large_outputs_and_a_small_one() -> Graph:
+    b = GraphBuilder()
+    x, s = b.parameter("x", (256, 64)), b.parameter("s", (64,))  # 64 KiB of float32, and 256 bytes
+    b.output("doubled", b.mul(x, b.broadcast_to(b.constant(2.0), (256, 64))))
+    b.output("shifted", b.add(x, b.broadcast(s, (256, 64), (1,))))
+    b.output("small", b.mul(s, s))
+    return b.build()
+
+
+def test_large_outputs_are_staggered_and_carry_the_compiled_values(
+    bridge: dispatch_op.BridgeOp, tmp_path: Path
+) -> None:
+    """csrc/staggered.h: an output of 32 KiB or more is allocated at its own offset within its pages (TF's
+    allocator gave every large tensor the same one, and many-stream clusters evicted their own lines); its
+    values are the compiled ones, TF's ops downstream read it, and a small output keeps TF's allocator."""
+    graph = two_large_outputs_and_a_small_one()
+    executable = compile_cluster(graph, tmp_path)
+    inputs = random_inputs(graph, 5)
+    arrays = [inputs[n] for n in executable.input_names]
+    want = [w.copy() for w in executable.run(arrays)[0]]
+    before = bridge.staggered()
+    for _ in range(3):  # each run's outputs freed by TF, allocated again
+        got = run(bridge, executable, arrays, on=True, fallback=lambda x, s: [x * 0.0, x * 0.0, s * 0.0])
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+    assert bridge.staggered() == before + 2 * 3  # the two large outputs, every run; never the small one
+    dtypes = [tf.float32] * 3
+    with tf.Graph().as_default() as graph_tf:
+        feeds = [tf.compat.v1.placeholder(a.dtype, a.shape) for a in arrays]
+        switches = tf.compat.v1.placeholder(tf.bool, [None])
+        specs = [tf.TensorSpec(a.shape, a.dtype) for a in arrays]
+        function = tf.function(lambda x, s: [x, x, s], autograph=False).get_concrete_function(*specs)
+        outs = bridge.dispatch(executable, feeds, dtypes, switch=(switches, 0), fallback=function)
+        after = tf.nn.relu(outs[0] - 1.0) + outs[1]  # TF's own kernels on the staggered buffers (may forward them)
+        with tf.compat.v1.Session(graph=graph_tf) as session:
+            value = session.run(after, {**dict(zip(feeds, arrays, strict=True)), switches: [True]})
+    np.testing.assert_allclose(value, np.maximum(want[0] - 1.0, 0.0) + want[1], rtol=1e-6)

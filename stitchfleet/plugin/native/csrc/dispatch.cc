@@ -8,12 +8,12 @@
 // for; `static_shapes`, the graph's own output shapes, partial where a dimension is unknown). A call
 // switched on whose inputs do not have the signature's shapes runs `fallback` (TF's ops) and is counted
 // as a miss. Each kernel reads its own attributes, the other's keep their empty defaults:
-// - CPU (`library`): when `switches[index]` is on it allocates the outputs with TF's allocator (no
-//   copies), aliases passed-through outputs to their inputs and calls `int entry(void *const *buffers)`
-//   from the cluster's shared object (inputs then outputs), or its `_pooled` twin with a runner over the
-//   device's intra-op worker threads (pool.h) where the object has one. When the switch is off, or the entry returns
-//   non-zero (1: no scratch memory, 2: a computed output holds NaN/Inf), it runs `fallback` and returns
-//   its values; a NaN/Inf that TF's own ops do not produce is counted as the kernel's fault.
+// - CPU (`library`): when `switches[index]` is on it allocates the outputs (no copies; a large one at its
+//   own offset within its pages: staggered.h), aliases passed-through outputs to their inputs and calls
+//   `int entry(void *const *buffers)` from the cluster's shared object (inputs then outputs), or its `_pooled` twin
+//   with a runner over the device's intra-op worker threads (pool.h) where the object has one. When the switch is off,
+//   or the entry returns non-zero (1: no scratch memory, 2: a computed output holds NaN/Inf), it runs `fallback` and
+//   returns its values; a NaN/Inf that TF's own ops do not produce is counted as the kernel's fault.
 // - GPU (`module`, `kernels`, `layout`, `scratch_bytes`, `launcher`): gpu_dispatch.h.
 //
 // Why one op instead of `tf.cond(switch, stitched, TF ops)`: a TF1 cond adds a Switch per input and
@@ -25,6 +25,7 @@
 #include "faults.h"
 #include "gpu_dispatch.h"  // the GPU kernel: empty unless GOOGLE_CUDA
 #include "pool.h"
+#include "staggered.h"
 
 namespace {
 
@@ -108,7 +109,7 @@ class StitchfleetDispatchOp : public DispatchBase {
         continue;
       }
       Tensor out;
-      TF_RETURN_IF_ERROR(ctx->allocate_temp(types_[j], shapes[j], &out));
+      TF_RETURN_IF_ERROR(AllocateOutput(ctx, types_[j], shapes[j], &out));  // staggered when large: staggered.h
       buffers.push_back(const_cast<char *>(out.tensor_data().data()));
       outs->push_back(out);
     }
