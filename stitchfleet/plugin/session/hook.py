@@ -20,6 +20,7 @@ from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.plugin.graph.training_steps import TrainingSteps
 from stitchfleet.plugin.graph.twin_mark import built_in as twin_built_in
 from stitchfleet.plugin.horovod.decision_sums import Consensus
+from stitchfleet.plugin.horovod.rank_logs import tell_on_rank_zero
 from stitchfleet.plugin.horovod.setup_agreement import SLOTS, Agreement
 from stitchfleet.plugin.native.backend_choice import resolve_backend
 from stitchfleet.plugin.session import gc_pause, hooked_graph, job_length, job_record
@@ -235,6 +236,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             log.warning("stitchfleet: this graph was stitched by an earlier session of the job; left as written")
             return
         self.consensus = Consensus(current)
+        tell_on_rank_zero(log, self.consensus.rank)  # every rank takes the same decisions: rank 0 tells them
         if self.consensus.hvd is not None:
             # The controller's slots, only for a Horovod job: it imports the compiler's IR (a skipped job must not).
             from stitchfleet.plugin.control.controller import EXTRA
