@@ -78,7 +78,6 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.training: TrainingSteps | None = None
         self.runs = StepThreads()  # per thread: its current run is the training step / the agreement run
         self._quiet = threading.local()  # per thread, once quiet: its training run's start (None: not a step)
-        self._quiet.started = None
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
         self.switches: tf.Tensor | None = None  # the graph's switch vector (clusters installed at begin)
@@ -177,7 +176,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def after_run(
         self, run_context: tf.compat.v1.train.SessionRunContext, run_values: tf.compat.v1.train.SessionRunValues
     ) -> None:
-        started = self._quiet.started if self.quiet else None
+        # getattr: a thread whose before_run ran before another thread turned the job quiet never set it
+        started = getattr(self._quiet, "started", None) if self.quiet else None
         if started is not None:  # a quiet training step: booked in one controller call (`_quiet_start`)
             self._quiet.started = None
             try:

@@ -70,18 +70,13 @@ class StepThreads:
         run_context: tf.compat.v1.train.SessionRunContext,
         training: TrainingSteps | None,
         diverter: Diverter | None,
-        *,
-        over: bool = False,
     ) -> bool:
         """Whether this run is the hook's training step (claimed): a training run (training_steps: its rule)
         that the twin can take (not another session, no feed into what the twin computes), while no other
-        thread's step is in flight. Any other run is left as written. `over`: stitching is over for the job,
-        so a run that updates a variable is the step, and nothing of the twin or the clusters is asked (the
-        hook's cost per step once off)."""
+        thread's step is in flight. Any other run is left as written (once stitching is over, the hook times its
+        steps without claiming them: `StitchHook._quiet_start`)."""
         try:
             args = run_context.original_args
-            if over and training is not None:
-                return training.updates_variables(args.fetches) and self.claim()
             if training is None or not training.is_training(args.fetches):
                 return False
             fetched = training.fetched

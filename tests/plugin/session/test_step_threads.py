@@ -37,15 +37,6 @@ def _context() -> Any:
     return SimpleNamespace(original_args=SimpleNamespace(fetches=["train_op"], feed_dict={}), session=None)
 
 
-def test_once_over_a_run_that_updates_a_variable_is_the_step_and_nothing_else_is_asked() -> None:
-    runs, training = StepThreads(), _Training(updates=True)
-    assert runs.take(_context(), training, _Diverter(), over=True)
-    assert training.asked == ["updates_variables"] and runs.in_step
-    runs.release()
-    evaluation = _Training(updates=False)
-    assert not StepThreads().take(_context(), evaluation, _Diverter(), over=True)
-
-
 def test_before_it_is_over_the_clusters_rule_still_decides() -> None:
     training = _Training(updates=True)
     assert not StepThreads().take(_context(), training, _Diverter())
