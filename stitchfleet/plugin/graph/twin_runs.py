@@ -10,11 +10,12 @@ demo model (issue 29 item 6). Prepared once per (fetch structure, its graph elem
 its feed values as `Session.run` does, runs the session's own `_do_run` (graph extension, run options, metadata and
 error messages stay TF's) and puts the values in place.
 
-Taken: fetches nested in dicts, lists and tuples (exactly those types) of tensors and ops of the copy's graph; feeds
-keyed by tensors, valued by numpy arrays, numpy scalars, Python bools or floats. Anything else (names, variables,
-namedtuples, sparse tensors, tensor handles, a fetched tensor that is also fed, a Python int that TF checks for
-overflow, a value whose shape its placeholder refuses, a run the copy declines) is left to the plain path, where TF
-raises what it raises and the copy declines what it declines.
+Taken: fetches nested in dicts, lists and tuples (exactly those types) of tensors and ops of the copy's graph, and
+variables as the tensor TF fetches for them (a global step's `assign_add` had left every step to the plain path);
+feeds keyed by tensors, valued by numpy arrays, numpy scalars, Python bools, floats and ints their dtype holds
+exactly. Anything else (names, namedtuples, sparse tensors, tensor handles, a fetched tensor that is also fed, an
+int TF's own check refuses, a value whose shape its placeholder refuses, a run the copy declines) is left to the
+plain path, where TF raises what it raises and the copy declines what it declines.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ UNPREPARED: object = object()  # `PreparedRuns.run`: not taken (a result can be 
 LIMIT = 32  # run structures remembered per session (a job has a few: its step, check steps, warmup builds)
 HANDLES = frozenset({"GetSessionHandle", "GetSessionHandleV2"})  # their values become TensorHandles: TF's path
 CONTAINERS = (dict, list, tuple)  # exactly these types: a subclass (namedtuple, OrderedDict) is TF's to map
-SCALARS = (bool, float)  # Python values TF feeds without a check of its own (`int`: an overflow check)
+SCALARS = (bool, float)  # Python values TF feeds without a check of its own (`int`: an overflow check, `_holds`)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,10 @@ class _Feed:
 
     def value(self, given: object) -> np.ndarray[Any, Any] | None:
         """`given` as `Session.run` feeds it, or None when only TF's own path may take it (see the docstring)."""
-        if type(given) not in SCALARS and not isinstance(given, (np.ndarray, np.generic)):
+        if type(given) is int:  # fed when its dtype holds it exactly: TF's own check (`Session._run`)
+            if not self._holds(given):
+                return None  # TF's own path raises its TypeError
+        elif type(given) not in SCALARS and not isinstance(given, (np.ndarray, np.generic)):
             return None
         array = np.asarray(given, dtype=self.dtype)
         dims = self.dims
@@ -69,6 +73,16 @@ class _Feed:
             if d is not None and d != s:
                 return None
         return array
+
+    def _holds(self, given: int) -> bool:
+        """Whether the feed's dtype holds the Python int `given` exactly, as `Session._run` checks it."""
+        kind = np.dtype(self.dtype)
+        if kind.kind not in "iuf":
+            return False  # a string, complex or object feed: TF's own conversion
+        try:
+            return bool(kind.type(given) == given)
+        except (OverflowError, ValueError):
+            return False
 
 
 @dataclass(frozen=True)
@@ -214,18 +228,41 @@ def _structure(fetches: object, leaves: list[Any]) -> Hashable | None:
         leaves.append(fetches)
         return 0
     else:
-        return None
+        element = _element(fetches)
+        if element is None:
+            return None
+        leaves.append(element)
+        return 1
     parts: list[Hashable] = []
     for item in items:  # leaves here, not in a call each: a step's fetches are mostly leaves
         if isinstance(item, (tf.Tensor, tf.Operation)):
             leaves.append(item)
             parts.append(0)
             continue
+        element = _element(item)
+        if element is not None:
+            leaves.append(element)
+            parts.append(1)  # not 0: the structure says which leaves were converted (their caller's objects differ)
+            continue
         part = _structure(item, leaves)
         if part is None:
             return None
         parts.append(part)
     return (kind, keys, tuple(parts))
+
+
+def _element(fetch: object) -> tf.Tensor | tf.Operation | None:
+    """The tensor `Session.run` fetches for a variable (`_as_graph_element`, as TF's `Graph.as_graph_element`
+    resolves it): a fetched `tf.Variable`, or what `tf.compat.v1.assign_add` returns on a resource variable (the
+    read after the update, an `_UnreadVariable`): jobs fetch their global step's increment every step. None for
+    anything else (the plain path's to take)."""
+    if isinstance(fetch, CONTAINERS):
+        return None
+    convert = getattr(fetch, "_as_graph_element", None)
+    if not callable(convert):
+        return None
+    element = convert()
+    return element if isinstance(element, (tf.Tensor, tf.Operation)) else None
 
 
 def _rebuild(fetches: object, value: Callable[[], object]) -> object:
