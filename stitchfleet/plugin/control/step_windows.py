@@ -106,6 +106,7 @@ class Windows:
     steady_saved: float = 0.0
     steady_compared: float = 0.0
     steady_steps: int = 0
+    steady_variance: float = 0.0  # the sum of those windows' squared standard errors (seconds squared)
 
     @property
     def usual(self) -> float | None:
@@ -207,6 +208,7 @@ class Windows:
             self.steady_saved += window.saved_seconds
             self.steady_compared += sum(compared)
             self.steady_steps += len(compared)
+            self.steady_variance += window.noise**2
         return window
 
     @property
@@ -214,6 +216,12 @@ class Windows:
         """The share of plain TF's step the steady stitched steps saved (negative: lost), the plugin's own work on
         them included; None before any was paired."""
         return self.steady_saved / self.steady_compared if self.steady_compared > 0 else None
+
+    @property
+    def steady_noise(self) -> float:
+        """`steady_gain`'s standard error, a share of plain TF's step: the windows' errors summed in variance, the
+        variance doubled because neighbouring windows share a baseline block (as the report's interval does)."""
+        return (2.0 * self.steady_variance) ** 0.5 / self.steady_compared if self.steady_compared > 0 else 0.0
 
     @staticmethod
     def _window(held: _Held, references: dict[str | None, float], noise: dict[str | None, float]) -> Window:

@@ -24,7 +24,7 @@ def figures(controller: Controller, per_run: float) -> Measured | None:
     while still stitching, after a plugin error, a non-finite loss or a cluster the guard reverted (`_guarded`), or
     when the fleet's memory decided the group without a probe."""
     windows = controller.windows
-    steady = setup_record.measured(windows.steady_gain, windows.steady_steps, per_run)
+    steady = setup_record.measured(windows.steady_gain, windows.steady_steps, per_run, windows.steady_noise)
     if steady is not None or not controller.done or _guarded(controller):
         return steady
     if controller.course.slowdown is not None:

@@ -136,6 +136,14 @@ def test_the_steady_gain_is_the_paired_stitched_windows_share_of_plain_tf_and_le
     windows.close()
     assert windows.steady_gain == pytest.approx(0.08 - 0.02, abs=0.005)  # 8% faster, 2% of it paid back as own work
     assert windows.steady_steps == sum(PAIRED.phase(step) == STITCHED for step in range(2000))
+    # its standard error, a share of plain TF's step: small against 6% with steps within 1% of each other
+    assert 0 < windows.steady_noise < 0.005
+    noisy = Windows(PAIRED.window_steps)
+    loud = 0.010 * rng.uniform(0.7, 1.3, 2000)
+    for step, seconds in enumerate(loud):
+        noisy.add(step, PAIRED.phase(step), float(seconds * (0.92 if PAIRED.phase(step) == STITCHED else 1.0)), True)
+    noisy.close()
+    assert noisy.steady_noise > 5 * windows.steady_noise  # 30x the spread: a wider figure for the next run to weigh
     probes = Windows(100)
     for step in range(200):
         probes.add(step, PROBE if step < 100 else BASELINE, 0.009 if step < 100 else 0.010, True)
