@@ -283,6 +283,7 @@ class Diverter:
         self.failure: Exception | None = None
         self._thread: int | None = None  # the thread whose next run goes to the copy
         self._run: Callable[..., Any] | None = None  # the `run` set on the attached session
+        self.unprepared = 0  # diverted runs a prepared session left to `Twin.run` (TF's fetch handling each time)
 
     @property
     def armed(self) -> bool:
@@ -306,6 +307,8 @@ class Diverter:
                 done = prepared.run(fetches, feed_dict, options, run_metadata) if prepared is not None else UNPREPARED
                 if done is not UNPREPARED:
                     return done
+                if prepared is not None:
+                    self._unprepared(fetches, feed_dict)
                 return twin.run(own, fetches, feed_dict, options, run_metadata)
             except PROPAGATED:
                 raise
@@ -320,6 +323,19 @@ class Diverter:
 
         session.run = self._run = run
         self.session = session
+
+    def _unprepared(self, fetches: Any, feed_dict: Any) -> None:
+        """Counts a diverted run the prepared path left to TF's own fetch handling; says so once a job (a step
+        that repeats it pays ~0.2 ms each time: session 22 found every stitched step of ab_jobs' jobs there)."""
+        self.unprepared += 1
+        if self.unprepared == 1:
+            kinds = sorted({type(v).__name__ for v in (feed_dict or {}).values()})
+            log.info(
+                "stitchfleet: a stitched run takes TF's own fetch handling, not the prepared path (fetches %s, feed"
+                " values %s: see docs/plugin/graph.md, twin_runs); a step that repeats it pays ~0.2 ms more",
+                type(fetches).__name__,
+                ", ".join(kinds) or "none",
+            )
 
     def detach(self) -> None:
         """Gives the session its own `run` back (stitching is over for the job: no run goes to the copy, and
