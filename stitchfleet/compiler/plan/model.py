@@ -182,6 +182,13 @@ class StitchPlan:
     shared: tuple[SharedBuffer, ...]
     launches: tuple[Launch, ...]
     choices: tuple[Choice, ...] = field(default=())
+    # Per cluster output, the earlier output whose bytes it holds (-1: the kernel stores it, or it passes an
+    # input through): its kernel stores each value once (plan/repeats.py). Empty: no output repeats another.
+    repeats: tuple[int, ...] = field(default=())
+
+    def repeat_of(self, output: int) -> int:
+        """The earlier output whose buffer output `output` shares, or -1."""
+        return self.repeats[output] if self.repeats else -1
 
     @property
     def kernel_count(self) -> int:

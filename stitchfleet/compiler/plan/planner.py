@@ -5,6 +5,8 @@ profile name, forced row mapping for tests, grid barriers allowed, shared memory
 Output: `StitchPlan`: groups with thread mappings, edges with schemes, loops and
 stages, shared buffers, and launches: one kernel wherever the resources allow;
 without grid barriers, one kernel per stage (the fewest that keep global edges safe).
+The plan also says which output repeats an earlier output's value (the same node, or a reshape of it:
+plan/repeats.py; `StitchPlan.repeats`, with a `repeat` choice).
 
 Launch configuration follows "assume, relax, apply": blocks of 1024 threads (or the
 device's maximum) with 32 registers/thread give the blocks per wave the mappings
@@ -41,6 +43,7 @@ from stitchfleet.compiler.plan.model import (
     Scheme,
     StitchPlan,
 )
+from stitchfleet.compiler.plan.repeats import output_repeats
 from stitchfleet.compiler.plan.structure import Structure, build, reduce_scratch_bytes, smem_layout
 
 BLOCK = 1024
@@ -223,6 +226,7 @@ def plan_cluster(graph: Graph, cluster: int = 0, options: PlanOptions | None = N
     dev = device(opts.device)
     block = min(BLOCK, dev.threads_per_block)
     wave = _capped(opts, occupancy(dev, block, ASSUMED_REGISTERS).blocks_per_wave)
+    repeats, repeated = output_repeats(graph)
     raw = grouping.group(graph)
     ctx = _Context(graph, dev, block, wave, opts, raw.owner)
     groups, edges = _groups_and_edges(ctx, raw)
@@ -233,7 +237,7 @@ def plan_cluster(graph: Graph, cluster: int = 0, options: PlanOptions | None = N
     choices = [*raw.choices, *(Choice("map", f"group {g.id}", g.mapping.reason) for g in groups)]
     choices += combined
     choices += [Choice("scheme", f"edge {e.producer}->{e.consumer} value {e.node}", e.reason) for e in structure.edges]
-    choices += [*structure.choices, *_independent(structure)]
+    choices += [*structure.choices, *_independent(structure), *repeated]
     if not opts.grid_barrier and len(launches) > 1:
         why = f"grid barriers are not allowed: {len(launches)} kernels, one per stage"
         choices.append(Choice("split", f"cluster {cluster}", f"one kernel refused: {why}"))
@@ -246,4 +250,5 @@ def plan_cluster(graph: Graph, cluster: int = 0, options: PlanOptions | None = N
         structure.shared,
         tuple(launches),
         tuple(choices),
+        repeats if any(r >= 0 for r in repeats) else (),
     )
