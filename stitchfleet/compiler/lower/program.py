@@ -38,7 +38,19 @@ from stitchfleet.compiler.plan.structure import accumulator
 class Lowered:
     kernels: tuple[k.Kernel, ...]
     inputs: tuple[tuple[str, str], ...]  # (graph parameter name, buffer name)
-    outputs: tuple[tuple[str, str], ...]  # (graph output name, buffer name)
+    # (graph output name, buffer name): an output repeating an earlier one's value (`StitchPlan.repeats`) names
+    # that output's buffer, which holds its bytes (the kernels store each value once)
+    outputs: tuple[tuple[str, str], ...]
+
+    @property
+    def repeats(self) -> tuple[int, ...]:
+        """Per output, the earlier output whose buffer it names, or -1."""
+        first: dict[str, int] = {}
+        repeats = []
+        for j, (_, buf) in enumerate(self.outputs):
+            source = first.setdefault(buf, j)
+            repeats.append(source if source != j else -1)
+        return tuple(repeats)
 
 
 def _ident(prefix: str, name: str) -> str:
@@ -61,7 +73,9 @@ def _buffers(graph: Graph, plan: StitchPlan, persistent: bool) -> _Buffers:
         for p in graph.parameters
     }
     outputs: dict[int, list[k.Buffer]] = {}
-    for name, node_id in graph.outputs:
+    for j, (name, node_id) in enumerate(graph.outputs):
+        if plan.repeat_of(j) >= 0:
+            continue  # its value is an earlier output's: that buffer is stored, this one is not a parameter
         node = graph.node(node_id)
         outputs.setdefault(node_id, []).append(
             k.Buffer(_ident("out_", name), node.dtype, math.prod(node.shape), k.Role.OUTPUT)
@@ -153,5 +167,8 @@ def lower(graph: Graph, plan: StitchPlan) -> Lowered:
         _kernel(graph, plan, launch, bufs, f"stitch_c{plan.cluster}_k{launch.kernel}") for launch in plan.launches
     )
     inputs = tuple((str(graph.node(n).attrs["name"]), b.name) for n, b in bufs.inputs.items())
-    outputs = tuple((name, _ident("out_", name)) for name, _ in graph.outputs)
-    return Lowered(kernels, inputs, outputs)
+    names = [name for name, _ in graph.outputs]
+    buffers = [
+        _ident("out_", names[plan.repeat_of(j)] if plan.repeat_of(j) >= 0 else name) for j, name in enumerate(names)
+    ]
+    return Lowered(kernels, inputs, tuple(zip(names, buffers, strict=True)))

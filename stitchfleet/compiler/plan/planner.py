@@ -5,8 +5,8 @@ profile name, forced row mapping for tests, grid barriers allowed, shared memory
 Output: `StitchPlan`: groups with thread mappings, edges with schemes, loops and
 stages, shared buffers, and launches: one kernel wherever the resources allow;
 without grid barriers, one kernel per stage (the fewest that keep global edges safe).
-The plan also says which output repeats an earlier output's value (the same node, or a reshape of it:
-plan/repeats.py; `StitchPlan.repeats`, with a `repeat` choice).
+An output that repeats an earlier output's value (the same node, or a reshape of it: plan/repeats.py) is
+planned once: the plan says which (`StitchPlan.repeats`, with a `repeat` choice), and targets store it once.
 
 Launch configuration follows "assume, relax, apply": blocks of 1024 threads (or the
 device's maximum) with 32 registers/thread give the blocks per wave the mappings
@@ -43,7 +43,7 @@ from stitchfleet.compiler.plan.model import (
     Scheme,
     StitchPlan,
 )
-from stitchfleet.compiler.plan.repeats import output_repeats
+from stitchfleet.compiler.plan.repeats import output_repeats, stored_graph
 from stitchfleet.compiler.plan.structure import Structure, build, reduce_scratch_bytes, smem_layout
 
 BLOCK = 1024
@@ -227,6 +227,7 @@ def plan_cluster(graph: Graph, cluster: int = 0, options: PlanOptions | None = N
     block = min(BLOCK, dev.threads_per_block)
     wave = _capped(opts, occupancy(dev, block, ASSUMED_REGISTERS).blocks_per_wave)
     repeats, repeated = output_repeats(graph)
+    graph = stored_graph(graph, repeats)  # the same node ids: targets read the plan beside the cluster's graph
     raw = grouping.group(graph)
     ctx = _Context(graph, dev, block, wave, opts, raw.owner)
     groups, edges = _groups_and_edges(ctx, raw)

@@ -141,6 +141,12 @@ class NativeKernel(Protocol):
         ...
 
     @property
+    def repeats(self) -> tuple[int, ...]:
+        """Per output, the earlier output whose value it holds (the kernel stores it once; the op hands out that
+        output's buffer, with this output's shape), or -1 (`StitchPlan.repeats`)."""
+        ...
+
+    @property
     def input_shapes(self) -> list[list[int]]:
         """The shape signature it was built for (-1: a dimension not checked)."""
         ...

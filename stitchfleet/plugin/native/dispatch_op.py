@@ -69,6 +69,7 @@ class BridgeOp:
             input_shapes=[tf.TensorShape([d if d >= 0 else None for d in shape]) for shape in kernel.input_shapes],
             static_shapes=[tf.TensorShape(shape) for shape in static_shapes],
             passthrough=list(kernel.passthrough),
+            repeats=list(kernel.repeats),
             name="stitched",
             **{"symbol": kernel.symbol, **kernel.op_attrs()},
         )

@@ -88,6 +88,55 @@ def test_switched_off_the_op_runs_the_fallback_and_not_the_c(bridge: dispatch_op
     assert bridge.count(executable) == before
 
 
+def repeating() -> Graph:
+    """One value stored once, three outputs: itself, the same node again, and a reshape of it."""
+    b = GraphBuilder()
+    y = b.exp(b.parameter("x", (16, 64)))
+    b.output("y", y)
+    b.output("y_again", y)
+    b.output("y_flat", b.reshape(y, (1024,)))
+    return b.build()
+
+
+def test_a_repeated_output_shares_its_sources_buffer(bridge: dispatch_op.BridgeOp, tmp_path: Path) -> None:
+    """The C code stores `y` once; the op hands `y_again` and `y_flat` the same buffer (`Tensor::CopyFrom`, the
+    reshape with its own shape). Had the op allocated them, the C code would have left them unwritten."""
+    graph = repeating()
+    executable = compile_cluster(graph, tmp_path)
+    assert executable.repeats == (-1, 0, 0)
+    inputs = random_inputs(graph, 8)
+    zeros = lambda x: [x * 0.0, x * 0.0, tf.reshape(x * 0.0, [1024])]  # noqa: E731
+    got = run(bridge, executable, [inputs["x"]], on=True, fallback=zeros)
+    want = np.exp(inputs["x"])
+    assert [g.shape for g in got] == [(16, 64), (16, 64), (1024,)]
+    np.testing.assert_allclose(got[0], want, rtol=1e-6)
+    np.testing.assert_array_equal(got[1], got[0])
+    np.testing.assert_array_equal(got[2], got[0].reshape(-1))
+    assert bridge.count(executable, "failed") == 0
+
+
+class _Repeating:
+    """A kernel whose `repeats` is not its own (what a stale or hand-built op would carry)."""
+
+    def __init__(self, kernel: CpuExecutable, repeats: list[int]) -> None:
+        self.kernel, self.repeats = kernel, repeats
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kernel, name)
+
+
+@pytest.mark.parametrize(
+    ("repeats", "message"),
+    [([-1, 0], "repeats has 2 entries for 3 outputs"), ([-1, 0, 1], "which is no earlier stored output")],
+)
+def test_an_op_with_unusable_repeats_is_refused(
+    bridge: dispatch_op.BridgeOp, tmp_path: Path, repeats: list[int], message: str
+) -> None:
+    executable = compile_cluster(repeating(), tmp_path)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        run(bridge, _Repeating(executable, repeats), [random_inputs(repeating(), 1)["x"]], on=True)  # type: ignore[arg-type]
+
+
 def log_cluster(tmp_path: Path) -> CpuExecutable:
     b = GraphBuilder()
     b.output("l", b.log(b.parameter("x", (8, 32))))

@@ -238,6 +238,8 @@ class CpuExecutable:
             for j, (_, node_id) in enumerate(graph.outputs)
             if graph.node(node_id).op.value == "PARAMETER"
         }
+        # output position -> (the earlier output whose value it holds, its shape): the C code stores it once
+        self._repeats = {j: (plan.repeat_of(j), p.shape) for j, p in enumerate(self._outputs) if plan.repeat_of(j) >= 0}
         self._pool: list[tuple[Array, ...]] = []
         self._pool_lock = threading.Lock()
 
@@ -245,6 +247,11 @@ class CpuExecutable:
     def passthrough(self) -> tuple[int, ...]:
         """Per output, the input position it passes through unchanged, or -1 when the C code computes it."""
         return tuple(self._passthrough.get(j, -1) for j in range(len(self._outputs)))
+
+    @property
+    def repeats(self) -> tuple[int, ...]:
+        """Per output, the earlier output whose value (and, in the TF op, buffer) it shares, or -1."""
+        return tuple(self.plan.repeat_of(j) for j in range(len(self._outputs)))
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -293,6 +300,8 @@ class CpuExecutable:
             raise MemoryError(f"cluster {self.plan.cluster}: the C code could not allocate its scratch buffers")
         for j, i in self._passthrough.items():
             np.copyto(results[j], given[i])
+        for j, (source, shape) in self._repeats.items():  # a view: the pool sees its owner referenced
+            results[j] = results[source].reshape(shape)
         return tuple(results), code == NONFINITE
 
     def _output_set(self) -> list[Array]:

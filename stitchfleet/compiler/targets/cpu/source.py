@@ -77,7 +77,9 @@ from stitchfleet.compiler.targets.cpu.rowcache import bind, load_stored, loaded,
 CHECKED_INNER = 128
 
 
-def _params(graph: Graph) -> tuple[dict[int, k.Buffer], dict[int, list[k.Buffer]], list[Param]]:
+def _params(graph: Graph, plan: StitchPlan) -> tuple[dict[int, k.Buffer], dict[int, list[k.Buffer]], list[Param]]:
+    """Every input and output a parameter of the function; the outputs the C code stores, by node: not a
+    parameter passed through, nor an output repeating an earlier one's value (the caller hands out its buffer)."""
     inputs: dict[int, k.Buffer] = {}
     outputs: dict[int, list[k.Buffer]] = {}
     params: list[Param] = []
@@ -89,7 +91,7 @@ def _params(graph: Graph) -> tuple[dict[int, k.Buffer], dict[int, list[k.Buffer]
         node = graph.node(node_id)
         buf = k.Buffer(ident("out", i, name), node.dtype, math.prod(node.shape), k.Role.OUTPUT)
         params.append(Param(buf.name, name, node.dtype, node.shape, True))
-        if node.op is not Op.PARAMETER:
+        if node.op is not Op.PARAMETER and plan.repeat_of(i) < 0:
             outputs.setdefault(node_id, []).append(buf)
     return inputs, outputs, params
 
@@ -219,7 +221,7 @@ def _elements_of(groups: list[Group]) -> int:
 
 def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_cluster") -> CSource:
     """The C function computing every output of the cluster graph (see the module docstring)."""
-    inputs, outputs, params = _params(graph)
+    inputs, outputs, params = _params(graph, plan)
     scratch, shared = _scratch(graph, plan)
     partials = _partials(graph, plan)
     names = Namer()

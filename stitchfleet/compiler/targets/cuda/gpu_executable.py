@@ -57,6 +57,10 @@ class GpuExecutable:
         return self.plan.passthrough
 
     @property
+    def repeats(self) -> tuple[int, ...]:
+        return self.plan.repeats
+
+    @property
     def output_shapes(self) -> list[list[int]]:
         return [list(self.graph.node(node).shape) for _, node in self.graph.outputs]
 

@@ -45,6 +45,7 @@ class LaunchPlan:
     inputs: tuple[str, ...]  # graph parameter names: the op's inputs in order
     outputs: tuple[str, ...]  # graph output names: the op's outputs in order
     passthrough: tuple[int, ...]  # per output, the input it forwards unchanged, or -1
+    repeats: tuple[int, ...]  # per output, the earlier output whose buffer it shares (its value, stored once), or -1
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -74,7 +75,9 @@ def _positions(graph: Graph, lowered: Lowered) -> tuple[dict[str, int], dict[str
     """Buffer name -> op input position, buffer name -> op output position, and passed-through outputs."""
     order = {str(p.attrs["name"]): i for i, p in enumerate(graph.parameters)}
     inputs = {buffer: order[param] for param, buffer in lowered.inputs}
-    outputs = {buffer: j for j, (_, buffer) in enumerate(lowered.outputs)}
+    outputs: dict[str, int] = {}
+    for j, (_, buffer) in enumerate(lowered.outputs):
+        outputs.setdefault(buffer, j)  # a repeated output names its source's buffer: the source's position
     passthrough = tuple(
         order[str(graph.node(node).attrs["name"])] if graph.node(node).op is Op.PARAMETER else -1
         for _, node in graph.outputs
@@ -111,7 +114,8 @@ def plan_launches(graph: Graph, lowered: Lowered) -> LaunchPlan:
     checks = [
         (j, graph.node(node).dtype, math.prod(graph.node(node).shape)) for j, (_, node) in enumerate(graph.outputs)
     ]
-    checks = [(j, dtype, size) for j, dtype, size in checks if dtype in CHECKED and passthrough[j] < 0]
+    repeats = lowered.repeats  # a repeat's check is its source's
+    checks = [(j, d, size) for j, d, size in checks if d in CHECKED and passthrough[j] < 0 and repeats[j] < 0]
     noted = frozenset(buffer for j, (_, buffer) in enumerate(lowered.outputs) if j in {c[0] for c in checks})
     rendered = render_program(lowered.kernels, noted)
     for kernel, cuda in zip(lowered.kernels, rendered, strict=True):
@@ -138,6 +142,7 @@ def plan_launches(graph: Graph, lowered: Lowered) -> LaunchPlan:
         tuple(str(p.attrs["name"]) for p in graph.parameters),
         tuple(name for name, _ in graph.outputs),
         passthrough,
+        repeats,
     )
 
 

@@ -56,6 +56,10 @@ class CudaNativeKernel:
         return self.executable.passthrough
 
     @property
+    def repeats(self) -> tuple[int, ...]:
+        return self.executable.repeats
+
+    @property
     def input_shapes(self) -> list[list[int]]:
         return [list(node.shape) for node in self.executable.graph.parameters]
 

@@ -4,12 +4,14 @@
 //
 // One op for both devices: the same inputs (the step's switch vector, then the cluster's inputs),
 // outputs and shared attributes (`Tin`, `Tout`, `index`, `fallback`, `output_shapes`, `passthrough`,
-// `symbol`: the cluster's key for the counters; `input_shapes`, the shape signature the kernel was built
-// for; `static_shapes`, the graph's own output shapes, partial where a dimension is unknown). A call
-// switched on whose inputs do not have the signature's shapes runs `fallback` (TF's ops) and is counted
-// as a miss. Each kernel reads its own attributes, the other's keep their empty defaults:
+// `repeats`: per output, the earlier output whose value it holds, stored once; `symbol`: the cluster's key
+// for the counters; `input_shapes`, the shape signature the kernel was built for; `static_shapes`, the graph's own
+// output shapes, partial where a dimension is unknown). A call switched on whose inputs do not have the signature's
+// shapes runs `fallback` (TF's ops) and is counted as a miss. Each kernel reads its own attributes, the other's keep
+// their empty defaults:
 // - CPU (`library`): when `switches[index]` is on it allocates the outputs (no copies; a large one at its
-//   own offset within its pages: staggered.h), aliases passed-through outputs to their inputs and calls
+//   own offset within its pages: staggered.h), aliases passed-through outputs to their inputs and repeated
+//   outputs to the output they repeat (the same buffer, their own shape), and calls
 //   `int entry(void *const *buffers)` from the cluster's shared object (inputs then outputs), or its `_pooled` twin
 //   with a runner over the device's intra-op worker threads (pool.h) where the object has one. When the switch is off,
 //   or the entry returns non-zero (1: no scratch memory, 2: a computed output holds NaN/Inf), it runs `fallback` and
@@ -108,6 +110,16 @@ class StitchfleetDispatchOp : public DispatchBase {
         buffers.push_back(buffers[source]);
         continue;
       }
+      const int repeat = repeats_[j];
+      if (repeat >= 0) {  // checked at construction: an earlier stored output (the C code leaves this one alone)
+        Tensor shared;
+        if (!shared.CopyFrom((*outs)[repeat], shapes[j]))
+          return InvalidArgument("output ", j, " cannot share output ", repeat, "'s buffer with shape ",
+                                 shapes[j].DebugString());
+        buffers.push_back(buffers[inputs + repeat]);
+        outs->push_back(shared);
+        continue;
+      }
       Tensor out;
       TF_RETURN_IF_ERROR(AllocateOutput(ctx, types_[j], shapes[j], &out));  // staggered when large: staggered.h
       buffers.push_back(const_cast<char *>(out.tensor_data().data()));
@@ -140,6 +152,7 @@ REGISTER_OP("StitchfleetDispatch")
     .Attr("input_shapes: list(shape) = []")
     .Attr("static_shapes: list(shape) = []")
     .Attr("passthrough: list(int)")
+    .Attr("repeats: list(int)")
     .Attr("symbol: string")
     .Attr("library: string = ''")
     .Attr("module: string = ''")

@@ -15,6 +15,7 @@ class DispatchBase : public AsyncOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("symbol", &symbol));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("output_shapes", &shapes));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("passthrough", &passthrough_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("repeats", &repeats_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("index", &index_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("fallback", &fallback_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("Tout", &types_));
@@ -22,11 +23,22 @@ class DispatchBase : public AsyncOpKernel {
     OP_REQUIRES(ctx, passthrough_.size() == shapes.size() && types_.size() == shapes.size(),
                 InvalidArgument("passthrough has ", passthrough_.size(), " entries and Tout ", types_.size(), " for ",
                                 shapes.size(), " outputs"));
+    OP_REQUIRES(ctx, repeats_.size() == shapes.size(),
+                InvalidArgument("repeats has ", repeats_.size(), " entries for ", shapes.size(), " outputs"));
     for (const PartialTensorShape &shape : shapes) {
       TensorShape full;
       OP_REQUIRES(ctx, shape.AsTensorShape(&full),
                   InvalidArgument("output shape ", shape.DebugString(), " is not fully defined"));
       shapes_.push_back(full);
+    }
+    for (size_t j = 0; j < repeats_.size(); ++j) {
+      const int source = repeats_[j];
+      if (source < 0) continue;
+      // an earlier output the kernel stores, of the same dtype and element count: its bytes are this output's
+      OP_REQUIRES(ctx, static_cast<size_t>(source) < j && repeats_[source] < 0 && passthrough_[j] < 0,
+                  InvalidArgument("output ", j, " repeats output ", source, ", which is no earlier stored output"));
+      OP_REQUIRES(ctx, types_[source] == types_[j] && shapes_[source].num_elements() == shapes_[j].num_elements(),
+                  InvalidArgument("output ", j, " repeats output ", source, " of another dtype or element count"));
     }
     counters_ = counters_for(symbol);
     symbol_ = symbol;
@@ -143,6 +155,9 @@ class DispatchBase : public AsyncOpKernel {
   std::vector<PartialTensorShape> signature_;
   std::string symbol_;
   std::vector<int> passthrough_;
+  // Per output, the earlier output whose value it holds (the kernel stores it once), or -1: the op hands out
+  // that output's buffer with this output's shape (`Tensor::CopyFrom` shares it) instead of allocating one.
+  std::vector<int> repeats_;
   tensorflow::DataTypeVector types_;
   int index_ = 0;
   NameAttrList fallback_;

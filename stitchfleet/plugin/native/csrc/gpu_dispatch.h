@@ -177,8 +177,11 @@ class StitchfleetGpuDispatchOp : public DispatchBase {
     for (size_t j = 0; j < shapes_.size(); ++j) {
       const int source = passthrough_[j];
       if (source >= inputs) return InvalidArgument("passthrough input ", source, " out of range");
+      const int repeat = repeats_[j];  // checked at construction: an earlier output the kernels store
       Tensor tensor = source >= 0 ? ctx->input(source + 1) : Tensor();
-      if (source < 0) TF_RETURN_IF_ERROR(ctx->allocate_temp(types_[j], shapes_[j], &tensor));
+      if (repeat >= 0 && !tensor.CopyFrom((*outs)[repeat], shapes_[j]))
+        return InvalidArgument("output ", j, " cannot share output ", repeat, "'s buffer");
+      if (source < 0 && repeat < 0) TF_RETURN_IF_ERROR(ctx->allocate_temp(types_[j], shapes_[j], &tensor));
       out.push_back(const_cast<char *>(tensor.tensor_data().data()));
       outs->push_back(tensor);
     }
