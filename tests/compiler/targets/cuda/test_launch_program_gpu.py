@@ -119,9 +119,12 @@ def _run(gpu: Gpu, graph: Graph, index: int) -> None:
         host = to_device(buf, inputs[name]) if buf is not None else np.ascontiguousarray(inputs[name])
         inputs_on.append(drv.to_device(host) if host.nbytes else drv.mem_alloc(16))
     outputs_on, out_bufs = [], dict(lowered.outputs)
-    for name, source in zip(plan.outputs, plan.passthrough, strict=True):
+    for name, source, repeat in zip(plan.outputs, plan.passthrough, plan.repeats, strict=True):
         buf = layout.get(out_bufs[name])
-        outputs_on.append(inputs_on[source] if source >= 0 else drv.mem_alloc(max(buf.size * buf.dtype.itemsize, 16)))
+        if source >= 0 or repeat >= 0:  # an input passed through; an earlier output's buffer (its value, stored once)
+            outputs_on.append(inputs_on[source] if source >= 0 else outputs_on[repeat])
+            continue
+        outputs_on.append(drv.mem_alloc(max(buf.size * buf.dtype.itemsize, 16)))
     scratch = drv.mem_alloc(plan.scratch_bytes) if plan.scratch_bytes else None
     pointers = ([int(a) for a in inputs_on], [int(a) for a in outputs_on], int(scratch) if scratch else 0)
     want = evaluate(graph, inputs)

@@ -47,6 +47,7 @@ from stitchfleet.compiler.targets.cuda_cpu.module import CudaCpuOptions, driver_
 from stitchfleet.compiler.targets.sim.interpreter import buffer_layout
 from tests.compiler.targets.cuda.suite_kernels import LARGE_TILE, large_smem_kernel
 from tests.compiler.targets.cuda_cpu.sweep import Case, design_rule, workload_cases, workload_slice
+from tests.compiler.test_output_repeats import repeating
 
 Array = npt.NDArray[Any]
 STREAM = 0x5F0000  # a stream handle the fake maps to its primary context: the log shows it is passed through
@@ -137,9 +138,9 @@ def bind(
         buf = layout.get(by_param.get(name, ""))
         on_device.append(memory.holding(to_device(buf, inputs[name]) if buf is not None else np.asarray(inputs[name])))
     outputs, by_output = [], dict(lowered.outputs)
-    for name, source in zip(plan.outputs, plan.passthrough, strict=True):
-        if source >= 0:
-            outputs.append(on_device[source])
+    for name, source, repeat in zip(plan.outputs, plan.passthrough, plan.repeats, strict=True):
+        if source >= 0 or repeat >= 0:  # an input passed through; an earlier output's buffer (its value, stored once)
+            outputs.append(on_device[source] if source >= 0 else outputs[repeat])
             continue
         buf = layout[by_output[name]]
         outputs.append(memory.garbage(buf.size * buf.dtype.itemsize))
@@ -642,6 +643,8 @@ def main(argv: list[str]) -> int:
     library.init()
     options = CudaCpuOptions(cache, debug=True)
     cases = workload_slice() if not labels else [c for c in workload_cases() if c.label in labels or "all" in labels]
+    if "repeats" in labels:  # outputs repeating an earlier one's value: the op hands them its buffer
+        cases.append(Case("repeats", repeating(), PlanOptions(device="tiny")))
     report: dict[str, Any] = {
         "missing_calls": missing_calls(driver),
         "resolved": sorted(set(_RESOLVED.findall(LAUNCH_SOURCE))),

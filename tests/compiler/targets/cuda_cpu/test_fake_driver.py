@@ -107,6 +107,19 @@ def test_workload_slice_through_the_launch_library_on_the_fake_driver(
     _assert_large_shared_memory(report["large_shared_memory"])
 
 
+def test_repeated_outputs_through_the_launch_library_on_the_fake_driver(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A cluster whose outputs repeat an earlier one's value (plan/repeats.py): the kernels store each value once
+    and the repeats get their source's device buffer (as the GPU op hands it out); every output equals the
+    reference, and a NaN reaching a stored output sets the flag and is blamed (a repeat is checked as its source).
+    About 10 s."""
+    report = _tier(request, tmp_path, "repeats", timeout_s=600)
+    assert [c["label"] for c in report["clusters"]] == ["repeats"]
+    _assert_clusters(report)
+    assert report["clusters"][0]["flag_checked"] and report["clusters"][0]["blamed"] == 1
+
+
 def _assert_large_shared_memory(found: dict[str, Any]) -> None:
     """The > 48 KiB dynamic shared-memory kernel (issue 32): opted in at create, right twice on garbage, refused
     by the fake from a function not opted in (as a GPU refuses it), and a failed opt-in a LaunchError."""
