@@ -107,7 +107,6 @@ class Gpu:
             raise RuntimeError("no NVRTC on the GPU machine")
         self.nvrtc = nvrtc
         self.holds = occupancy_holds(self.library, nvrtc, self.info.arch, artifact_cache(cache, "cubin"))
-        self.flag_host, self.flag = self.library.flag(self.stream.ptr)
 
     def garbage(self, nbytes: int) -> Any:
         memory = self.cp.empty(max(nbytes, 16), self.cp.uint8)
@@ -137,22 +136,20 @@ def run_case(gpu: Gpu, label: str, graph: Graph, cache: Path, *, budget_s: float
         memory[: host.nbytes].set(host.view(np.uint8))
         on_device.append(memory)
     outputs = dict(graph.outputs)
-    out_device = [
-        on_device[source]
-        if source >= 0
-        else gpu.garbage(
-            _buffer(graph, outputs[name], name, ir.Role.OUTPUT).size * graph.node(outputs[name]).dtype.itemsize
-        )
-        for name, source in zip(exe.plan.outputs, exe.plan.passthrough, strict=True)
-    ]
+    out_device: list[Any] = []
+    for name, source, repeat in zip(exe.plan.outputs, exe.plan.passthrough, exe.plan.repeats, strict=True):
+        if source >= 0 or repeat >= 0:  # an input passed through; an earlier output's buffer (its value stored once)
+            out_device.append(on_device[source] if source >= 0 else out_device[repeat])
+            continue
+        buf = _buffer(graph, outputs[name], name, ir.Role.OUTPUT)
+        out_device.append(gpu.garbage(buf.size * graph.node(outputs[name]).dtype.itemsize))
     scratch = gpu.garbage(exe.plan.scratch_bytes) if exe.plan.scratch_bytes else None
     pointers = ([a.data.ptr for a in on_device], [a.data.ptr for a in out_device], scratch.data.ptr if scratch else 0)
     program = gpu.library.program(exe.module_path.read_bytes(), exe.plan, stream.ptr)
     try:
-        gpu.flag_host[0] = 0
-        program.run(*pointers, gpu.flag, stream.ptr)
+        program.run(*pointers, stream.ptr)  # a fresh program's flag words are 0: this run's alone
         stream.synchronize()
-        result.problems += _check(graph, exe, inputs, out_device, gpu)
+        result.problems += _check(graph, exe, inputs, out_device, program.flags()[0])
         if not check_only:
             result.measured_us = _time(gpu, program, pointers, budget_s)
     finally:
@@ -161,37 +158,42 @@ def run_case(gpu: Gpu, label: str, graph: Graph, cache: Path, *, budget_s: float
     return result
 
 
-def _check(graph: Graph, exe: GpuExecutable, inputs: dict[str, Any], out_device: list[Any], gpu: Gpu) -> list[str]:
+def _check(graph: Graph, exe: GpuExecutable, inputs: dict[str, Any], out_device: list[Any], flag: int) -> list[str]:
     want, wide = evaluate(graph, inputs), evaluate(graph, inputs, "float64")
     got: dict[str, Any] = {}
     outputs = dict(graph.outputs)
-    for name, memory, source in zip(exe.plan.outputs, out_device, exe.plan.passthrough, strict=True):
+    plan = exe.plan
+    for name, memory, source, repeat in zip(plan.outputs, out_device, plan.passthrough, plan.repeats, strict=True):
         if source >= 0:
             got[name] = inputs[exe.plan.inputs[source]]
+            continue
+        if repeat >= 0:  # the bytes of the earlier output it repeats, in its own shape (what the GPU op hands out)
+            got[name] = got[plan.outputs[repeat]].reshape(graph.node(outputs[name]).shape)
             continue
         buf = _buffer(graph, outputs[name], name, ir.Role.OUTPUT)
         raw = memory[: buf.size * buf.dtype.itemsize].get().view(device_dtype(buf.dtype))
         got[name] = from_device(buf, raw).reshape(graph.node(outputs[name]).shape)
     problems = [f"{name}: {v.reason}" for name, v in check_outputs(got, want, wide).items() if not v.ok]
-    checked = [name for name, source in zip(exe.plan.outputs, exe.plan.passthrough, strict=True) if source < 0]
+    stored = zip(exe.plan.outputs, exe.plan.passthrough, exe.plan.repeats, strict=True)
+    checked = [name for name, source, repeat in stored if source < 0 and repeat < 0]
     floating = [n for n in checked if graph.node(outputs[n]).dtype in (DType.F16, DType.BF16, DType.F32, DType.F64)]
     expected = any(not np.isfinite(np.asarray(want[n], np.float64)).all() for n in floating)
-    if gpu.flag_host[0] != int(expected):
-        problems.append(f"non-finite flag {gpu.flag_host[0]}, the reference says {int(expected)}")
+    if flag != int(expected):
+        problems.append(f"non-finite flag {flag}, the reference says {int(expected)}")
     return problems
 
 
 def _time(gpu: Gpu, program: Any, pointers: tuple[list[int], list[int], int], budget_s: float) -> list[float]:
     """Timed runs until `budget_s` (at least 5, at most 200), each after an L2 flush outside its events."""
     cp, stream = gpu.cp, gpu.stream
-    pairs = []
+    pairs: list[tuple[Any, Any]] = []
     start = time.monotonic()
     with stream:
         while len(pairs) < 200 and (len(pairs) < 5 or time.monotonic() - start < budget_s):
             gpu.flush.fill(len(pairs) & 0xFF)  # on `stream`: evicts what the previous run left in L2
             begin, end = cp.cuda.Event(), cp.cuda.Event()
             begin.record(stream)
-            program.run(*pointers, 0, stream.ptr)
+            program.run(*pointers, stream.ptr)
             end.record(stream)
             pairs.append((begin, end))
             if len(pairs) % 10 == 0:
