@@ -138,11 +138,20 @@ class Spool:
             self._lines = 0
 
     def orphans(self) -> list[Path]:
-        """Spool files of other processes, oldest first (replay order)."""
+        """Spool files of other processes, oldest first (replay order). A file another process removes while they
+        are listed (its owner closed it empty, or a replay shipped it) is left out: it raised FileNotFoundError from
+        its stat, out of a shipper's wait (a flaky CI run, session 22)."""
         if not self.directory.is_dir():
             return []
-        files = [p for p in self.directory.glob(f"*{SUFFIX}") if p != self.path]
-        return sorted(files, key=lambda p: (p.stat().st_mtime, p.name))
+        found: list[tuple[float, str, Path]] = []
+        for path in self.directory.glob(f"*{SUFFIX}"):
+            if path == self.path:
+                continue
+            try:
+                found.append((path.stat().st_mtime, path.name, path))
+            except FileNotFoundError:
+                continue  # gone since the listing: nothing of it is left to replay
+        return [path for _, _, path in sorted(found)]
 
     def close(self) -> None:
         """Releases the file; removes it when nothing is left in it."""

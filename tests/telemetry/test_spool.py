@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from stitchfleet.telemetry import spool
 from tests.telemetry.workload import workload
@@ -64,3 +67,23 @@ def test_an_owned_file_is_not_claimed_until_its_owner_is_gone(tmp_path: Path) ->
         assert content is not None
         assert content.rows == workload(windows=2)
     assert not path.exists()
+
+
+def test_a_file_removed_while_orphans_are_listed_is_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression (a flaky CI run, session 22): another process removed a spool file between the listing and its
+    stat (its owner closed it empty, or a replay shipped it), and `orphans` raised FileNotFoundError out of a
+    shipper's wait. The file is gone: nothing of it is left to replay."""
+    directory = tmp_path / "spool"
+    directory.mkdir()
+    kept = directory / f"kept{spool.SUFFIX}"
+    kept.write_text("")
+    gone = directory / f"gone{spool.SUFFIX}"  # listed, then removed before its stat
+    listed = Path.glob
+
+    def glob(self: Path, pattern: str) -> Iterator[Path]:
+        yield from listed(self, pattern)
+        if self == directory:
+            yield gone
+
+    monkeypatch.setattr(Path, "glob", glob)
+    assert spool.Spool(directory).orphans() == [kept]

@@ -77,11 +77,14 @@ class _Feed:
     def _holds(self, given: int) -> bool:
         """Whether the feed's dtype holds the Python int `given` exactly, as `Session._run` checks it."""
         kind = np.dtype(self.dtype)
-        if kind.kind not in "iuf":
+        if kind.kind in "iu":
+            limits = np.iinfo(kind)
+            return int(limits.min) <= given <= int(limits.max)
+        if kind.kind != "f":
             return False  # a string, complex or object feed: TF's own conversion
         try:
-            return bool(kind.type(given) == given)
-        except (OverflowError, ValueError):
+            return bool(kind.type(given) == given)  # a float dtype holds it exactly, or TF's check raises
+        except OverflowError:
             return False
 
 
