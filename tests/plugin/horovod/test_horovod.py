@@ -60,11 +60,14 @@ def test_two_ranks_probing_keep_the_same_clusters_at_the_same_steps(tmp_path: Pa
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
     kinds = (tables.Event.kind.in_(("probe", "cluster_enabled")), tables.Event.cluster_fingerprint.is_not(None))
     with engine.connect() as connection:
-        query = sa.select(tables.Event.rank, tables.Event.cluster_fingerprint, tables.Event.step).where(*kinds)
-        rows = list(connection.execute(query))
-        steps = [{(fp, step) for rank, fp, step in rows if rank == r} for r in (0, 1)]
+        columns = (tables.Event.rank, tables.Event.cluster_fingerprint, tables.Event.step, tables.Event.reason)
+        rows = list(connection.execute(sa.select(*columns).where(*kinds)))
     engine.dispose()
+    # a rerun (a pair run again) is no decision: both ranks rerun the same pairs at the same steps, and decide once
+    steps = [{(fp, step) for rank, fp, step, why in rows if rank == r and why != "probe rerun"} for r in (0, 1)]
+    reruns = [{(fp, step) for rank, fp, step, why in rows if rank == r and why == "probe rerun"} for r in (0, 1)]
     assert steps[0] == steps[1] and len(steps[0]) == len(decisions[0])
+    assert reruns[0] == reruns[1]
 
 
 def _states(stdout: str) -> dict[str, dict[str, object]]:
