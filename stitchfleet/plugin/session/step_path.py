@@ -60,7 +60,7 @@ class StepPath:
             # Stitching is over for this job: the step runs as written (no fetch, feed or collective added:
             # plain TF), only timed and counted for the job's telemetry.
             return None
-        self.diverter.armed = plan.on_twin  # the twin runs, or the user's own graph (`StepArgs.planned`)
+        self.diverter.arm(plan.on_twin)  # the twin runs, or the user's own graph (`StepArgs.planned`), prepared
         return self.step_args.planned(plan)
 
     def consensus_only(self, step: int, err: Exception) -> tf.compat.v1.train.SessionRunArgs | None:

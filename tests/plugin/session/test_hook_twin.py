@@ -74,6 +74,41 @@ def test_steps_with_every_cluster_off_run_exactly_plain_tf(tmp_path: Path) -> No
             assert not originals_copied, f"step {step} ran original ops the twin copies: {sorted(originals_copied)[:5]}"
 
 
+def test_baseline_steps_skip_tfs_fetch_handling_as_stitched_steps_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 29: baseline steps went through TF's fetch handling (a `_FetchHandler` built each run, ~0.15 ms on the
+    demo model) while stitched steps took the prepared path, so the report booked that edge as stitching's saving.
+    Both now run prepared: no handler is built in a baseline step, nor in a stitched one past the checks."""
+    from tensorflow.python.client import session as tf_session
+
+    built: list[int] = []
+    original = tf_session._FetchHandler.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(tf_session._FetchHandler, "__init__", counted)
+    hook, _ = hooked(tmp_path, "twin-prepared", STITCHFLEET_REBASELINE_EVERY="6", STITCHFLEET_PAIRED_STEPS="2")
+    graph = models.build("bert_encoder", "small", seed=1)
+    per_mode: dict[str, list[int]] = {}
+    with graph.as_default():
+        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
+        feeds = _feeds(graph)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for step in range(20):
+                assert hook.controller is not None or step == 0
+                mode = hook.controller.mode(step) if hook.controller is not None else "setup"
+                before = len(built)
+                session.run([loss, train_op], feeds)
+                per_mode.setdefault(mode, []).append(len(built) - before)
+    assert hook.installed and hook.diverter is not None and hook.diverter.failure is None
+    assert len(per_mode.get(BASELINE, [])) >= 4 and len(per_mode.get(STITCHED, [])) >= 4, per_mode
+    assert per_mode[BASELINE][1:] == [0] * (len(per_mode[BASELINE]) - 1), per_mode
+    assert per_mode[STITCHED][-3:] == [0, 0, 0], per_mode  # the first ones check (other fetches, built once)
+
+
 class _Returned(StitchHook):
     """Records what `before_run` added to each training step (None: nothing)."""
 
