@@ -13,9 +13,9 @@ error messages stay TF's) and puts the values in place.
 Taken: fetches nested in dicts, lists and tuples (exactly those types) of tensors and ops of the copy's graph, and
 variables as the tensor TF fetches for them (a global step's `assign_add` had left every step to the plain path);
 feeds keyed by tensors, valued by numpy arrays, numpy scalars, Python bools, floats and ints their dtype holds
-exactly. Anything else (names, namedtuples, sparse tensors, tensor handles, a fetched tensor that is also fed, an
-int TF's own check refuses, a value whose shape its placeholder refuses, a run the copy declines) is left to the
-plain path, where TF raises what it raises and the copy declines what it declines.
+exactly; a fetched tensor that is also fed gets its fed value, as from TF. Anything else (names, namedtuples,
+sparse tensors, tensor handles, an int TF's own check refuses, a value whose shape its placeholder refuses, a run
+the copy declines) is left to the plain path, where TF raises what it raises and the copy declines what it declines.
 
 The same preparation serves the user's own graph (`AsWritten`): a baseline step then pays what a stitched step pays
 around the run, so the two differ by their graphs only, and the saving booked between them is stitching's.
@@ -118,7 +118,9 @@ class _Prepared:
     keys: tuple[Any, ...]  # the feed keys, held likewise
     fetches: list[Any]  # the copy's tensors to fetch, each once
     targets: list[Any]  # the copy's ops to run, each once
-    places: tuple[int | None, ...]  # per leaf, its value's index in the fetched values (None: an op, no value)
+    # per leaf, its value's index in the fetched values (None: an op, no value); a fed tensor's is -1 - its feed's
+    # index: TF gives a fetched tensor that is also fed the fed value, converted, without computing it
+    places: tuple[int | None, ...]
     feeds: tuple[_Feed, ...]  # per feed key, in the feed dict's order
 
 
@@ -166,14 +168,15 @@ class PreparedRuns:
                 self._known[key] = prepared
         if prepared is None:
             return UNPREPARED
-        values = {}
+        values, arrays = {}, []
         for feed, given in zip(prepared.feeds, feeds.values(), strict=True):
             array = feed.value(given)
             if array is None:
                 return UNPREPARED
             values[feed.ref] = array
+            arrays.append(array)
         fetched = self._do_run(prepared, values, options, run_metadata)
-        results = [None if at is None else fetched[at] for at in prepared.places]
+        results = [None if at is None else fetched[at] if at >= 0 else arrays[-1 - at] for at in prepared.places]
         return _rebuild(fetches, iter(results).__next__)
 
     def _do_run(self, prepared: _Prepared, feeds: dict[Any, Any], options: Any, run_metadata: Any) -> list[Any]:
@@ -205,7 +208,7 @@ class PreparedRuns:
         unique = list({id(leaf): leaf for leaf in leaves}.values())  # TF's unique fetches: `runnable`'s key
         if fed is None or not twin.runnable(unique, fed):
             return None  # the copy declines it: the plain path says so, every time, as before
-        lists = self._lists(leaves, {id(tensor) for tensor in fed})
+        lists = self._lists(leaves, {id(tensor): at for at, tensor in enumerate(fed)})
         if lists is None:
             return None
         resolved = []
@@ -216,9 +219,14 @@ class PreparedRuns:
             resolved.append(_Feed(key.ref(), key.dtype.as_numpy_dtype, dims))
         return _Prepared(tuple(leaves), tuple(feeds), *lists, tuple(resolved))
 
-    def _lists(self, leaves: list[Any], fed: set[int]) -> tuple[list[Any], list[Any], tuple[int | None, ...]] | None:
-        """The copy's tensors to fetch and ops to run, each once, and each leaf's place among the fetched values;
-        None for a leaf TF's own path must take (another graph's, not fetchable, a handle, a fed tensor)."""
+    def _lists(
+        self, leaves: list[Any], fed: dict[int, int]
+    ) -> tuple[list[Any], list[Any], tuple[int | None, ...]] | None:
+        """The copy's tensors to fetch and ops to run, each once, and each leaf's place among the fetched values or
+        the feeds (`fed`: a fed tensor's id -> its index among the feed keys; a check step fetches the placeholders
+        its clusters read: session 23 found every check step of the demo left to TF's fetch handling, ~10 ms of
+        Python for its ~300 fetches); None for a leaf TF's own path must take (another graph's, not fetchable, a
+        handle)."""
         twin, graph = self.twin, self.twin.graph
         fetches: list[Any] = []
         targets: list[Any] = []
@@ -229,8 +237,11 @@ class PreparedRuns:
                 return None
             element = twin.element(leaf)
             op = element if isinstance(element, tf.Operation) else element.op
-            if not graph.is_fetchable(op) or (op is not element and (op.type in HANDLES or id(element) in fed)):
+            if not graph.is_fetchable(op) or (op is not element and op.type in HANDLES):
                 return None
+            if op is not element and id(element) in fed:  # TF returns the fed value, converted, and runs nothing
+                places.append(-1 - fed[id(element)])
+                continue
             chosen = targets if op is element else fetches
             if id(element) not in index:
                 index[id(element)] = len(chosen)

@@ -2,8 +2,9 @@
 
 A small TF1 graph with a stand-in cluster (test_twin's): a run of dicts, lists and tuples of tensors and ops gives
 what the plain path gives, in the caller's structure, with its run options and metadata, and TF builds no fetch
-handler for it after it was prepared; whatever the prepared run does not take (a name, a namedtuple, a Python int,
-a shape its placeholder refuses, a session whose `run` is not TF's) runs the plain path, with TF's own errors.
+handler for it after it was prepared; whatever the prepared run does not take (a name, a namedtuple, a Python int
+TF refuses, a shape its placeholder refuses, a session whose `run` is not TF's) runs the plain path, with TF's own
+errors.
 """
 
 from __future__ import annotations
@@ -97,7 +98,6 @@ def test_what_the_prepared_run_does_not_take_runs_the_plain_path(monkeypatch: py
         assert prepared.run(["loss:0", model["train"]], feeds, None, None) is UNPREPARED  # a name
         assert prepared.run([model["loss"]], {"x:0": feeds[model["x"]]}, None, None) is UNPREPARED  # a named feed
         assert prepared.run([model["loss"]], {model["x"]: feeds[model["x"]].tolist()}, None, None) is UNPREPARED
-        assert prepared.run([model["x"]], feeds, None, None) is UNPREPARED  # a fetched tensor that is also fed
         assert prepared.run([model["loss"]], {model["x"]: np.ones((5, 2), np.float32)}, None, None) is UNPREPARED
         assert prepared.run([model["loss"]], {model["loss"]: 1.0}, None, None) is UNPREPARED  # a feed into the copy
         assert session.run(model["step"]) == 0  # nothing ran
@@ -245,3 +245,26 @@ def test_a_prepared_run_of_the_users_graph_that_fails_in_our_code_runs_as_writte
         value, _ = session.run([model["loss"], model["train"]], _feed(model))
         assert np.isfinite(value) and session.run(model["step"]) == 1  # the step ran once, as written
         assert isinstance(diverter.failure, RuntimeError)  # and the hook hears of it (stitching reverts)
+
+
+def test_a_fetched_tensor_that_is_also_fed_gets_its_fed_value_as_from_tf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check step fetches its clusters' inputs, fed placeholders among them: TF gives those the fed value (after its
+    conversion) and computes nothing for them. The prepared run did not take such a run (TF's fetch handling for ~300
+    fetches on each of the demo's check steps)."""
+    with _attached() as (model, session, diverter):
+        given = [[1, 2, 3, 4]] * 5  # a list: converted to float32 as TF converts it
+        fetches = {"caller": [model["loss"], model["train"]], "check": [(model["x"], model["act"]), [model["x"]]]}
+        feeds = {model["x"]: np.asarray(given, np.float64)}
+        diverter.armed = False
+        plain = session.run(fetches, feeds)
+        built = _handlers(monkeypatch)
+        for twin in (True, False):
+            diverter.arm(twin=twin)
+            done = session.run(fetches, feeds)
+            assert built == [] and diverter.failure is None
+            x = done["check"][0][0]
+            assert x.dtype == np.float32 and x.shape == (5, 4) and done["check"][1][0] is not None
+            np.testing.assert_array_equal(x, plain["check"][0][0])
+            np.testing.assert_array_equal(done["check"][1][0], x)
+            assert isinstance(done["check"][0], tuple) and done["check"][0][1].shape == (5, 3)
+        assert session.run(model["step"]) == 3
