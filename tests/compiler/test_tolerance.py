@@ -426,3 +426,43 @@ def test_an_output_that_cancels_to_zero_everywhere_is_judged_in_its_own_rounding
     faulty = other.copy()
     faulty[2, 0] += dy[2, 3]  # a term counted twice
     assert not check(faulty, native, reference, floor_ratio=1e-3).ok
+
+
+def test_the_distances_are_their_definitions_on_every_layout_bit_for_bit() -> None:
+    """scaled_error and error_floor skip the boolean-indexed copies when every reference element is finite (session
+    23: a transformer's check step spent ~0.5 s in them). The figures must stay exactly the definitions': the
+    elements in C order, float32 widened to float64, 0-d arrays, transposed views and non-finite elements alike."""
+    rng = np.random.default_rng(23)
+
+    def scaled(values: np.ndarray, reference: np.ndarray, floor: float) -> float:
+        finite = np.isfinite(reference)
+        diff = np.abs(values.astype(np.float64)[finite] - reference[finite])
+        return float(np.max(diff / (np.abs(reference[finite]) + floor), initial=0.0))
+
+    def floor_of(reference: np.ndarray, native: np.ndarray) -> float:
+        finite = np.isfinite(reference)
+        values = reference[finite]
+        floor = 1e-3 * float(np.sqrt(np.mean(np.square(values)))) if values.size else 0.0
+        deviation = native.astype(np.float64)[finite] - values
+        deviation = deviation[np.isfinite(deviation)]
+        if deviation.size:
+            floor = max(floor, float(np.sqrt(np.mean(np.square(deviation)))))
+        return max(floor, float(np.finfo(np.float64).tiny))
+
+    for case in range(120):
+        shape = tuple(int(d) for d in rng.integers(1, 30, int(rng.integers(0, 4))))
+        reference = rng.standard_normal(shape) * 10.0 ** float(rng.integers(-4, 4))
+        values = (reference + rng.standard_normal(shape) * 1e-5).astype(np.float32)
+        native = (reference + rng.standard_normal(shape) * 1e-5).astype(np.float32)
+        if case % 3 == 0 and reference.size > 1:
+            reference.flat[int(rng.integers(0, reference.size))] = np.inf
+        if case % 4 == 0:
+            native.flat[0] = np.nan
+        if case % 5 == 0:
+            reference, values, native = reference.T, values.T, native.T  # views: not C-contiguous
+        expected_floor = floor_of(reference, native)
+        assert error_floor(reference, 1e-3, native) == expected_floor
+        assert scaled_error(values, reference, expected_floor) == scaled(values, reference, expected_floor)
+        assert (np.isnan(scaled_error(native, reference, 1.0)) and np.isnan(scaled(native, reference, 1.0))) or (
+            scaled_error(native, reference, 1.0) == scaled(native, reference, 1.0)
+        )

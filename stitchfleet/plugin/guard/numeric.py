@@ -177,10 +177,11 @@ def _distance(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any]) -> float | 
         return None
     if not np.issubdtype(want.dtype, np.floating):
         return 0.0 if np.array_equal(got, want) else None
-    a, b = got.astype(np.float64), want.astype(np.float64)
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+    # finite before or after the widening alike; `got` widens inside scaled_error (no float64 copy of it here)
+    if not (np.isfinite(got).all() and np.isfinite(want).all()):
         return None
-    return scaled_error(a, b, error_floor(b, FLOOR_RATIO))  # the rule's own distance, TF's result as reference
+    b = want.astype(np.float64)
+    return scaled_error(got, b, error_floor(b, FLOOR_RATIO))  # the rule's own distance, TF's result as reference
 
 
 def reduction_lengths(graph: Graph) -> dict[int, int]:
