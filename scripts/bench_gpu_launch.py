@@ -41,7 +41,7 @@ from stitchfleet.compiler.subgraph import extract
 from stitchfleet.compiler.targets.cache import ArtifactCache, artifact_cache
 from stitchfleet.compiler.targets.cuda.device_arrays import device_dtype, from_device, to_device
 from stitchfleet.compiler.targets.cuda.gpu_executable import GpuExecutable, compile_gpu, occupancy_holds
-from stitchfleet.compiler.targets.cuda.launch_library import LaunchLibrary
+from stitchfleet.compiler.targets.cuda.launch_library import LaunchLibrary, Program
 from stitchfleet.compiler.targets.cuda.launch_library import build as build_launcher
 from stitchfleet.compiler.targets.cuda.nvrtc import find_nvrtc
 from stitchfleet.compiler.tolerance import check_outputs
@@ -183,7 +183,7 @@ def _check(graph: Graph, exe: GpuExecutable, inputs: dict[str, Any], out_device:
     return problems
 
 
-def _time(gpu: Gpu, program: Any, pointers: tuple[list[int], list[int], int], budget_s: float) -> list[float]:
+def _time(gpu: Gpu, program: Program, pointers: tuple[list[int], list[int], int], budget_s: float) -> list[float]:
     """Timed runs until `budget_s` (at least 5, at most 200), each after an L2 flush outside its events."""
     cp, stream = gpu.cp, gpu.stream
     pairs: list[tuple[Any, Any]] = []

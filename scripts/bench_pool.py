@@ -44,16 +44,16 @@ def measure(dims: dict[str, int], thresholds: list[int], rounds: int, steps: int
             return raw.run(fetches, feed)
 
         default = bridge.pool_elements()
-        names = ["plain TF", *thresholds]
-        walls: dict[Any, list[float]] = {name: [] for name in names}
-        cpu: dict[Any, list[float]] = {name: [] for name in names}
+        names: list[str | int] = ["plain TF", *thresholds]  # plain TF, then each hand-out threshold
+        walls: dict[str | int, list[float]] = {name: [] for name in names}
+        cpu: dict[str | int, list[float]] = {name: [] for name in names}
         backoffs = bridge.pool_backoffs()
         for r in range(rounds):
             print(f"  round {r + 1}/{rounds}", flush=True)
             # the order turns each round: a window's place in the round moved its median by ~5% (two identical
             # configurations differed by that much in a fixed order)
             for name in names[r % len(names) :] + names[: r % len(names)]:
-                if name == "plain TF":
+                if isinstance(name, str):
                     walls[name] += _window(lambda: plain.run(plain_fetches, plain_feeds()), steps, cpu[name])
                     continue
                 bridge.pool_elements(name)
@@ -70,7 +70,7 @@ def measure(dims: dict[str, int], thresholds: list[int], rounds: int, steps: int
         "|---|---:|---:|---:|---:|",
     ]
     for name in names:
-        label = name if name == "plain TF" else f"all on, hand-out from {'never' if name >= NEVER else name}"
+        label = name if isinstance(name, str) else f"all on, hand-out from {'never' if name >= NEVER else name}"
         wall, used = statistics.median(walls[name]), statistics.median(cpu[name])
         lines.append(f"| {label} | {wall * 1e3:.3f} | {wall / base:.3f}x | {used * 1e3:.3f} | {used / base_cpu:.3f}x |")
     lines += ["", f"hand-out turned off for a while {backoffs} times (a worker descheduled mid-block)"]

@@ -27,7 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scripts.generate_fleet import show_progress
+from generate_fleet import show_progress  # this script's folder (sys.path[0] when run)
+
 from stitchfleet.operator.rollup import Rollup
 from stitchfleet.operator.savings import ledger_summarizer
 from stitchfleet.telemetry import database, report_html, report_text, savings, savings_scan, synthetic, weeks

@@ -51,9 +51,9 @@ def child(cache_dir: str, state_dir: str, profile: int, op_dir: str, workers: in
         compiles.append(getattr(found, "compiles", None))  # None: a revision before the report
         return found
 
-    selection.choose = reporting  # type: ignore[assignment]
+    selection.choose = reporting
     # The shim's op folder, as a pod sees it (none: this process builds the op from source into the cache).
-    dispatch_op.prebuilt_dirs = lambda: [Path(op_dir) / dispatch_op.PREBUILT_DIR] if op_dir else []  # type: ignore[assignment]
+    dispatch_op.prebuilt_dirs = lambda: [Path(op_dir) / dispatch_op.PREBUILT_DIR] if op_dir else []
     settings = command.demo_settings(Path(state_dir), "cpu")
     if workers:
         settings = dataclasses.replace(settings, compile_workers=workers)
@@ -127,7 +127,8 @@ def main() -> int:
     parser.add_argument("--child", nargs=2, metavar=("CACHE_DIR", "STATE_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(*args.child, args.profile, args.op_dir, int(args.workers))))
+        cache_dir, state_dir = args.child
+        print(json.dumps(child(cache_dir, state_dir, args.profile, args.op_dir, int(args.workers))))
         return 0
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
     workers = [int(w) for w in args.workers.split(",")]

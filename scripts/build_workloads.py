@@ -52,7 +52,7 @@ def _boundaries(conversion: Conversion) -> dict[str, int]:
     return dict(sorted(reasons.items()))
 
 
-def build_workload(name: str, size: str, out: Path, check: bool) -> dict[str, object]:
+def build_workload(name: str, size: str, out: Path, check: bool) -> dict[str, Any]:
     graph = build(name, size)
     conversion = convert_graph_def(training_step(graph), name)
     art = compile_graph(conversion.graph, Options())
@@ -97,7 +97,7 @@ def table(summary: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def keras_coverage(name: str) -> dict[str, object]:
+def keras_coverage(name: str) -> dict[str, Any]:
     graph_def = training_graph_def(name)
     conversion = convert_graph_def(graph_def, name)
     art = compile_graph(conversion.graph, Options())

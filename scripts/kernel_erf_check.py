@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CSRC = ROOT / "stitchfleet" / "compiler" / "targets" / "cpu" / "csrc"
-BUILDS = (("FMA, -march=native", ["-march=native"]), ("no FMA, x86-64", []))
+BUILDS: tuple[tuple[str, list[str]], ...] = (("FMA, -march=native", ["-march=native"]), ("no FMA, x86-64", []))
 
 
 def main() -> int:

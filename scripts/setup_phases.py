@@ -88,7 +88,7 @@ def child(cache_dir: str, state_dir: str, op_dir: str) -> dict[str, Any]:
     from stitchfleet.plugin.setup import job_graph, selection
 
     imported = time.perf_counter() - started
-    dispatch_op.prebuilt_dirs = lambda: [Path(op_dir) / dispatch_op.PREBUILT_DIR] if op_dir else []  # type: ignore[assignment]
+    dispatch_op.prebuilt_dirs = lambda: [Path(op_dir) / dispatch_op.PREBUILT_DIR] if op_dir else []
     timers = Timers()
     for owner, attribute, name in (
         (job_graph, "compiled", "convert + cluster + plan"),
@@ -193,7 +193,8 @@ def main() -> int:
     parser.add_argument("--child", nargs=2, metavar=("CACHE_DIR", "STATE_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(*args.child, args.op_dir)))
+        cache_dir, state_dir = args.child
+        print(json.dumps(child(cache_dir, state_dir, args.op_dir)))
         return 0
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
     modes = args.modes.split(",")

@@ -54,12 +54,12 @@ class GpuRunner:
         self.backend = CudaBackend(cache_dir)
         self.torch_backend = torch_backend
         self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-        self.start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        self.end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
 
     @property
     def device_name(self) -> str:
-        return torch.cuda.get_device_name()
+        return str(torch.cuda.get_device_name())
 
     def tensors(self, graph: Graph, inputs: Mapping[str, Array]) -> dict[str, torch.Tensor]:
         return frameworks.torch_tensors(graph, inputs, "cuda")

@@ -110,7 +110,7 @@ def _constant(node: Node, precision: str) -> Any:
     dtype = dtype_of(node.dtype, precision)
     if isinstance(value, tuple):
         return jnp.asarray(value, dtype=jnp.float64 if precision == "float64" else None).reshape(node.shape)
-    return jnp.full(node.shape, value, dtype=dtype)  # type: ignore[arg-type]
+    return jnp.full(node.shape, value, dtype=dtype)
 
 
 def _compute(node: Node, args: Sequence[Any], precision: str) -> Any:

@@ -112,7 +112,7 @@ def _constant(node: Node, precision: str, device: torch.device) -> torch.Tensor:
     dtype = dtype_of(node.dtype, precision)
     if isinstance(value, tuple):
         return torch.tensor(value, dtype=torch.float64, device=device).reshape(node.shape).to(dtype)
-    return torch.full(node.shape, value, dtype=dtype, device=device)  # type: ignore[arg-type]
+    return torch.full(node.shape, value, dtype=dtype, device=device)
 
 
 def _compute(node: Node, args: Sequence[torch.Tensor], precision: str, device: torch.device) -> torch.Tensor:

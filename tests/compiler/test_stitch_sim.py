@@ -88,7 +88,7 @@ def test_forced_row_mapping_on_sim(name: str, kind: MappingKind) -> None:
 
 
 def test_paths_reached_by_the_automatic_choice() -> None:
-    seen = set()
+    seen: set[MappingKind | str] = set()  # the mappings, and "grid barrier"
     for name, shape in SMALL.items():
         for graph in clusters(build_case(name, shape, DTYPES[name][0])):
             plan = plan_cluster(graph, 0, PlanOptions(device="tiny"))

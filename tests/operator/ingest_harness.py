@@ -80,9 +80,10 @@ class TokenApi:
         return token
 
     async def review(self, request: kmock.Request) -> dict[str, Any]:
-        # kmock keeps every created object by name; TokenReviews have none and are never stored.
+        # kmock keeps every created object by name, a TokenReview (it has none) under None: dropped here, or the
+        # next review's create would conflict with it. kmock's key type says a name is a str, its create stores None.
         if self.api is not None:
-            del self.api.objects[TOKENREVIEW_RESOURCE, None, None]
+            del self.api.objects[TOKENREVIEW_RESOURCE, None, None]  # type: ignore[arg-type]
         self.pending += 1
         try:
             await self.open.wait()
@@ -116,7 +117,7 @@ def declare_pods(api: kmock.KubernetesEmulator) -> None:
 def job_pod(namespace: str, name: str, pod_uid: str, job_name: str, job_uid: str) -> dict[str, Any]:
     """A pod of a batch Job, as the API server stores it."""
     owner = {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": job_uid, "controller": True}
-    metadata = {"name": name, "namespace": namespace, "uid": pod_uid, "ownerReferences": [owner]}
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": pod_uid, "ownerReferences": [owner]}
     metadata["labels"] = {"stitchfleet.io/enabled": "true", "job-name": job_name}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [{"name": "t"}]}}
 
@@ -146,7 +147,7 @@ class Endpoint:
         return self.server.port
 
     def metrics(self) -> str:
-        return generate_latest(self.registry).decode()
+        return bytes(generate_latest(self.registry)).decode()
 
     def call(self, method: str, path: str, authorization: str = "", body: bytes = b"") -> tuple[int, dict[str, Any]]:
         """One request over HTTPS as a pod sends it (blocking): the status and the JSON answer."""

@@ -53,9 +53,9 @@ class Cluster:
         return [str(p.attrs["name"]) for p in self.graph.parameters]
 
 
-def compile_cluster(graph: Graph, cache: Path, name: str = "") -> Cluster:
+def compile_cluster(graph: Graph, cache: Path, name: str) -> Cluster:
     executable = CpuBackend(CpuOptions(cache_dir=cache)).compile_graph(graph, plan_cluster(graph, 0, PlanOptions()))
-    return Cluster(name or graph.name, graph, executable)
+    return Cluster(name, graph, executable)
 
 
 def workload_clusters(model: str, cache: Path) -> Iterator[Cluster]:

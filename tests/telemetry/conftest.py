@@ -67,10 +67,12 @@ def _executor(base: Path) -> PostgreSQLExecutor:
     else:
         (base / "sock").mkdir()
         (base / "log").mkdir()
+    port = get_port(None)
+    assert port is not None  # port_for answers None only when asked for port -1 (None: any free port)
     return PostgreSQLExecutor(
         executable=pg_ctl,
         host="127.0.0.1",
-        port=get_port(None),
+        port=port,
         user="postgres",
         options="",
         dbname="postgres",
