@@ -45,9 +45,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stitchfleet import settings
+
+if TYPE_CHECKING:  # the hook imports TensorFlow: imported where a run needs it
+    from stitchfleet.plugin.session.hook import StitchHook
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -158,7 +161,7 @@ def _brief(text: str, limit: int = 110) -> str:
     return text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " ..."
 
 
-def _plugin_figures(hook: Any, url: str, uid: str) -> dict[str, Any]:
+def _plugin_figures(hook: StitchHook, url: str, uid: str) -> dict[str, Any]:
     """What the plugin decided and what its report claims: its windows' saved seconds and its setup seconds (per
     device, the rank's seconds), the windows' noise, and the setup it booked from steps (warmup builds, first
     runs: in the steps' time, where `begin`'s compile is not)."""

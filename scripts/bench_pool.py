@@ -27,7 +27,7 @@ NEVER = 1 << 40  # a threshold no loop reaches: every loop on the op's thread
 
 def measure(dims: dict[str, int], thresholds: list[int], rounds: int, steps: int) -> list[str]:
     """The table's lines (see the module docstring)."""
-    from bench_step import _hooked_session, _plain_session, _window  # the timing benchmark's sessions
+    from bench_step import _diverter, _hooked_session, _plain_session, _window  # the timing benchmark's sessions
 
     from stitchfleet import settings
     from stitchfleet.plugin.native import dispatch_op
@@ -37,10 +37,11 @@ def measure(dims: dict[str, int], thresholds: list[int], rounds: int, steps: int
         plain, plain_fetches, plain_feeds = _plain_session(dims)
         bridge = dispatch_op.load(settings.current().cache_dir)  # the hook's: loaded once per process
         raw = session._tf_sess()  # the switches are fed directly: no schedule, no guard
+        diverter = _diverter(hook)
         feed = {**feeds(), hook.switches: np.ones(len(hook.installed), bool)}
 
         def on() -> Any:
-            hook.diverter.armed = True  # what the hook does on a step with a cluster on
+            diverter.armed = True  # what the hook does on a step with a cluster on
             return raw.run(fetches, feed)
 
         default = bridge.pool_elements()

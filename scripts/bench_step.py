@@ -32,9 +32,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # the hook imports TensorFlow: imported where a run needs it
+    from stitchfleet.plugin.graph.twin import Diverter
+    from stitchfleet.plugin.session.hook import StitchHook
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -73,7 +77,9 @@ def _build(dims: dict[str, int], model: str) -> tuple[Any, Any, Any, Any]:
     return graph, loss, train_op, lambda: data
 
 
-def _hooked_session(dims: dict[str, int], bridge: str, tmp: str, model: str = "demo") -> tuple[Any, Any, Any, Any]:
+def _hooked_session(
+    dims: dict[str, int], bridge: str, tmp: str, model: str = "demo"
+) -> tuple[Any, StitchHook, Any, Any]:
     import tensorflow as tf
 
     from stitchfleet import settings
@@ -117,8 +123,17 @@ def _window(run: Any, steps: int, cpu: list[float]) -> list[float]:
     return times
 
 
-def _on_twin(hook: Any, raw: Any, fetches: Any, feed: Any) -> Any:
-    hook.diverter.armed = True  # what the hook does on a step with a cluster on
+def _diverter(hook: StitchHook) -> Diverter:
+    """The hook's twin diverter (arming it is what the hook does on a step with a cluster on); the hook has none
+    when it stitched nothing, and then there is no stitched step to time."""
+    if hook.diverter is None:
+        why = hook.length.skipped or "no cluster installed"
+        raise RuntimeError(f"the hook stitched nothing ({why}): no stitched step to time")
+    return hook.diverter
+
+
+def _on_twin(diverter: Diverter, raw: Any, fetches: Any, feed: Any) -> Any:
+    diverter.armed = True  # what the hook does on a step with a cluster on
     return raw.run(fetches, feed)
 
 
@@ -130,6 +145,7 @@ def measure(
         session, hook, fetches, feeds = _hooked_session(dims, bridge, tmp, model)
         plain, plain_fetches, plain_feeds = _plain_session(dims, model)
         raw = session._tf_sess()  # the switches are fed directly: no schedule, no guard
+        diverter = _diverter(hook)
         count = len(hook.installed)
         configs: dict[str, Any] = {
             "hooked job, all off (user's graph)": None,
@@ -150,7 +166,7 @@ def measure(
                     times[name] += _window(lambda: raw.run(fetches, feeds()), steps, cpu[name])
                     continue
                 feed = {**feeds(), hook.switches: switches}
-                times[name] += _window(lambda feed=feed: _on_twin(hook, raw, fetches, feed), steps, cpu[name])
+                times[name] += _window(lambda feed=feed: _on_twin(diverter, raw, fetches, feed), steps, cpu[name])
         session.close()
         plain.close()
     print(f"  {bridge}: {count} clusters installed", flush=True)

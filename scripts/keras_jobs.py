@@ -24,9 +24,12 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:  # the hook imports TensorFlow: imported where a run needs it
+    from stitchfleet.plugin.session.hook import StitchHook
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -62,7 +65,7 @@ def _build(name: str) -> tuple[Any, Any, Any, dict[Any, Any]]:
     return graph, loss, train, feeds
 
 
-def _train(name: str, steps: int, hook: Any) -> tuple[list[float], float]:
+def _train(name: str, steps: int, hook: StitchHook | None) -> tuple[list[float], float]:
     import tensorflow as tf
 
     graph, loss, train, feeds = _build(name)
@@ -73,7 +76,7 @@ def _train(name: str, steps: int, hook: Any) -> tuple[list[float], float]:
     return losses, time.perf_counter() - started
 
 
-def _hook(tmp: Path, name: str) -> Any:
+def _hook(tmp: Path, name: str) -> StitchHook:
     from stitchfleet import settings
     from stitchfleet.plugin.session.hook import StitchHook
 

@@ -46,9 +46,16 @@ def dump(path: Path, dims: dict[str, int] = DIMS, model: str = "demo") -> None:
     sys.path.insert(0, str(ROOT / "scripts"))
     import bench_step
 
+    from stitchfleet.compiler.targets.cpu.executable import CpuExecutable
+
+    found = []
     with tempfile.TemporaryDirectory() as tmp:
         session, hook, _, _ = bench_step._hooked_session(dims, "native", tmp, model)
-        found = [(c.index, c.kernel.executable.graph, c.kernel.executable.plan) for c, _ in hook.installed]
+        for c, _ in hook.installed:
+            executable = c.kernel.executable  # the CPU target's (the demo's hook runs with backend cpu)
+            if not isinstance(executable, CpuExecutable):
+                raise RuntimeError(f"cluster {c.index}: {type(executable).__name__}, not the CPU target's kernel")
+            found.append((c.index, executable.graph, executable.plan))
         session.close()
     path.write_bytes(pickle.dumps(found))
 

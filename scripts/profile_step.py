@@ -70,18 +70,19 @@ def _trace(run: Any, steps: int, profile: Profile) -> None:
 
 
 def profile(dims: dict[str, int], steps: int, rounds: int) -> dict[str, Profile]:
-    from bench_step import _hooked_session, _plain_session  # the same sessions as the timing benchmark
+    from bench_step import _diverter, _hooked_session, _plain_session  # the same sessions as the timing benchmark
 
     with tempfile.TemporaryDirectory() as tmp:
         session, hook, fetches, feeds = _hooked_session(dims, "native", tmp)
         plain, plain_fetches, plain_feeds = _plain_session(dims)
         raw, plain_raw = session._tf_sess(), plain._tf_sess()
+        diverter = _diverter(hook)
         count = len(hook.installed)
         found = {name: Profile() for name in ("plain TF", "user's graph", "twin, all off", "all on")}
 
         def on_twin(switches: Any) -> Any:
             def run(options: Any, metadata: Any) -> None:
-                hook.diverter.armed = True
+                diverter.armed = True
                 raw.run(fetches, {**feeds(), hook.switches: switches}, options=options, run_metadata=metadata)
 
             return run

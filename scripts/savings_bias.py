@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from stitchfleet.demo import command
+from stitchfleet.plugin.control.controller import Controller
 from stitchfleet.plugin.control.plugin_cost import PluginCost
 from stitchfleet.plugin.control.schedule import BASELINE, STITCHED
 from stitchfleet.plugin.session.hook import StitchHook
@@ -103,7 +104,9 @@ def main(steps: int, chunk: int, *, probe: bool = True) -> None:
     print(f" of {cost.own:.3f} s own work ({cost.charged:.3f} s paid in the windows' savings)")
 
 
-def _report(controller: Any, chunk: int, found: list[tuple[int, str, float, bool, float]], kept: list[Any]) -> None:
+def _report(
+    controller: Controller, chunk: int, found: list[tuple[int, str, float, bool, float]], kept: list[Any]
+) -> None:
     """The booked saving with its interval, and the former rule's, on the windows from START."""
     window_steps = {s for s, mode, *_ in found if mode == STITCHED}
     own = {s: o for s, *_, o in found}
