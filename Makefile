@@ -21,6 +21,9 @@ WORKERS ?= 2
 TEST_WORKERS ?= 0
 # The default tier leaves out the exhaustive sweeps (their fast slices stay in): `make test-sweeps` runs them.
 TEST_MARKERS ?= not sweep
+# The slowest tests in every CI log: the default tier's pytest time (24 min on CI's 2 cores in session 23) is to come
+# back under 20 minutes, and these say where it goes.
+TEST_REPORT ?= --durations=30 --durations-min=10
 # C, C++ and CUDA shipped as package data: `make lint` checks their format (.clang-format)
 NATIVE_SOURCES = $(shell find stitchfleet -name '*.c' -o -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh')
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -32,7 +35,7 @@ demo: $(DEPS) $(SYSTEM)
 
 test: $(DEPS) $(HOROVOD) $(SYSTEM) $(TFGPU)
 	lint-imports
-	@rc=0; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "$(TEST_MARKERS)" $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "$(TEST_MARKERS)" $(TEST_REPORT) $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure, not a pass" >&2; exit 1; fi; \
 	exit $$rc
 
