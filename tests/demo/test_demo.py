@@ -64,16 +64,16 @@ def test_demo_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.tf
 def test_the_balance_counts_session_creation_once_and_the_close() -> None:
-    from stitchfleet.demo import command
+    from stitchfleet.demo import command, plain_balance
 
     stitched, plain = command.Job(None), command.Job(None)
     # each job's first chunk includes creating its session (4 s with setup, 1 s plain); the close is the hook's end
     stitched.created, stitched.chunks, stitched.closed = 4.0, [10.0, 6.0], 0.5
     plain.created, plain.chunks, plain.closed = 1.0, [7.0, 6.5], 0.0
-    line = command.against_plain(stitched, plain)
+    line = plain_balance.against_plain(stitched, plain)
     assert "plugin 16.50 s (of which session creation and setup 4.00 s), plain TF 13.50 s: -3.00 s saved" in line
     assert "stayed out of the way" not in line
-    skipped = command.against_plain(stitched, plain, "setup cannot pay back: 6000 steps")
+    skipped = plain_balance.against_plain(stitched, plain, "setup cannot pay back: 6000 steps")
     assert "the plugin stayed out of the way (setup cannot pay back: 6000 steps)" in skipped
 
 
@@ -81,12 +81,12 @@ def test_the_balance_counts_session_creation_once_and_the_close() -> None:
 def test_the_setup_in_the_first_chunk_is_not_counted_as_noise() -> None:
     """A cold run's setup (seconds, in its first chunk) once made the noise as large as the loss itself: a plugin
     7.3 s slower than plain TF read "within the noise" (noise 7.5 s)."""
-    from stitchfleet.demo import command
+    from stitchfleet.demo import command, plain_balance
 
     stitched, plain = command.Job(None), command.Job(None)
     stitched.created, stitched.chunks = 7.0, [8.0, 1.02, 0.98, 1.01, 0.99, 1.0]
     plain.created, plain.chunks = 0.5, [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
-    line = command.against_plain(stitched, plain)
+    line = plain_balance.against_plain(stitched, plain)
     assert "-7.00 s saved (noise 0.04 s); the plugin's job was slower than plain TF's" in line
 
 
@@ -116,14 +116,14 @@ def test_the_native_op_is_prepared_outside_both_jobs(tmp_path: Path, monkeypatch
 def test_the_balance_is_broken_down_by_what_the_plugins_steps_ran() -> None:
     """Each phase books plain TF's seconds at the same step numbers minus the plugin's, so the phases and the
     session's creation and close add up to the balance, and a reader sees where it was won or paid."""
-    from stitchfleet.demo import command
+    from stitchfleet.demo import command, plain_balance
 
     stitched, plain = command.Job(None), command.Job(None)
     stitched.created, plain.created, stitched.closed, plain.closed = 3.0, 1.0, 0.25, 0.0
     stitched.phases = ["warmup", "warmup", "stitched", "stitched", "check", "stitched"]
     stitched.times = [0.5, 0.01, 0.008, 0.009, 0.02, 0.007]
     plain.times = [0.1, 0.01, 0.010, 0.010, 0.01, 0.010]
-    text = command.where_it_went(stitched, plain, 0.5)
+    text = plain_balance.where_it_went(stitched, plain, 0.5)
     lines = text.splitlines()
     assert lines[2].split() == ["session", "creation", "(setup)", "-2.00", "s"]
     # the most frequent phase first: 3 stitched steps saved 2 + 1 + 3 ms
@@ -134,9 +134,10 @@ def test_the_balance_is_broken_down_by_what_the_plugins_steps_ran() -> None:
     assert lines[6].startswith("  of which the report books") and "-0.00 s  (noise 0.01 s per step;" in lines[6]
     assert "less the kernels' first runs, 0.50 s it books as setup" in lines[6]  # not in the report's windows
     # chunks of one step: the report's steps saved +2, +1, -10, +3 ms, a spread of 6.0 ms, times the root of 4
-    between = command.where_it_went(stitched, plain, 0.5, every=1).splitlines()[6]
+    between = plain_balance.where_it_went(stitched, plain, 0.5, every=1).splitlines()[6]
     assert "noise 0.01 s per step, 0.01 s between chunks;" in between and "between" not in lines[6]
-    assert "between" not in command.where_it_went(stitched, plain, 0.5, every=2).splitlines()[6]  # two chunks only
+    two_chunks = plain_balance.where_it_went(stitched, plain, 0.5, every=2).splitlines()[6]
+    assert "between" not in two_chunks  # two chunks only
     assert lines[7].split()[-2:] == ["-0.25", "s"] and "close (the hook's end)" in lines[7]
 
 
