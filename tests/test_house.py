@@ -24,7 +24,7 @@ COMPILER = "stitchfleet.compiler"
 # Raising a budget is a decision made in review, with the reason in the commit.
 PACKAGE_BUDGETS = {
     "compiler": 17000,
-    "plugin": 14300,  # 14000 until issue 29 (session 21): a run's measured loss, the group's rerun, the quiet path
+    "plugin": 14400,  # 14000 until issue 29: measured loss, group rerun, quiet path (s21); routine leases (s24)
     "telemetry": 7000,
     "operator": 3500,
     "boot": 300,

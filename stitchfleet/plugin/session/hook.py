@@ -70,7 +70,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.ledger: Ledger | None = record
         self.job_key: tuple[str, str, str] | None = None  # the job's graph in the fleet's memory (`job_verdict`)
         self.consensus: Consensus | None = None
-        self._started = 0.0
+        self._started = self._entered = 0.0
         self._setup_seconds = 0.0
         self.setup: Setup | None = None  # what begin installed (`job_setup`), None when it skipped its setup
         self.path: StepPath | None = None  # each step's plan and figures, once the controller started
@@ -135,6 +135,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.quiet:  # the step runs as written, only timed and counted (its cost: docs/plugin/session.md)
             self._quiet.started = self._quiet_start(run_context)
             return None
+        self._entered = time.perf_counter()  # a leased step's own work starts here (`StepPath.after`)
         if self.controller is not None:
             self.controller.step_entered()  # what the hook does from here is the plugin's own work on the step
         self.runs.reset()
@@ -201,7 +202,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         seconds = time.perf_counter() - self._started
         try:
             if self.path is not None:
-                self.path.after(run_values.results or {}, seconds, self.step)
+                self.path.after(run_values.results or {}, seconds, self.step, self._started - self._entered)
         except Exception as err:
             self._fault(err)
         self.step += 1
@@ -210,6 +211,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self.controller.step_left()  # the hook's work after the step's booking: charged with the next step
 
     def end(self, session: tf.compat.v1.Session) -> None:
+        if self.path is not None:
+            self.path.settle()  # the leased steps that ran are the job's too
         kernels = [c.kernel for c, _ in self.installed]
         job_record.closed(
             self.ledger, self.controller, self.job_key, self.shapes, (self.step, kernels, self.signatures)

@@ -8,9 +8,15 @@ results. Output: the `SessionRunArgs` the step adds (None: nothing, plain TF) an
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, cast
 
+from stitchfleet.plugin.control import routine
 from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan
+from stitchfleet.plugin.session.step_lease import Lease
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -39,6 +45,8 @@ class StepPath:
         self.signatures, self.diverter = signatures, diverter
         self.plan: StepPlan | None = None  # the controller's plan of the current step
         self.failure: str | None = None  # a plugin error the controller hears of with the next plan
+        self.lease: Lease | None = None  # routine steps ahead, run on one plan and booked at its end (`settle`)
+        self._args: tf.compat.v1.train.SessionRunArgs | None = None  # the planned step's, for a lease after it
 
     def observe(self, feed_dict: Feeds | None, step: int) -> float:
         """The step's shape signature: kernels are compiled for it when due (`signature_kernels`), in the
@@ -54,6 +62,13 @@ class StepPath:
         """Maps the controller's plan of the step onto its feeds and fetches (and the twin's diverter)."""
         assert self.diverter is not None
         fresh = self.signatures.fresh() if self.signatures is not None else []  # kernels the guard has not judged
+        lease = self.lease
+        if lease is not None:
+            if lease.next == step and not fresh and self.failure is None:  # a routine step: as the lease's plan
+                self.plan = lease.plan
+                self.diverter.arm(True)
+                return lease.args
+            self.settle()  # anything else ends the lease: its steps are booked before this step is planned
         plan = self.plan = self.controller.step_plan(step, self.failure, fresh=fresh)
         self.failure = None
         if plan.quiet:
@@ -61,19 +76,28 @@ class StepPath:
             # plain TF), only timed and counted for the job's telemetry.
             return None
         self.diverter.arm(plan.on_twin)  # the twin runs, or the user's own graph (`StepArgs.planned`), prepared
-        return self.step_args.planned(plan)
+        self._args = args = self.step_args.planned(plan)
+        return args
 
     def consensus_only(self, step: int, err: Exception) -> tf.compat.v1.train.SessionRunArgs | None:
         """A step whose preparation failed still takes part in the consensus (no rank may wait)."""
         failure, self.failure = self.failure or f"{type(err).__name__}: {err}", None
+        self.settle()
         self.plan = self.controller.step_plan(step, failure, prepared=False)
         if self.plan.quiet:  # stitching is over: no rank joins a consensus any more
             return None
         return self.step_args.consensus_only(self.plan)
 
-    def after(self, results: dict[str, object], seconds: float, step: int) -> None:
-        """Reads what the planned step fetched and hands the controller its figures."""
+    def after(self, results: dict[str, object], seconds: float, step: int, own: float = 0.0) -> None:
+        """Reads what the planned step fetched and hands the controller its figures (a leased step's go to its
+        lease: `own`, the hook's work on the step before its run, is booked with them)."""
         assert self.plan is not None
+        lease = self.lease
+        if lease is not None and lease.next == step and self.plan is lease.plan:
+            if self._routine(lease, results, seconds, step, own):
+                return
+            self.settle()  # the steps before it are booked; this one is booked on its own, as planned
+            self.plan = replace(lease.plan, step=step)
         plan, fault = self.plan, None
         if plan.quiet:
             self.controller.step_done(plan, StepFigures(seconds))
@@ -87,6 +111,38 @@ class StepPath:
             fault = f"{type(failure).__name__}: {failure}"  # stitching reverts for the job
         self.controller.step_done(plan, self.step_results.figures(plan, results, seconds, step, fault))
         self.step_results.poll()
+        count = routine.span(self.controller, plan) if self._args is not None else 0
+        if count:
+            self.lease = Lease(plan, self._args, step + 1, count)
+        self._args = None
+
+    def _routine(self, lease: Lease, results: dict[str, object], seconds: float, step: int, own: float) -> bool:
+        """Books a leased step that ran as planned (False: something to hear of, booked on the full path)."""
+        started = time.perf_counter()
+        diverter, loss = self.diverter, results.get("loss")
+        if diverter is not None and (diverter.armed or diverter.failure is not None):
+            return False
+        if loss is not None and not math.isfinite(float(cast("float", loss))):  # the next plan flags it
+            return False
+        signature: str | None = ""
+        signatures = self.signatures
+        if signatures is not None:  # as `StepResults.figures` reads it
+            signatures.after(cast("Sequence[Iterable[int]] | None", results.get("shapes")), step)
+            signature = signatures.probes.measured(signatures.signature, lease.plan.switches)[2]
+        seen = self.step_results.faults_seen
+        self.step_results.poll()  # each step: a GPU op's noted NaN/Inf is what makes its next call judged
+        lease.ran(seconds, signature, own + time.perf_counter() - started)
+        if lease.over or self.step_results.faults_seen != seen:  # a native fault: the next plan flags it
+            self.settle()
+        return True
+
+    def settle(self) -> None:
+        """Ends the lease: its steps that ran are booked, in order, in one call (`routine.book`)."""
+        lease, self.lease = self.lease, None
+        if lease is not None and lease.rows:
+            started = time.perf_counter()
+            routine.book(self.controller, lease.first, lease.rows)
+            self.controller.own_work.carried += time.perf_counter() - started  # booked with the next step
 
     def agreed_step(self, step: int, seconds: float) -> None:
         """Horovod's agreement run was the job's first training step, as written (plain TF): booked as a

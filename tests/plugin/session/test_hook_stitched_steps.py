@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from stitchfleet.demo import models
+from stitchfleet.plugin.control import routine
 from stitchfleet.plugin.control.schedule import STITCHED
 from tests.plugin.hook_harness import _feeds, hooked
 
@@ -67,3 +68,46 @@ def test_a_steady_stitched_step_builds_no_fetch_handler_and_keeps_to_its_budget(
     assert session_py["__init__"] == 0, session_py  # no `_FetchHandler`, no `_FetchMapper`
     per_step = sum(plugin.values()) / steps
     assert per_step <= BUDGET, sorted(plugin.items(), key=lambda item: -item[1])[:30]
+
+
+LEASED_BUDGET = 85  # Python calls in the plugin per leased stitched step, booking included (~81; step by step ~105)
+
+
+def test_routine_steps_run_on_a_lease_without_a_plan_or_a_booking_each(tmp_path: Path) -> None:
+    hook, _ = hooked(
+        tmp_path, "leased-steps", STITCHFLEET_CHECK_EVERY="1000000", STITCHFLEET_REBASELINE_EVERY="1000000"
+    )
+    graph = models.build("bert_encoder", "small", seed=1)
+    plugin: Counter[tuple[str, str]] = Counter()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        path = frame.f_code.co_filename
+        if event == "call" and "stitchfleet" in path and "/tests/" not in path:
+            plugin[(Path(path).stem, frame.f_code.co_name)] += 1
+
+    with graph.as_default():
+        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
+        feeds = _feeds(graph)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for _ in range(12):
+                session.run([loss, train_op], feeds)
+            controller, path = hook.controller, hook.path
+            assert controller is not None and path is not None and controller.mode(hook.step) == STITCHED
+            steps, first = 2 * routine.ROUTINE_STEPS, hook.step
+            path.settle()  # the steps before are booked now: only those profiled are booked while profiled
+            booked = controller.job_seconds
+            sys.setprofile(profile)
+            try:
+                for _ in range(steps):
+                    session.run([loss, train_op], feeds)
+                path.settle()  # the open lease's steps, as the hook's `end` books them
+            finally:
+                sys.setprofile(None)
+            assert all(controller.mode(step) == STITCHED for step in range(first, hook.step))
+            assert not controller.job_reverted and hook.step == first + steps
+            assert controller.job_seconds > booked
+    # at most a plan per lease (plus the step that began leasing); each step still measured and booked in its window
+    assert plugin[("controller", "step_plan")] <= 4, plugin[("controller", "step_plan")]
+    assert plugin[("controller", "timed")] == steps
+    per_step = sum(plugin.values()) / steps
+    assert per_step <= LEASED_BUDGET, sorted(plugin.items(), key=lambda item: -item[1])[:30]

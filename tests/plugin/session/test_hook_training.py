@@ -10,6 +10,8 @@ import sqlalchemy as sa
 
 from stitchfleet.plugin.graph.twin_mark import PREFIX
 from stitchfleet.plugin.native.faults import Fault, FaultError
+from stitchfleet.plugin.session.step_path import StepPath
+from stitchfleet.plugin.session.step_results import StepResults
 from stitchfleet.telemetry import models as tables
 from tests.plugin.hook_harness import events, hooked, train
 
@@ -106,6 +108,62 @@ def test_nan_from_the_native_op_is_blamed_on_the_kernel_and_reverted(tmp_path: P
     assert cluster.reverted_at == FIRST_STITCHED + 1
     assert cluster.reason == "non-finite stitched output (native bridge: TF's own ops were finite)"
     assert [e.step for e in events(url, "revert")] == [FIRST_STITCHED + 1]
+
+
+def test_a_native_fault_read_after_a_leased_step_reverts_its_cluster_at_the_next_step(tmp_path: Path) -> None:
+    """A routine step runs on a lease (no plan, no booking of its own: control/routine.py), yet the native op's
+    fault count is read after it as after any step (`StepResults.poll`; faults cannot start late in the C: the
+    count is what moves). A count that moved after leased step 38 ends the lease there, and step 39's plan
+    reverts the cluster, as step by step."""
+    start = FIRST_STITCHED + 33  # a check step at 36, 37 planned and booked alone: 38 and 39 leased
+    assert start % CHECK_EVERY == 2
+    hook, url = hooked(tmp_path, "leased-fault", STITCHFLEET_SLOWDOWN_MARGIN="1000")
+    leased: list[int] = []
+    after, poll = StepPath.after, StepResults.poll
+
+    def watched(path: StepPath, results: dict[str, object], seconds: float, step: int, own: float = 0.0) -> None:
+        if path.lease is not None and path.lease.next == step:
+            leased.append(step)
+        after(path, results, seconds, step, own)
+
+    def faulted(results: StepResults) -> None:  # what `poll_faults` does when the op's count moved
+        poll(results)
+        if hook.step == start:
+            next(c for c, _ in results.installed if c.index == 5).kernel.flag("non-finite stitched output")
+            results.faults_seen += 1
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(StepPath, "after", watched)
+        patch.setattr(StepResults, "poll", faulted)
+        train(start + 8, hook)
+    assert start in leased and start + 1 not in leased
+    assert hook.controller is not None
+    cluster = next(c for c in hook.controller.clusters if c.index == 5)
+    assert cluster.reverted_at == start + 1
+    assert [e.step for e in events(url, "revert")] == [start + 1]
+
+
+def test_a_nonfinite_loss_on_a_leased_step_reverts_the_job_at_the_next_step(tmp_path: Path) -> None:
+    """The loss a leased step fetched is read as on any stitched step: NaN ends the lease at that step, which is
+    booked on its own, and the next step's plan reverts the job."""
+    start = FIRST_STITCHED + 33  # leased, as above
+    hook, url = hooked(tmp_path, "leased-loss", STITCHFLEET_SLOWDOWN_MARGIN="1000")
+    leased: list[int] = []
+    after = StepPath.after
+
+    def nan_loss(path: StepPath, results: dict[str, object], seconds: float, step: int, own: float = 0.0) -> None:
+        if path.lease is not None and path.lease.next == step:
+            leased.append(step)
+        if step == start:
+            results = {**results, "loss": np.float32("nan")}
+        after(path, results, seconds, step, own)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(StepPath, "after", nan_loss)
+        train(start + 4, hook)
+    assert start in leased and start + 1 not in leased
+    assert hook.controller is not None and hook.controller.job_reverted is not None
+    assert [(e.step, e.reason) for e in events(url, "revert")] == [(start + 1, "non-finite loss")]
 
 
 def test_the_check_executor_is_built_in_warmup_and_booked_as_setup(tmp_path: Path) -> None:
