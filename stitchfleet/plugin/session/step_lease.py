@@ -1,7 +1,7 @@
 """A lease of routine stitched steps: the hook runs them on one plan's arguments and books them in one call.
 
 Input: the plan of a step the controller just booked, the `SessionRunArgs` that step ran with and how many steps
-after it are routine (`control.routine.span`); then per leased step its seconds, signature and the hook's own work.
+after it are routine (`control.routine.span`); then per leased step its seconds, signature figures, own work.
 Output: the arguments of each leased step (the same object), and the rows `control.routine.book` books at its end.
 The rules in full: docs/plugin/session.md ("Routine steps").
 """
@@ -37,5 +37,5 @@ class Lease:
     def over(self) -> bool:
         return len(self.rows) >= self.count
 
-    def ran(self, seconds: float, signature: str | None, own: float) -> None:
-        self.rows.append((seconds, signature, own))
+    def ran(self, seconds: float, measured: tuple[str | None, tuple[int, ...], str | None], own: float) -> None:
+        self.rows.append((seconds, measured, own))

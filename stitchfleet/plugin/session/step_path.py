@@ -66,7 +66,7 @@ class StepPath:
         if lease is not None:
             if lease.next == step and not fresh and self.failure is None:  # a routine step: as the lease's plan
                 self.plan = lease.plan
-                self.diverter.arm(True)
+                self.diverter.arm(lease.plan.on_twin)
                 return lease.args
             self.settle()  # anything else ends the lease: its steps are booked before this step is planned
         plan = self.plan = self.controller.step_plan(step, self.failure, fresh=fresh)
@@ -124,14 +124,14 @@ class StepPath:
             return False
         if loss is not None and not math.isfinite(float(cast("float", loss))):  # the next plan flags it
             return False
-        signature: str | None = ""
+        measured: tuple[str | None, tuple[int, ...], str | None] = ("", (), "")
         signatures = self.signatures
         if signatures is not None:  # as `StepResults.figures` reads it
             signatures.after(cast("Sequence[Iterable[int]] | None", results.get("shapes")), step)
-            signature = signatures.probes.measured(signatures.signature, lease.plan.switches)[2]
+            measured = signatures.probes.measured(signatures.signature, lease.plan.switches)
         seen = self.step_results.faults_seen
         self.step_results.poll()  # each step: a GPU op's noted NaN/Inf is what makes its next call judged
-        lease.ran(seconds, signature, own + time.perf_counter() - started)
+        lease.ran(seconds, measured, own + time.perf_counter() - started)
         if lease.over or self.step_results.faults_seen != seen:  # a native fault: the next plan flags it
             self.settle()
         return True
