@@ -61,7 +61,7 @@ class StepArgs:
                 switches[self.positions] = plan.switches
             feeds[self.switches] = switches
         loss = self.twin_loss if plan.on_twin else self.loss
-        if loss is not None and self.loss_name in self.training.reached:
+        if loss is not None and self.reaches_loss:
             fetches["loss"] = loss  # only a loss the step computes anyway (no feed it lacks)
         if self.signatures is not None and self.signatures.reading:
             fetches["shapes"] = self.signatures.shapes.fetches  # the shapes the step's iterator reads have
@@ -69,6 +69,12 @@ class StepArgs:
             fetches["checks"] = self.checks
             feeds[self.checking] = True
         return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
+
+    @property
+    def reaches_loss(self) -> bool:
+        """Whether this thread's run computes the loss anyway (then it is fetched: never an op the run would skip,
+        so the user's random streams draw as written)."""
+        return self.loss_name in self.training.reached
 
     def consensus_only(self, plan: StepPlan) -> tf.compat.v1.train.SessionRunArgs | None:
         """A step whose preparation failed: only its part of the consensus (no rank may wait)."""

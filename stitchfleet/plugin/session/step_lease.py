@@ -26,6 +26,7 @@ class Lease:
     args: tf.compat.v1.train.SessionRunArgs
     first: int
     count: int
+    loss: bool  # whether `args` fetch the loss: only for a run that computes it anyway (`StepArgs.reaches_loss`)
     rows: list[Row] = field(default_factory=list)  # the leased steps that ran, in order
 
     @property

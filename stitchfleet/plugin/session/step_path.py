@@ -64,7 +64,9 @@ class StepPath:
         fresh = self.signatures.fresh() if self.signatures is not None else []  # kernels the guard has not judged
         lease = self.lease
         if lease is not None:
-            if lease.next == step and not fresh and self.failure is None:  # a routine step: as the lease's plan
+            leased = lease.next == step and not fresh and self.failure is None
+            # the same plan gives the same arguments for a run whose fetches compute the loss as the lease's did
+            if leased and self.step_args.reaches_loss == lease.loss:  # a routine step: as the lease's plan
                 self.plan = lease.plan
                 self.diverter.arm(lease.plan.on_twin)
                 return lease.args
@@ -113,7 +115,7 @@ class StepPath:
         self.step_results.poll()
         count = routine.span(self.controller, plan) if self._args is not None else 0
         if count:
-            self.lease = Lease(plan, self._args, step + 1, count)
+            self.lease = Lease(plan, self._args, step + 1, count, self.step_args.reaches_loss)
         self._args = None
 
     def _routine(self, lease: Lease, results: dict[str, object], seconds: float, step: int, own: float) -> bool:

@@ -18,6 +18,8 @@ import tensorflow as tf
 from stitchfleet.demo import models
 from stitchfleet.plugin.control import routine
 from stitchfleet.plugin.control.schedule import STITCHED
+from stitchfleet.plugin.session.step_args import StepArgs
+from stitchfleet.plugin.session.step_path import StepPath
 from tests.plugin.hook_harness import _feeds, hooked
 
 pytestmark = pytest.mark.tf
@@ -111,3 +113,33 @@ def test_routine_steps_run_on_a_lease_without_a_plan_or_a_booking_each(tmp_path:
     assert plugin[("controller", "timed")] == steps
     per_step = sum(plugin.values()) / steps
     assert per_step <= LEASED_BUDGET, sorted(plugin.items(), key=lambda item: -item[1])[:30]
+
+
+def test_a_run_that_does_not_compute_the_loss_ends_the_lease_and_fetches_no_loss(tmp_path: Path) -> None:
+    """The lease's arguments fetch the loss because its first step's run computed it; a later training run whose
+    fetches do not reach the loss (`StepArgs.reaches_loss`) must not be made to compute it (the user's random
+    streams would draw otherwise): its step ends the lease and is planned on its own."""
+    hook, _ = hooked(tmp_path, "lease-loss", STITCHFLEET_CHECK_EVERY="1000000", STITCHFLEET_REBASELINE_EVERY="1000000")
+    graph = models.build("bert_encoder", "small", seed=1)
+    odd = 0
+    returned: dict[int, object] = {}
+    before, reaches = StepPath.before, StepArgs.reaches_loss
+
+    def recorded(path: StepPath, step: int) -> object:
+        returned[step] = args = before(path, step)
+        return args
+
+    with graph.as_default(), pytest.MonkeyPatch.context() as patch:
+        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
+        feeds = _feeds(graph)
+        patch.setattr(StepPath, "before", recorded)
+        patch.setattr(StepArgs, "reaches_loss", property(lambda args: reaches.fget(args) and hook.step != odd))
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for _ in range(14):
+                session.run([loss, train_op], feeds)
+            assert hook.path is not None and hook.path.lease is not None and hook.path.lease.loss
+            odd = hook.step + 1  # a leased step, but its run does not compute the loss
+            for _ in range(4):
+                session.run([loss, train_op], feeds)
+    fetched = {step: set(getattr(args, "fetches", {}) or {}) for step, args in returned.items()}
+    assert "loss" in fetched[odd - 1] and "loss" not in fetched[odd] and "loss" in fetched[odd + 1]
