@@ -7,33 +7,16 @@ kernel math both use these tables, so an op cannot mean two things.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from stitchfleet.compiler import error_function
 from stitchfleet.compiler.ir.types import Op
 
 Array = npt.NDArray[Any]
-
-# math.erf element by element: numpy has no erf, and the fp64 reference needs full precision.
-_ERF = np.frompyfunc(math.erf, 1, 1)
-_VECTOR_ERF: list[Callable[[Array], Array] | None] = []  # scipy's, when installed (looked up once)
-
-
-def _vector_erf() -> Callable[[Array], Array] | None:
-    """scipy.special.erf (vectorised, full double precision) when scipy is installed: ~20x faster
-    than math.erf per element, which makes the guard's fp64 check of a GELU cluster cheap. Optional:
-    the compiler needs only numpy."""
-    if not _VECTOR_ERF:
-        try:
-            from scipy.special import erf as scipy_erf
-        except ImportError:
-            scipy_erf = None
-        _VECTOR_ERF.append(scipy_erf)
-    return _VECTOR_ERF[0]
 
 
 def sigmoid(x: Array) -> Array:
@@ -46,11 +29,8 @@ def sigmoid(x: Array) -> Array:
 
 
 def erf(x: Array) -> Array:
-    """The error function, computed in float64."""
-    values = np.asarray(x, dtype=np.float64)
-    fast = _vector_erf()
-    result: Array = fast(values) if fast is not None else _ERF(values).astype(np.float64)
-    return result
+    """The error function, computed in float64 over the whole array (numpy has none: error_function.py)."""
+    return error_function.erf(x)
 
 
 UNARY: dict[Op, Callable[[Array], Any]] = {
