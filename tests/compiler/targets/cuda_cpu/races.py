@@ -6,6 +6,7 @@ Each cluster is compiled as a race build (`CudaCpuBackend(debug=True, race=True)
 block's shared memory checked against shadow state per word between barriers, random yields between
 accesses) and run once; a hazard aborts the launch with its description, which is the finding. Runs
 that end must still match `evaluate` (the yields reorder threads, never the result of a correct kernel).
+`RACE_SLICE` is the default tier's clusters: one of each kind of shared-memory use (`shared_use`).
 """
 
 from __future__ import annotations
@@ -18,8 +19,43 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from stitchfleet.compiler.lower import Lowered
+from stitchfleet.compiler.targets.cuda.signature import has_grid_sync
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend, CudaCpuError
 from tests.compiler.targets.cuda_cpu.sweep import Case, buffers_of, judge, workload_cases, workload_slice
+
+# The default tier's race check: per kind of shared-memory use among the workload clusters, its cheapest
+# cluster (race-build seconds on a loaded 2-core machine, session 24). The kinds are what the check tells
+# apart: which shared arrays the kernel has (regional values kept in shared memory, a block reduction's
+# per-warp partials) and whether a grid barrier runs between their uses. The workload slice's other
+# clusters are of kinds below at 10-40x the time (bert_encoder/cluster_00 and cluster_05, 47 and 93 s;
+# transformer_block/cluster_07, 49 s); `test_every_workload_cluster_has_no_race` (sweep) checks them all.
+RACE_SLICE = {
+    "crnn_head/cluster_02": "no shared memory, no grid barrier (0.1 s)",
+    "crnn_head/cluster_00": "no shared memory, a grid barrier (2.5 s)",
+    "transformer_block/cluster_00": "regional values in shared memory, as bert_encoder/cluster_00 (8 s)",
+    "dien_attention_gru/cluster_21": "regional values across a grid barrier, as bert_encoder/cluster_05 (0.6 s)",
+    "crnn_head/cluster_15": "regional values and warp partials across a grid barrier, as transformer_block/"
+    "cluster_07 (10 s)",
+    "dien_attention_gru/cluster_43": "warp partials only, one block (build time only)",
+}
+# the kind the slice leaves to its own test (test_the_race_build_of_bert_encoder_cluster_03_runs_to_its_verdict)
+OWN_TEST = "bert_encoder/cluster_03"  # regional values and warp partials, no grid barrier
+
+
+def shared_use(lowered: Lowered) -> tuple[bool, bool, bool]:
+    """(regional values in shared memory, per-warp partials of a block reduction, a grid barrier) over the
+    program's kernels. lower/program.py names the shared arrays: `smem_<node>` for a planned regional value,
+    `warp_<dtype>` for the partials."""
+    shared = [s.name for k in lowered.kernels for s in k.shared]
+    unknown = [name for name in shared if not name.startswith(("smem_", "warp_"))]
+    if unknown:
+        raise ValueError(f"shared arrays of no known kind: {unknown} (teach shared_use their kind)")
+    return (
+        any(name.startswith("smem_") for name in shared),
+        any(name.startswith("warp_") for name in shared),
+        any(has_grid_sync(k.body) for k in lowered.kernels),  # what render_kernel's grid_barrier says
+    )
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 The fast slice is the hand-written kernels: a missing barrier before a read of another thread's word
 (static and extern shared memory) and a write over a word another thread read since the last barrier
 are each reported with the threads and the word; their fixes run clean. Workload clusters (`races.py`,
-slow tier): one small cluster whose kernels use shared memory, the workload slice, every cluster in the
-sweep. Findings on the slice (8 clusters, 2026-11-23): no race, every output within tolerance of
+slow tier): `RACE_SLICE`, one cluster of each kind of shared-memory use (the test checks that no saved
+cluster is of a kind it lacks), bert_encoder/cluster_03's regression, every cluster in the sweep.
+Findings on the workload slice (8 clusters, 2026-11-23): no race, every output within tolerance of
 `evaluate`; crnn_head's two clusters touch no shared memory.
 """
 
@@ -28,8 +29,8 @@ from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuBackend, CudaCpuError, CudaCpuOptions, CudaCpuProgram
 from stitchfleet.compiler.targets.cuda_cpu.module import CudaCpuError as ModuleError
 from stitchfleet.compiler.targets.cuda_cpu.module import load_module, translation_unit
-from tests.compiler.targets.cuda_cpu.races import check_races
-from tests.compiler.targets.cuda_cpu.sweep import WORKLOADS, workload_cases, workload_slice
+from tests.compiler.targets.cuda_cpu.races import OWN_TEST, RACE_SLICE, check_races, shared_use
+from tests.compiler.targets.cuda_cpu.sweep import WORKLOADS, lowered_workloads, workload_cases
 
 pytestmark = pytest.mark.cuda_cpu
 ROOT = Path(__file__).resolve().parents[4]
@@ -138,21 +139,19 @@ def test_the_race_build_of_bert_encoder_cluster_03_runs_to_its_verdict(
     assert int(found.group(1)) > 0  # its kernel reduces through static shared memory
 
 
-@pytest.mark.slow  # 20 s cold (an instrumented build); `make test` runs it
+@pytest.mark.slow  # 25 s cold (an instrumented build of six clusters); `make test` runs it
 @pytest.mark.skipif(not any(WORKLOADS.glob("*/cluster_*.json")), reason="no workload clusters saved")
-def test_a_workload_cluster_with_shared_memory_has_no_race(request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    case = next(c for c in workload_cases() if c.label == "dien_attention_gru/cluster_21")  # block reduces
-    (finding,) = check_races(_backend(request, tmp_path), [case])
-    assert finding.checked > 0  # the check saw its shared-memory accesses
-    assert (finding.race, finding.mismatches) == ("", ())
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not any(WORKLOADS.glob("*/cluster_*.json")), reason="no workload clusters saved")
-def test_the_workload_slice_has_no_race(request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    findings = check_races(_backend(request, tmp_path), workload_slice())
+def test_the_race_slice_has_no_race(request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    workloads = lowered_workloads()
+    kinds = {case.label: shared_use(lowered) for case, lowered in workloads}
+    covered = {kinds[label] for label in [*RACE_SLICE, OWN_TEST]}
+    assert {label: kind for label, kind in kinds.items() if kind not in covered} == {}  # a new kind: slice it
+    assert len(covered) == len(RACE_SLICE) + 1  # one cluster of each kind, none twice
+    by_label = {case.label: case for case, _ in workloads}
+    findings = check_races(_backend(request, tmp_path), [by_label[label] for label in RACE_SLICE])
     assert [f for f in findings if f.race or f.mismatches] == []
-    assert sum(f.checked > 0 for f in findings) >= 4
+    # the check saw the shared-memory accesses of every cluster that has any
+    assert [f.label for f in findings if (f.checked > 0) != any(kinds[f.label][:2])] == []
 
 
 @pytest.mark.slow
