@@ -125,11 +125,23 @@ class Bound:
         return got
 
 
+_PLANNED: dict[str, tuple[Case, Lowered, LaunchPlan]] = {}
+
+
+def planned(case: Case) -> tuple[Lowered, LaunchPlan]:
+    """The case's lowered program and launch plan, made once per case object: the faults bind each case a
+    dozen times, and rendering its kernels (in `plan_launches`) was most of the Python time of a bind."""
+    known = _PLANNED.get(case.label)
+    if known is None or known[0] is not case:
+        lowered = case.lowered()
+        known = _PLANNED[case.label] = (case, lowered, plan_launches(case.graph, lowered))
+    return known[1], known[2]
+
+
 def bind(
     library: LaunchLibrary, options: CudaCpuOptions, case: Case, memory: Memory, inputs: dict[str, Array]
 ) -> Bound:
-    lowered = case.lowered()
-    plan = plan_launches(case.graph, lowered)
+    lowered, plan = planned(case)
     image = driver_image(plan.source, plan.kernels, options)
     program = library.program(image, plan, STREAM)
     layout, by_param = buffer_layout(lowered.kernels), dict(lowered.inputs)
@@ -419,7 +431,7 @@ def faults(
     ops), contexts stay balanced, a failed create leaves nothing loaded or pinned, and after a reset the same
     cluster runs and matches again (the op's next step) and is destroyed without a leak."""
     outcomes = []
-    plan = plan_launches(case.graph, case.lowered())
+    _, plan = planned(case)
     shape = spec_shape(plan.spec)
     inputs = random_inputs(case.graph, case.seed)
     want, wide = evaluate(case.graph, inputs), evaluate(case.graph, inputs, "float64")
@@ -479,8 +491,7 @@ def fake_refusals(
     than the kernel's __launch_bounds__, a copy wider than the module global it targets, a free of pinned memory
     never allocated and a second free, a launch of a function and a second unload after its module's unload,
     a pop without a push. Values: the driver's refusal lines (or the LaunchError), "" if it let it by."""
-    lowered = case.lowered()
-    plan = plan_launches(case.graph, lowered)
+    lowered, plan = planned(case)
     kernel = plan.kernels[0]
     driver.forget_device_memory()
     memory = Memory(driver)
@@ -650,7 +661,7 @@ def main(argv: list[str]) -> int:
         "resolved": sorted(set(_RESOLVED.findall(LAUNCH_SOURCE))),
     }
     report["clusters"] = [asdict(drive(driver, library, options, case)) for case in cases]
-    kinds = {plan_launches(c.graph, c.lowered()).spec[4] >= 0: c for c in reversed(cases)}  # the first of each
+    kinds = {planned(c)[1].spec[4] >= 0: c for c in reversed(cases)}  # the first of each
     report["faults"] = [f for c in kinds.values() for f in faults(driver, library, options, c)]
     if True in kinds:
         report["refusals"] = fake_refusals(driver, library, options, kinds[True])
