@@ -7,12 +7,24 @@ file so that they can share one translation unit.
 
 from __future__ import annotations
 
+import functools
+
 from benchmarks.kernel_resources import MODELS, SUITE, WORKLOADS, suite_kernels, workload_kernels
 from stitchfleet.compiler.ir import DType, Op
 from stitchfleet.compiler.kernel import blocks, ir
+from stitchfleet.compiler.targets.cuda.render import render_module
 
 # the suite and workload kernels are the benchmark's own (one definition for the CI gate and these tests)
-__all__ = ["MODELS", "SUITE", "WORKLOADS", "suite_kernels", "workload_kernels"]
+__all__ = ["MODELS", "SUITE", "WORKLOADS", "suite_kernels", "unit", "workload_kernels"]
+
+
+@functools.cache
+def unit(which: str) -> tuple[tuple[ir.Kernel, ...], str]:
+    """The kernels of "suite" or of one workload model and their one translation unit, made once per process:
+    the nvcc and NVRTC tests build the same unit for up to four archs, and planning and rendering it takes
+    seconds (render_module is most of it)."""
+    kernels = tuple(suite_kernels() if which == "suite" else workload_kernels(which))
+    return kernels, render_module(list(kernels))
 
 
 def _launch(grid: int = 4, block: int = 128) -> ir.Launch:

@@ -14,7 +14,6 @@ import re
 
 import pytest
 
-from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.targets.cache import ArtifactCache
 from stitchfleet.compiler.targets.cuda.nvcc import Nvcc, NvccError, parse_arch_list
 from stitchfleet.compiler.targets.cuda.render import render_kernel, render_module
@@ -23,8 +22,7 @@ from tests.compiler.targets.cuda.suite_kernels import (
     MODELS,
     block_kernels,
     scale_kernel,
-    suite_kernels,
-    workload_kernels,
+    unit,
 )
 
 ENTRY = re.compile(rb"stitch_c\d+_k\d+|block_\w+")
@@ -34,11 +32,12 @@ def _archs(nvcc: Nvcc) -> list[str]:
     return sorted({"sm_90", nvcc.oldest_arch})
 
 
-def _not_compiled(nvcc: Nvcc, cache: ArtifactCache, kernels: list[ir.Kernel], arch: str) -> list[str]:
-    """The kernels ptxas compiled no entry function for when their unit is built for `arch` (a failed
-    build raises NvccError). The entry names are exact, where a name found in the cubin's bytes could be
-    a substring of a mangled or longer one."""
-    compiled = parse_ptxas(nvcc.ptxas_report(render_module(kernels), arch, cache))
+def _not_compiled(nvcc: Nvcc, cache: ArtifactCache, which: str, arch: str) -> list[str]:
+    """The kernels of `which`'s unit that ptxas compiled no entry function for when it is built for `arch` (a
+    failed build raises NvccError). The entry names are exact, where a name found in the cubin's bytes could
+    be a substring of a mangled or longer one."""
+    kernels, source = unit(which)
+    compiled = parse_ptxas(nvcc.ptxas_report(source, arch, cache))
     return [k.name for k in kernels if k.name not in compiled]
 
 
@@ -53,9 +52,8 @@ def test_oldest_arch_is_what_nvcc_lists(nvcc: Nvcc) -> None:
 @pytest.mark.parametrize("which", ["sm_90", "oldest"])
 def test_every_suite_kernel_compiles(nvcc: Nvcc, nvcc_cache: ArtifactCache, which: str) -> None:
     arch = "sm_90" if which == "sm_90" else nvcc.oldest_arch
-    kernels = suite_kernels()
-    assert len(kernels) >= 78
-    missing = _not_compiled(nvcc, nvcc_cache, kernels, arch)
+    assert len(unit("suite")[0]) >= 78
+    missing = _not_compiled(nvcc, nvcc_cache, "suite", arch)
     assert not missing, f"{len(missing)} kernel(s) missing from the {arch} cubin, e.g. {missing[:3]}"
 
 
@@ -65,9 +63,8 @@ def test_every_suite_kernel_compiles(nvcc: Nvcc, nvcc_cache: ArtifactCache, whic
 def test_every_workload_cluster_compiles(nvcc: Nvcc, nvcc_cache: ArtifactCache, model: str, which: str) -> None:
     """The 145 clusters of the four TF training graphs, one translation unit per workload and arch."""
     arch = "sm_90" if which == "sm_90" else nvcc.oldest_arch
-    kernels = workload_kernels(model)
-    assert kernels
-    missing = _not_compiled(nvcc, nvcc_cache, kernels, arch)
+    assert unit(model)[0]
+    missing = _not_compiled(nvcc, nvcc_cache, model, arch)
     assert not missing, f"{len(missing)} kernel(s) missing from the {arch} cubin, e.g. {missing[:3]}"
 
 

@@ -9,6 +9,7 @@ test`, but for two workloads on sm_80: the sweep).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,8 @@ from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.targets.cache import ArtifactCache
 from stitchfleet.compiler.targets.cuda import nvrtc as nvrtc_module
 from stitchfleet.compiler.targets.cuda.nvrtc import Nvrtc, NvrtcError, find_nvrtc
-from stitchfleet.compiler.targets.cuda.render import render_kernel, render_module
-from tests.compiler.targets.cuda.suite_kernels import MODELS, scale_kernel, suite_kernels, workload_kernels
+from stitchfleet.compiler.targets.cuda.render import render_kernel
+from tests.compiler.targets.cuda.suite_kernels import MODELS, scale_kernel, unit
 
 ARCHS = ("sm_90", "sm_80")
 
@@ -31,7 +32,7 @@ def nvrtc() -> Nvrtc:
     return found
 
 
-def _missing(kernels: list[ir.Kernel], cubin: bytes) -> list[str]:
+def _missing(kernels: Sequence[ir.Kernel], cubin: bytes) -> list[str]:
     return [k.name for k in kernels if k.name.encode() not in cubin]
 
 
@@ -42,14 +43,14 @@ def test_the_wheel_nvrtc_is_found_and_lists_the_fleet_archs(nvrtc: Nvrtc) -> Non
 
 
 def test_every_suite_kernel_compiles_for_sm_90(nvrtc: Nvrtc, nvcc_cache: ArtifactCache) -> None:
-    kernels = suite_kernels()
+    kernels, source = unit("suite")
     assert len(kernels) >= 78
-    assert not _missing(kernels, nvrtc.compile(render_module(kernels), "sm_90", nvcc_cache))
+    assert not _missing(kernels, nvrtc.compile(source, "sm_90", nvcc_cache))
 
 
 def test_the_bert_clusters_compile_for_sm_90(nvrtc: Nvrtc, nvcc_cache: ArtifactCache) -> None:
-    kernels = workload_kernels("bert_encoder")
-    assert kernels and not _missing(kernels, nvrtc.compile(render_module(kernels), "sm_90", nvcc_cache))
+    kernels, source = unit("bert_encoder")
+    assert kernels and not _missing(kernels, nvrtc.compile(source, "sm_90", nvcc_cache))
 
 
 # sm_80 is the fleet's other arch, but NVRTC's front end sees the same source for it as for sm_90 (the
@@ -67,15 +68,15 @@ WORKLOAD_ARCHS = [
 @pytest.mark.slow
 @pytest.mark.parametrize(("arch", "model"), WORKLOAD_ARCHS)
 def test_every_workload_cluster_compiles(nvrtc: Nvrtc, nvcc_cache: ArtifactCache, model: str, arch: str) -> None:
-    kernels = workload_kernels(model)
-    missing = _missing(kernels, nvrtc.compile(render_module(kernels), arch, nvcc_cache))
+    kernels, source = unit(model)
+    missing = _missing(kernels, nvrtc.compile(source, arch, nvcc_cache))
     assert not missing, f"{len(missing)} kernel(s) missing from the {arch} cubin, e.g. {missing[:3]}"
 
 
 @pytest.mark.slow
 def test_every_suite_kernel_compiles_for_sm_80(nvrtc: Nvrtc, nvcc_cache: ArtifactCache) -> None:
-    kernels = suite_kernels()
-    assert not _missing(kernels, nvrtc.compile(render_module(kernels), "sm_80", nvcc_cache))
+    kernels, source = unit("suite")
+    assert not _missing(kernels, nvrtc.compile(source, "sm_80", nvcc_cache))
 
 
 def test_ptx_keeps_the_vector_accesses(nvrtc: Nvrtc) -> None:
