@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import operator
 import threading
+import weakref
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, cast
 
 import tensorflow as tf
@@ -30,22 +32,40 @@ def _holder(variable: Any) -> str:
     return str(handle.op.name if handle is not None else variable.op.name)
 
 
-def _variable_ops(graph: Any) -> set[str]:
-    """Names of the ops that hold what a training step updates: the trainable variables, the global step, and
-    the global variables an update of a trainable variable reads. The last are a job's gradient accumulators
-    (it sums its gradients into variables over several runs and applies them every N runs): without them,
-    the runs that compute the gradients were not training steps and their clusters were 'not on the
-    training path', so such a job was never stitched. Streaming metrics (local variables), moving averages
-    and exponential averages of the weights are read by no update: their runs stay side runs."""
+def _updates(graph: Any) -> tuple[frozenset[str], list[Any]]:
+    """Names of the ops that hold what a training step updates, and the ops that write them (in the graph's
+    order). What is updated: the trainable variables, the global step, and the global variables an update of a
+    trainable variable reads. The last are a job's gradient accumulators (it sums its gradients into variables
+    over several runs and applies them every N runs): without them, the runs that compute the gradients were not
+    training steps and their clusters were 'not on the training path', so such a job was never stitched.
+    Streaming metrics (local variables), moving averages and exponential averages of the weights are read by no
+    update: their runs stay side runs. A setup asks three times (the hook's `TrainingSteps`, the compile's held
+    ops, the selection's training path), each a scan and a walk of the graph: answered once per graph while no
+    op and no variable is added (`UPDATES`)."""
     step = tf.compat.v1.train.get_global_step(graph)
-    trained = [*graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES), *([step] if step is not None else [])]
-    names = {_holder(variable) for variable in trained}
-    held = {_holder(variable) for variable in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+    trainable = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+    variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+    key = (graph.version, *map(id, trainable), None, *map(id, variables), None, id(step))
+    known = UPDATES.get(graph)
+    if known is not None and known[0] == key:
+        return known[1], known[2]
+    names = {_holder(variable) for variable in [*trainable, *([step] if step is not None else [])]}
+    held = {_holder(variable) for variable in variables}
     writers = [op for op in graph.get_operations() if _writes_variable(op, names)]
-    return names | (held & set(upstream(writers, control=False)))
+    found = frozenset(names | (held & set(upstream(writers, control=False))))
+    written = [op for op in graph.get_operations() if _writes_variable(op, found)]
+    # the variables are kept with their ids: none is freed while its entry stands, so no id is another's
+    UPDATES[graph] = (key, found, written, [*trainable, *variables, step])
+    return found, written
 
 
-def _writes_variable(op: Any, variables: set[str]) -> bool:
+# Per graph: (its op count and variables' ids, what is updated, its writers, the variables). Weak: it goes with
+# its graph.
+UPDATES: weakref.WeakKeyDictionary[Any, tuple[tuple[int | None, ...], frozenset[str], list[Any], list[Any]]]
+UPDATES = weakref.WeakKeyDictionary()
+
+
+def _writes_variable(op: Any, variables: AbstractSet[str]) -> bool:
     if op.type not in WRITER_TYPES and not op.type.startswith(WRITER_PREFIXES):
         return False
     return bool(op.inputs) and op.inputs[0].op.name in variables
@@ -115,8 +135,7 @@ def find_loss(graph: tf.Graph, given: tf.Tensor | None = None) -> tf.Tensor | No
 def training_path(graph: tf.Graph) -> frozenset[str]:
     """Names of the ops some trainable-variable update depends on: a cluster elsewhere (a metric, an
     eval-only head) would never run in a training step, so the hook leaves it to TF."""
-    variables = _variable_ops(graph)
-    return frozenset(ancestors(op for op in graph.get_operations() if _writes_variable(op, variables)))
+    return frozenset(ancestors(_updates(graph)[1]))
 
 
 def data_path(graph: tf.Graph) -> frozenset[str]:
@@ -124,9 +143,7 @@ def data_path(graph: tf.Graph) -> frozenset[str]:
     of a training step's values. A reader tied to the updates by control edges only (the gradient of a
     product by a constant, held by its `tuple` group) does not stop the remapper's fusions (checked with
     TF 2.15: `_MklFusedBatchMatMulV2` for BatchMatMul*const+mask in a training graph)."""
-    variables = _variable_ops(graph)
-    writers = [op for op in graph.get_operations() if _writes_variable(op, variables)]
-    return frozenset(upstream(writers, control=False))
+    return frozenset(upstream(_updates(graph)[1], control=False))
 
 
 def update_path(graph: tf.Graph) -> frozenset[str]:
@@ -149,8 +166,7 @@ class TrainingSteps:
 
     def __init__(self, graph: tf.Graph) -> None:
         self.graph = graph
-        variables = _variable_ops(graph)
-        writers = [op for op in graph.get_operations() if _writes_variable(op, variables)]
+        writers = _updates(graph)[1]
         self.updates = frozenset(op.name for op in writers)
         # Whether any run of this graph can train: a write that neither initializes nor restores a variable
         # (an evaluate or predict graph has only those). Decided from the graph alone: every rank alike.

@@ -438,3 +438,32 @@ def test_shedding_ignores_paths_through_constants_shared_with_outside_ops() -> N
     site = map_cluster(graph, conversion, 0, cluster, plan)
     assert {"t", "q"} <= site.internal_names and not {"m", "y"} & site.internal_names
     assert [op.name for op in site.control_readers] == ["bump"]
+
+
+def test_ops_waiting_for_a_cluster_are_found_in_the_graphs_order_and_cycles_walked_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The outside ops waiting for the cluster's ops come from those ops' control outputs (before: a scan of the
+    whole graph per cluster, issue 29's setup cost), in the order the graph made them: `a` waits for the last
+    interior op and was made first. An acyclic cluster's closures are walked once (before: twice, the second
+    walk a repeat of the first on the same site)."""
+    from stitchfleet.plugin.graph import mapping
+
+    def build() -> None:
+        x = P(tf.float32, [4, 8], name="x")
+        t = tf.tanh(x, name="t")
+        y = tf.multiply(tf.exp(t), 2.0, name="y")
+        with tf.control_dependencies([y]):
+            tf.constant(1.0, name="a")
+        with tf.control_dependencies([t]):
+            tf.constant(2.0, name="b")
+
+    graph, conversion = _convert(build)
+    walks: list[int] = []
+    walk = mapping.closures
+    monkeypatch.setattr(mapping, "closures", lambda *a, **k: walks.append(1) or walk(*a, **k))
+    cluster, plan = _cluster(conversion, _ancestors(conversion, ["y:0"]))
+    site = map_cluster(graph, conversion, 0, cluster, plan)
+    assert {"t", "y"} <= site.internal_names
+    assert [op.name for op in site.ordering_readers] == ["a", "b"] and site.control_readers == []
+    assert walks == [1]

@@ -153,3 +153,24 @@ def test_the_cached_training_answer_follows_the_required_clusters() -> None:
     assert not steps.is_training(fetches)
     steps.require([[t["metric"].op]])
     assert not steps.is_training(fetches) and steps.updates_variables(fetches)
+
+
+def test_a_setups_three_questions_walk_the_graph_once_until_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook's `TrainingSteps`, the compile's data path and the selection's training path each asked for the
+    variables a step updates, a scan and a walk of the graph each (issue 29: setup cost): answered once now. A
+    variable added after (and its update) is still seen: the answer is the graph's as it is."""
+    from stitchfleet.plugin.graph import training_steps
+
+    graph, t = _graph()
+    walks: list[int] = []
+    walk = training_steps.upstream
+    monkeypatch.setattr(training_steps, "upstream", lambda *a, **k: walks.append(1) or walk(*a, **k))
+    first = (TrainingSteps(graph).updates, training_steps.data_path(graph), training_path(graph))
+    assert len(walks) == 2  # the update's own walk once, then the data path's (training_path: `ancestors`)
+    assert TrainingSteps(graph).updates == first[0] and len(walks) == 2
+    with graph.as_default():
+        u = tf.compat.v1.get_variable("u", [8, 8])
+        tf.raw_ops.AssignAddVariableOp(resource=u.handle, value=tf.tanh(t["hidden"][:8]), name="late_update")
+    assert "late_update" in TrainingSteps(graph).updates and "hidden" in training_path(graph)
+    assert "late_update" not in first[0] and len(walks) == 3
+    assert "late_update" in training_steps.data_path(graph)
