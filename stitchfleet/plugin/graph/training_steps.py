@@ -41,12 +41,12 @@ def _updates(graph: Any) -> tuple[frozenset[str], list[Any]]:
     Streaming metrics (local variables), moving averages and exponential averages of the weights are read by no
     update: their runs stay side runs. A setup asks three times (the hook's `TrainingSteps`, the compile's held
     ops, the selection's training path), each a scan and a walk of the graph: answered once per graph while no
-    op and no variable is added (`UPDATES`)."""
+    op and no variable is added (`_UPDATES`)."""
     step = tf.compat.v1.train.get_global_step(graph)
     trainable = graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
     variables = graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
     key = (graph.version, *map(id, trainable), None, *map(id, variables), None, id(step))
-    known = UPDATES.get(graph)
+    known = _UPDATES.get(graph)
     if known is not None and known[0] == key:
         return known[1], known[2]
     names = {_holder(variable) for variable in [*trainable, *([step] if step is not None else [])]}
@@ -55,14 +55,14 @@ def _updates(graph: Any) -> tuple[frozenset[str], list[Any]]:
     found = frozenset(names | (held & set(upstream(writers, control=False))))
     written = [op for op in graph.get_operations() if _writes_variable(op, found)]
     # the variables are kept with their ids: none is freed while its entry stands, so no id is another's
-    UPDATES[graph] = (key, found, written, [*trainable, *variables, step])
+    _UPDATES[graph] = (key, found, written, [*trainable, *variables, step])
     return found, written
 
 
 # Per graph: (its op count and variables' ids, what is updated, its writers, the variables). Weak: it goes with
 # its graph.
-UPDATES: weakref.WeakKeyDictionary[Any, tuple[tuple[int | None, ...], frozenset[str], list[Any], list[Any]]]
-UPDATES = weakref.WeakKeyDictionary()
+_UPDATES: weakref.WeakKeyDictionary[tf.Graph, tuple[tuple[int | None, ...], frozenset[str], list[Any], list[Any]]]
+_UPDATES = weakref.WeakKeyDictionary()
 
 
 def _writes_variable(op: Any, variables: AbstractSet[str]) -> bool:
