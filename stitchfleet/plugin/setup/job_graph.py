@@ -43,6 +43,7 @@ def compiled(steps: StepOps, shapes: Specialisation, current: settings_module.Se
         },
         kernels=dump is not None,  # a dump holds the kernel IR and sources too; otherwise setup skips them
         sources=SOURCE_TARGETS if dump is not None else (),
+        modeled=dump is not None,  # the report's GPU time model: read by `stitchfleet compile`, not by a job
     )
     art = compile_graph(conversion.graph, options)
     assert art.report is not None

@@ -152,3 +152,21 @@ def test_no_background_build_when_the_shim_ships_the_op(tmp_path: Path, monkeypa
     monkeypatch.setattr(dispatch_op, "prebuilt_dirs", lambda: [shipped])
     assert dispatch_op.warm(tmp_path / "cache") is False
     assert not dispatch_op._WARMING  # nothing started: the compiles may take every core
+
+
+@pytest.mark.parametrize("dump", [False, True])
+def test_a_jobs_compile_asks_the_gpu_time_model_only_for_a_dump(tmp_path: Path, monkeypatch: Any, dump: bool) -> None:
+    """The report's modeled GPU times are read by `stitchfleet compile`, never by a job: its setup skips them
+    (issue 29's setup cost), unless it dumps its artifacts (the dump keeps the whole report)."""
+    from stitchfleet.plugin.setup import job_graph
+
+    asked: list[Any] = []
+
+    def stop(graph: Any, options: Any) -> Any:
+        asked.append(options)
+        raise RuntimeError("stop after the compile's options")  # begin records the failure; nothing else to run
+
+    monkeypatch.setattr(job_graph, "compile_graph", stop)
+    extra = {"STITCHFLEET_DUMP_DIR": str(tmp_path / "dump")} if dump else {}
+    hook, _ = _begin(tmp_path, tmp_path / "cache", "modeled", **extra)
+    assert not hook.active and [options.modeled for options in asked] == [dump]
