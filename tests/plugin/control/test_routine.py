@@ -22,6 +22,7 @@ from stitchfleet.plugin.control.controller import Controller
 from stitchfleet.plugin.control.decision_figures import DecisionFigures
 from stitchfleet.plugin.control.schedule import BASELINE, STITCHED, Timing
 from stitchfleet.plugin.control.step_contract import StepFigures, StepPlan
+from stitchfleet.plugin.fleet.ledger import Ledger
 
 # probes (the group, then each cluster), then the stitched phase with a baseline block every 100 steps, checks every
 # 50, windows of 20 steps
@@ -52,8 +53,6 @@ class Heard:
 
 def _controller(tmp_path: Path, name: str) -> tuple[Controller, Heard]:
     current = settings.load({"STITCHFLEET_STATE_DIR": str(tmp_path / name), "STITCHFLEET_JOB_UID": name})
-    from stitchfleet.plugin.fleet.ledger import Ledger
-
     ledger = Ledger(current, 0, 1, f"sqlite:///{tmp_path / (name + '.db')}")
     heard = Heard()
     ledger.window = lambda **fields: heard.windows.append(fields)  # type: ignore[method-assign]

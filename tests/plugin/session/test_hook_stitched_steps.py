@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -29,13 +30,8 @@ BUDGET = (
 )
 
 
-def test_a_steady_stitched_step_builds_no_fetch_handler_and_keeps_to_its_budget(tmp_path: Path) -> None:
-    hook, _ = hooked(
-        tmp_path, "stitched-steps", STITCHFLEET_CHECK_EVERY="1000000", STITCHFLEET_REBASELINE_EVERY="1000000"
-    )
-    graph = models.build("bert_encoder", "small", seed=1)
-    plugin: Counter[tuple[str, str]] = Counter()
-    session_py: Counter[str] = Counter()
+def _counting(plugin: Counter[tuple[str, str]], session_py: Counter[str]) -> Callable[[FrameType, str, object], None]:
+    """A `sys.setprofile` function counting calls into the plugin (module, function) and into TF's session.py."""
 
     def profile(frame: FrameType, event: str, arg: object) -> None:
         if event != "call":
@@ -46,6 +42,18 @@ def test_a_steady_stitched_step_builds_no_fetch_handler_and_keeps_to_its_budget(
         elif "stitchfleet" in path and "/tests/" not in path:
             plugin[(Path(path).stem, frame.f_code.co_name)] += 1
 
+    return profile
+
+
+def test_a_steady_stitched_step_builds_no_fetch_handler_and_keeps_to_its_budget(tmp_path: Path) -> None:
+    hook, _ = hooked(
+        tmp_path, "stitched-steps", STITCHFLEET_CHECK_EVERY="1000000", STITCHFLEET_REBASELINE_EVERY="1000000"
+    )
+    graph = models.build("bert_encoder", "small", seed=1)
+    plugin: Counter[tuple[str, str]] = Counter()
+    session_py: Counter[str] = Counter()
+
+    profile = _counting(plugin, session_py)
     with graph.as_default():
         loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
         feeds = _feeds(graph)
@@ -82,11 +90,7 @@ def test_routine_steps_run_on_a_lease_without_a_plan_or_a_booking_each(tmp_path:
     graph = models.build("bert_encoder", "small", seed=1)
     plugin: Counter[tuple[str, str]] = Counter()
 
-    def profile(frame: FrameType, event: str, arg: object) -> None:
-        path = frame.f_code.co_filename
-        if event == "call" and "stitchfleet" in path and "/tests/" not in path:
-            plugin[(Path(path).stem, frame.f_code.co_name)] += 1
-
+    profile = _counting(plugin, Counter())
     with graph.as_default():
         loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
         feeds = _feeds(graph)
