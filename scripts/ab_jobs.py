@@ -6,7 +6,10 @@ session, setup, steps), the steady step (median of the last half), first and las
 the report's claimed saving (net: the job's windows' gross minus its setup and its plugin overhead, from its
 telemetry, per device back to the rank's seconds, with the windows' noise; a run without stitched windows claims
 minus its setup and overhead) against the measured difference from plain TF in the same round
-(steps alone, and wall), with the noise of the measured difference (spread of plain TF's over the rounds).
+(steps alone, and wall), with the noise of the measured difference (spread of plain TF's over the rounds), and
+for plugin runs the stitched step against plain TF's interleaved in the same process (the job's stitched windows of
+its last half against their paired baseline blocks, the user's graph: `_in_job`), which no spread between processes
+moves.
 Each run prints a line as it ends and, with --record FILE, appends its figures to FILE as one JSON line; the table
 so far is printed after every round; --resume FILE reads such a file back and runs only the rounds it lacks.
 
@@ -194,7 +197,7 @@ def _claim(url: str, uid: str) -> dict[str, Any]:
     mine = "select id from jobs where job_uid = :uid"
     windows = (
         "select mode, iterations, step_seconds_sum, baseline_step_seconds, saved_seconds from step_windows"
-        f" where job_id in ({mine})"
+        f" where job_id in ({mine}) order by id"
     )
     engine = sa.create_engine(url)
     try:
@@ -212,7 +215,25 @@ def _claim(url: str, uid: str) -> dict[str, Any]:
         "interval": [found.low, found.high],
         "setup": float(setup or 0.0),
         "overhead": float(overhead or 0.0),
+        "in_job": _in_job(rows),
     }
+
+
+def _in_job(rows: list[tuple[Any, ...]]) -> list[float]:
+    """The stitched step against plain TF's interleaved in the same process: over the last half of the job's stitched
+    windows that have a paired baseline (its blocks on either side, the user's own graph: `telemetry.paired`), their
+    summed step seconds over the same steps at the paired baseline's mean step (pooled: what the job paid), the
+    median of the windows' own ratios (the steady step: a load spike moves one window) and their middle half (low,
+    high), and the windows' count; [] without such windows. Check steps and the hook's own work on stitched steps
+    are in it, as the job paid them."""
+    stitched = [row for row in rows if row[0] == "stitched" and row[3] and row[1]]
+    late = stitched[len(stitched) // 2 :]
+    if not late:
+        return []
+    pooled = sum(float(row[2]) for row in late) / sum(float(row[1]) * float(row[3]) for row in late)
+    ratios = sorted(float(row[2]) / (float(row[1]) * float(row[3])) for row in late)
+    low, high = ratios[len(ratios) // 4], ratios[max(len(ratios) // 4, (3 * len(ratios) - 1) // 4)]
+    return [pooled, statistics.median(ratios), low, high, len(late)]
 
 
 def _run(
@@ -386,12 +407,21 @@ def _agrees(plain: dict[str, Any], run: dict[str, Any], noise: float) -> str:
     return "yes" if low <= difference <= high else f"no ({difference:+.2f})"
 
 
+def _paired(in_job: list[float]) -> str:
+    """A run's in-job ratio (`_in_job`) for the table's cell; "-" where it had no paired stitched window."""
+    if not in_job:
+        return "-"
+    pooled, median, low, high, windows = in_job
+    return f"{median:.3f}x ({low:.3f}-{high:.3f}; pooled {pooled:.3f}x; {windows:.0f})"
+
+
 def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
     lines = [
         "| job | mode | wall s (per round) | steady ms | vs plain steady | loss first -> last | decided (last round) |"
         " claimed net s (gross, 95% interval) per round | measured vs plain s: steps / wall (per round) |"
-        " noise s: steps / wall | clock in the claim's interval (steps, 2x noise) |",
-        "|---|---|---|---:|---:|---|---|---|---|---|---|",
+        " noise s: steps / wall | clock in the claim's interval (steps, 2x noise) |"
+        " in the job: stitched vs paired baseline, last half: windows' median (middle half; pooled; windows) |",
+        "|---|---|---|---:|---:|---|---|---|---|---|---|---|",
     ]
     for job, by_mode in results.items():
         plain = [r for r in by_mode["plain"] if "error" not in r]
@@ -406,12 +436,12 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
             kept = [(p, r) for p, r in rounds if "error" not in p and "error" not in r]
             runs = [r for _, r in kept]
             if not runs:
-                lines.append(f"| {job} | {mode} | {walls} |||||||||")
+                lines.append(f"| {job} | {mode} | {walls} ||||||||||")
                 continue
             steady = statistics.median(r["steady"] for r in runs)
             loss = f"{runs[-1]['losses'][0]:.4f} -> {runs[-1]['losses'][1]:.4f}"
             decided = runs[-1].get("decided", "")
-            claimed = measured = agrees = noise = ""
+            claimed = measured = agrees = noise = in_job = ""
             if mode != "plain":
                 measured = "; ".join(
                     f"{p['steps_seconds'] - r['steps_seconds']:+.1f} / {p['wall'] - r['wall']:+.1f}" for p, r in kept
@@ -420,9 +450,10 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
             if "claimed_gross" in runs[-1]:
                 claimed = "; ".join(_claimed(r) for r in runs)
                 agrees = " / ".join(_agrees(p, r, steps_noise) for p, r in kept)
+                in_job = " / ".join(_paired(r.get("in_job", [])) for r in runs)
             lines.append(
                 f"| {job} | {mode} | {walls} | {steady * 1e3:.2f} | {steady / plain_steady:.3f}x | {loss} | {decided}"
-                f" | {claimed} | {measured} | {noise} | {agrees} |"
+                f" | {claimed} | {measured} | {noise} | {agrees} | {in_job} |"
             )
     return lines
 
