@@ -30,12 +30,13 @@ DISPATCH = "StitchfleetDispatch"  # the dispatch op's type (native/dispatch_op)
 
 
 class Profile:
-    """One configuration's traced steps: wall seconds, per op type summed micros, threads seen."""
+    """One configuration's traced steps: wall seconds, per op type and per node summed micros, threads seen."""
 
     def __init__(self) -> None:
         self.walls: list[float] = []
         self.micros: collections.Counter[str] = collections.Counter()
         self.counts: collections.Counter[str] = collections.Counter()
+        self.nodes: collections.Counter[str] = collections.Counter()
         self.threads: set[tuple[str, int]] = set()
         self.steps = 0
 
@@ -47,6 +48,7 @@ class Profile:
                 kind = node.timeline_label.split("(", 1)[0].split(" = ")[-1].strip() or node.node_name
                 kind = kind.split(":")[0] if kind else node.node_name
                 self.micros[kind] += node.op_end_rel_micros - node.op_start_rel_micros
+                self.nodes[node.node_name] += node.op_end_rel_micros - node.op_start_rel_micros
                 self.counts[kind] += 1
                 self.threads.add((device.device, node.thread_id))
 
@@ -69,15 +71,35 @@ def _trace(run: Any, steps: int, profile: Profile) -> None:
         profile.add(time.perf_counter() - started, metadata)
 
 
-def profile(dims: dict[str, int], steps: int, rounds: int) -> dict[str, Profile]:
+class Clusters:
+    """Each installed cluster's dispatch node in the twin and the names of the user's TF ops it replaced (the plain
+    graph is built by the same code: the same names)."""
+
+    def __init__(self, dispatch: dict[int, str], replaced: dict[int, set[str]]) -> None:
+        self.dispatch, self.replaced = dispatch, replaced
+
+
+def _clusters(hook: Any, graph: Any) -> Clusters:
+    dispatch = {int(op.get_attr("index")): op.name for op in graph.get_operations() if op.type == DISPATCH}
+    # the site is the twin's (a copy of the user's graph under a scope): the user's op of the same name without it
+    replaced = {
+        k: {name.split("/", 1)[-1] for name in cluster.site.internal_names}
+        for k, (_, cluster) in enumerate(hook.installed)
+    }
+    by_site = {cluster.site.index: k for k, (_, cluster) in enumerate(hook.installed)}
+    return Clusters({by_site[i]: name for i, name in dispatch.items() if i in by_site}, replaced)
+
+
+def profile(dims: dict[str, int], steps: int, rounds: int, model: str = "demo") -> tuple[dict[str, Profile], Clusters]:
     from bench_step import _diverter, _hooked_session, _plain_session  # the same sessions as the timing benchmark
 
     with tempfile.TemporaryDirectory() as tmp:
-        session, hook, fetches, feeds = _hooked_session(dims, "native", tmp)
-        plain, plain_fetches, plain_feeds = _plain_session(dims)
+        session, hook, fetches, feeds = _hooked_session(dims, "native", tmp, model)
+        plain, plain_fetches, plain_feeds = _plain_session(dims, model)
         raw, plain_raw = session._tf_sess(), plain._tf_sess()
         diverter = _diverter(hook)
         count = len(hook.installed)
+        clusters = _clusters(hook, raw.graph)
         found = {name: Profile() for name in ("plain TF", "user's graph", "twin, all off", "all on")}
 
         def on_twin(switches: Any) -> Any:
@@ -102,7 +124,27 @@ def profile(dims: dict[str, int], steps: int, rounds: int) -> dict[str, Profile]
                 _trace(run, steps, found[name])
         session.close()
         plain.close()
-    return found
+    return found, clusters
+
+
+def per_cluster(found: dict[str, Profile], clusters: Clusters) -> list[str]:
+    """Per cluster: the traced time of the TF ops it replaced in the user's graph (the hooked job's baseline: the plain
+    graph's Keras layers have other names), its dispatch op's all on. Tracing adds its own cost to every op it times
+    (microseconds), so many small TF ops read slower here than untraced: the ratio flatters the clusters by that
+    much. And an op's traced time is its wall: ops that overlap on the cores each read longer than they computed."""
+    plain, on = found["user's graph"], found["all on"]
+    lines = ["| cluster | TF ops replaced (ran traced) | user's graph us/step | dispatch all on us/step | on / TF |"]
+    lines.append("|---:|---:|---:|---:|---:|")
+    rows = []
+    for k, names in clusters.replaced.items():
+        ran = [n for n in names if n in plain.nodes]
+        before = sum(plain.nodes[n] for n in ran) / max(plain.steps, 1)
+        after = on.nodes.get(clusters.dispatch.get(k, ""), 0) / max(on.steps, 1)
+        rows.append((after - before, k, len(names), len(ran), before, after))
+    for _, k, count, traced, before, after in sorted(rows, reverse=True):
+        ratio = f"{after / before:.2f}x" if before else "-"
+        lines.append(f"| {k} | {count} ({traced}) | {before:.0f} | {after:.0f} | {ratio} |")
+    return lines
 
 
 def report(found: dict[str, Profile], top: int) -> list[str]:
@@ -135,9 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="traced steps per configuration and round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the configurations")
     parser.add_argument("--top", type=int, default=15, help="op types listed per comparison")
+    parser.add_argument("--model", default="demo", help="demo (--dims), an ab_jobs job, a Keras model (bench_step)")
     args = parser.parse_args(argv)
     dims = dict(zip(("batch", "seq", "hidden", "heads"), args.dims, strict=True))
-    print("\n".join(report(profile(dims, args.steps, args.rounds), args.top)))
+    found, clusters = profile(dims, args.steps, args.rounds, args.model)
+    print("\n".join(report(found, args.top)))
+    print("\nper cluster (traced), most lost first\n")
+    print("\n".join(per_cluster(found, clusters)))
     return 0
 
 
