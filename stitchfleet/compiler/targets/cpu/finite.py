@@ -2,9 +2,9 @@
 
 Input: a store of a computed floating-point output (buffer, rendered index and value), and
 the C lines of the whole function body. Output: the store with its test (`sf_bad = sf_umax(sf_bad,
-sf_key_*(...))` on the value as stored), and the body with `reduction(max:sf_bad)` added to every
-`omp for` and `omp simd` loop whose body holds such a test. The function returns `NONFINITE` when
-`sf_bad` reaches `SF_BAD_KEY`.
+sf_key_*(...))` on the value as stored), the body with `reduction(max:sf_bad)` added to every
+`omp for` and `omp simd` loop whose body holds such a test, and in a short simd loop the test on a
+flag per column instead (`laned`). The function returns `NONFINITE` when `sf_bad` reaches `SF_BAD_KEY`.
 
 Why at the store: the clusters are bound by memory traffic, and a separate pass after the
 parallel region re-read every output (cluster 4 of the demo, six 512 KB outputs: 195 -> 163
@@ -50,6 +50,12 @@ static inline uint32_t sf_key_double(double x) {
 }
 """
 _LOOP_PRAGMA = re.compile(r"^\s*#pragma omp (for|simd)\b")
+_SIMD_PRAGMA = re.compile(r"^\s*#pragma omp simd\b")
+# A simd loop over a constant range from 0, its body in braces: the loops the generator writes for a row's columns.
+_LANE_LOOP = re.compile(r"^\s*for \(int64_t (\w+) = 0; \1 < (\d+)L; \+\+\1\) \{$")
+LANES = "sf_lane"  # per-column flags of a part's short simd loops (`laned`)
+# The longest simd loop whose stores keep per-column flags: its flags stay in a few vector registers' worth of L1.
+LANES_MAX = 256
 _CHECKED = re.compile(rf"^(\s*){FLAG} = sf_umax\({FLAG}, sf_key_\w+\(((\w+)\[.*\]) = (.*)\)\);$")
 _KEY = {  # storage C type -> (unsigned type of the same width that may alias it, key of its bits `b[i]`)
     "float": ("sf_u32a", "b[i] & 0x7fffffffu"),
@@ -75,22 +81,54 @@ def _span(lines: Sequence[str], start: int) -> int:
     raise ValueError(f"unbalanced braces in the loop at generated line {start}: {lines[start]!r}")
 
 
-def unchecked(lines: Sequence[str], keep: Collection[str]) -> tuple[list[str], list[str]]:
-    """The lines with the test taken out of stores to buffers not in `keep`, and the names of those buffers.
+def laned(lines: Sequence[str], keep: Collection[str], limit: int = LANES_MAX) -> tuple[list[str], list[str], int]:
+    """The lines with the test of stores to buffers not in `keep` kept in the store loop on a flag per column, the
+    buffers whose stores it could not keep there (for `pass_after`), and how many column flags the part declares.
 
-    Why: in a task of the plan's row-wise loops (a row reduction, then its short rows) the test in the
-    store loops measured slower than a pass after the region (demo softmax: 200 vs 134 us, gcc 12): those
-    outputs are tested by `pass_after` instead. Fused element-wise loops keep the test in the loop."""
+    Why: in a short simd loop (a row's 32 columns) the test on `sf_bad` made gcc reduce the flag across the vector's
+    lanes at the end of every row, which cost more than a pass after the region (demo softmax: 200 vs 134 us, gcc
+    12), and that pass re-reads every output: the Transformer's q/k/v bias cluster, four 256 KB outputs over rows of
+    32, ran 35 us with it, 25 us with the flags here, 24 us with no test at all (one thread, this machine's gcc).
+    `sf_lane[c] = sf_umax(sf_lane[c], key)` is an element-wise update of an array the loop indexes by its own
+    variable: no dependence between iterations, nothing to reduce until the part ends (`lanes_reduced`). A store
+    outside such a loop, or in a loop longer than `limit` (0: every store), is tested after the region as before."""
     out: list[str] = []
     moved: dict[str, None] = {}
-    for line in lines:
+    lanes, depth = 0, 0
+    loops: list[tuple[str, int, int]] = []  # open simd loops: (variable, extent, the depth their braces close to)
+    for i, line in enumerate(lines):
+        loop = _LANE_LOOP.match(line) if i and _SIMD_PRAGMA.match(lines[i - 1]) else None
+        if loop is not None:
+            loops.append((loop.group(1), int(loop.group(2)), depth))
         m = _CHECKED.match(line)
-        if m is None or m.group(3) in keep:
-            out.append(line)
-            continue
-        moved[m.group(3)] = None
-        out.append(f"{m.group(1)}{m.group(2)} = {m.group(4)};")
-    return out, list(moved)
+        written = line
+        if m is not None and m.group(3) not in keep:
+            inner = loops[-1] if loops else None
+            if inner is not None and inner[1] <= limit:
+                column = inner[0]
+                lanes = max(lanes, inner[1])
+                key = line[len(m.group(1)) :].removeprefix(f"{FLAG} = sf_umax({FLAG}, ")
+                written = f"{m.group(1)}{LANES}[{column}] = sf_umax({LANES}[{column}], {key}"
+            else:
+                moved[m.group(3)] = None
+                written = f"{m.group(1)}{m.group(2)} = {m.group(4)};"
+        out.append(written)
+        depth += line.count("{") - line.count("}")
+        while loops and depth <= loops[-1][2]:
+            loops.pop()
+    return out, list(moved), lanes
+
+
+def lanes_declared(lanes: int, pad: str) -> list[str]:
+    """A part's column flags (`laned`), all clear; nothing when it has none."""
+    return [f"{pad}uint32_t {LANES}[{lanes}] = {{0}};"] if lanes else []
+
+
+def lanes_reduced(lanes: int, pad: str) -> list[str]:
+    """The column flags folded into `sf_bad` once, at the part's end."""
+    if not lanes:
+        return []
+    return [f"{pad}for (int64_t sf_l = 0; sf_l < {lanes}L; ++sf_l) {FLAG} = sf_umax({FLAG}, {LANES}[sf_l]);"]
 
 
 def pass_after(buffers: Sequence[tuple[str, str, int]], pad: str) -> list[str]:

@@ -1,5 +1,6 @@
-"""The guard's NaN/Inf test in the generated C (`cpu.finite`): in the store loops of long fused
-element-wise loops, after the region for the rest; flagged for one bad element wherever it is."""
+"""The guard's NaN/Inf test in the generated C (`cpu.finite`): in the store loops of fused element-wise
+loops (long ones reduce the flag in the loop, short rows keep a flag per column), after the region for the
+planned loops' stores; flagged for one bad element wherever it is."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.ir import Graph, GraphBuilder, Op
 from stitchfleet.compiler.plan import PlanOptions, plan_cluster
 from stitchfleet.compiler.targets.cpu.executable import compile_cluster
-from stitchfleet.compiler.targets.cpu.finite import pass_after, unchecked, with_reductions
+from stitchfleet.compiler.targets.cpu.finite import LANES, laned, pass_after, with_reductions
 from stitchfleet.compiler.targets.cpu.source import cluster_source
 
 REPO = Path(__file__).resolve().parents[4]
@@ -53,8 +54,38 @@ def test_short_rows_of_a_softmax_are_tested_after_the_region() -> None:
     assert text.count("(const sf_u32a *)out0_y") == 1
 
 
+def bias_adds(shape: tuple[int, ...]) -> Graph:
+    """Two outputs of a row-broadcast add over rows of 32 (the Transformer's q/k/v bias adds): short rows."""
+    b = GraphBuilder()
+    x, bias = b.parameter("x", shape), b.parameter("b", shape[-2:])
+    y = x + bias
+    b.output("y", y)
+    b.output("z", y * 0.5)
+    return b.build()
+
+
+def head_transpose(shape: tuple[int, int, int, int]) -> Graph:
+    """Heads back beside each other, (B, H, S, D) -> (B*S, H*D): a gather whose rows run in pieces of D."""
+    b = GraphBuilder()
+    x = b.parameter("x", shape)
+    moved = b.transpose(x * 1.5, (0, 2, 1, 3))
+    b.output("t", b.reshape(moved, (shape[0] * shape[2], shape[1] * shape[3])))
+    return b.build()
+
+
+def test_short_rows_of_a_fused_loop_keep_a_flag_per_column_and_have_no_pass_after() -> None:
+    """A pass after the region re-read the q/k/v bias cluster's four 256 KB outputs (32 -> 22 us through the op's
+    pooled entry with the flags, one thread); the flags are reduced once per task range."""
+    for graph in (bias_adds((8, 32, 4, 32)), head_transpose((4, 4, 32, 32))):
+        text = body(graph)
+        assert f"uint32_t {LANES}[32] = {{0}};" in text
+        assert f"{LANES}[c_2] = sf_umax({LANES}[c_2], sf_key_float(out" in text
+        assert f"for (int64_t sf_l = 0; sf_l < 32L; ++sf_l) sf_bad = sf_umax(sf_bad, {LANES}[sf_l]);" in text
+        assert "const sf_u32a" not in text and "reduction(max:sf_bad)" not in text
+
+
 @pytest.mark.parametrize(
-    ("shape", "dtype"), [((6, 256), "f32"), ((3, 131), "f16"), ((5, 129), "f64"), ((9000,), "f32")]
+    ("shape", "dtype"), [((6, 256), "f32"), ((3, 131), "f16"), ((5, 129), "f64"), ((9000,), "f32"), ((64, 32), "f16")]
 )
 def test_one_bad_element_anywhere_in_one_output_is_flagged(tmp_path: Path, shape: tuple[int, ...], dtype: str) -> None:
     graph = gelu_parts(shape, dtype)
@@ -76,6 +107,26 @@ def test_one_bad_element_anywhere_in_one_output_is_flagged(tmp_path: Path, shape
     big[-1] = 20.0  # exp(20) overflows f16 only: the test sees the value as stored
     _, bad = executable.run([big.reshape(shape)])
     assert bad == (dtype == "f16")
+
+
+@pytest.mark.parametrize("graph", [bias_adds((8, 32, 4, 32)), head_transpose((2, 4, 32, 32))], ids=["bias", "heads"])
+def test_one_bad_element_in_short_rows_is_flagged_from_its_column(tmp_path: Path, graph: Graph) -> None:
+    """Every column's flag reaches the result: a NaN or Inf in any column of any row, first or last task."""
+    executable = compile_cluster(graph, tmp_path)
+    inputs = random_inputs(graph, 5)
+    arrays = [inputs[n] for n in executable.input_names]
+    outputs, bad = executable.run(arrays)
+    assert not bad
+    want = evaluate(graph, inputs)
+    for name, got in zip(executable.output_names, outputs, strict=True):
+        np.testing.assert_array_equal(got, want[name].astype(got.dtype))
+    flat = arrays[0].reshape(-1)
+    for where in (0, 31, flat.size // 2 + 7, flat.size - 1):
+        for poison in (np.nan, np.inf, -np.inf):
+            y = flat.copy()
+            y[where] = poison
+            _, bad = executable.run([y.reshape(arrays[0].shape), *arrays[1:]])
+            assert bad, (where, poison)
 
 
 def test_a_nan_in_the_last_row_of_a_softmax_is_flagged(tmp_path: Path) -> None:
@@ -108,13 +159,28 @@ def test_with_reductions_marks_only_loops_that_set_the_flag() -> None:
     assert got[2] == lines[2] and got[9] == lines[9]
 
 
-def test_unchecked_moves_the_test_of_other_buffers_after_the_region() -> None:
+def test_laned_flags_short_simd_loops_and_moves_the_rest_after_the_region() -> None:
+    store = "sf_bad = sf_umax(sf_bad, sf_key_float(out0_y[((r * 8L) + c)] = (a + b)));"
     lines = [
-        "    sf_bad = sf_umax(sf_bad, sf_key_float(out0_y[((r * 8L) + c)] = (a + b)));",
-        "    sf_bad = sf_umax(sf_bad, sf_key_double(out1_z[c] = q));",
+        "    for (int64_t r = sf_lo; r < sf_hi; ++r) {",
+        "        #pragma omp simd",
+        "        for (int64_t c = 0; c < 8L; ++c) {",
+        f"            {store}",
+        "            sf_bad = sf_umax(sf_bad, sf_key_double(out1_z[c] = q));",
+        "        }",
+        f"        {store}",  # outside the simd loop: no column to flag by
+        "    }",
+        "    #pragma omp simd",
+        "    for (int64_t c = 0; c < 300L; ++c) {",  # longer than LANES_MAX
+        "        sf_bad = sf_umax(sf_bad, sf_key_float(out2_w[c] = q));",
+        "    }",
     ]
-    got, moved = unchecked(lines, {"out1_z"})
-    assert got == ["    out0_y[((r * 8L) + c)] = (a + b);", lines[1]] and moved == ["out0_y"]
+    got, moved, lanes = laned(lines, {"out1_z"})
+    assert got[3] == f"            {LANES}[c] = sf_umax({LANES}[c], sf_key_float(out0_y[((r * 8L) + c)] = (a + b)));"
+    assert got[4] == lines[4]  # a kept buffer's test stays as it is
+    assert got[6] == "        out0_y[((r * 8L) + c)] = (a + b);" and got[10] == "        out2_w[c] = q;"
+    assert moved == ["out0_y", "out2_w"] and lanes == 8
+    assert laned(lines, {"out1_z"}, limit=0)[2] == 0  # limit 0: every store's test after the region
     assert "(b[i] & 0x7c00u) == 0x7c00u" in "\n".join(pass_after([("out0_y", "_Float16", 10)], ""))
 
 
