@@ -90,12 +90,14 @@ def _rename_functions(graph_def: Any) -> None:
 
 
 def _refs(attrs: Any, functions: Any) -> list[str]:
-    """The functions `attrs` refer to, in attribute-name order (a map's own order is not stable)."""
+    """The functions `attrs` refer to, in attribute-name order (a map's own order is not stable): `func` attributes,
+    and string attributes that name a function of the library (the dispatch op's `fallback`, a name per process)."""
     found = []
     for key in sorted(attrs):
         value = attrs[key]
         found += [value.func.name] if value.HasField("func") else []
         found += [func.name for func in value.list.func]
+        found += [value.s.decode(errors="replace")] if value.HasField("s") else []
     return [name for name in found if name in functions]
 
 
@@ -106,3 +108,5 @@ def _rename_refs(attrs: Any, names: dict[str, str]) -> None:
         for func in value.list.func:
             if func.name in names:
                 func.name = names[func.name]
+        if value.HasField("s") and value.s.decode(errors="replace") in names:
+            value.s = names[value.s.decode(errors="replace")].encode()

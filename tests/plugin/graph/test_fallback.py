@@ -25,6 +25,11 @@ def test_switched_off_every_cluster_computes_what_its_tf_ops_compute(tmp_path: P
         assert hook.installed and hook._bridge is not None
         names = set(graph._functions)  # the graph's own library: its exports leave them out (exported_graph)
         assert sum(name.startswith("stitchfleet_fallback_") for name in names) == len(hook.installed)
+        dispatches = [op for op in graph.get_operations() if op.type == "StitchfleetDispatch"]
+        assert len(dispatches) == len(hook.installed)
+        for op in dispatches:  # named by a string: TF optimizes no fallback at an executor build (issue 29)
+            assert op.node_def.attr["fallback"].WhichOneof("value") == "s"
+            assert op.node_def.attr["fallback"].s.decode() in names
         fetches = [(done.original, done.switched) for _, done in hook.installed]
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())

@@ -81,3 +81,22 @@ def test_a_runs_file_names_are_not_part_of_its_graphs_key() -> None:
     assert first.as_graph_def() != second.as_graph_def()
     assert graph_key(first) == graph_key(second)
     assert graph_key(_reader("/tmp/run-a/train.tf_record", scale=3.0)) != graph_key(first)  # a number still counts
+
+
+def _named_by_string(counter: int) -> Any:
+    """A GraphDef whose node names a library function by a string attribute, as the dispatch op names its fallback
+    (`stitchfleet_fallback_<cluster>_<process-wide counter>`)."""
+    graph_def = tf.compat.v1.GraphDef()
+    function = graph_def.library.function.add()
+    function.signature.name = f"stitchfleet_fallback_0_{counter}"
+    node = graph_def.node.add(name="stitched", op="StitchfleetDispatch")
+    node.attr["fallback"].s = function.signature.name.encode()
+    node.attr["symbol"].s = b"cluster_0"
+    return graph_def
+
+
+def test_a_function_named_by_a_string_attribute_is_renamed_with_its_reference() -> None:
+    first, second = canonical(_named_by_string(3)), canonical(_named_by_string(17))
+    assert first == second
+    assert first.node[0].attr["fallback"].s.decode() == first.library.function[0].signature.name == "function_0"
+    assert first.node[0].attr["symbol"].s == b"cluster_0"  # a string naming no function is left alone

@@ -29,7 +29,6 @@ using tensorflow::AsyncOpKernel;
 using tensorflow::AttrSlice;
 using tensorflow::DataType;
 using tensorflow::FunctionLibraryRuntime;
-using tensorflow::NameAttrList;
 using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
 using tensorflow::PartialTensorShape;

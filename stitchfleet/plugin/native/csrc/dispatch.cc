@@ -3,7 +3,8 @@
 // -DGOOGLE_CUDA=1 (a CUDA build of TF) it also holds the GPU kernel (gpu_dispatch.h).
 //
 // One op for both devices: the same inputs (the step's switch vector, then the cluster's inputs),
-// outputs and shared attributes (`Tin`, `Tout`, `index`, `fallback`, `output_shapes`, `passthrough`,
+// outputs and shared attributes (`Tin`, `Tout`, `index`, `fallback`: the name of the cluster's TF ops as a function
+// of the graph's library, a string that TF's optimizers never follow, `output_shapes`, `passthrough`,
 // `repeats`: per output, the earlier output whose value it holds, stored once; `symbol`: the cluster's key
 // for the counters; `input_shapes`, the shape signature the kernel was built for; `static_shapes`, the graph's own
 // output shapes, partial where a dimension is unknown). A call switched on whose inputs do not have the signature's
@@ -24,6 +25,7 @@
 #include "binding.h"
 #include "common.h"
 #include "dispatch_base.h"
+#include "fallback.h"
 #include "faults.h"
 #include "gpu_dispatch.h"  // the GPU kernel: empty unless GOOGLE_CUDA
 #include "pool.h"
@@ -147,7 +149,7 @@ REGISTER_OP("StitchfleetDispatch")
     .Attr("Tin: list(type) >= 0")
     .Attr("Tout: list(type) >= 1")
     .Attr("index: int >= 0")
-    .Attr("fallback: func")
+    .Attr("fallback: string")
     .Attr("output_shapes: list(shape)")
     .Attr("input_shapes: list(shape) = []")
     .Attr("static_shapes: list(shape) = []")

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "common.h"
+#include "fallback.h"
 #include "faults.h"
 
 namespace {
@@ -18,6 +19,12 @@ class DispatchBase : public AsyncOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("repeats", &repeats_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("index", &index_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("fallback", &fallback_));
+    // Looked up now, not at the first call that needs it: a library without it (a runtime that keeps only the
+    // functions a graph's `func` attributes reach) fails the executor's build, never a later step.
+    const tensorflow::FunctionLibraryDefinition *functions =
+        ctx->function_library() != nullptr ? ctx->function_library()->GetFunctionLibraryDefinition() : nullptr;
+    OP_REQUIRES(ctx, functions == nullptr || functions->Find(fallback_) != nullptr,
+                NotFound("the fallback function ", fallback_, " is not in the session's function library"));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("Tout", &types_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("input_shapes", &signature_));
     OP_REQUIRES(ctx, passthrough_.size() == shapes.size() && types_.size() == shapes.size(),
@@ -88,14 +95,18 @@ class DispatchBase : public AsyncOpKernel {
 
   Status Handle(OpKernelContext *ctx, FunctionLibraryRuntime **lib, FunctionLibraryRuntime::Handle *handle) {
     *lib = ctx->function_library();
-    if (*lib == nullptr) return Internal("no function library to run ", fallback_.name());
+    if (*lib == nullptr) return Internal("no function library to run ", fallback_);
     std::lock_guard<std::mutex> hold(handles_lock_);
     auto found = handles_.find(*lib);
     if (found != handles_.end()) {
       *handle = found->second;
       return tensorflow::OkStatus();
     }
-    TF_RETURN_IF_ERROR((*lib)->Instantiate(fallback_.name(), AttrSlice(&fallback_.attr()), handle));
+    // By name from the session's library (DirectSession's runtime holds the whole library, reachable or not), the
+    // body grappler gives it: fallback.h.
+    FunctionLibraryRuntime::InstantiateOptions options;
+    TF_RETURN_IF_ERROR(fallback_library(*lib, fallback_, &options.lib_def));
+    TF_RETURN_IF_ERROR((*lib)->Instantiate(fallback_, AttrSlice(), options, handle));
     handles_[*lib] = *handle;
     return tensorflow::OkStatus();
   }
@@ -160,7 +171,9 @@ class DispatchBase : public AsyncOpKernel {
   std::vector<int> repeats_;
   tensorflow::DataTypeVector types_;
   int index_ = 0;
-  NameAttrList fallback_;
+  // The name of the cluster's function in the graph's library: a string, not a `func` attribute, so that TF does
+  // not optimize, copy and place every fallback at each executor build for calls that seldom need one.
+  std::string fallback_;
   Counters *counters_ = nullptr;
   std::mutex handles_lock_;
   std::map<FunctionLibraryRuntime *, FunctionLibraryRuntime::Handle> handles_;
