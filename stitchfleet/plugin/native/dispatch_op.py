@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import tensorflow as tf
 
@@ -50,21 +49,20 @@ class BridgeOp:
         dtypes: Sequence[tf.DType],
         *,
         switch: tuple[tf.Tensor, int],
-        fallback: str | Any,
+        fallback: str | tf.types.experimental.ConcreteFunction,
         static_shapes: Sequence[tf.TensorShape] = (),
     ) -> list[tf.Tensor]:
         """The cluster's outputs (TF tensors, in output order): the compiled code when switch (vector, index) is
         on and the inputs have the shapes it was built for, else (or when it reports a failure) `fallback`, a
         function of the cluster's TF ops (the name of one in the graph's library: fallback.py, or a concrete function,
-        added to the default graph's library here). The op names it by a string, not a `func` attribute: TF's
-        optimizers then leave it alone at each executor build, and the kernel instantiates it at its first call
-        (docs/plugin/native.md). `static_shapes`: the outputs' shapes as the graph declares them (partial where it says
-        None), for TF's shape inference. The kernel's `op_attrs` say which of the op's kernels runs it (CPU:
+        added to it here; the op names it by a string, which TF's executor builds leave alone: csrc/fallback.h).
+        `static_shapes`: the outputs' shapes as the graph declares them (partial where it says None), for TF's shape
+        inference. The kernel's `op_attrs` say which of the op's kernels runs it (CPU:
         `library`; GPU: `module`...; the op runs where TF places it)."""
         switches, index = switch
         if not isinstance(fallback, str):
             fallback.add_to_graph(tf.compat.v1.get_default_graph())
-            fallback = fallback.name.decode() if isinstance(fallback.name, bytes) else str(fallback.name)
+            fallback = fallback.name.decode() if isinstance(fallback.name, bytes) else fallback.name
         outs = self.module.stitchfleet_dispatch(
             switches=switches,
             args=list(inputs),

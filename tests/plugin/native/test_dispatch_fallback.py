@@ -73,6 +73,23 @@ def test_switched_off_the_fallback_computes_what_the_users_graph_computes_bit_fo
     np.testing.assert_array_equal(got, want)
 
 
+def test_a_fallback_that_calls_another_function_runs_it(bridge: dispatch_op.BridgeOp, tmp_path: Path) -> None:
+    """The kernel's library holds the functions the fallback's body reaches (`lib_def` must be self-contained)."""
+    executable = _thirds(tmp_path)
+    values = np.random.default_rng(4).standard_normal((64, 33)).astype(np.float32)
+    inner = tf.function(lambda v: tf.exp(v) + 1.0, autograph=False)
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [64, 33])
+        switches = tf.compat.v1.placeholder(tf.bool, [None])
+        function = tf.function(lambda v: [inner(v) * 2.0], autograph=False).get_concrete_function(x)
+        assert any(n.op.endswith("PartitionedCall") for n in function.function_def.node_def)  # a call, not inlined
+        (out,) = bridge.dispatch(executable, [x], [tf.float32], switch=(switches, 0), fallback=function)
+        users = (tf.exp(x) + 1.0) * 2.0
+        with tf.compat.v1.Session() as session:
+            want, got = session.run([users, out], {x: values, switches: [False]})
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 _SCRIPT = """
 import sys
 import numpy as np

@@ -16,6 +16,7 @@
 #include "tensorflow/core/grappler/clusters/virtual_cluster.h"
 #include "tensorflow/core/grappler/grappler_item.h"
 #include "tensorflow/core/grappler/optimizers/meta_optimizer.h"
+#include "tensorflow/core/lib/strings/proto_serialization.h"
 
 namespace {
 
@@ -24,17 +25,19 @@ using tensorflow::FunctionLibraryDefinition;
 
 const char kFallbackRef[] = "StitchfleetFallbackRef";
 
-// `raw` as grappler optimizes a function its graph reaches (graph_execution_state.cc: RunMetaOptimizer over the
+// The library of `raw` and the functions its body reaches (self-contained, as `InstantiateOptions::lib_def` must be),
+// each as grappler optimizes a function its graph reaches (graph_execution_state.cc: RunMetaOptimizer over the
 // session's graph, whose function loop optimizes each reachable function with the same config and cluster).
-Status grappler_body(FunctionLibraryRuntime *lib, const FunctionDef &raw, const tensorflow::ConfigProto &config,
-                     FunctionDef *out) {
+Status grappler_library(FunctionLibraryRuntime *lib, const FunctionDef &raw,
+                        const tensorflow::FunctionDefLibrary &functions, const tensorflow::ConfigProto &config,
+                        tensorflow::FunctionDefLibrary *out) {
   tensorflow::grappler::GrapplerItem item;
   item.id = "tf_graph";
   tensorflow::NodeDef *ref = item.graph.add_node();
   ref->set_name("stitchfleet_fallback_ref");
   ref->set_op(kFallbackRef);
   (*ref->mutable_attr())["f"].mutable_func()->set_name(raw.signature().name());
-  *item.graph.mutable_library()->add_function() = raw;
+  *item.graph.mutable_library() = functions;
   item.graph.mutable_versions()->set_producer(lib->graph_def_version());
   item.fetch.push_back(ref->name());
   tensorflow::DeviceSet devices;
@@ -52,7 +55,7 @@ Status grappler_body(FunctionLibraryRuntime *lib, const FunctionDef &raw, const 
   TF_RETURN_IF_ERROR(tensorflow::grappler::RunMetaOptimizer(std::move(item), config, cpu, &cluster, &optimized));
   for (const FunctionDef &function : optimized.library().function()) {
     if (function.signature().name() == raw.signature().name()) {
-      *out = function;
+      *out = optimized.library();
       return tensorflow::OkStatus();
     }
   }
@@ -62,11 +65,14 @@ Status grappler_body(FunctionLibraryRuntime *lib, const FunctionDef &raw, const 
 // The library `name` instantiates from (its optimized body): built once per name, session config and device set,
 // then kept for the process (the handles of every runtime that instantiated it refer to it).
 Status fallback_library(FunctionLibraryRuntime *lib, const std::string &name, const FunctionLibraryDefinition **out) {
-  const FunctionDef *raw = lib->GetFunctionLibraryDefinition()->Find(name);
+  const FunctionLibraryDefinition *session = lib->GetFunctionLibraryDefinition();
+  const FunctionDef *raw = session->Find(name);
   if (raw == nullptr) return NotFound("the fallback function ", name, " is not in the session's function library");
   const tensorflow::ConfigProto no_config;
   const tensorflow::ConfigProto *config = lib->config_proto() != nullptr ? lib->config_proto() : &no_config;
-  std::string key = name + "\n" + config->SerializeAsString();
+  std::string settings;  // deterministic: a map's entries (device_count) came in another order in another session
+  if (!tensorflow::SerializeToStringDeterministic(*config, &settings)) settings = config->ShortDebugString();
+  std::string key = name + "\n" + settings;
   if (lib->device_mgr() != nullptr)
     for (tensorflow::Device *device : lib->device_mgr()->ListDevices()) key += "\n" + device->name();
   static std::mutex lock;
@@ -74,15 +80,16 @@ Status fallback_library(FunctionLibraryRuntime *lib, const std::string &name, co
   std::lock_guard<std::mutex> hold(lock);
   std::unique_ptr<FunctionLibraryDefinition> &slot = built[key];
   if (!slot) {
-    FunctionDef body = *raw;
+    FunctionLibraryDefinition reachable = session->ReachableDefinitions(*raw);
+    if (reachable.Find(name) == nullptr) TF_RETURN_IF_ERROR(reachable.AddFunctionDef(*raw));
+    tensorflow::FunctionDefLibrary functions = reachable.ToProto();
     if (tensorflow::grappler::MetaOptimizerEnabled(*config)) {
-      const Status optimized = grappler_body(lib, *raw, *config, &body);
-      // as the session does when grappler fails: the function as written
-      if (!optimized.ok()) LOG(WARNING) << "stitchfleet: optimizing " << name << " failed: " << optimized;
-      if (!optimized.ok()) body = *raw;
+      tensorflow::FunctionDefLibrary optimized;
+      const Status status = grappler_library(lib, *raw, functions, *config, &optimized);
+      // as the session does when grappler fails: the functions as written
+      if (status.ok()) functions = std::move(optimized);
+      if (!status.ok()) LOG(WARNING) << "stitchfleet: optimizing " << name << " failed: " << status;
     }
-    tensorflow::FunctionDefLibrary functions;
-    *functions.add_function() = body;
     slot.reset(new FunctionLibraryDefinition(tensorflow::OpRegistry::Global(), functions));
   }
   *out = slot.get();
