@@ -90,8 +90,8 @@ def _rename_functions(graph_def: Any) -> None:
 
 
 def _refs(attrs: Any, functions: Any) -> list[str]:
-    """The functions `attrs` refer to, in attribute-name order (a map's own order is not stable): `func` attributes,
-    and string attributes that name a function of the library (the dispatch op's `fallback`, a name per process)."""
+    """The functions `attrs` refer to, in attribute-name order (a map's own order is not stable), by `func` or by a
+    string attribute naming one (the dispatch op's `fallback`)."""
     found = []
     for key in sorted(attrs):
         value = attrs[key]

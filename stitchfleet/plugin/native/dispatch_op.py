@@ -55,10 +55,10 @@ class BridgeOp:
         """The cluster's outputs (TF tensors, in output order): the compiled code when switch (vector, index) is
         on and the inputs have the shapes it was built for, else (or when it reports a failure) `fallback`, a
         function of the cluster's TF ops (the name of one in the graph's library: fallback.py, or a concrete function,
-        added to it here; the op names it by a string, which TF's executor builds leave alone: csrc/fallback.h).
-        `static_shapes`: the outputs' shapes as the graph declares them (partial where it says None), for TF's shape
-        inference. The kernel's `op_attrs` say which of the op's kernels runs it (CPU:
-        `library`; GPU: `module`...; the op runs where TF places it)."""
+        added to it here; named by a string, which TF's executor builds leave alone: csrc/fallback.h). `static_shapes`:
+        the outputs' shapes as the graph declares them (partial where it says None), for TF's shape inference. The
+        kernel's `op_attrs` say which of the op's kernels runs it (CPU: `library`; GPU: `module`...; the op runs where
+        TF places it)."""
         switches, index = switch
         if not isinstance(fallback, str):
             fallback.add_to_graph(tf.compat.v1.get_default_graph())
