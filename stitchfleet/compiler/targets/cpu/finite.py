@@ -54,8 +54,8 @@ _SIMD_PRAGMA = re.compile(r"^\s*#pragma omp simd\b")
 # A simd loop over a constant range from 0, its body in braces: the loops the generator writes for a row's columns.
 _LANE_LOOP = re.compile(r"^\s*for \(int64_t (\w+) = 0; \1 < (\d+)L; \+\+\1\) \{$")
 LANES = "sf_lane"  # per-column flags of a part's short simd loops (`laned`)
-# The longest simd loop whose stores keep per-column flags: its flags stay in a few vector registers' worth of L1.
-LANES_MAX = 256
+# The longest simd loop whose stores keep per-column flags (4 KB of them: L1 holds them beside the rows).
+LANES_MAX = 1024
 _CHECKED = re.compile(rf"^(\s*){FLAG} = sf_umax\({FLAG}, sf_key_\w+\(((\w+)\[.*\]) = (.*)\)\);$")
 _KEY = {  # storage C type -> (unsigned type of the same width that may alias it, key of its bits `b[i]`)
     "float": ("sf_u32a", "b[i] & 0x7fffffffu"),
@@ -82,13 +82,15 @@ def _span(lines: Sequence[str], start: int) -> int:
 
 
 def laned(lines: Sequence[str], keep: Collection[str], limit: int = LANES_MAX) -> tuple[list[str], list[str], int]:
-    """The lines with the test of stores to buffers not in `keep` kept in the store loop on a flag per column, the
-    buffers whose stores it could not keep there (for `pass_after`), and how many column flags the part declares.
+    """The lines with the test of stores in simd loops of at most `limit` columns on a flag per column, the tests of
+    other stores to buffers in `keep` as they are (reduced in their loop: `with_reductions`), the rest taken out;
+    the buffers whose tests were taken out (for `pass_after`), and how many column flags the part declares.
 
     Why: in a short simd loop (a row's 32 columns) the test on `sf_bad` made gcc reduce the flag across the vector's
     lanes at the end of every row, which cost more than a pass after the region (demo softmax: 200 vs 134 us, gcc
     12), and that pass re-reads every output: the Transformer's q/k/v bias cluster, four 256 KB outputs over rows of
     32, ran 35 us with it, 25 us with the flags here, 24 us with no test at all (one thread, this machine's gcc).
+    In a fused loop's long rows the flags beat the simd reduction too (bias + GELU at 512 x 512: 247 -> 231 us).
     `sf_lane[c] = sf_umax(sf_lane[c], key)` is an element-wise update of an array the loop indexes by its own
     variable: no dependence between iterations, nothing to reduce until the part ends (`lanes_reduced`). A store
     outside such a loop, or in a loop longer than `limit` (0: every store), is tested after the region as before."""
@@ -102,16 +104,15 @@ def laned(lines: Sequence[str], keep: Collection[str], limit: int = LANES_MAX) -
             loops.append((loop.group(1), int(loop.group(2)), depth))
         m = _CHECKED.match(line)
         written = line
-        if m is not None and m.group(3) not in keep:
-            inner = loops[-1] if loops else None
-            if inner is not None and inner[1] <= limit:
-                column = inner[0]
-                lanes = max(lanes, inner[1])
-                key = line[len(m.group(1)) :].removeprefix(f"{FLAG} = sf_umax({FLAG}, ")
-                written = f"{m.group(1)}{LANES}[{column}] = sf_umax({LANES}[{column}], {key}"
-            else:
-                moved[m.group(3)] = None
-                written = f"{m.group(1)}{m.group(2)} = {m.group(4)};"
+        inner = loops[-1] if loops else None
+        if m is not None and inner is not None and inner[1] <= limit:
+            column = inner[0]
+            lanes = max(lanes, inner[1])
+            key = line[len(m.group(1)) :].removeprefix(f"{FLAG} = sf_umax({FLAG}, ")
+            written = f"{m.group(1)}{LANES}[{column}] = sf_umax({LANES}[{column}], {key}"
+        elif m is not None and m.group(3) not in keep:
+            moved[m.group(3)] = None
+            written = f"{m.group(1)}{m.group(2)} = {m.group(4)};"
         out.append(written)
         depth += line.count("{") - line.count("}")
         while loops and depth <= loops[-1][2]:

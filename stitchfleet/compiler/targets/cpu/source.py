@@ -73,10 +73,10 @@ from stitchfleet.compiler.targets.cpu.pieces import column_loops, in_runs
 from stitchfleet.compiler.targets.cpu.reduction import REDUCERS, Reduce
 from stitchfleet.compiler.targets.cpu.rowcache import bind, load_stored, loaded, row_caches
 
-# The NaN/Inf test stays in a fused loop whose inner loop runs at least this long: in short inner loops
-# (the demo's 1024 x 32 softmax input) gcc 12's simd reduction costs more than the pass after (`finite`).
-# A loop split into runs (`pieces.in_runs`: a transpose's gather, 32 a run in the demo) is such a loop too:
-# its flag was reduced across the lanes at the end of every run (demo cluster 2: 6.6 us vs 2.3 us).
+# A fused loop's rows beyond LANES_MAX columns (no flag per column: `finite.laned`) keep the NaN/Inf test in the
+# loop from this many columns: in short inner loops (the demo's 1024 x 32 softmax input) gcc 12's simd reduction
+# cost more than the pass after (`finite`). A loop split into runs (`pieces.in_runs`: a transpose's gather) is
+# such a loop too: its flag was reduced across the lanes at the end of every run (demo cluster 2: 6.6 us vs 2.3 us).
 CHECKED_INNER = 128
 
 
