@@ -40,6 +40,8 @@ unit roundoff to first order), and the native error is taken at least that (`rou
 from __future__ import annotations
 
 import functools
+import math
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +93,26 @@ class OutputCheck:
     widened: int = 0
 
 
+# Largest output (elements) whose float64 working arrays are kept between checks (two of them: 16 MiB at most).
+# A check step judges hundreds of outputs: fresh temporaries of a few MiB each went back to the OS on free and
+# were page-faulted in again on the next output, which cost several times the arithmetic.
+SCRATCH_ELEMENTS = 1 << 20
+_SCRATCH = threading.local()
+
+
+def scratch(shape: tuple[int, ...]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Two float64 working arrays of `shape`, C-contiguous, kept per thread between calls up to
+    SCRATCH_ELEMENTS (their contents are left over from the last use)."""
+    size = math.prod(shape)
+    if size > SCRATCH_ELEMENTS:
+        return np.empty(shape), np.empty(shape)
+    held: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = getattr(_SCRATCH, "buffers", None)
+    if held is None or held[0].size < size:
+        held = (np.empty(max(size, 1 << 16)), np.empty(max(size, 1 << 16)))
+        _SCRATCH.buffers = held
+    return held[0][:size].reshape(shape), held[1][:size].reshape(shape)
+
+
 def roundoff(dtype: np.dtype[np.generic], bf16: bool = False) -> float:
     """Unit roundoff of a float dtype (bf16 values are held in float32: say so with bf16=True)."""
     return BF16_ROUNDOFF if bf16 else _ROUNDOFF.get(np.dtype(dtype), 2.0**-24)
@@ -134,6 +156,46 @@ def error_floor(reference: npt.NDArray[np.float64], floor_ratio: float, native: 
     return max(floor, float(np.finfo(np.float64).tiny))
 
 
+def _deviation(values: Array, reference: npt.NDArray[np.float64], out: npt.NDArray[np.float64]) -> Array:
+    """values - reference in float64, into `out` (widened there first: a cast inside the subtraction was slower)."""
+    np.copyto(out, values)
+    return np.subtract(out, reference, out=out)
+
+
+def largest_ratio(difference: npt.NDArray[np.float64], scale: npt.NDArray[np.float64]) -> float:
+    """max |difference| / scale over every element (both float64, difference overwritten; scale > 0): the largest
+    quotient and minus the smallest, two reads instead of an absolute value written back and read."""
+    np.divide(difference, scale, out=difference)
+    return max(float(difference.max()), -float(difference.min()))
+
+
+def _rule_figures(
+    got: Array, base: Array, ref: npt.NDArray[np.float64], floor_ratio: float
+) -> tuple[float, ...] | None:
+    """(floor, compiled error, native error) as `error_floor` and `scaled_error` give them, in a few passes over
+    scratch arrays, for the usual output: reference and native result finite, sums of squares that do not
+    overflow, a finite compiled error. None otherwise: the general path decides (non-finite values, empty).
+    The sums of squares are dot products here (another summation order than np.mean's: float64 rounding)."""
+    size = ref.size
+    if size == 0:
+        return None
+    d, s = scratch(ref.shape)
+    flat_d, flat_s = d.reshape(-1), s.reshape(-1)
+    _deviation(base, ref, d)
+    # finite exactly when every deviation is (a non-finite reference or native element makes one non-finite)
+    deviation = float(np.dot(flat_d, flat_d))
+    np.abs(ref, out=s)
+    squares = float(np.dot(flat_s, flat_s))
+    if not (math.isfinite(deviation) and math.isfinite(squares)):
+        return None
+    floor = max(floor_ratio * math.sqrt(squares / size), math.sqrt(deviation / size), float(np.finfo(np.float64).tiny))
+    s += floor  # |reference| + floor, shared by both errors
+    native_error = largest_ratio(d, s)
+    compiled_error = largest_ratio(_deviation(got, ref, d), s)
+    # a non-finite compiled element (or an overflowing ratio) makes it non-finite: the general path says which
+    return (floor, compiled_error, native_error) if math.isfinite(compiled_error) else None
+
+
 def rounding_at(
     dtype: np.dtype[np.generic], computed: Array, reference: npt.NDArray[np.float64], floor: float
 ) -> float:
@@ -172,15 +234,20 @@ def check(
         return OutputCheck(False, float("inf"), 0.0, 0.0, f"shape {got.shape} differs from the reference {ref.shape}")
     if not np.issubdtype(base.dtype, np.floating):
         return _exact(got, base)
-    bad = np.isfinite(ref) & ~np.isfinite(got)  # (a float32 value is finite exactly when its float64 widening is)
-    if bad.any():
-        count = int(np.count_nonzero(bad))
-        return OutputCheck(
-            False, float("inf"), 0.0, 0.0, f"{count} non-finite value(s) where the fp64 reference is finite"
-        )
-    floor = error_floor(ref, floor_ratio, base)
-    compiled_error = scaled_error(got, ref, floor)
-    native_error = scaled_error(base, ref, floor)
+    with np.errstate(all="ignore"):  # inf and nan are data: the general path below judges them
+        figures = _rule_figures(got, base, ref, floor_ratio)
+    if figures is None:
+        bad = np.isfinite(ref) & ~np.isfinite(got)  # (a float32 value is finite exactly when its widening is)
+        if bad.any():
+            count = int(np.count_nonzero(bad))
+            return OutputCheck(
+                False, float("inf"), 0.0, 0.0, f"{count} non-finite value(s) where the fp64 reference is finite"
+            )
+        floor = error_floor(ref, floor_ratio, base)
+        compiled_error = scaled_error(got, ref, floor)
+        native_error = scaled_error(base, ref, floor)
+    else:
+        floor, compiled_error, native_error = figures
     if narrow is not None and base.dtype == np.float64:
         native_error = max(native_error, rounding_at(base.dtype, np.asarray(narrow), ref, floor))
     allowed = factor * max(native_error, roundoff(base.dtype, bf16))
