@@ -19,8 +19,9 @@ kernels do.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -199,9 +200,86 @@ def _perturb(value: Array, dtype: DType, rng: np.random.Generator, amplitude: fl
     return noisy
 
 
+# Element-wise ops whose result has their operands' dtype: in float64 a dead value's array of the result's
+# shape can take the result (out=), as numpy's own temporary elision does. A fresh array per op cost more than
+# its arithmetic on a check step: freed arrays went back to the OS and came back as page faults (ab_jobs
+# transformer, 262k-element values).
+_IN_PLACE = {
+    Op.NEG,
+    Op.ABS,
+    Op.SQUARE,
+    Op.FLOOR,
+    Op.CEIL,
+    Op.EXP,
+    Op.LOG,
+    Op.LOG1P,
+    Op.TANH,
+    Op.SQRT,
+    Op.ADD,
+    Op.SUB,
+    Op.MUL,
+    Op.DIV,
+    Op.POW,
+    Op.MAXIMUM,
+    Op.MINIMUM,
+}
+
+
+def _references(values: Sequence[Array | None], i: int) -> int:
+    """How many references this interpreter counts to the array `values[i]` (another value that is the same
+    array, or a view of it, adds one)."""
+    return sys.getrefcount(values[i])
+
+
+# the count of an array the values list alone holds, measured here (interpreters count their own references)
+_SOLE = _references([np.empty(1)], 0)
+Pool = dict[tuple[int, ...], list[Array]]  # shape -> float64 arrays of dead values, free to take a result
+
+
+def _last_uses(graph: Graph) -> dict[int, list[int]]:
+    """Per node id: its operands that no later node reads and that are not outputs (dead once it is computed)."""
+    last: dict[int, int] = {}
+    for node in graph.nodes:
+        for i in node.inputs:
+            last[i] = node.id
+    kept = {node_id for _, node_id in graph.outputs}
+    dead: dict[int, list[int]] = {}
+    for value, user in last.items():
+        if value not in kept:
+            dead.setdefault(user, []).append(value)
+    return dead
+
+
+def _target(node: Node, args: Sequence[Array], pool: Pool) -> Array | None:
+    """A free array for `node`'s result: an element-wise op on float64 operands whose result has its shape."""
+    if node.op not in _IN_PLACE or any(a.dtype != np.float64 for a in args):
+        return None
+    free = pool.get(tuple(node.shape))
+    return free.pop() if free else None
+
+
+def _release(values: list[Array | None], dead: Sequence[int], pool: Pool) -> None:
+    """Moves the dead values' float64 arrays that no other value holds (nor views) to the pool; the rest stay
+    where they are (freeing them as they die made the heap shrink and grow again: page faults again)."""
+    for i in dead:
+        array = values[i]
+        if array is None or array.dtype != np.float64 or not array.flags.c_contiguous:
+            continue
+        if array.flags.owndata and array.flags.writeable and _references(values, i) <= _SOLE + 1:  # + `array`
+            pool.setdefault(array.shape, []).append(array)
+            values[i] = None
+
+
 def evaluate_nodes(
     graph: Graph, inputs: Mapping[str, object], precision: Precision = "native", *, noise: int | None = None
 ) -> list[Array]:
+    """Every node's value, in node order (for checking intermediate results); `noise`: see `_evaluate`."""
+    return [value for value in _evaluate(graph, inputs, precision, noise=noise, reuse=False) if value is not None]
+
+
+def _evaluate(
+    graph: Graph, inputs: Mapping[str, object], precision: Precision, *, noise: int | None, reuse: bool
+) -> list[Array | None]:
     """Every node's value, in node order (for checking intermediate results). `noise` (float64 only): a
     draw number; every floating input is perturbed by one unit roundoff of its dtype (`_perturb`), drawn
     from a generator seeded with NOISE_SEED and the draw's direction (a linearity twin: the same direction
@@ -215,27 +293,47 @@ def evaluate_nodes(
     direction, amplitude = (0, 0.0) if noise is None else noise_of(noise)
     rng = None if noise is None else np.random.default_rng((NOISE_SEED, direction))
     given = _check_inputs(graph, inputs)
-    values: list[Array] = []
+    values: list[Array | None] = []
+    pool: Pool | None = {} if reuse and precision == "float64" else None
+    dead = _last_uses(graph) if pool is not None else {}
     with np.errstate(all="ignore"):  # inf/nan results are data here; the guard judges them
         for node in graph.nodes:
             if node.op is Op.PARAMETER:
-                stored = _store(given[str(node.attrs["name"])], node.dtype, "native")
-                value = stored.astype(_storage(node.dtype, precision))
-                values.append(value if rng is None else _perturb(value, node.dtype, rng, amplitude))
+                values.append(_parameter(node, given, precision, rng, amplitude))
                 continue
-            result = _store(_compute(node, [values[i] for i in node.inputs], precision), node.dtype, precision)
+            args = cast("list[Array]", [values[i] for i in node.inputs])  # a value is dropped after its last read
+            target = None if pool is None else _target(node, args, pool)
+            if target is None:
+                result = _store(_compute(node, args, precision), node.dtype, precision)
+            else:  # the ufunc `_compute` would call, its result in a dead value's array (float64 already)
+                ufunc: Callable[..., Array] = UNARY.get(node.op) or BINARY[node.op]
+                result = ufunc(*args, out=target)
+            del args, target
             if is_static(node.shape) and result.shape != node.shape:
                 raise EvaluationError(f"{node.label}: produced shape {result.shape}, expected {node.shape}")
             values.append(result)
+            del result  # no name but the list's may hold a value (`_release` counts references)
+            if pool is not None:
+                _release(values, dead.get(node.id, ()), pool)
     return values
+
+
+def _parameter(
+    node: Node, given: Mapping[str, Array], precision: Precision, rng: np.random.Generator | None, amplitude: float
+) -> Array:
+    """A parameter's value: its input as the node's dtype stores it, held at `precision` (a copy), perturbed
+    where `rng` draws noise."""
+    stored = _store(given[str(node.attrs["name"])], node.dtype, "native")
+    value = stored.astype(_storage(node.dtype, precision))
+    return value if rng is None else _perturb(value, node.dtype, rng, amplitude)
 
 
 def evaluate(
     graph: Graph, inputs: Mapping[str, object], precision: Precision = "native", *, noise: int | None = None
 ) -> dict[str, Array]:
     """The graph's named outputs on `inputs` (`noise`: see `evaluate_nodes`)."""
-    values = evaluate_nodes(graph, inputs, precision, noise=noise)
-    return {name: values[node_id] for name, node_id in graph.outputs}
+    values = _evaluate(graph, inputs, precision, noise=noise, reuse=True)
+    return {name: cast("Array", values[node_id]) for name, node_id in graph.outputs}  # outputs are never dropped
 
 
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, Array]:
