@@ -20,6 +20,7 @@ kernels do.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, cast
 
@@ -234,6 +235,17 @@ def _references(values: Sequence[Array | None], i: int) -> int:
 # the count of an array the values list alone holds, measured here (interpreters count their own references)
 _SOLE = _references([np.empty(1)], 0)
 Pool = dict[tuple[int, ...], list[Array]]  # shape -> float64 arrays of dead values, free to take a result
+# The pool outlives an evaluation (per thread): a check step evaluates its clusters one after another, and the
+# next one's values take the arrays the last one's dead values left, up to this many bytes held between calls.
+POOL_BYTES = 32 << 20
+_POOLS = threading.local()
+
+
+def _kept_pool() -> Pool:
+    pool: Pool | None = getattr(_POOLS, "pool", None)
+    if pool is None:
+        pool = _POOLS.pool = {}
+    return pool
 
 
 def _last_uses(graph: Graph) -> dict[int, list[int]]:
@@ -259,15 +271,18 @@ def _target(node: Node, args: Sequence[Array], pool: Pool) -> Array | None:
 
 
 def _release(values: list[Array | None], dead: Sequence[int], pool: Pool) -> None:
-    """Moves the dead values' float64 arrays that no other value holds (nor views) to the pool; the rest stay
-    where they are (freeing them as they die made the heap shrink and grow again: page faults again)."""
+    """Moves the dead values' float64 arrays that no other value holds (nor views) to the pool, up to POOL_BYTES;
+    the rest stay where they are (freeing them as they die made the heap shrink and grow again: page faults)."""
+    held = sum(a.nbytes for free in pool.values() for a in free)
     for i in dead:
         array = values[i]
         if array is None or array.dtype != np.float64 or not array.flags.c_contiguous:
             continue
-        if array.flags.owndata and array.flags.writeable and _references(values, i) <= _SOLE + 1:  # + `array`
+        sole = array.flags.owndata and array.flags.writeable and _references(values, i) <= _SOLE + 1  # + `array`
+        if sole and held + array.nbytes <= POOL_BYTES:
             pool.setdefault(array.shape, []).append(array)
             values[i] = None
+            held += array.nbytes
 
 
 def evaluate_nodes(
@@ -294,12 +309,12 @@ def _evaluate(
     rng = None if noise is None else np.random.default_rng((NOISE_SEED, direction))
     given = _check_inputs(graph, inputs)
     values: list[Array | None] = []
-    pool: Pool | None = {} if reuse and precision == "float64" else None
+    pool = _kept_pool() if reuse and precision == "float64" else None
     dead = _last_uses(graph) if pool is not None else {}
     with np.errstate(all="ignore"):  # inf/nan results are data here; the guard judges them
         for node in graph.nodes:
             if node.op is Op.PARAMETER:
-                values.append(_parameter(node, given, precision, rng, amplitude))
+                values.append(_parameter(node, given, precision, rng, amplitude, pool=pool))
                 continue
             args = cast("list[Array]", [values[i] for i in node.inputs])  # a value is dropped after its last read
             target = None if pool is None else _target(node, args, pool)
@@ -315,16 +330,31 @@ def _evaluate(
             del result  # no name but the list's may hold a value (`_release` counts references)
             if pool is not None:
                 _release(values, dead.get(node.id, ()), pool)
+    if pool is not None:  # what no output holds is free for the next evaluation
+        kept = {node_id for _, node_id in graph.outputs}
+        _release(values, [i for i in range(len(values)) if i not in kept], pool)
     return values
 
 
 def _parameter(
-    node: Node, given: Mapping[str, Array], precision: Precision, rng: np.random.Generator | None, amplitude: float
+    node: Node,
+    given: Mapping[str, Array],
+    precision: Precision,
+    rng: np.random.Generator | None,
+    amplitude: float,
+    *,
+    pool: Pool | None,
 ) -> Array:
-    """A parameter's value: its input as the node's dtype stores it, held at `precision` (a copy), perturbed
-    where `rng` draws noise."""
+    """A parameter's value: its input as the node's dtype stores it, held at `precision` (a copy, in a pooled
+    array where there is one), perturbed where `rng` draws noise."""
     stored = _store(given[str(node.attrs["name"])], node.dtype, "native")
-    value = stored.astype(_storage(node.dtype, precision))
+    storage = _storage(node.dtype, precision)
+    free = pool.get(stored.shape) if pool is not None and storage == np.float64 else None
+    if free:
+        value = free.pop()
+        np.copyto(value, stored)  # the conversion astype makes
+    else:
+        value = stored.astype(storage)
     return value if rng is None else _perturb(value, node.dtype, rng, amplitude)
 
 

@@ -75,3 +75,20 @@ def test_other_precisions_take_no_dead_arrays(monkeypatch: Any) -> None:
     for precision in ("native", "float32", "storage"):
         evaluate(holders(), inputs, precision)
     assert not used
+
+
+def test_a_later_evaluation_leaves_the_last_ones_outputs_alone() -> None:
+    """Dead arrays outlive an evaluation (the next cluster's values take them): never an output's."""
+    graph = holders()
+    first_inputs = {n: RNG.standard_normal((6, 8)).astype(np.float32) for n in ("x", "y")}
+    first = evaluate(graph, first_inputs, "float64")
+    kept = {name: value.copy() for name, value in first.items()}
+    for seed in range(3):
+        inputs = {n: RNG.standard_normal((6, 8)).astype(np.float32) for n in ("x", "y")}
+        later = evaluate(graph, inputs, "float64", noise=seed)
+        values = evaluate_nodes(graph, inputs, "float64", noise=seed)
+        assert all(np.array_equal(later[name], values[i], equal_nan=True) for name, i in graph.outputs)
+    assert all(np.array_equal(first[name], kept[name], equal_nan=True) for name in kept)
+    assert evaluate_module._kept_pool()  # arrays were kept for the next evaluation
+    held = sum(a.nbytes for free in evaluate_module._kept_pool().values() for a in free)
+    assert held <= evaluate_module.POOL_BYTES
