@@ -15,18 +15,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from stitchfleet.compiler import tolerance
 from stitchfleet.compiler.evaluate import Array, evaluate
 from stitchfleet.compiler.ir import Graph
-from stitchfleet.compiler.tolerance import (
-    OutputCheck,
-    check,
-    error_floor,
-    largest_ratio,
-    output_of,
-    roundoff,
-    scaled_error,
-    scratch,
-)
+from stitchfleet.compiler.tolerance import OutputCheck, check, error_floor, output_of, roundoff, scaled_error
 
 # Elements below 1% of an output's RMS are judged against that floor: gradients cancel, and a
 # near-zero element's relative error says nothing about the kernel (corruptions are O(1)).
@@ -207,7 +199,7 @@ def _sampled(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any], bound: float
     if not np.issubdtype(want.dtype, np.floating) or want.size <= SAMPLE:
         return False, None
     with np.errstate(all="ignore"):
-        floor = _tf_floor(want, scratch(want.shape)[1])
+        floor = _tf_floor(want, tolerance.scratch(want.shape)[1])
         if floor is None:
             return False, None
         step = want.size // SAMPLE
@@ -226,7 +218,7 @@ def _distance(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any], floor: floa
         return 0.0 if np.array_equal(got, want) else None
     if want.size:
         with np.errstate(all="ignore"):  # a non-finite distance goes to the general form below
-            diff, widened = scratch(want.shape)
+            diff, widened = tolerance.scratch(want.shape)
             if floor is None:
                 floor = _tf_floor(want, widened)
             else:
@@ -236,7 +228,7 @@ def _distance(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any], floor: floa
                 diff -= widened
                 np.abs(widened, out=widened)
                 widened += floor
-                distance = largest_ratio(diff, widened)
+                distance = tolerance.largest_ratio(diff, widened)
                 if math.isfinite(distance):  # so every element of both is finite
                     return distance
     # finite before or after the widening alike; `got` widens inside scaled_error (no float64 copy of it here)
