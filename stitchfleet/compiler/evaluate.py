@@ -279,10 +279,26 @@ def _release(values: list[Array | None], dead: Sequence[int], pool: Pool) -> Non
         if array is None or array.dtype != np.float64 or not array.flags.c_contiguous:
             continue
         sole = array.flags.owndata and array.flags.writeable and _references(values, i) <= _SOLE + 1  # + `array`
-        if sole and held + array.nbytes <= POOL_BYTES:
-            pool.setdefault(array.shape, []).append(array)
+        if sole and array.nbytes <= POOL_BYTES:
+            held = _make_room(pool, held, array.nbytes)
+            pool[array.shape] = [*pool.pop(array.shape, []), array]  # its shape now the most recently released
             values[i] = None
             held += array.nbytes
+
+
+def _make_room(pool: Pool, held: int, needed: int) -> int:
+    """Drops the pool's arrays, the shapes released least recently first, until `needed` more bytes fit under
+    POOL_BYTES; the bytes it holds then. Why: a pool full of another graph's shapes (earlier check steps, other
+    models in the process) took nothing new, so no later evaluation reused an array (CI: a worker's earlier tests)."""
+    for shape in list(pool):
+        free = pool[shape]
+        while free and held + needed > POOL_BYTES:
+            held -= free.pop(0).nbytes
+        if not free:
+            del pool[shape]
+        if held + needed <= POOL_BYTES:
+            break
+    return held
 
 
 def evaluate_nodes(

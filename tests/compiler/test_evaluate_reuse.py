@@ -92,3 +92,30 @@ def test_a_later_evaluation_leaves_the_last_ones_outputs_alone() -> None:
     assert evaluate_module._kept_pool()  # arrays were kept for the next evaluation
     held = sum(a.nbytes for free in evaluate_module._kept_pool().values() for a in free)
     assert held <= evaluate_module.POOL_BYTES
+
+
+def test_a_pool_full_of_other_shapes_makes_room(monkeypatch: Any) -> None:
+    """The per-thread pool outlives evaluations: filled with another graph's arrays, it dropped nothing and took
+    nothing, so no later evaluation reused an array (CI: a worker that had judged other models first)."""
+    graph = holders()
+    inputs = {n: RNG.standard_normal((6, 8)).astype(np.float32) for n in ("x", "y")}
+    full = {(1024, 1024): [np.empty((1024, 1024)) for _ in range(evaluate_module.POOL_BYTES // (8 << 20))]}
+    monkeypatch.setattr(evaluate_module._POOLS, "pool", full, raising=False)
+    taken: list[bool] = []
+    real = evaluate_module._target
+
+    def counted(*args: Any) -> Any:
+        target = real(*args)
+        taken.append(target is not None)
+        return target
+
+    monkeypatch.setattr(evaluate_module, "_target", counted)
+    evaluate(graph, inputs, "float64")
+    outputs = evaluate(graph, inputs, "float64")
+    values = evaluate_nodes(graph, inputs, "float64")
+    assert any(taken)  # the second evaluation took the first one's dead arrays
+    for name, node_id in graph.outputs:
+        assert np.array_equal(outputs[name], values[node_id], equal_nan=True), name
+    pool = evaluate_module._POOLS.pool
+    held = sum(a.nbytes for free in pool.values() for a in free)
+    assert held <= evaluate_module.POOL_BYTES and (6, 8) in pool  # room made: the new shape is in, the cap kept
