@@ -46,8 +46,8 @@ def holders() -> Graph:
     return b.build()
 
 
-def test_outputs_are_every_nodes_values_without_reuse(monkeypatch: Any) -> None:
-    graph = holders()
+def _takes(monkeypatch: Any) -> list[bool]:
+    """Whether each result `evaluate` computed found a free array to go into, appended as it computes."""
     taken: list[bool] = []
     real = evaluate_module._target
 
@@ -57,6 +57,12 @@ def test_outputs_are_every_nodes_values_without_reuse(monkeypatch: Any) -> None:
         return target
 
     monkeypatch.setattr(evaluate_module, "_target", counted)
+    return taken
+
+
+def test_outputs_are_every_nodes_values_without_reuse(monkeypatch: Any) -> None:
+    graph = holders()
+    taken = _takes(monkeypatch)
     for seed in range(5):
         inputs = {n: RNG.standard_normal((6, 8)).astype(np.float32) for n in ("x", "y")}
         for noise in (None, 0, 5):
@@ -101,15 +107,7 @@ def test_a_pool_full_of_other_shapes_makes_room(monkeypatch: Any) -> None:
     inputs = {n: RNG.standard_normal((6, 8)).astype(np.float32) for n in ("x", "y")}
     full = {(1024, 1024): [np.empty((1024, 1024)) for _ in range(evaluate_module.POOL_BYTES // (8 << 20))]}
     monkeypatch.setattr(evaluate_module._POOLS, "pool", full, raising=False)
-    taken: list[bool] = []
-    real = evaluate_module._target
-
-    def counted(*args: Any) -> Any:
-        target = real(*args)
-        taken.append(target is not None)
-        return target
-
-    monkeypatch.setattr(evaluate_module, "_target", counted)
+    taken = _takes(monkeypatch)
     evaluate(graph, inputs, "float64")
     outputs = evaluate(graph, inputs, "float64")
     values = evaluate_nodes(graph, inputs, "float64")
