@@ -156,10 +156,16 @@ def error_floor(reference: npt.NDArray[np.float64], floor_ratio: float, native: 
     return max(floor, float(np.finfo(np.float64).tiny))
 
 
-def _deviation(values: Array, reference: npt.NDArray[np.float64], out: npt.NDArray[np.float64]) -> Array:
+def widened_difference(values: Array, reference: npt.NDArray[np.float64], out: npt.NDArray[np.float64]) -> Array:
     """values - reference in float64, into `out` (widened there first: a cast inside the subtraction was slower)."""
     np.copyto(out, values)
     return np.subtract(out, reference, out=out)
+
+
+def rms_floor(squares: float, size: int, floor_ratio: float, deviation: float = 0.0) -> float:
+    """`error_floor` from sums: `floor_ratio` x the RMS of `size` values whose squares sum to `squares`, at least
+    the RMS of a deviation whose squares sum to `deviation`, never below the smallest float64."""
+    return max(floor_ratio * math.sqrt(squares / size), math.sqrt(deviation / size), float(np.finfo(np.float64).tiny))
 
 
 def largest_ratio(difference: npt.NDArray[np.float64], scale: npt.NDArray[np.float64]) -> float:
@@ -181,17 +187,17 @@ def _rule_figures(
         return None
     d, s = scratch(ref.shape)
     flat_d, flat_s = d.reshape(-1), s.reshape(-1)
-    _deviation(base, ref, d)
+    widened_difference(base, ref, d)
     # finite exactly when every deviation is (a non-finite reference or native element makes one non-finite)
     deviation = float(np.dot(flat_d, flat_d))
     np.abs(ref, out=s)
     squares = float(np.dot(flat_s, flat_s))
     if not (math.isfinite(deviation) and math.isfinite(squares)):
         return None
-    floor = max(floor_ratio * math.sqrt(squares / size), math.sqrt(deviation / size), float(np.finfo(np.float64).tiny))
+    floor = rms_floor(squares, size, floor_ratio, deviation)
     s += floor  # |reference| + floor, shared by both errors
     native_error = largest_ratio(d, s)
-    compiled_error = largest_ratio(_deviation(got, ref, d), s)
+    compiled_error = largest_ratio(widened_difference(got, ref, d), s)
     # a non-finite compiled element (or an overflowing ratio) makes it non-finite: the general path says which
     return (floor, compiled_error, native_error) if math.isfinite(compiled_error) else None
 

@@ -185,9 +185,7 @@ def _tf_floor(want: np.ndarray[Any, Any], widened: npt.NDArray[np.float64]) -> f
     np.copyto(widened, want)
     flat = widened.reshape(-1)
     squares = float(np.dot(flat, flat))  # another summation order than error_floor's mean: float64 rounding
-    if not math.isfinite(squares):
-        return None
-    return max(FLOOR_RATIO * math.sqrt(squares / flat.size), float(np.finfo(np.float64).tiny))
+    return tolerance.rms_floor(squares, flat.size, FLOOR_RATIO) if math.isfinite(squares) else None
 
 
 def _sampled(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any], bound: float) -> tuple[bool, float | None]:
@@ -224,8 +222,7 @@ def _distance(got: np.ndarray[Any, Any], want: np.ndarray[Any, Any], floor: floa
             else:
                 np.copyto(widened, want)
             if floor is not None:
-                np.copyto(diff, got)
-                diff -= widened
+                tolerance.widened_difference(got, widened, diff)
                 np.abs(widened, out=widened)
                 widened += floor
                 distance = tolerance.largest_ratio(diff, widened)
