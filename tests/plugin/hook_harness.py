@@ -57,13 +57,14 @@ def _feeds(graph: Any) -> dict[Any, Any]:
     return feeds
 
 
-def train(steps: int, hook: StitchHook | None) -> Run:
+def train(steps: int, hook: StitchHook | None, before: list[Any] | None = None) -> Run:
+    """`before`: hooks listed ahead of `hook`, so their before_run and after_run wrap its timed interval."""
     graph = models.build("bert_encoder", "small", seed=1)
     with graph.as_default():
         loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
         feeds = _feeds(graph)
         losses = []
-        with tf.compat.v1.train.MonitoredSession(hooks=[hook] if hook else []) as session:
+        with tf.compat.v1.train.MonitoredSession(hooks=[*(before or []), *([hook] if hook else [])]) as session:
             for _ in range(steps):
                 value, _ = session.run([loss, train_op], feeds)
                 losses.append(float(value))
