@@ -10,6 +10,10 @@ minus its setup and overhead) against the measured difference from plain TF in t
 for plugin runs the stitched step against plain TF's interleaved in the same process (the job's stitched windows of
 its last half against their paired baseline blocks, the user's graph: `_in_job`), which no spread between processes
 moves.
+Each round ends, for this script's own jobs (not the corpus programs), with a one-process pair (`inproc`,
+benchmarks/ab_interleaved.py): the job twice in one process, plain and under the warm plugin, alternated chunk by
+chunk; its own table holds the plugin's steady step against plain TF's chunk by chunk, and the report's claim
+against the steps' difference in that process, with the noise of plain TF against itself there.
 Each run prints a line as it ends and, with --record FILE, appends its figures to FILE as one JSON line; the table
 so far is printed after every round; --resume FILE reads such a file back and runs only the rounds it lacks.
 
@@ -50,6 +54,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks import ab_interleaved
 from stitchfleet import settings
 
 if TYPE_CHECKING:  # the hook imports TensorFlow: imported where a run needs it
@@ -154,6 +159,38 @@ def _child(job: str, mode: str, steps: int, state: str, fleet: str) -> dict[str,
 
         spool_ingest.claim(Path(state) / "spool", url)  # a run that skipped its setup spooled its rows
         found.update(_plugin_figures(hook, url, uid))
+    return found
+
+
+def _child_inproc(job: str, steps: int, state: str, fleet: str) -> dict[str, Any]:
+    """The job twice in this process, plain and under the plugin (warm: the round's cache and fleet memory),
+    alternated chunk by chunk (`ab_interleaved`); their figures as a dict."""
+    import contextlib
+
+    import tensorflow as tf
+
+    from stitchfleet.plugin.session.hook import StitchHook
+
+    url = f"sqlite:///{Path(fleet) / 'telemetry.db'}"
+    uid = f"inproc-{time.time_ns()}"
+    env = {**os.environ, "STITCHFLEET_STATE_DIR": state, "STITCHFLEET_JOB_NAME": f"ab-{job}"}
+    hook = StitchHook(settings.load({**env, "STITCHFLEET_JOB_UID": uid}), db_url=url)
+    sides = []
+    with contextlib.ExitStack() as stack:
+        for side_hook in (None, hook):
+            graph, loss, train_op, feeds = JOBS[job]()
+            with graph.as_default():
+                tf.compat.v1.train.get_or_create_global_step()
+                step_up = tf.compat.v1.assign_add(tf.compat.v1.train.get_global_step(), 1)
+                hooks = [h for h in (side_hook, tf.compat.v1.train.StopAtStepHook(num_steps=steps)) if h is not None]
+                session = stack.enter_context(tf.compat.v1.train.MonitoredSession(hooks=hooks))
+            sides.append(ab_interleaved.Side(session, graph, [loss, train_op, step_up], feeds))
+        ab_interleaved.alternate(sides[0], sides[1], steps)
+    found = ab_interleaved.figures(sides[0], sides[1])
+    from stitchfleet.telemetry import spool_ingest
+
+    spool_ingest.claim(Path(state) / "spool", url)
+    found.update(_plugin_figures(hook, url, uid))
     return found
 
 
@@ -364,9 +401,20 @@ def _limit(plain: list[dict[str, Any]], factor: float) -> float:
     return factor * max(walls) if walls and factor > 0 else 1800.0
 
 
-def _order(round_: int) -> tuple[str, ...]:
-    """The modes' order in a round: plain and XLA swap places every round; cold comes before its warm run."""
-    return ("plain", "cold", "xla", "warm") if round_ % 2 == 0 else ("xla", "cold", "plain", "warm")
+def _order(round_: int, inproc: bool = False) -> tuple[str, ...]:
+    """The modes' order in a round: plain and XLA swap places every round; cold comes before its warm run; the
+    one-process pair (`inproc`, warm) last."""
+    order = ("plain", "cold", "xla", "warm") if round_ % 2 == 0 else ("xla", "cold", "plain", "warm")
+    return (*order, "inproc") if inproc else order
+
+
+def _tables(results: dict[str, dict[str, list[dict[str, Any]]]], inproc: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The table of separate processes, then the one-process pairs' (`ab_interleaved.table`) where they ran."""
+    lines = table(_complete(results))
+    runs = {job: found for job, found in inproc.items() if found}
+    if runs:
+        lines += ["", *ab_interleaved.table(runs, _claimed)]
+    return lines
 
 
 def _noise(values: list[float]) -> float:
@@ -464,10 +512,16 @@ def _progress(where: str, found: dict[str, Any], elapsed: float) -> str:
     if "error" in found:
         return f"{where}: error: {found['error']}"
     decided = f", {found['decided']}" if found.get("decided") else ""
+    if "ratio" in found:  # a one-process pair (`ab_interleaved`)
+        ratio = f"plugin vs plain in one process {found['ratio'][0]:.3f}x"
+        saved = f"saved {found['difference']:+.2f} s (noise {found['noise']:.2f})"
+        return f"{where}: {ratio}, {saved}, steady {found['steady'] * 1e3:.2f} ms{decided}"
     return f"{where}: wall {found['wall']:.1f} s, steady {found['steady'] * 1e3:.2f} ms{decided}"
 
 
-def _resumed(path: Path, results: dict[str, dict[str, list[dict[str, Any]]]]) -> int:
+def _resumed(
+    path: Path, results: dict[str, dict[str, list[dict[str, Any]]]], inproc: dict[str, list[dict[str, Any]]]
+) -> int:
     """Runs read back from a --record file into `results`, in their rounds' order, complete rounds only; how many.
     The fleet's memory (the telemetry of earlier rounds) is not read back: a resumed round's warm run starts without
     it, as a first round's does."""
@@ -479,20 +533,22 @@ def _resumed(path: Path, results: dict[str, dict[str, list[dict[str, Any]]]]) ->
         run = json.loads(line)
         job, mode = run.pop("job"), run.pop("mode")
         run.pop("round", None)
-        if job in results:
+        if mode == "inproc" and job in inproc:
+            inproc[job].append(run)
+        elif job in results and mode in results[job]:
             results[job][mode].append(run)
         else:
             others.append(line + "\n")
-    for by_mode in results.values():  # a round cut short runs again in full
+    for job, by_mode in results.items():  # a round cut short runs again in full (its one-process pair too)
         rounds = min(map(len, by_mode.values()))
-        for runs in by_mode.values():
+        for runs in [*by_mode.values(), *([inproc[job]] if job in inproc else [])]:
             del runs[rounds:]
             count += len(runs)
     # the record keeps what was read back, so the runs appended next follow the complete rounds they extend
     kept = [
         {"job": job, "mode": mode, "round": r, **run}
         for job, by_mode in results.items()
-        for mode, runs in by_mode.items()
+        for mode, runs in [*by_mode.items(), *([("inproc", inproc[job])] if job in inproc else [])]
         for r, run in enumerate(runs)
     ]
     path.write_text("".join(others) + "".join(json.dumps(run) + "\n" for run in sorted(kept, key=lambda r: r["round"])))
@@ -557,6 +613,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--limit", type=float, default=4.0, help="stop a run beyond this many times the job's plain wall (0: none)"
     )
+    parser.add_argument(
+        "--no-inproc",
+        dest="inproc",
+        action="store_false",
+        help="skip the one-process pair (plain and warm plugin alternated by chunks) of this script's jobs",
+    )
     parser.add_argument("--record", type=Path, default=None, help="a JSON-lines file each run is appended to")
     parser.add_argument("--resume", type=Path, default=None, help="a --record file to read back and go on with")
     parser.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
@@ -570,44 +632,48 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         job, mode = args.child
-        print(json.dumps(_child(job, mode, args.steps, args.state, args.fleet)))
+        child = _child_inproc(job, args.steps, args.state, args.fleet) if mode == "inproc" else None
+        print(json.dumps(child or _child(job, mode, args.steps, args.state, args.fleet)))
         return 0
     own = dict(_job(spec, args.steps) for spec in args.jobs)
     programs = dict(_program(spec, args.steps) for spec in args.corpus)
     jobs = [*own, *programs]
     results: dict[str, dict[str, list[dict[str, Any]]]] = {job: {m: [] for m in MODES} for job in jobs}
+    inproc: dict[str, list[dict[str, Any]]] = {job: [] for job in own if args.inproc}  # `ab_interleaved`
     # Each run's figures as one JSON line as soon as it ends, so a run cut short (a time limit) still leaves what it
     # measured; --resume reads them back and runs only what is missing.
     if args.resume:
-        print(f"  {_resumed(args.resume, results)} runs read back from {args.resume}", flush=True)
+        print(f"  {_resumed(args.resume, results, inproc)} runs read back from {args.resume}", flush=True)
     record = (args.resume or args.record).open("a") if (args.resume or args.record) else None
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as fleets:  # per job, its telemetry over the rounds: the fleet's memory
         for r in range(args.rounds):
             for job in jobs:
-                if all(len(results[job][m]) > r for m in MODES):
+                if all(len(results[job][m]) > r for m in MODES) and (job not in inproc or len(inproc[job]) > r):
                     continue  # this round of this job was read back from the record
                 fleet = Path(fleets) / job
                 fleet.mkdir(exist_ok=True)
                 with tempfile.TemporaryDirectory() as cache:  # cold: an empty kernel cache; warm: the same, filled
                     _shipped_op(cache)
-                    for mode in _order(r):
-                        known = _known_step_ms(results[job]["plain"]) if mode == "warm" else 0.0
+                    for mode in _order(r, job in inproc):
+                        if mode != "inproc" and len(results[job][mode]) > r:
+                            continue  # read back from the record
+                        known = _known_step_ms(results[job]["plain"]) if mode in ("warm", "inproc") else 0.0
                         limit = _limit(results[job]["plain"], args.limit)
                         if job in programs:
                             found = _corpus_run(job, mode, programs[job], cache, str(fleet), step_ms=known, limit=limit)
                         else:
                             found = _run(job, mode, own[job], cache, str(fleet), step_ms=known, limit=limit)
-                        results[job][mode].append(found)
+                        (inproc[job] if mode == "inproc" else results[job][mode]).append(found)
                         where = f"round {r + 1}/{args.rounds}: {job} {mode}"
                         print(_progress(where, found, time.perf_counter() - started), flush=True)
                         if record is not None:
                             record.write(json.dumps({"job": job, "mode": mode, "round": r, **found}) + "\n")
                             record.flush()
-            print("\n".join(table(_complete(results))), flush=True)  # the table so far, after every round
+            print("\n".join(_tables(results, inproc)), flush=True)  # the tables so far, after every round
     if record is not None:
         record.close()
-    lines = table(_complete(results))
+    lines = _tables(results, inproc)
     print("\n".join(lines))
     if args.out:
         with args.out.open("a") as out:
