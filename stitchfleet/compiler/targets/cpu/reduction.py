@@ -87,8 +87,13 @@ class Reduce:
         yield f"{pad}for (int l = 0; l < {LANES}; ++l) {lane}[l] = {self.identity()};"
 
     def lanes_close(self, lane: str, acc: str, pad: str) -> Iterator[str]:
+        """The lanes folded as a tree into `acc`. Each level is `omp simd`: gcc 12 otherwise unrolled a float max's
+        levels into scalar compares and branches on the data (`sf_max_float`'s NaN test), one mispredicted branch
+        after another per row (the transformer's attention softmax + dropout, 2048 rows of 32: 93.8 -> 81.1 us a
+        call, one thread); a level's lanes are independent, so the values are the same."""
         width = LANES // 2
         while width:
+            yield f"{pad}#pragma omp simd"
             yield f"{pad}for (int l = 0; l < {width}; ++l) {self.fold(f'{lane}[l]', f'{lane}[l + {width}]')}"
             width //= 2
         yield f"{pad}{self.ctype} {acc} = {lane}[0];"
