@@ -67,8 +67,10 @@ def fused_sets(plan: StitchPlan, loops: Sequence[Loop]) -> tuple[list[list[Group
 
 
 def _columns(ph: Phase, groups: Sequence[Group]) -> int:
-    """The inner extent: the first root's last dimension (1: iterate flat)."""
-    shape = ph.graph.node(groups[0].dominant).shape
+    """The inner extent: the first root's last dimension longer than 1 (1: iterate flat). Trailing 1s change no
+    element's position: a `(1, 512, 128, 1)` reshape of a layer's rows iterated flat kept its bias's `c % 128` per
+    element, which gcc leaves scalar (the transformer's residual add, 65536 elements, one thread: 30.5 -> 8.4 us)."""
+    shape = [d for d in ph.graph.node(groups[0].dominant).shape if d != 1]
     total = _elements(groups[0])
     cols = shape[-1] if shape else 1
     return cols if cols >= MIN_COLUMNS and total % cols == 0 else 1
