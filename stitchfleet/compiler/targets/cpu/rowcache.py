@@ -12,7 +12,7 @@ producers; the row is short (the demo's attention rows are 32 floats), so the ta
 values in a stack array (L1) written while reducing, and its later groups load them.
 The cached value is exactly the value computed (same statements, stored in the compute type),
 so results do not change. A consumer only reads a cache when every path from the value to
-what it computes is element-wise over the same shape (so it reads the value at its own
+what it computes is element-wise or a reshape over as many elements (so it reads the value at its own
 element); otherwise it computes the value as before. A cache is kept when its value takes a
 heavy op (exp, division, ...) or two later groups read it: a light value read once is cheaper
 recomputed than stored and loaded (measured on the demo's layer-norm backward).
@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from stitchfleet.compiler.ir import Graph, Kind, Node
+from stitchfleet.compiler.ir import Graph, Kind, Node, Op
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower import Emitter
 from stitchfleet.compiler.plan import Group, MappingKind
@@ -53,13 +53,17 @@ def _operand(graph: Graph, group: Group) -> Node | None:
     if group.mapping.kind not in ROW_REDUCTIONS:
         return None
     operand = graph.node(graph.node(group.dominant).inputs[0])
+    while operand.op is Op.RESHAPE:  # the value reshaped: what the reduction computes, and what others read
+        operand = graph.node(operand.inputs[0])
     rows, cols, _ = row_shape(group)
-    whole = operand.shape and operand.shape[-1] == cols and math.prod(operand.shape) == rows * cols
+    last = [d for d in operand.shape if d != 1]  # a (1, rows, cols, 1) operand has rows of cols too
+    whole = last and last[-1] == cols and math.prod(operand.shape) == rows * cols
     return operand if whole and operand.op.is_elementwise else None
 
 
 def in_place(graph: Graph, root: int, value: int, loaded: Collection[int] = ()) -> bool:
-    """Whether every path from `value` up to `root` is element-wise over `value`'s shape (or none exists);
+    """Whether every path from `value` up to `root` is element-wise or a reshape over `value`'s elements (or none
+    exists), so `root` reads `value` at its own flat index;
     `loaded` values (read from a buffer, not recomputed: a regional row max) end a path."""
     shape = graph.node(value).shape
     seen: dict[int, bool] = {}
@@ -71,11 +75,18 @@ def in_place(graph: Graph, root: int, value: int, loaded: Collection[int] = ()) 
             node = graph.node(node_id)
             seen[node_id] = True  # a DAG: provisional value never read on a cycle
             reads = [i for i in node.inputs if i not in loaded and _depends(graph, i, value, loaded)]
-            same = node.op.is_elementwise and node.shape == shape
+            same = _flat(node, shape)
             seen[node_id] = not reads or (same and all(ok(i) for i in reads))
         return seen[node_id]
 
     return ok(root)
+
+
+def _flat(node: Node, shape: tuple[int, ...]) -> bool:
+    """Whether `node` reads its operands at its own flat index over as many elements as `shape`: element-wise, or a
+    reshape (a layer norm's rows as `(1, rows, cols, 1)`: with shapes compared, the transformer's layer-norm backward
+    recomputed its row's chain in three groups)."""
+    return (node.op.is_elementwise or node.op is Op.RESHAPE) and math.prod(node.shape) == math.prod(shape)
 
 
 def _depends(graph: Graph, node_id: int, value: int, loaded: Collection[int] = ()) -> bool:
