@@ -78,6 +78,7 @@ from stitchfleet.compiler.targets.cpu.rowcache import bind, load_stored, loaded,
 # cost more than the pass after (`finite`). A loop split into runs (`pieces.in_runs`: a transpose's gather) is
 # such a loop too: its flag was reduced across the lanes at the end of every run (demo cluster 2: 6.6 us vs 2.3 us).
 CHECKED_INNER = 128
+_WHOLE = (MappingKind.ROWWISE, MappingKind.ELEMENTWISE)  # groups that store each root at every element
 
 
 def _params(graph: Graph, plan: StitchPlan) -> tuple[dict[int, k.Buffer], dict[int, list[k.Buffer]], list[Param]]:
@@ -253,6 +254,12 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
             # no column flags: with them a row-reducing loop ran 4-12% slower than with the pass after (softmax,
             # layernorm, attention softmax, dropout-residual-layernorm at the demo's sizes; `finite.laned`)
             parts.append(_part(_loop(gen, loop, "    "), _elements_of(members)))
+            # its element-wise groups' outputs are whole once the part returns: a later part's reduction loads them
+            # instead of recomputing their chain (the transformer's layer-norm backward + dropout: the bias gradient's
+            # column tiles recomputed 7 loads and 15 ops an element that the loop before had stored)
+            gen.stored |= {
+                n: outputs[n][0] for g in members if g.mapping.kind in _WHOLE for n in g.roots if outputs.get(n)
+            }
     context = f"struct {function}_tasks"
     lines = [f"{context} {{", *[f"    {t}{n};" for t, n in pointers], "    int bad;", "};", ""]
     moved: list[str] = []
