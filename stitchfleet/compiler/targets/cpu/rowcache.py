@@ -179,16 +179,17 @@ def bind(em: Emitter, ready: Sequence[RowCache], group: Group, roots: Sequence[i
             em.bound[cache.node] = k.Load(cache.buffer, local(cache, index, row0))
 
 
-def load_stored(em: Emitter, stored: dict[int, k.Buffer], group: Group, index: k.Expr) -> None:
-    """Makes `em` load each stored output (written whole by an earlier part) that every root reads in place
-    and that is computed (not an input), instead of recomputing it."""
+def load_stored(em: Emitter, stored: dict[int, k.Buffer], groups: Sequence[Group], index: k.Expr) -> None:
+    """Makes `em` load each stored output (written whole by an earlier part) that every root of `groups` (computed
+    by `em` at the same elements) reads in place and that is computed (not an input), instead of recomputing it."""
     buffered = loaded(em)
-    shape = em.graph.node(group.dominant).shape
+    shape = em.graph.node(groups[0].dominant).shape
+    roots = [r for g in groups for r in g.roots]
     for node_id, buf in stored.items():
         node = em.graph.node(node_id)
         if node.shape != shape or node_id in buffered or node_id in em.own or not exact_storage(node.dtype):
             continue
-        if all(in_place(em.graph, r, node_id, buffered) for r in group.roots) and any(
-            _depends(em.graph, r, node_id, buffered) for r in group.roots
+        if all(in_place(em.graph, r, node_id, buffered) for r in roots) and any(
+            _depends(em.graph, r, node_id, buffered) for r in roots
         ):
             em.bound[node_id] = k.Load(buf, index)

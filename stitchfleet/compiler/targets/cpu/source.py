@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from stitchfleet.compiler.ir import DType, Graph, Op
@@ -71,7 +72,7 @@ from stitchfleet.compiler.targets.cpu.generator import (
 )
 from stitchfleet.compiler.targets.cpu.pieces import column_loops, in_runs
 from stitchfleet.compiler.targets.cpu.reduction import REDUCERS, Reduce
-from stitchfleet.compiler.targets.cpu.rowcache import bind, load_stored, loaded, row_caches
+from stitchfleet.compiler.targets.cpu.rowcache import bind, load_stored, loaded, row_caches, row_shape
 
 # A fused loop's rows beyond LANES_MAX columns (no flag per column: `finite.laned`) keep the NaN/Inf test in the
 # loop from this many columns: in short inner loops (the demo's 1024 x 32 softmax input) gcc 12's simd reduction
@@ -122,17 +123,19 @@ def _partials(graph: Graph, plan: StitchPlan) -> dict[int, k.Buffer]:
     return out
 
 
-def _elementwise(gen: Gen, group: Group, pad: str) -> list[str]:
-    """The task's rows, columns innermost (a flat range when the group has no row structure)."""
-    m = group.mapping
+def _elementwise(gen: Gen, groups: Sequence[Group], pad: str) -> list[str]:
+    """The task's rows, columns innermost (a flat range when the group has no row structure), computing every
+    root of `groups` (one group, or a run of them that `_shared_runs` found) at each element."""
+    m = groups[0].mapping
     row, col = k.Var(gen.names("r"), DType.I64), k.Var(gen.names("c"), DType.I64)
     bounds = gen.group_bounds(**{row.name: m.rows, col.name: m.cols})
-    em = gen.ph.emitter(group)
+    em = replace(gen.ph.emitter(groups[0]), own=frozenset(r for g in groups for r in g.roots))
     index = row if m.cols == 1 else k.add(k.mul(row, k.i64(m.cols)), col)
     if m.cols > 1:
-        bind(em, gen.ready, group, group.roots, index)
-        load_stored(em, gen.stored, group, index)
-    store_results(gen.ph, em, group, index)
+        bind(em, gen.ready, groups[0], list(em.own), index)  # the run's groups share their rows: one shape
+        load_stored(em, gen.stored, groups, index)
+    for group in groups:
+        store_results(gen.ph, em, group, index)
     head = loop_range(row.name, "row0", m.rows_per_task, m.rows)
     if m.cols == 1:
         return [f"{pad}{head} {{", *c.block(em.stmts, bounds, frozenset(), pad + "    "), f"{pad}}}"]
@@ -159,13 +162,46 @@ def _finalize(gen: Gen, group: Group, pad: str) -> list[str]:
     ]
 
 
-def _group(gen: Gen, group: Group, pad: str) -> list[str]:
-    lines = [f"{pad}/* group {group.id}: {group.kind.value}, {group.mapping.kind.value} */", f"{pad}{{"]
+def _group(gen: Gen, groups: Sequence[Group], pad: str) -> list[str]:
+    group = groups[0]
+    ids = ", ".join(str(g.id) for g in groups)
+    lines = [f"{pad}/* group{'s' if len(groups) > 1 else ''} {ids}: {group.kind.value}, {group.mapping.kind.value} */"]
+    lines.append(f"{pad}{{")
     if group.mapping.kind in REDUCERS:
         lines += REDUCERS[group.mapping.kind](gen, Reduce(gen, group), pad + "    ")
     else:
-        lines += _elementwise(gen, group, pad + "    ")
+        lines += _elementwise(gen, groups, pad + "    ")
     return [*lines, f"{pad}}}"]
+
+
+def _sources(gen: Gen, group: Group) -> tuple[frozenset[int], frozenset[int]]:
+    em = gen.ph.emitter(group)
+    return frozenset(em.sources.shared), frozenset(em.sources.scratch)
+
+
+def _shared_runs(gen: Gen, groups: Sequence[Group]) -> list[list[Group]]:
+    """The loop's groups in order, consecutive row-wise groups over the same rows, columns and tasks together: one
+    column loop computes them all, so a value several of them compute is computed once an element (the emitter
+    memoises it). Apart, gcc recomputed it in each group's loop (the transformer's dropout + residual + layer norm:
+    the normalised row's chain twice, for the normalised output and the scaled one). Members read their values
+    from the same places and none imports a value another exports (its loop would have to have finished)."""
+    runs: list[list[Group]] = []
+    for group in groups:
+        last = runs[-1][-1] if runs else None
+        joins = (
+            last is not None
+            and group.mapping.kind is MappingKind.ROWWISE
+            and last.mapping.kind is MappingKind.ROWWISE
+            and group.mapping.cols > 1
+            and row_shape(group) == row_shape(last)
+            and _sources(gen, group) == _sources(gen, last)
+            and not any(e.consumer == group.id and e.producer in {g.id for g in runs[-1]} for e in gen.plan.edges)
+        )
+        if joins:
+            runs[-1].append(group)
+        else:
+            runs.append([group])
+    return runs
 
 
 def _loop(gen: Gen, loop: Loop, pad: str) -> list[str]:
@@ -182,9 +218,9 @@ def _loop(gen: Gen, loop: Loop, pad: str) -> list[str]:
     gen.caches, gen.ready = row_caches(gen.graph, groups, lambda g: loaded(gen.ph.emitter(g))), []
     for buf in [*_loop_shared(gen, loop), *(rc.buffer for rc in gen.caches)]:
         lines.append(f"{pad}    {c.STORAGE[buf.dtype]} {buf.name}[{buf.size}];")
-    for group in groups:
-        lines += _group(gen, group, pad + "    ")
-        gen.ready += [rc for rc in gen.caches if rc.producer == group.id]
+    for run in _shared_runs(gen, groups):
+        lines += _group(gen, run, pad + "    ")
+        gen.ready += [rc for rc in gen.caches if rc.producer in {g.id for g in run}]
     gen.caches, gen.ready = [], []
     for gid in loop.finalize:
         lines += _finalize(gen, gen.plan.group(gid), pad + "    ")
