@@ -74,7 +74,7 @@ def in_place(graph: Graph, root: int, value: int, loaded: Collection[int] = ()) 
         if node_id not in seen:
             node = graph.node(node_id)
             seen[node_id] = True  # a DAG: provisional value never read on a cycle
-            reads = [i for i in node.inputs if i not in loaded and _depends(graph, i, value, loaded)]
+            reads = [i for i in node.inputs if i not in loaded and depends(graph, i, value, loaded)]
             same = _flat(node, shape)
             seen[node_id] = not reads or (same and all(ok(i) for i in reads))
         return seen[node_id]
@@ -89,7 +89,7 @@ def _flat(node: Node, shape: tuple[int, ...]) -> bool:
     return (node.op.is_elementwise or node.op is Op.RESHAPE) and math.prod(node.shape) == math.prod(shape)
 
 
-def _depends(graph: Graph, node_id: int, value: int, loaded: Collection[int] = ()) -> bool:
+def depends(graph: Graph, node_id: int, value: int, loaded: Collection[int] = ()) -> bool:
     """Whether computing `node_id` computes `value` (`loaded` values are read, not computed)."""
     stack, seen = [node_id], set()
     while stack:
@@ -121,7 +121,7 @@ def _later_readers(graph: Graph, groups: Sequence[Group], at: int, operand: int,
     count = 0
     for g in groups[at + 1 :]:
         roots, stop = reads(graph, g), buffered(g)
-        if row_shape(g) != row_shape(groups[at]) or not any(_depends(graph, r, operand, stop) for r in roots):
+        if row_shape(g) != row_shape(groups[at]) or not any(depends(graph, r, operand, stop) for r in roots):
             continue
         if not all(in_place(graph, r, operand, stop) for r in roots):
             return 0
@@ -190,6 +190,6 @@ def load_stored(em: Emitter, stored: dict[int, k.Buffer], groups: Sequence[Group
         if node.shape != shape or node_id in buffered or node_id in em.own or not exact_storage(node.dtype):
             continue
         if all(in_place(em.graph, r, node_id, buffered) for r in roots) and any(
-            _depends(em.graph, r, node_id, buffered) for r in roots
+            depends(em.graph, r, node_id, buffered) for r in roots
         ):
             em.bound[node_id] = k.Load(buf, index)

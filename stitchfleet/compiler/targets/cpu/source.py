@@ -72,7 +72,7 @@ from stitchfleet.compiler.targets.cpu.generator import (
 )
 from stitchfleet.compiler.targets.cpu.pieces import column_loops, in_runs
 from stitchfleet.compiler.targets.cpu.reduction import REDUCERS, Reduce
-from stitchfleet.compiler.targets.cpu.rowcache import bind, load_stored, loaded, row_caches, row_shape
+from stitchfleet.compiler.targets.cpu.rowcache import bind, depends, load_stored, loaded, row_caches, row_shape
 
 # A fused loop's rows beyond LANES_MAX columns (no flag per column: `finite.laned`) keep the NaN/Inf test in the
 # loop from this many columns: in short inner loops (the demo's 1024 x 32 softmax input) gcc 12's simd reduction
@@ -204,7 +204,30 @@ def _shared_runs(gen: Gen, groups: Sequence[Group]) -> list[list[Group]]:
     return runs
 
 
-def _loop(gen: Gen, loop: Loop, pad: str) -> list[str]:
+def _host(gen: Gen, loops: Sequence[Loop], groups: Sequence[Group]) -> Loop | None:
+    """A planned loop of the same stage whose last group is row-wise over as many elements as the fused set `groups`,
+    in rows of the set's columns: it computes the set in its last column loop (`_loop`), where a part of its own
+    read the set's inputs in a pass of their own (the transformer's dropout mask beside its attention softmax: 11 of
+    89 us with cold caches, through _pooled, one thread). The set is closed (`fused_sets`): it reads nothing the loop
+    computes, and the loop nothing the set computes (the set's part would have run first: no value it stores is
+    loaded, `Gen.stored`)."""
+    elements, cols = groups[0].mapping.rows * groups[0].mapping.cols, inner_extent(gen.ph, groups)
+    roots = [r for g in groups for r in g.roots]
+    for loop in loops:
+        last = gen.plan.group(loop.groups[-1]) if loop.groups else None
+        m = last.mapping if last is not None else None
+        if m is not None and m.kind is MappingKind.ROWWISE and m.cols == cols > 1 and m.rows * m.cols == elements:
+            others = [gen.plan.group(g) for lp in loops if lp is not loop for g in (*lp.groups, *lp.finalize)]
+            # another loop of the stage that reads the set would compute it again where it loaded the set's part's
+            # outputs (`Gen.stored`): the set keeps its part
+            if not any(depends(gen.graph, r, n) for g in others for r in g.roots for n in roots):
+                return loop
+    return None
+
+
+def _loop(gen: Gen, loop: Loop, pad: str, hosted: Sequence[Group] = ()) -> list[str]:
+    """The planned loop's tasks, each running its groups in order; `hosted`: fused groups computed in its last column
+    loop (`_host`)."""
     first = gen.plan.group(loop.groups[0]) if loop.groups else gen.plan.group(loop.finalize[0])
     per_task = first.mapping.rows_per_task
     lines = [
@@ -218,7 +241,10 @@ def _loop(gen: Gen, loop: Loop, pad: str) -> list[str]:
     gen.caches, gen.ready = row_caches(gen.graph, groups, lambda g: loaded(gen.ph.emitter(g))), []
     for buf in [*_loop_shared(gen, loop), *(rc.buffer for rc in gen.caches)]:
         lines.append(f"{pad}    {c.STORAGE[buf.dtype]} {buf.name}[{buf.size}];")
-    for run in _shared_runs(gen, groups):
+    runs = _shared_runs(gen, groups)
+    if hosted:  # `_host` chose the loop for its last group: a row-wise one
+        runs[-1] = [*runs[-1], *hosted]
+    for run in runs:
         lines += _group(gen, run, pad + "    ")
         gen.ready += [rc for rc in gen.caches if rc.producer in {g.id for g in run}]
     gen.caches, gen.ready = [], []
@@ -260,6 +286,38 @@ def _elements_of(groups: list[Group]) -> int:
     return sum(g.mapping.rows * g.mapping.cols for g in groups)
 
 
+def _stage_parts(gen: Gen, loops: list[Loop], fused: set[str]) -> list[_Part]:
+    """One stage's parts: its fused element-wise sets (each its own part, unless a planned loop hosts it: `_host`),
+    then its planned loops; `fused` collects the outputs whose NaN/Inf test stays in a fused loop's stores."""
+    plan, ph, outputs = gen.plan, gen.ph, gen.ph.outputs
+    parts: list[_Part] = []
+    sets, planned = fused_sets(plan, loops)
+    hosted: dict[int, list[Group]] = {}
+    for groups in sets:
+        host = _host(gen, planned, groups)
+        if host is not None:
+            hosted.setdefault(host.id, []).extend(groups)
+            continue
+        body = fused_loop(ph, groups, "    ")
+        # a fused loop's short rows keep their NaN/Inf test in the loop on column flags (`finite.laned`), where a
+        # planned loop's row reductions keep the pass after the region (below)
+        parts.append(replace(_part(body, _elements_of(groups)), lanes=LANES_MAX))
+        # every element of every root is written before the next part starts (the runner's barrier)
+        gen.stored |= {n: outputs[n][0] for g in groups for n in g.roots if outputs.get(n)}
+        if inner_extent(ph, groups) >= CHECKED_INNER and not in_runs(body):
+            fused |= {b.name for g in groups for n in g.roots for b in outputs.get(n, ())}
+    for loop in planned:
+        members = [plan.group(g) for g in (*loop.groups, *loop.finalize)] + hosted.get(loop.id, [])
+        # no column flags: with them a row-reducing loop ran 4-12% slower than with the pass after (softmax,
+        # layernorm, attention softmax, dropout-residual-layernorm at the demo's sizes; `finite.laned`)
+        parts.append(_part(_loop(gen, loop, "    ", hosted.get(loop.id, [])), _elements_of(members)))
+        # its element-wise groups' outputs are whole once the part returns: a later part's reduction loads them
+        # instead of recomputing their chain (the transformer's layer-norm backward + dropout: the bias gradient's
+        # column tiles recomputed 7 loads and 15 ops an element that the loop before had stored)
+        gen.stored |= {n: outputs[n][0] for g in members if g.mapping.kind in _WHOLE for n in g.roots if outputs.get(n)}
+    return parts
+
+
 def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_cluster") -> CSource:
     """The C function computing every output of the cluster graph (see the module docstring)."""
     inputs, outputs, params = _params(graph, plan)
@@ -275,27 +333,7 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     parts: list[_Part] = []
     fused: set[str] = set()
     for stage in sorted({lp.stage for lp in plan.loops}):
-        sets, planned = fused_sets(plan, [lp for lp in plan.loops if lp.stage == stage])
-        for groups in sets:
-            body = fused_loop(ph, groups, "    ")
-            # a fused loop's short rows keep their NaN/Inf test in the loop on column flags (`finite.laned`), where a
-            # planned loop's row reductions keep the pass after the region (below)
-            parts.append(replace(_part(body, _elements_of(groups)), lanes=LANES_MAX))
-            # every element of every root is written before the next part starts (the runner's barrier)
-            gen.stored |= {n: outputs[n][0] for g in groups for n in g.roots if outputs.get(n)}
-            if inner_extent(ph, groups) >= CHECKED_INNER and not in_runs(body):
-                fused |= {b.name for g in groups for n in g.roots for b in outputs.get(n, ())}
-        for loop in planned:
-            members = [plan.group(g) for g in (*loop.groups, *loop.finalize)]
-            # no column flags: with them a row-reducing loop ran 4-12% slower than with the pass after (softmax,
-            # layernorm, attention softmax, dropout-residual-layernorm at the demo's sizes; `finite.laned`)
-            parts.append(_part(_loop(gen, loop, "    "), _elements_of(members)))
-            # its element-wise groups' outputs are whole once the part returns: a later part's reduction loads them
-            # instead of recomputing their chain (the transformer's layer-norm backward + dropout: the bias gradient's
-            # column tiles recomputed 7 loads and 15 ops an element that the loop before had stored)
-            gen.stored |= {
-                n: outputs[n][0] for g in members if g.mapping.kind in _WHOLE for n in g.roots if outputs.get(n)
-            }
+        parts += _stage_parts(gen, [lp for lp in plan.loops if lp.stage == stage], fused)
     context = f"struct {function}_tasks"
     lines = [f"{context} {{", *[f"    {t}{n};" for t, n in pointers], "    int bad;", "};", ""]
     moved: list[str] = []
