@@ -175,6 +175,7 @@ def _group(gen: Gen, groups: Sequence[Group], pad: str) -> list[str]:
 
 
 def _sources(gen: Gen, group: Group) -> tuple[frozenset[int], frozenset[int]]:
+    """The values the group's emitter reads from a task's shared buffers and from heap scratch."""
     em = gen.ph.emitter(group)
     return frozenset(em.sources.shared), frozenset(em.sources.scratch)
 
@@ -209,8 +210,8 @@ def _host(gen: Gen, loops: Sequence[Loop], groups: Sequence[Group]) -> Loop | No
     in rows of the set's columns: it computes the set in its last column loop (`_loop`), where a part of its own
     read the set's inputs in a pass of their own (the transformer's dropout mask beside its attention softmax: 11 of
     89 us with cold caches, through _pooled, one thread). The set is closed (`fused_sets`): it reads nothing the loop
-    computes, and the loop nothing the set computes (the set's part would have run first: no value it stores is
-    loaded, `Gen.stored`)."""
+    computes; the loop's earlier groups compute what they read of the set themselves (its outputs are not stored
+    yet: `Gen.stored`), as do its last run's groups, once, beside it."""
     elements, cols = groups[0].mapping.rows * groups[0].mapping.cols, inner_extent(gen.ph, groups)
     roots = [r for g in groups for r in g.roots]
     for loop in loops:
