@@ -24,9 +24,9 @@ STEP_SECONDS = 0.04  # what every step of the kept job lasts, stitched or not: s
 
 class EvenSteps(tf.compat.v1.train.SessionRunHook):
     """Listed ahead of the StitchHook, it wraps the hook's timed interval and holds each step to STEP_SECONDS of
-    wall clock. Whether the cpu backend's kernels beat TF on this model depends on the machine (CI's 2-core runner
-    ran them 1.5x slower than TF and the guard rightly reverted): the kept job's premise, steps no slower stitched,
-    must hold by construction, not by the machine's luck."""
+    wall clock. Whether the cpu backend's kernels beat TF on this model depends on the machine and even the process
+    (CI's 2-core runner ran them 1.5x slower than TF and the guard rightly reverted; benchmarks/README.md, "Session
+    26"): the kept job's premise, steps no slower stitched, must hold by construction, not by luck."""
 
     def __init__(self) -> None:
         self.began = 0.0
