@@ -99,16 +99,17 @@ def figures(plain: Side, plugin: Side) -> dict[str, Any]:
     }
 
 
-def agrees(run: dict[str, Any]) -> str:
-    """Whether the report agrees with the clock in one process: the measured difference lies in the report's
-    interval of the saving, less the setup it booked from steps and its plugin overhead (both spent in the steps),
-    widened by twice the difference's noise (ab_jobs' `_agrees`, with the noise of this process)."""
+def agrees(run: dict[str, Any], difference: float, noise: float) -> str:
+    """Whether a plugin run's report agrees with the clock: `difference` (plain TF's steps' seconds minus the run's)
+    lies in the report's interval of the saving, less the setup it booked from steps and its plugin overhead (both
+    spent in the steps), widened by twice the difference's `noise`. ab_jobs judges its runs of separate processes
+    with it too."""
     low, high = run["interval"]
     if not math.isfinite(low):  # no interval: nothing is claimed, so the clock must show no saving beyond noise
         low = high = 0.0
     booked = run["setup_from_steps"] + run.get("overhead", 0.0)
-    low, high = low - booked - 2 * run["noise"], high - booked + 2 * run["noise"]
-    return "yes" if low <= run["difference"] <= high else f"no ({run['difference']:+.2f})"
+    low, high = low - booked - 2 * noise, high - booked + 2 * noise
+    return "yes" if low <= difference <= high else f"no ({difference:+.2f})"
 
 
 def table(results: dict[str, list[dict[str, Any]]], claimed: Callable[[dict[str, Any]], str]) -> list[str]:
@@ -130,7 +131,8 @@ def table(results: dict[str, list[dict[str, Any]]], claimed: Callable[[dict[str,
                 f"| {job} | {r + 1} | {run['plain_steady'] * 1e3:.2f} | {run['steady'] * 1e3:.2f}"
                 f" | {median:.3f}x ({low:.3f}-{high:.3f}; {run['pairs']})"
                 f" | {run['difference']:+.2f} ({run['noise']:.2f})"
-                f" | {claimed(run)} | {agrees(run)} | {run['plain_losses'][1]:.5f} / {run['losses'][1]:.5f}"
+                f" | {claimed(run)} | {agrees(run, run['difference'], run['noise'])}"
+                f" | {run['plain_losses'][1]:.5f} / {run['losses'][1]:.5f}"
                 f" | {run.get('decided', '')} |"
             )
     return lines

@@ -446,13 +446,7 @@ def _agrees(plain: dict[str, Any], run: dict[str, Any], noise: float) -> str:
     judge by)."""
     if math.isnan(noise):
         return "n/a"
-    difference = plain["steps_seconds"] - run["steps_seconds"]
-    low, high = run["interval"]
-    if not math.isfinite(low):  # no interval: nothing is claimed, so the clock must show no saving beyond noise
-        low = high = 0.0
-    booked = run["setup_from_steps"] + run.get("overhead", 0.0)
-    low, high = low - booked - 2 * noise, high - booked + 2 * noise
-    return "yes" if low <= difference <= high else f"no ({difference:+.2f})"
+    return ab_interleaved.agrees(run, plain["steps_seconds"] - run["steps_seconds"], noise)
 
 
 def _paired(in_job: list[float]) -> str:
