@@ -126,24 +126,15 @@ def _child(job: str, mode: str, steps: int, state: str, fleet: str) -> dict[str,
     started = time.perf_counter()
     import tensorflow as tf
 
-    from stitchfleet.plugin.session.hook import StitchHook
-
-    graph, loss, train_op, feeds = JOBS[job]()
-    hook = None
-    url = f"sqlite:///{Path(fleet) / 'telemetry.db'}"
     uid = f"{mode}-{time.time_ns()}"
-    if mode in ("cold", "warm"):
-        env = {**os.environ, "STITCHFLEET_STATE_DIR": state, "STITCHFLEET_JOB_NAME": f"ab-{job}"}
-        hook = StitchHook(settings.load({**env, "STITCHFLEET_JOB_UID": uid}), db_url=url)
+    hook, url = _plugin_hook(job, state, fleet, uid) if mode in ("cold", "warm") else (None, "")
+    graph, fetches, feeds, hooks = _job_parts(job, steps, hook)
     with graph.as_default():
-        tf.compat.v1.train.get_or_create_global_step()
-        step_up = tf.compat.v1.assign_add(tf.compat.v1.train.get_global_step(), 1)
-        stop = tf.compat.v1.train.StopAtStepHook(num_steps=steps)
         times, losses = [], []
-        with tf.compat.v1.train.MonitoredSession(hooks=[h for h in (hook, stop) if h is not None]) as session:
+        with tf.compat.v1.train.MonitoredSession(hooks=hooks) as session:
             while not session.should_stop():
                 began = time.perf_counter()
-                value, _, _ = session.run([loss, train_op, step_up], feeds)
+                value, _, _ = session.run(fetches, feeds)
                 times.append(time.perf_counter() - began)
                 losses.append(float(value))
     wall = time.perf_counter() - started
@@ -162,6 +153,28 @@ def _child(job: str, mode: str, steps: int, state: str, fleet: str) -> dict[str,
     return found
 
 
+def _plugin_hook(job: str, state: str, fleet: str, uid: str) -> tuple[StitchHook, str]:
+    """The plugin's hook for one run of `job` (its state, the fleet's telemetry database) and that database's URL."""
+    from stitchfleet.plugin.session.hook import StitchHook
+
+    url = f"sqlite:///{Path(fleet) / 'telemetry.db'}"
+    env = {**os.environ, "STITCHFLEET_STATE_DIR": state, "STITCHFLEET_JOB_NAME": f"ab-{job}"}
+    return StitchHook(settings.load({**env, "STITCHFLEET_JOB_UID": uid}), db_url=url), url
+
+
+def _job_parts(job: str, steps: int, hook: StitchHook | None) -> tuple[Any, list[Any], dict[Any, Any], list[Any]]:
+    """`job`'s graph as users write it (a global step and a StopAtStepHook: the plugin knows its length): the graph,
+    the step's fetches, its feeds, and the session's hooks (`hook` first when given)."""
+    import tensorflow as tf
+
+    graph, loss, train_op, feeds = JOBS[job]()
+    with graph.as_default():
+        tf.compat.v1.train.get_or_create_global_step()
+        step_up = tf.compat.v1.assign_add(tf.compat.v1.train.get_global_step(), 1)
+        stop = tf.compat.v1.train.StopAtStepHook(num_steps=steps)
+    return graph, [loss, train_op, step_up], feeds, [h for h in (hook, stop) if h is not None]
+
+
 def _child_inproc(job: str, steps: int, state: str, fleet: str) -> dict[str, Any]:
     """The job twice in this process, plain and under the plugin (warm: the round's cache and fleet memory),
     alternated chunk by chunk (`ab_interleaved`); their figures as a dict."""
@@ -169,22 +182,15 @@ def _child_inproc(job: str, steps: int, state: str, fleet: str) -> dict[str, Any
 
     import tensorflow as tf
 
-    from stitchfleet.plugin.session.hook import StitchHook
-
-    url = f"sqlite:///{Path(fleet) / 'telemetry.db'}"
     uid = f"inproc-{time.time_ns()}"
-    env = {**os.environ, "STITCHFLEET_STATE_DIR": state, "STITCHFLEET_JOB_NAME": f"ab-{job}"}
-    hook = StitchHook(settings.load({**env, "STITCHFLEET_JOB_UID": uid}), db_url=url)
+    hook, url = _plugin_hook(job, state, fleet, uid)
     sides = []
     with contextlib.ExitStack() as stack:
         for side_hook in (None, hook):
-            graph, loss, train_op, feeds = JOBS[job]()
+            graph, fetches, feeds, hooks = _job_parts(job, steps, side_hook)
             with graph.as_default():
-                tf.compat.v1.train.get_or_create_global_step()
-                step_up = tf.compat.v1.assign_add(tf.compat.v1.train.get_global_step(), 1)
-                hooks = [h for h in (side_hook, tf.compat.v1.train.StopAtStepHook(num_steps=steps)) if h is not None]
                 session = stack.enter_context(tf.compat.v1.train.MonitoredSession(hooks=hooks))
-            sides.append(ab_interleaved.Side(session, graph, [loss, train_op, step_up], feeds))
+            sides.append(ab_interleaved.Side(session, graph, fetches, feeds))
         ab_interleaved.alternate(sides[0], sides[1], steps)
     found = ab_interleaved.figures(sides[0], sides[1])
     from stitchfleet.telemetry import spool_ingest
