@@ -185,12 +185,17 @@ def lowered_workloads(profile: str = "tiny") -> tuple[tuple[Case, Lowered], ...]
     return tuple((case, case.lowered()) for case in workload_cases(profile))
 
 
-def workload_slice(profile: str = "tiny") -> list[Case]:
-    """Per workload graph: its first cluster with a grid barrier, and its first without one."""
+def workload_slice(profile: str = "tiny", *, plain_graphs: int | None = None) -> list[Case]:
+    """Per workload graph: its first cluster with a grid barrier, and its first without one; with `plain_graphs`,
+    the one without only for that many graphs (in name order), where a graph with a barrier cluster is one."""
     chosen: dict[tuple[str, bool], Case] = {}
     for case, lowered in lowered_workloads(profile):
         barrier = any(has_grid_sync(k.body) for k in lowered.kernels)  # what render_kernel's grid_barrier says
         chosen.setdefault((case.label.split("/")[0], barrier), case)
+    if plain_graphs is not None:
+        graphs = sorted({graph for graph, _ in chosen})
+        cut = {graph for graph in graphs[plain_graphs:] if (graph, True) in chosen}
+        chosen = {key: case for key, case in chosen.items() if key[1] or key[0] not in cut}
     return [chosen[key] for key in sorted(chosen)]
 
 

@@ -5,7 +5,8 @@ libcuda.so.1 (kernels run by cuda-cpu from the same module source NVRTC compiles
 garbage-filled outputs and scratch: the in-kernel non-finite flag (clear, set by a NaN input, reset), the
 blame kernels, each program's destroy (module unloaded, pinned flag words freed, nothing left in the
 fake's books), and one cluster of each kind under every injected fault. The default tier runs the workload
-slice (per graph the first cluster with a grid barrier and the first without); the sweep runs every cluster.
+slice (per graph the first cluster with a grid barrier, and one graph's first without); the sweep runs every
+cluster.
 """
 
 from __future__ import annotations
