@@ -16,10 +16,10 @@ import numpy as np
 import numpy.typing as npt
 
 from stitchfleet.compiler import tolerance
+from stitchfleet.compiler.blas_threads import one_blas_thread
 from stitchfleet.compiler.evaluate import Array, evaluate
 from stitchfleet.compiler.ir import Graph
 from stitchfleet.compiler.tolerance import OutputCheck, check, error_floor, output_of, roundoff, scaled_error
-from stitchfleet.plugin.guard.blas_threads import one_blas_thread
 
 # Elements below 1% of an output's RMS are judged against that floor: gradients cancel, and a
 # near-zero element's relative error says nothing about the kernel (corruptions are O(1)).
@@ -55,6 +55,7 @@ class Finding:
         return self.compiled_error / self.allowed
 
 
+@one_blas_thread  # its spinning workers would slow the job's next steps
 def judge(
     graph: Graph,
     inputs: Sequence[npt.ArrayLike],
@@ -65,21 +66,7 @@ def judge(
     reference: Mapping[str, Array] | None = None,
 ) -> Finding:
     """The worst output of the cluster on this step (see the module docstring); `reference`: the fp64
-    outputs on these inputs when the caller already has them (judging several results of one step). BLAS runs on
-    one thread meanwhile: its spinning workers would slow the job's next steps (`blas_threads`)."""
-    with one_blas_thread():
-        return _judge(graph, inputs, original, stitched, factor, reference=reference)
-
-
-def _judge(
-    graph: Graph,
-    inputs: Sequence[npt.ArrayLike],
-    original: Sequence[npt.ArrayLike],
-    stitched: Sequence[npt.ArrayLike],
-    factor: float,
-    *,
-    reference: Mapping[str, Array] | None,
-) -> Finding:
+    outputs on these inputs when the caller already has them (judging several results of one step)."""
     outputs = [name for name, _ in graph.outputs]
     close = _close_to_tf(outputs, stitched, original, factor)
     if close is not None:

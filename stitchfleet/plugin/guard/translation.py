@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from stitchfleet.compiler.blas_threads import one_blas_thread
 from stitchfleet.compiler.evaluate import evaluate, random_inputs
 from stitchfleet.compiler.ir import DType, fingerprint
 from stitchfleet.compiler.tolerance import error_floor, rounding_at, scaled_error
 from stitchfleet.plugin.graph.cluster_ops import UNREAD_KEY
 from stitchfleet.plugin.graph.mapping import Site
 from stitchfleet.plugin.guard import wide_batchnorm
-from stitchfleet.plugin.guard.blas_threads import one_blas_thread
 from stitchfleet.plugin.guard.numeric import FLOOR_RATIO, reduction_paths, summation_allowance
 
 if TYPE_CHECKING:
@@ -51,16 +51,11 @@ OTHER_FLOATS = frozenset({DType.F16, DType.BF16, DType.F64})  # a cluster holdin
 TF_ROUNDING = {np.dtype(np.float16): "storage", np.dtype(np.float64): "float32"}
 
 
+@one_blas_thread  # its spinning workers would slow the job's first steps
 def check_sites(graph: tf.Graph, sites: Sequence[Site], factor: float, cache_dir: Path | None = None) -> dict[int, str]:
     """The sites (by cluster index) whose IR disagrees with TF's ops, with why; the others pass. With
     `cache_dir`, a pass is remembered per (TF ops, IR, TF version), so a restarted pod, or a second pod of
-    the same job sharing its kernel cache (README, "Setup cost in a pod"), skips the check. BLAS runs on one
-    thread meanwhile (`blas_threads`: its spinning workers would slow the job's first steps)."""
-    with one_blas_thread():
-        return _refused(graph, sites, factor, cache_dir)
-
-
-def _refused(graph: tf.Graph, sites: Sequence[Site], factor: float, cache_dir: Path | None) -> dict[int, str]:
+    the same job sharing its kernel cache (README, "Setup cost in a pod"), skips the check."""
     refused: dict[int, str] = {}
     for site in sites:
         marker = _marker(graph, site, factor, cache_dir)

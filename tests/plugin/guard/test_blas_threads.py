@@ -1,4 +1,4 @@
-"""The guard's judgement leaves no BLAS worker spinning after it (`guard/blas_threads.py`).
+"""The guard's judgement leaves no BLAS worker spinning after it (`compiler/blas_threads.py`).
 
 OpenBLAS's workers spin ~100 ms after a multi-threaded call; a check step's judgement on the training thread
 took a core from the next 15-20 steps of a 2-core job. Here one judgement runs in a process of its own
