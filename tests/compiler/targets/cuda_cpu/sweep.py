@@ -186,8 +186,8 @@ def lowered_workloads(profile: str = "tiny") -> tuple[tuple[Case, Lowered], ...]
 
 
 def workload_slice(profile: str = "tiny", *, plain_graphs: int | None = None) -> list[Case]:
-    """Per workload graph: its first cluster with a grid barrier, and its first without one; with `plain_graphs`,
-    the one without only for that many graphs (in name order), where a graph with a barrier cluster is one."""
+    """Per workload graph: its first cluster with a grid barrier, and its first without one. With `plain_graphs`, a
+    graph past the first that many (in name order) keeps only its barrier cluster, when it has one."""
     chosen: dict[tuple[str, bool], Case] = {}
     for case, lowered in lowered_workloads(profile):
         barrier = any(has_grid_sync(k.body) for k in lowered.kernels)  # what render_kernel's grid_barrier says
