@@ -2,8 +2,10 @@
 
 Input: the command line (jobs of the corpus, steps per job, rounds). Output: one Markdown table on stdout (and
 appended to --out when given): per job and mode, wall seconds (process start of the job to its end: graph,
-session, setup, steps), the steady step (median of the last half), first and last loss, what the plugin decided,
-the report's claimed saving (net: the job's windows' gross minus its setup and its plugin overhead, from its
+session, setup, steps, the session's close) and against plain TF's of the same round, whole and up to the end of the
+job's last step (a program's teardown after it can wait for tens of seconds in any mode: tf.data's autotune thread,
+benchmarks/README.md "Session 28"), the steady step (median of the last half), first and last loss, what the plugin
+decided, the report's claimed saving (net: the job's windows' gross minus its setup and its plugin overhead, from its
 telemetry, per device back to the rank's seconds, with the windows' noise; a run without stitched windows claims
 minus its setup and overhead) against the measured difference from plain TF in the same round
 (steps alone, and wall), with the noise of the measured difference (spread of plain TF's over the rounds), and
@@ -137,9 +139,11 @@ def _child(job: str, mode: str, steps: int, state: str, fleet: str) -> dict[str,
                 value, _, _ = session.run(fetches, feeds)
                 times.append(time.perf_counter() - began)
                 losses.append(float(value))
+            to_last = time.perf_counter() - started  # before the session closes (`_to_last`)
     wall = time.perf_counter() - started
     found: dict[str, Any] = {
         "wall": wall,
+        "to_last": to_last,
         "steps_seconds": sum(times),
         "steady": statistics.median(times[len(times) // 2 :]),
         "losses": [losses[0], losses[-1]],
@@ -348,6 +352,7 @@ def _corpus_run(
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     figures: dict[str, Any] = {
         "wall": wall,
+        "to_last": arrivals[-1] - started,  # the last step's loss line (`_to_last`)
         "steps_seconds": arrivals[-1] - arrivals[0],  # every step after the first (its executor build)
         "steady": statistics.median(gaps[len(gaps) // 2 :]),
         "losses": [losses[0], losses[-1]],
@@ -455,6 +460,16 @@ def _agrees(plain: dict[str, Any], run: dict[str, Any], noise: float) -> str:
     return ab_interleaved.agrees(run, plain["steps_seconds"] - run["steps_seconds"], noise)
 
 
+def _walls(kept: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
+    """A run's wall against its round's plain run, per round: the whole process, and up to its last step's end
+    (`to_last`; "-" in records that lack it)."""
+
+    def ratio(plain: dict[str, Any], run: dict[str, Any], key: str) -> str:
+        return f"{run[key] / plain[key]:.3f}x" if key in plain and key in run else "-"
+
+    return " / ".join(f"{ratio(p, r, 'wall')}; {ratio(p, r, 'to_last')}" for p, r in kept)
+
+
 def _paired(in_job: list[float]) -> str:
     """A run's in-job ratio (`_in_job`) for the table's cell; "-" where it had no paired stitched window."""
     if not in_job:
@@ -465,11 +480,12 @@ def _paired(in_job: list[float]) -> str:
 
 def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
     lines = [
-        "| job | mode | wall s (per round) | steady ms | vs plain steady | loss first -> last | decided (last round) |"
+        "| job | mode | wall s (per round) | vs plain: wall; to the last step (per round) | steady ms | vs plain steady"
+        " | loss first -> last | decided (last round) |"
         " claimed net s (gross, 95% interval) per round | measured vs plain s: steps / wall (per round) |"
         " noise s: steps / wall | clock in the claim's interval (steps, 2x noise) |"
         " in the job: stitched vs paired baseline, last half: windows' median (middle half; pooled; windows) |",
-        "|---|---|---|---:|---:|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---:|---:|---|---|---|---|---|---|---|",
     ]
     for job, by_mode in results.items():
         plain = [r for r in by_mode["plain"] if "error" not in r]
@@ -484,7 +500,7 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
             kept = [(p, r) for p, r in rounds if "error" not in p and "error" not in r]
             runs = [r for _, r in kept]
             if not runs:
-                lines.append(f"| {job} | {mode} | {walls} ||||||||||")
+                lines.append(f"| {job} | {mode} | {walls} |||||||||||")
                 continue
             steady = statistics.median(r["steady"] for r in runs)
             loss = f"{runs[-1]['losses'][0]:.4f} -> {runs[-1]['losses'][1]:.4f}"
@@ -500,7 +516,8 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
                 agrees = " / ".join(_agrees(p, r, steps_noise) for p, r in kept)
                 in_job = " / ".join(_paired(r.get("in_job", [])) for r in runs)
             lines.append(
-                f"| {job} | {mode} | {walls} | {steady * 1e3:.2f} | {steady / plain_steady:.3f}x | {loss} | {decided}"
+                f"| {job} | {mode} | {walls} | {_walls(kept)} | {steady * 1e3:.2f} | {steady / plain_steady:.3f}x"
+                f" | {loss} | {decided}"
                 f" | {claimed} | {measured} | {noise} | {agrees} | {in_job} |"
             )
     return lines
