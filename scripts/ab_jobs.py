@@ -462,12 +462,23 @@ def _agrees(plain: dict[str, Any], run: dict[str, Any], noise: float) -> str:
 
 def _walls(kept: list[tuple[dict[str, Any], dict[str, Any]]]) -> str:
     """A run's wall against its round's plain run, per round: the whole process, and up to its last step's end
-    (`to_last`; "-" in records that lack it)."""
+    (`to_last`; "-" in records that lack it); with more than one round, the medians over the rounds after them."""
 
-    def ratio(plain: dict[str, Any], run: dict[str, Any], key: str) -> str:
-        return f"{run[key] / plain[key]:.3f}x" if key in plain and key in run else "-"
+    def ratios(key: str) -> list[float | None]:
+        return [r[key] / p[key] if key in p and key in r else None for p, r in kept]
 
-    return " / ".join(f"{ratio(p, r, 'wall')}; {ratio(p, r, 'to_last')}" for p, r in kept)
+    def cell(value: float | None) -> str:
+        return f"{value:.3f}x" if value is not None else "-"
+
+    walls, lasts = ratios("wall"), ratios("to_last")
+    text = " / ".join(f"{cell(w)}; {cell(t)}" for w, t in zip(walls, lasts, strict=True))
+    if len(kept) > 1:
+        medians = [
+            statistics.median(v for v in values if v is not None) if None not in values else None
+            for values in (walls, lasts)
+        ]
+        text += f" (median {cell(medians[0])}; {cell(medians[1])})"
+    return text
 
 
 def _paired(in_job: list[float]) -> str:
