@@ -37,9 +37,11 @@ print(json.dumps(sorted([k.device_type, list(k.host_memory_arg)] for k in found)
 """
 
 
-@pytest.fixture(scope="module")
-def gpu_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return dispatch_op.build_prebuilt(tmp_path_factory.mktemp("shim"), gpu=True)
+@pytest.fixture
+def gpu_library(prebuilt_shim: Path) -> Path:
+    """`build_prebuilt(gpu=True)`'s output as `shim install --with-op` makes it (conftest.py: built once for both
+    modules; test_prebuilt_op builds the same shim)."""
+    return prebuilt_shim / "ops" / dispatch_op.prebuilt_name(gpu=True)
 
 
 def _registered(library: Path) -> list[list[object]]:

@@ -12,18 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from stitchfleet import cli
 from stitchfleet.plugin.native import dispatch_op
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 USER_SCRIPT = Path(__file__).resolve().parents[1] / "user_script.py"
 
 
-@pytest.fixture(scope="module")
-def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("opt") / "stitchfleet"
-    assert cli.main(["shim", "install", str(target), "--with-op"]) == 0
-    return target
+@pytest.fixture
+def shim(prebuilt_shim: Path) -> Path:
+    """The session's `shim install --with-op` (conftest.py): test_dispatch_gpu_op reads its GPU variant too."""
+    return prebuilt_shim
 
 
 def test_the_op_is_prebuilt_under_a_name_of_its_tf(shim: Path) -> None:
