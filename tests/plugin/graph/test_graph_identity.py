@@ -13,6 +13,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from tensorflow.python.framework import ops  # noqa: E402
+
 from stitchfleet.plugin.graph.graph_identity import canonical  # noqa: E402
 from stitchfleet.plugin.shapes.signatures import graph_key  # noqa: E402
 
@@ -53,14 +55,39 @@ def _conds(count: int) -> None:
             tf.cond(step >= 0, lambda: step + 1, lambda: step)
 
 
+def _branch_numbers(graph: Any) -> tuple[int, int]:
+    """The counter values in the names of `_model`'s then and else branch functions (cond_true_N, cond_false_M)."""
+    names = [f.signature.name.rsplit("_", 1) for f in graph.as_graph_def().library.function]
+    numbers = {prefix: int(number) for prefix, number in names}
+    return numbers["cond_true"], numbers["cond_false"]
+
+
+def _model_across_a_power_of_ten() -> Any:
+    """`_model` built with its then branch numbered one below the counter's next power of ten and its else branch at
+    it: the two names a digit apart. The counter is `ops.uid()` (cond_v2's `unique_fn_name`); a build takes the same
+    number of values up to its then branch every time, so the counter is moved on to just short of the power."""
+    before = ops.uid()
+    lead = _branch_numbers(_model())[0] - before
+    power = 10 ** len(str(ops.uid() + 10 * lead))
+    while ops.uid() < power - lead - 1:  # ~0.25 s a million, where building 900 conds moved it ~13000 in ~8 s
+        pass
+    graph = _model()
+    assert _branch_numbers(graph) == (power - 1, power), (_branch_numbers(graph), power)
+    return graph
+
+
 def test_the_key_does_not_follow_the_library_order_that_counters_give() -> None:
     """Regression (CI, session 9): after other tests had built conds in the process, the branch functions'
     counters gained a digit between two builds, the library listed the else branch before the then branch,
     and functions numbered in library order gave the same model two keys."""
     keys = {graph_key(_model())}
-    for count in (1, 9, 90, 900):
-        _conds(count)
-        keys.add(graph_key(_model()))
+    _conds(9)  # other tests' conds in the process
+    keys.add(graph_key(_model()))
+    # Where the counter gains a digit between the two branches of one build (then ...9, else 10...0), and once past
+    # it: the builds the bug gave another key. Walking there by building conds (1 + 9 + 90 + 900 of them, ~8 s)
+    # reached a new digit only while the process's counter was small; the counter is moved on to it directly.
+    keys.add(graph_key(_model_across_a_power_of_ten()))
+    keys.add(graph_key(_model()))
     assert len(keys) == 1
 
 
