@@ -30,18 +30,26 @@ Y = Buffer("y", DType.F32, 64, Role.OUTPUT)
 INPUT = np.arange(64, dtype=np.float32)
 
 
-def _run(tmp_path: Path, body: str, *, order: int = 0, fill: int = 0xFF, smem: int = 0) -> npt.NDArray[Any]:
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One build cache for the module: a kernel text is built once (a checked g++ build, seconds), however many tests
+    run it; fill and fiber order are run-time options, not part of the build. Each test's own tmp_path built the
+    misaligned fix and both missing-barrier kernels twice."""
+    return tmp_path_factory.mktemp("cuda-cpu-diagnostics")
+
+
+def _run(cache: Path, body: str, *, order: int = 0, fill: int = 0xFF, smem: int = 0) -> npt.NDArray[Any]:
     source = f'extern "C" __global__ void k(const float* x, float* y) {{\n{body}\n}}\n'
     kernel = CudaKernel("k", source, (X, Y), Launch(1, 64, 1), False, smem, 0)
-    options = CudaCpuOptions(tmp_path, debug=True, order=order, fill=fill)
+    options = CudaCpuOptions(cache, debug=True, order=order, fill=fill)
     program = CudaCpuProgram([(kernel, load_kernel(kernel, options))], {"x": X, "y": Y}, options)
     result: npt.NDArray[Any] = program({"x": INPUT})["y"]
     return result
 
 
-def test_a_correct_kernel_runs(tmp_path: Path) -> None:
+def test_a_correct_kernel_runs(cache: Path) -> None:
     body = "  y[threadIdx.x] = __shfl_xor_sync(0xffffffffu, x[threadIdx.x], 1, 32);"
-    np.testing.assert_array_equal(_run(tmp_path, body), INPUT.reshape(-1, 2)[:, ::-1].reshape(-1))
+    np.testing.assert_array_equal(_run(cache, body), INPUT.reshape(-1, 2)[:, ::-1].reshape(-1))
 
 
 # (what, broken body, fixed body, the message the broken one aborts with)
@@ -80,15 +88,15 @@ ABORTS = [
 
 
 @pytest.mark.parametrize(("broken", "fixed", "message"), [a[1:] for a in ABORTS], ids=[a[0] for a in ABORTS])
-def test_check_fires_on_the_broken_kernel_only(tmp_path: Path, broken: str, fixed: str, message: str) -> None:
+def test_check_fires_on_the_broken_kernel_only(cache: Path, broken: str, fixed: str, message: str) -> None:
     with pytest.raises(CudaCpuError, match=message):
-        _run(tmp_path, broken)
-    _run(tmp_path, fixed)  # quiet: no CudaCpuError
+        _run(cache, broken)
+    _run(cache, fixed)  # quiet: no CudaCpuError
 
 
-def test_misaligned_fix_reads_what_it_should(tmp_path: Path) -> None:
+def test_misaligned_fix_reads_what_it_should(cache: Path) -> None:
     fixed = ABORTS[3][2]
-    np.testing.assert_array_equal(_run(tmp_path, fixed)[:15], INPUT[1:60:4])
+    np.testing.assert_array_equal(_run(cache, fixed)[:15], INPUT[1:60:4])
 
 
 # Threads 32..63 read shared elements that only threads 0..31 were meant to write.
@@ -110,17 +118,17 @@ UNWRITTEN = {
 
 
 @pytest.mark.parametrize("body", list(UNWRITTEN.values()), ids=list(UNWRITTEN))
-def test_read_of_unwritten_shared_memory_changes_with_the_fill(tmp_path: Path, body: str) -> None:
-    nan_fill, zero_fill = _run(tmp_path, body, smem=256), _run(tmp_path, body, fill=0x00, smem=256)
+def test_read_of_unwritten_shared_memory_changes_with_the_fill(cache: Path, body: str) -> None:
+    nan_fill, zero_fill = _run(cache, body, smem=256), _run(cache, body, fill=0x00, smem=256)
     assert not np.array_equal(nan_fill[32:], zero_fill[32:], equal_nan=True)
     np.testing.assert_array_equal(nan_fill[:32], zero_fill[:32])  # what was written reads the same
     fixed = body.replace("if (threadIdx.x < 32) ", "")
-    np.testing.assert_array_equal(_run(tmp_path, fixed, smem=256), _run(tmp_path, fixed, fill=0x00, smem=256))
-    np.testing.assert_array_equal(_run(tmp_path, fixed, smem=256), INPUT)
+    np.testing.assert_array_equal(_run(cache, fixed, smem=256), _run(cache, fixed, fill=0x00, smem=256))
+    np.testing.assert_array_equal(_run(cache, fixed, smem=256), INPUT)
 
 
 @pytest.mark.parametrize("order", [1, 2], ids=["reversed", "reshuffled every round"])
-def test_missing_barrier_shows_up_in_another_fiber_order(tmp_path: Path, order: int) -> None:
+def test_missing_barrier_shows_up_in_another_fiber_order(cache: Path, order: int) -> None:
     # Thread t reads what thread 63 - t wrote to shared memory, with no __syncthreads between.
     body = (
         "  __shared__ float s[64];\n"
@@ -128,7 +136,7 @@ def test_missing_barrier_shows_up_in_another_fiber_order(tmp_path: Path, order: 
         "  __syncwarp();\n"
         "  y[threadIdx.x] = s[63 - threadIdx.x];"
     )
-    assert not np.array_equal(_run(tmp_path, body), _run(tmp_path, body, order=order), equal_nan=True)
+    assert not np.array_equal(_run(cache, body), _run(cache, body, order=order), equal_nan=True)
     fixed = body.replace("__syncwarp();", "__syncthreads();")
-    np.testing.assert_array_equal(_run(tmp_path, fixed), _run(tmp_path, fixed, order=order))
-    np.testing.assert_array_equal(_run(tmp_path, fixed), INPUT[::-1])
+    np.testing.assert_array_equal(_run(cache, fixed), _run(cache, fixed, order=order))
+    np.testing.assert_array_equal(_run(cache, fixed), INPUT[::-1])
