@@ -68,15 +68,23 @@ def train(hook: StitchHook | None) -> list[float]:
     return losses
 
 
+@pytest.fixture(scope="module")
+def plain() -> list[float]:
+    """Plain TF's losses, the same for both bridges (seeded graph, same feeds): trained once for the module."""
+    return train(None)
+
+
 @pytest.mark.parametrize("bridge", ["native", "python"])
-def test_a_keras_transformer_with_a_none_batch_installs_every_cluster(tmp_path: Path, bridge: str) -> None:
+def test_a_keras_transformer_with_a_none_batch_installs_every_cluster(
+    tmp_path: Path, bridge: str, plain: list[float]
+) -> None:
     """The native bridge's TF path is the fallback function; the Python bridge's a clone of the TF ops in a cond:
     both hold the rebuilt shapes."""
     hook, url = hooked(tmp_path, f"attention-{bridge}", STITCHFLEET_SIGNATURE_STEPS="2", STITCHFLEET_BRIDGE=bridge)
     # The kernel cache is shared between test runs: begin guesses the batch (32), so the dispatch ops' TF paths,
     # which the warm-up and baseline steps run, compute the job's shapes for the batch fed (8), not begin's.
     signatures.SignatureBook(hook.settings.cache_dir, signatures.graph_key(transformer())).path.unlink(missing_ok=True)
-    losses, plain = train(hook), train(None)
+    losses = train(hook)
     declined = [(e.reason, e.detail[:200]) for e in events(url, "compile_failure")]
     assert declined == [], declined
     assert [(e.reason, e.detail[:200]) for e in events(url, "revert")] == []
