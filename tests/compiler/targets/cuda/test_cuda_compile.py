@@ -58,7 +58,8 @@ def test_every_suite_kernel_compiles(nvcc: Nvcc, nvcc_cache: ArtifactCache, whic
 
 
 # The two largest workloads (~60 s of the default tier's nvcc time) compile here once: dien_attention_gru for sm_90;
-# crnn_head goes through NVRTC for sm_90 (test_nvrtc_compile), and neither through the oldest arch, whose back end the
+# crnn_head's sm_90 unit is built by test_kernel_resources' gate (the same nvcc build, default tier; NVRTC compiles it
+# in the sweep, test_nvrtc_compile), and neither goes through the oldest arch, whose back end the
 # suite (every dtype, atomics, grid barriers) and the other workloads exercise: their kernels are of no kind those
 # lack. The sweep compiles the whole matrix.
 BIG_SWEEP = {("sm_90", "crnn_head"), ("oldest", "crnn_head"), ("oldest", "dien_attention_gru")}
