@@ -20,7 +20,7 @@ from stitchfleet.compiler.ir import DType, Graph, Op
 from stitchfleet.compiler.kernel import ir
 from stitchfleet.compiler.lower import Lowered
 from stitchfleet.compiler.targets.cuda.launch_source import CHECKS
-from stitchfleet.compiler.targets.cuda.render import render_module, render_program
+from stitchfleet.compiler.targets.cuda.render import module_text, render_program
 from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.sim.interpreter import buffer_layout
 
@@ -136,7 +136,7 @@ def plan_launches(graph: Graph, lowered: Lowered) -> LaunchPlan:
         spec += [j, size, CHECKED[dtype]]
     return LaunchPlan(
         rendered,
-        render_module(list(lowered.kernels), noted) + CHECKS,
+        module_text(rendered) + CHECKS,
         tuple(spec),
         scratch_bytes,
         tuple(str(p.attrs["name"]) for p in graph.parameters),

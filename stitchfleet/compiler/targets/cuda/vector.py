@@ -27,6 +27,7 @@ is only folded symmetrically afterwards is beyond this analysis.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -170,7 +171,7 @@ def plan_vector(
     THREAD_IDX (whole block), LANE (whole warp), BLOCK_IDX (whole grid).
     """
     split = _split_start(loop, kernel.launch)
-    if split is None or not _elementwise(loop.body) or _assigned_vars_escape(loop, kernel.body):
+    if split is None or not _elementwise(loop.body) or _assigned_vars_escape(loop, facts):
         return None
     base, t = split
     group = ir.Special.BLOCK_IDX if t == ir.global_thread_index() else t.which  # type: ignore[union-attr]
@@ -200,33 +201,41 @@ class KernelFacts:
 
     values: dict[str, ir.Expr]
     variant: dict[ir.Special, set[str]]
+    names: Counter[str]  # each variable's mentions over the whole body (`_mentions`), for `_assigned_vars_escape`
+    loops: Counter[int]  # how often each `For` (by identity) stands in the body
 
     @classmethod
     def of(cls, kernel: ir.Kernel) -> KernelFacts:
         variant = {group: variant_vars(kernel.body, specials) for group, specials in VARIANT.items()}
-        return cls(single_assignments(kernel.body), variant)
+        loops = Counter(id(stmt) for stmt in _walk(kernel.body) if isinstance(stmt, ir.For))
+        return cls(single_assignments(kernel.body), variant, _tally(kernel.body), loops)
 
     def uniform(self, group: ir.Special, e: ir.Expr) -> bool:
         """Whether `e` is provably the same in every thread of the group (block, warp or grid)."""
         return not is_variant(e, VARIANT[group], self.variant[group])
 
 
-def _assigned_vars_escape(loop: ir.For, kernel_body: tuple[ir.Stmt, ...]) -> bool:
-    """Whether a variable the loop sets (its own counter included) is used outside the loop."""
+def _assigned_vars_escape(loop: ir.For, facts: KernelFacts) -> bool:
+    """Whether a variable the loop sets (its own counter included) is used outside the loop: mentioned in the kernel
+    more often than in the loop's every occurrence. Counted once per kernel (`KernelFacts.names`) and per loop, not
+    by a walk of the whole kernel per loop (quadratic in the loops: 65M expression visits in one test's plans)."""
     inside = {loop.var.name} | {v.name for s in _walk(loop.body) if (v := defined_var(s)) is not None}
-    outside = _names_outside(kernel_body, loop)
-    return bool(inside & outside)
+    within = _mentions(loop) + _tally(loop.body)
+    copies = facts.loops[id(loop)]
+    return any(facts.names[name] > copies * within[name] for name in inside)
 
 
-def _names_outside(body: tuple[ir.Stmt, ...], skip: ir.For) -> set[str]:
-    names: set[str] = set()
-    for stmt in body:
-        if stmt is skip:
-            continue
-        var = defined_var(stmt)
-        if var is not None:
-            names.add(var.name)
-        names |= {e.name for x in stmt_exprs(stmt) for e in sub_exprs(x) if isinstance(e, ir.Var)}
-        for _, inner in children(stmt):
-            names |= _names_outside(inner, skip)
-    return names
+def _mentions(stmt: ir.Stmt) -> Counter[str]:
+    """The variables a statement itself defines or reads, with their multiplicity (nested statements aside)."""
+    var = defined_var(stmt)
+    found = Counter(e.name for x in stmt_exprs(stmt) for e in sub_exprs(x) if isinstance(e, ir.Var))
+    if var is not None:
+        found[var.name] += 1
+    return found
+
+
+def _tally(body: tuple[ir.Stmt, ...]) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for stmt in _walk(body):
+        total.update(_mentions(stmt))
+    return total

@@ -7,7 +7,7 @@ import pytest
 from stitchfleet.compiler.ir import DType, Op
 from stitchfleet.compiler.kernel import KernelError, blocks, ir
 from stitchfleet.compiler.targets.cuda.expr import RenderError, const_text
-from stitchfleet.compiler.targets.cuda.render import kernel_text, render_kernel
+from stitchfleet.compiler.targets.cuda.render import kernel_text, module_text, render_kernel, render_module
 
 F32, I64 = DType.F32, DType.I64
 X = ir.Buffer("x", F32, 1024, ir.Role.INPUT)
@@ -93,6 +93,17 @@ def test_reduction_loop_stays_scalar() -> None:
     assert render_kernel(kernel(body)).vector_loops == 0
 
 
+def test_a_loop_variable_escapes_only_when_read_outside_every_copy_of_the_loop() -> None:
+    # Escape is counted (the kernel's mentions against the loop's, times its copies): the same loop object twice
+    # keeps what it sets to itself; a read of that variable after it is one mention outside, and the loop stays scalar
+    base = ir.Var("base", I64)
+    loop = _scale_loop(ir.add(base, ir.THREAD_IDX), ir.add(base, ir.i64(512)))
+    start = ir.Assign(base, ir.mul(ir.BLOCK_IDX, ir.i64(512)))
+    assert render_kernel(kernel((start, loop, loop))).vector_loops == 2
+    after = ir.Store(Y, ir.THREAD_IDX, ir.Load(X, loop.var))
+    assert render_kernel(kernel((start, loop, loop, after))).vector_loops == 0
+
+
 def test_sixteen_bit_constants_are_numpy_rounded_bit_patterns() -> None:
     assert const_text(ir.const(1.0, DType.F16)) == "__ushort_as_half((unsigned short)0x3c00)"
     assert const_text(ir.const(1.0, DType.BF16)) == "__ushort_as_bfloat16((unsigned short)0x3f80)"
@@ -123,3 +134,21 @@ def test_reserved_names_are_refused() -> None:
 def test_invalid_kernel_is_refused_by_the_verifier() -> None:
     with pytest.raises(KernelError, match="grid barrier"):
         render_kernel(kernel((ir.GridSync(),), grid=9))
+
+
+def test_a_module_of_rendered_kernels_is_the_module_rendered_anew() -> None:
+    # A launch plan builds its module from the kernels it rendered for the spec (they were rendered twice before)
+    i = ir.Var("i", I64)
+    first = kernel((ir.Store(Y, ir.THREAD_IDX, ir.Load(X, ir.THREAD_IDX)),))
+    second = ir.Kernel(
+        "k2",
+        (X, Y),
+        (),
+        ir.Launch(4, 64, 8),
+        (ir.For(i, ir.i64(0), ir.i64(4), ir.i64(1), (ir.Store(Y, i, ir.Load(X, i)),)),),
+    )
+    noted = frozenset({"y"})
+    assert module_text([render_kernel(k, noted) for k in (first, second)]) == render_module([first, second], noted)
+    assert "sf_checked(" in module_text([render_kernel(first, noted)])
+    with pytest.raises(RenderError, match="unique in one module: \\['k', 'k'\\]"):
+        module_text([render_kernel(first), render_kernel(first)])
