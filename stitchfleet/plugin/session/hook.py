@@ -220,7 +220,10 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.setup is not None and self.controller is not None and self.consensus is not None:
             done = self.setup
             job_record.remembered(
-                self.settings, self.controller, self.consensus.size, (done.recorded, done.backend, done.warm)
+                self.settings,
+                self.controller,
+                self.consensus.size,
+                (done.recorded, done.backend, done.warm, done.cold_seconds),
             )
 
     # --- begin ----------------------------------------------------------------------------

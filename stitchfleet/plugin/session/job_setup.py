@@ -61,6 +61,7 @@ class Setup:
     recorded: str = ""  # its record in the kernel cache (`setup_record`), which the job's end adds its figures to
     backend: str = ""  # the backend the record's kernels were built for
     warm: bool = False  # every kernel came from the kernel cache: its seconds are what a warm run pays again
+    cold_seconds: float = 0.0  # its compiles' wall and translation checks: what the cache spares a warm run
 
     def started(
         self,
@@ -159,8 +160,10 @@ class JobSetup:
             slower=self.memory.slower,
             signature=shapes,
         )
+        checked = time.perf_counter()
         if current.translation_check and found.sites:
             found.refuse(check_sites(graph, found.sites, current.tolerance_factor, current.cache_dir))
+        cold = time.perf_counter() - checked + (found.compiles.seconds if found.compiles.compiled else 0.0)
         for kind, left in (("compile_failure", found.left), ("probe", found.slower)):  # slower: a probe saved
             for index, fingerprint, reason in left:
                 off(index, fingerprint, reason, kind)
@@ -195,6 +198,7 @@ class JobSetup:
             recorded=found.recorded,
             backend=self.backend,
             warm=found.compiles.built > 0 and found.compiles.compiled == 0,
+            cold_seconds=cold,
         )
 
     def seconds(self) -> float:
