@@ -302,18 +302,14 @@ def kernel_text(rendered: CudaKernel) -> str:
 def render_module(kernels: tuple[ir.Kernel, ...] | list[ir.Kernel], nonfinite: frozenset[str] = frozenset()) -> str:
     """One translation unit holding several kernels (names must differ): the prelude once, then each kernel
     (a cluster's module, with `nonfinite` its checked op outputs, or many kernels for one nvcc run)."""
-    _unique([k.name for k in kernels])
     return module_text([render_kernel(k, nonfinite) for k in kernels])
 
 
 def module_text(rendered: Sequence[CudaKernel]) -> str:
     """`render_module`'s unit from kernels already rendered (a launch plan renders each kernel once, not twice)."""
-    _unique([k.name for k in rendered])
-    return PRELUDE + "".join(kernel_text(k) for k in rendered)
-
-
-def _unique(names: list[str]) -> None:
+    names = [k.name for k in rendered]
     if len(set(names)) != len(names):
         raise RenderError(
             f"kernel names must be unique in one module: {sorted(n for n in names if names.count(n) > 1)}"
         )
+    return PRELUDE + "".join(kernel_text(k) for k in rendered)
