@@ -8,10 +8,13 @@ benchmarks/README.md "Session 28"), the steady step (median of the last half), f
 decided, the report's claimed saving (net: the job's windows' gross minus its setup and its plugin overhead, from its
 telemetry, per device back to the rank's seconds, with the windows' noise; a run without stitched windows claims
 minus its setup and overhead) against the measured difference from plain TF in the same round
-(steps alone, and wall), with the noise of the measured difference (spread of plain TF's over the rounds), and
+(steps alone, and wall), with the noise of the measured difference, and
 for plugin runs the stitched step against plain TF's interleaved in the same process (the job's stitched windows of
 its last half against their paired baseline blocks, the user's graph: `_in_job`), which no spread between processes
 moves.
+That noise is measured: each round runs plain TF twice (`again`, the control; --no-control leaves it out), and the
+noise of a difference between two processes is the root mean square over the rounds of plain TF minus plain TF again
+(without the control: the spread of plain TF's figure over the rounds, x sqrt 2); the control's own row shows it.
 Each round ends, for this script's own jobs (not the corpus programs), with a one-process pair (`inproc`,
 benchmarks/ab_interleaved.py): the job twice in one process, plain and under the warm plugin, alternated chunk by
 chunk; its own table holds the plugin's steady step against plain TF's chunk by chunk, and the report's claim
@@ -65,6 +68,7 @@ if TYPE_CHECKING:  # the hook imports TensorFlow: imported where a run needs it
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 MODES = ("plain", "xla", "cold", "warm")
+AGAIN = "again"  # plain TF a second time in the round: the control that measures two plain processes' difference
 STEPS = {"demo": 3000, "mlp": 1500, "transformer": 2000}  # each job's length (what its StopAtStepHook says)
 XLA_FLAGS = "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit"
 
@@ -412,10 +416,13 @@ def _limit(plain: list[dict[str, Any]], factor: float) -> float:
     return factor * max(walls) if walls and factor > 0 else 1800.0
 
 
-def _order(round_: int, inproc: bool = False) -> tuple[str, ...]:
+def _order(round_: int, inproc: bool = False, control: bool = False) -> tuple[str, ...]:
     """The modes' order in a round: plain and XLA swap places every round; cold comes before its warm run; the
-    one-process pair (`inproc`, warm) last."""
-    order = ("plain", "cold", "xla", "warm") if round_ % 2 == 0 else ("xla", "cold", "plain", "warm")
+    control (plain again) last in one round, first in the next, so that the two plain runs lie as far apart as plain
+    and the other modes do; the one-process pair (`inproc`, warm) last."""
+    order: tuple[str, ...] = ("plain", "cold", "xla", "warm") if round_ % 2 == 0 else ("xla", "cold", "plain", "warm")
+    if control:
+        order = (*order, AGAIN) if round_ % 2 == 0 else (AGAIN, *order)
     return (*order, "inproc") if inproc else order
 
 
@@ -428,9 +435,19 @@ def _tables(results: dict[str, dict[str, list[dict[str, Any]]]], inproc: dict[st
     return lines
 
 
-def _noise(values: list[float]) -> float:
-    """The noise of one run's difference from plain TF: the spread of plain TF's own figure over the rounds,
-    x sqrt 2 (a difference of two runs); nan with one round."""
+def _noise(by_mode: dict[str, list[dict[str, Any]]], key: str) -> float:
+    """The noise of one run's `key` figure minus plain TF's of the same round. With the control: the root mean
+    square over the rounds of plain TF's minus plain TF's again (what two plain processes of one round differ by;
+    defined from one round on). Without it: the spread of plain TF's figure over the rounds, x sqrt 2 (a difference
+    of two runs), nan with one round."""
+    pairs = [
+        (p[key], a[key])
+        for p, a in zip(by_mode["plain"], by_mode.get(AGAIN, []), strict=False)
+        if key in p and key in a
+    ]
+    if pairs:
+        return math.sqrt(statistics.fmean((p - a) ** 2 for p, a in pairs))
+    values = [r[key] for r in by_mode["plain"] if key in r]
     return statistics.stdev(values) * 2**0.5 if len(values) > 1 else float("nan")
 
 
@@ -500,10 +517,9 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
     ]
     for job, by_mode in results.items():
         plain = [r for r in by_mode["plain"] if "error" not in r]
-        wall_noise = _noise([r["wall"] for r in plain])
-        steps_noise = _noise([r["steps_seconds"] for r in plain])
+        wall_noise, steps_noise = _noise(by_mode, "wall"), _noise(by_mode, "steps_seconds")
         plain_steady = statistics.median(r["steady"] for r in plain) if plain else float("nan")
-        for mode in MODES:
+        for mode in by_mode:
             # per round, the run and its round's plain run; a round where either failed or was stopped is said, and
             # its figures left out of this row's
             rounds = list(zip(by_mode["plain"], by_mode[mode], strict=False))
@@ -647,6 +663,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_false",
         help="skip the one-process pair (plain and warm plugin alternated by chunks) of this script's jobs",
     )
+    parser.add_argument(
+        "--no-control",
+        dest="control",
+        action="store_false",
+        help="skip the control: plain TF a second time each round (the noise of two processes' difference)",
+    )
     parser.add_argument("--record", type=Path, default=None, help="a JSON-lines file each run is appended to")
     parser.add_argument("--resume", type=Path, default=None, help="a --record file to read back and go on with")
     parser.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
@@ -666,7 +688,8 @@ def main(argv: list[str] | None = None) -> int:
     own = dict(_job(spec, args.steps) for spec in args.jobs)
     programs = dict(_program(spec, args.steps) for spec in args.corpus)
     jobs = [*own, *programs]
-    results: dict[str, dict[str, list[dict[str, Any]]]] = {job: {m: [] for m in MODES} for job in jobs}
+    modes = (*MODES, AGAIN) if args.control else MODES
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {job: {m: [] for m in modes} for job in jobs}
     inproc: dict[str, list[dict[str, Any]]] = {job: [] for job in own if args.inproc}  # `ab_interleaved`
     # Each run's figures as one JSON line as soon as it ends, so a run cut short (a time limit) still leaves what it
     # measured; --resume reads them back and runs only what is missing.
@@ -677,13 +700,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as fleets:  # per job, its telemetry over the rounds: the fleet's memory
         for r in range(args.rounds):
             for job in jobs:
-                if all(len(results[job][m]) > r for m in MODES) and (job not in inproc or len(inproc[job]) > r):
+                if all(len(results[job][m]) > r for m in modes) and (job not in inproc or len(inproc[job]) > r):
                     continue  # this round of this job was read back from the record
                 fleet = Path(fleets) / job
                 fleet.mkdir(exist_ok=True)
                 with tempfile.TemporaryDirectory() as cache:  # cold: an empty kernel cache; warm: the same, filled
                     _shipped_op(cache)
-                    for mode in _order(r, job in inproc):
+                    for mode in _order(r, job in inproc, args.control):
                         if mode != "inproc" and len(results[job][mode]) > r:
                             continue  # read back from the record
                         known = _known_step_ms(results[job]["plain"]) if mode in ("warm", "inproc") else 0.0
