@@ -1,10 +1,12 @@
 """A graph's identity across a job's processes and sessions: its GraphDef without what each construction draws.
 
-Input: a GraphDef (modified in place by `canonical`). The rules in full: docs/plugin/graph.md.
+Input: a GraphDef (modified in place by `canonical`) or a graph. Output: the canonical GraphDef, and `graph_key`, its
+hash: the key the job's records are found by in the next run. The rules in full: docs/plugin/graph.md.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,15 @@ def canonical(graph_def: tf.compat.v1.GraphDef) -> tf.compat.v1.GraphDef:
         _blank_strings(function.node_def)
     _rename_functions(graph_def)
     return graph_def
+
+
+def graph_key(graph: tf.Graph, graph_def: tf.compat.v1.GraphDef | None = None) -> str:
+    """The graph's identity for the book: its GraphDef without what each construction draws anew (random
+    seeds, counters in function names: `canonical`), serialized deterministically; otherwise the same
+    script, or an Estimator's next `train()`, would never find its own signature. `graph_def`: `graph`'s,
+    when the caller has it already."""
+    graph_def = type(graph_def).FromString(graph_def.SerializeToString()) if graph_def else graph.as_graph_def()
+    return hashlib.sha256(canonical(graph_def).SerializeToString(deterministic=True)).hexdigest()[:32]
 
 
 def _blank_strings(nodes: Any) -> None:

@@ -14,7 +14,7 @@ from stitchfleet.plugin.control.job_course import JobCourse
 from stitchfleet.plugin.fleet.fleet_memory import Recollection
 from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.plugin.fleet.verdict_keys import profile
-from stitchfleet.plugin.shapes.signatures import graph_key
+from stitchfleet.plugin.graph.graph_identity import graph_key
 from stitchfleet.telemetry.kinds import ProbeOutcome
 from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
@@ -27,7 +27,7 @@ SHAPES = "the job's graph"  # the graph key holds its placeholders' static shape
 
 def job_key(graph: tf.Graph, backend: str, declared_gpu: str = "") -> tuple[str, str, str]:
     """The job's key (fingerprint, profile, shapes) in the fleet's memory: its graph's identity across runs
-    (`signatures.graph_key`: seeds and function counters left out) on this device profile."""
+    (`graph_identity.graph_key`: seeds and function counters left out) on this device profile."""
     return f"{PREFIX}{graph_key(graph)[:24]}", profile(backend, declared_gpu), SHAPES
 
 

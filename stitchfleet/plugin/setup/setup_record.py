@@ -58,9 +58,9 @@ def builder(backend: str, cache_dir: Path) -> dict[str, str] | None:
 
 
 def record_key(graph: tf.Graph, backend: str, current: settings_module.Settings) -> str:
-    """The record's name: the graph's identity across runs (`signatures.graph_key`), the backend and the
+    """The record's name: the graph's identity across runs (`graph_identity.graph_key`), the backend and the
     settings that change the clusters drawn (remote stitching's budget)."""
-    from stitchfleet.plugin.shapes.signatures import graph_key
+    from stitchfleet.plugin.graph.graph_identity import graph_key
 
     blob = json.dumps([graph_key(graph), backend, current.remote_stitch_budget])
     return hashlib.sha256(blob.encode()).hexdigest()[:40]

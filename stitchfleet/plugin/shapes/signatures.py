@@ -7,7 +7,6 @@ in full: docs/plugin/shapes.md.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
@@ -22,7 +21,7 @@ import tensorflow as tf
 
 from stitchfleet.plugin.frontend.context import LiveMarks
 from stitchfleet.plugin.frontend.converter import convert
-from stitchfleet.plugin.graph.graph_identity import canonical
+from stitchfleet.plugin.graph.graph_identity import graph_key
 from stitchfleet.plugin.graph.mapping import StepOps
 from stitchfleet.plugin.graph.training_steps import training_path
 from stitchfleet.plugin.graph.twin_mark import PREFIX as TWIN_PREFIX
@@ -155,15 +154,6 @@ def concrete_shapes(
             if shape.is_fully_defined() and tensor.shape.is_compatible_with(shape):
                 found[tensor.name] = tuple(int(d) for d in shape.as_list())
     return found
-
-
-def graph_key(graph: tf.Graph, graph_def: tf.compat.v1.GraphDef | None = None) -> str:
-    """The graph's identity for the book: its GraphDef without what each construction draws anew (random
-    seeds, counters in function names: `graph_identity`), serialized deterministically; otherwise the same
-    script, or an Estimator's next `train()`, would never find its own signature. `graph_def`: `graph`'s,
-    when the caller has it already."""
-    graph_def = type(graph_def).FromString(graph_def.SerializeToString()) if graph_def else graph.as_graph_def()
-    return hashlib.sha256(canonical(graph_def).SerializeToString(deterministic=True)).hexdigest()[:32]
 
 
 class SignatureBook:

@@ -19,6 +19,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from stitchfleet.plugin.frontend.converter import convert  # noqa: E402
+from stitchfleet.plugin.graph import graph_identity  # noqa: E402
 from stitchfleet.plugin.graph.mapping import StepOps  # noqa: E402
 from stitchfleet.plugin.shapes import signatures  # noqa: E402
 from stitchfleet.plugin.shapes.rebinding import _Ops  # noqa: E402
@@ -76,7 +77,7 @@ def test_rebinding_rebuilds_every_cluster_for_the_fed_batch(v1_cond: None, tmp_p
     rng = np.random.default_rng(1)
     xs, ys = rng.standard_normal((FULL, 16)).astype(np.float32), rng.integers(0, 4, FULL)
     hook, url = hooked(tmp_path, "marks", STITCHFLEET_SIGNATURE_STEPS="1")
-    book = signatures.SignatureBook(hook.settings.cache_dir, signatures.graph_key(_job()))
+    book = signatures.SignatureBook(hook.settings.cache_dir, graph_identity.graph_key(_job()))
     book.path.unlink(missing_ok=True)  # the kernel cache is shared between test runs: the job must guess
     with graph.as_default(), tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
         for step in range(12):

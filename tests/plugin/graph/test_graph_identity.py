@@ -15,8 +15,7 @@ tf = pytest.importorskip("tensorflow")
 
 from tensorflow.python.framework import ops  # noqa: E402
 
-from stitchfleet.plugin.graph.graph_identity import canonical  # noqa: E402
-from stitchfleet.plugin.shapes.signatures import graph_key  # noqa: E402
+from stitchfleet.plugin.graph.graph_identity import canonical, graph_key  # noqa: E402
 
 pytestmark = pytest.mark.tf
 

@@ -21,6 +21,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from stitchfleet.plugin.graph import graph_identity  # noqa: E402
 from stitchfleet.plugin.session.hook import StitchHook  # noqa: E402
 from stitchfleet.plugin.shapes import signatures  # noqa: E402
 from tests.plugin.hook_harness import assert_tf_paths_match, events, hooked  # noqa: E402
@@ -83,7 +84,9 @@ def test_a_keras_transformer_with_a_none_batch_installs_every_cluster(
     hook, url = hooked(tmp_path, f"attention-{bridge}", STITCHFLEET_SIGNATURE_STEPS="2", STITCHFLEET_BRIDGE=bridge)
     # The kernel cache is shared between test runs: begin guesses the batch (32), so the dispatch ops' TF paths,
     # which the warm-up and baseline steps run, compute the job's shapes for the batch fed (8), not begin's.
-    signatures.SignatureBook(hook.settings.cache_dir, signatures.graph_key(transformer())).path.unlink(missing_ok=True)
+    signatures.SignatureBook(hook.settings.cache_dir, graph_identity.graph_key(transformer())).path.unlink(
+        missing_ok=True
+    )
     losses = train(hook)
     declined = [(e.reason, e.detail[:200]) for e in events(url, "compile_failure")]
     assert declined == [], declined

@@ -16,6 +16,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from stitchfleet.plugin.graph import graph_identity  # noqa: E402
 from stitchfleet.plugin.session.hook import StitchHook  # noqa: E402
 from stitchfleet.plugin.shapes import signatures  # noqa: E402
 from stitchfleet.plugin.shapes.signature_kernels import BOUND  # noqa: E402
@@ -65,7 +66,7 @@ def train(
 
 def fresh_book(hook: StitchHook) -> signatures.SignatureBook:
     """The script's book, emptied: the kernel cache is shared between test runs, the test starts from a guess."""
-    book = signatures.SignatureBook(hook.settings.cache_dir, signatures.graph_key(mlp(None)))
+    book = signatures.SignatureBook(hook.settings.cache_dir, graph_identity.graph_key(mlp(None)))
     book.path.unlink(missing_ok=True)
     return book
 
@@ -178,7 +179,7 @@ def test_a_tf_data_job_gets_kernels_for_the_batches_its_iterator_reads(tmp_path:
     window = {"STITCHFLEET_SIGNATURE_STEPS": "3", "STITCHFLEET_SIGNATURE_WINDOW": "6"}
     first = _hook(tmp_path, "data-first", **window)
     plain = train_data(None)
-    book = signatures.SignatureBook(first.settings.cache_dir, signatures.graph_key(data_graph()))
+    book = signatures.SignatureBook(first.settings.cache_dir, graph_identity.graph_key(data_graph()))
     book.path.unlink(missing_ok=True)
     static = _hook(tmp_path, "data-static")
     train(FULL, static)

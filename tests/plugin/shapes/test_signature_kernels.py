@@ -14,6 +14,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
+from stitchfleet.plugin.graph import graph_identity  # noqa: E402
 from stitchfleet.plugin.guard.numeric import Finding  # noqa: E402
 from stitchfleet.plugin.native.faults import Fault  # noqa: E402
 from stitchfleet.plugin.session.hook import StitchHook  # noqa: E402
@@ -180,7 +181,7 @@ def test_a_tf_data_signatures_kernel_is_judged_on_the_first_step_that_reads_it(t
     checks = {"STITCHFLEET_CHECK_EVERY": "1000", "STITCHFLEET_CHECK_FIRST": "0", "STITCHFLEET_SIGNATURE_WINDOW": "6"}
     fault = Fault("constant", cluster=2, signature=EIGHT)
     hook, url = _hook(tmp_path, "data-fresh", fault, **checks)
-    book = signatures.SignatureBook(hook.settings.cache_dir, signatures.graph_key(data_graph()))
+    book = signatures.SignatureBook(hook.settings.cache_dir, graph_identity.graph_key(data_graph()))
     book.path.unlink(missing_ok=True)
     train_data(hook)
     assert hook.signatures is not None and hook.signatures.lost == {2}
@@ -217,7 +218,7 @@ def test_a_tf_data_signature_the_job_stops_reading_is_left_to_the_periodic_check
     settings = {"STITCHFLEET_SIGNATURE_WINDOW": "4", "STITCHFLEET_CHECK_EVERY": "1000", "STITCHFLEET_CHECK_FIRST": "0"}
     hook, url = _hook(tmp_path, "data-stops", fault, **settings)
     graph = shrinking_data()
-    signatures.SignatureBook(hook.settings.cache_dir, signatures.graph_key(graph)).path.unlink(missing_ok=True)
+    signatures.SignatureBook(hook.settings.cache_dir, graph_identity.graph_key(graph)).path.unlink(missing_ok=True)
     with graph.as_default():
         loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train")
         with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
