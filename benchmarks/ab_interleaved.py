@@ -1,7 +1,7 @@
-"""One job twice in one process, plain TF and under the plugin, alternated chunk by chunk (ab_jobs' "inproc").
+"""One job in one process, plain TF and under the plugin (and plain TF again: the control), alternated by chunks.
 
-Input: the job's two MonitoredSessions (`Side`), its length. Output: per side its steps' seconds and steady step,
-and the chunk pairs' figures: the plugin's steady step against plain TF's (ratio per pair of adjacent chunks), the
+Input: the job's MonitoredSessions (`Side`), its length. Output: per side its steps' seconds and steady step, and
+the chunk pairs' figures: the plugin's steady step against plain TF's (ratio per pair of adjacent chunks), the
 measured difference of the steps' seconds with its noise. Between processes this machine's steady step moves by
 10-25% (benchmarks/README.md, "Session 25"); adjacent chunks of one process share that state and most of its load.
 """
@@ -57,29 +57,40 @@ def chunk_steps(steps: int) -> int:
     return max(MIN_CHUNK, steps // CHUNKS)
 
 
-def alternate(plain: Side, plugin: Side, steps: int) -> None:
-    """Runs both sides to their end in chunks; the side that goes first swaps every pair (ABBA), so neither always
-    runs just after the switch."""
+def alternate(plain: Side, plugin: Side, steps: int, control: Side | None = None) -> None:
+    """Runs the sides to their end in chunks; the side that goes first changes every round of chunks (ABBA for two
+    sides, a rotation with the `control`), so none always runs just after the switch."""
     chunk, pair = chunk_steps(steps), 0
-    while not (plain.done and plugin.done):
-        for side in (plain, plugin) if pair % 2 == 0 else (plugin, plain):
+    sides = [plain, plugin] if control is None else [plain, plugin, control]
+    while not all(side.done for side in sides):
+        first = pair % len(sides)
+        order = sides[first:] + sides[:first] if control is not None or first == 0 else sides[::-1]
+        for side in order:
             side.run(chunk)
         pair += 1
 
 
-def figures(plain: Side, plugin: Side) -> dict[str, Any]:
+def figures(plain: Side, plugin: Side, control: Side | None = None) -> dict[str, Any]:
     """The pair's figures (module docstring). `ratio`: over the last half of the chunk pairs, the median of each
     pair's plugin chunk median step over its plain chunk's, with the middle half of those ratios; `difference`: plain
     TF's steps' seconds minus the plugin's over the pairs both ran in full (the plugin's saving, setup in the steps
     and its own work included); `noise`: that difference's standard error when the plugin changes nothing, from
     plain TF against itself: the spread of adjacent plain chunks' sums (a pair's two chunks are as far apart), x
-    sqrt(pairs)."""
+    sqrt(pairs); with the `control` (plain TF's second session), at least the difference between plain TF's two
+    sessions over the same chunks (`control_difference`): an offset between two identical sessions, which the
+    chunks' spread does not show, is noise too."""
     pairs = [(p, q) for p, q in zip(plain.chunks, plugin.chunks, strict=False) if len(p) == len(q)]
     late = pairs[len(pairs) // 2 :]
     ratios = sorted(statistics.median(q) / statistics.median(p) for p, q in late)
     sums = [sum(p) for p, _ in pairs[1:]]  # the first chunk holds the session's first run (its executor's build)
     moves = [b - a for a, b in itertools.pairwise(sums)]
     noise = statistics.stdev(moves) * math.sqrt(len(pairs)) if len(moves) > 1 else float("nan")
+    offset: dict[str, Any] = {}
+    if control is not None:
+        twins = [(p, c) for p, c in zip(plain.chunks, control.chunks, strict=False) if len(p) == len(c)]
+        difference = sum(sum(p) - sum(c) for p, c in twins) * len(pairs) / max(len(twins), 1)  # over as many pairs
+        offset = {"control_difference": difference}
+        noise = max(noise, abs(difference))
 
     def steady(side: Side) -> float:
         times = [t for chunk in side.chunks for t in chunk]
@@ -94,6 +105,7 @@ def figures(plain: Side, plugin: Side) -> dict[str, Any]:
         "pairs": len(pairs),
         "difference": sum(sum(p) - sum(q) for p, q in pairs),
         "noise": noise,
+        **offset,
         "plain_losses": [plain.losses[0], plain.losses[-1]],
         "losses": [plugin.losses[0], plugin.losses[-1]],
     }
@@ -117,8 +129,9 @@ def table(results: dict[str, list[dict[str, Any]]], claimed: Callable[[dict[str,
     main table does."""
     lines = [
         "| job | round | plain steady ms | plugin steady ms | plugin vs plain, last half: chunk pairs' median"
-        " (middle half; pairs) | measured saving s: plain - plugin steps (noise) | claimed net s (gross, 95% interval)"
-        " | clock in the claim's interval (2x noise) | losses plain / plugin (last) | decided |",
+        " (middle half; pairs) | measured saving s: plain - plugin steps (noise; plain - plain again)"
+        " | claimed net s (gross, 95% interval) | clock in the claim's interval (2x noise)"
+        " | losses plain / plugin (last) | decided |",
         "|---|---:|---:|---:|---|---|---|---|---|---|",
     ]
     for job, runs in results.items():
@@ -127,10 +140,11 @@ def table(results: dict[str, list[dict[str, Any]]], claimed: Callable[[dict[str,
                 lines.append(f"| {job} | {r + 1} | ({run['error']}) ||||||||")
                 continue
             median, low, high = run["ratio"]
+            again = f"; {run['control_difference']:+.2f}" if "control_difference" in run else ""
             lines.append(
                 f"| {job} | {r + 1} | {run['plain_steady'] * 1e3:.2f} | {run['steady'] * 1e3:.2f}"
                 f" | {median:.3f}x ({low:.3f}-{high:.3f}; {run['pairs']})"
-                f" | {run['difference']:+.2f} ({run['noise']:.2f})"
+                f" | {run['difference']:+.2f} ({run['noise']:.2f}{again})"
                 f" | {claimed(run)} | {agrees(run, run['difference'], run['noise'])}"
                 f" | {run['plain_losses'][1]:.5f} / {run['losses'][1]:.5f}"
                 f" | {run.get('decided', '')} |"

@@ -183,9 +183,9 @@ def _job_parts(job: str, steps: int, hook: StitchHook | None) -> tuple[Any, list
     return graph, [loss, train_op, step_up], feeds, [h for h in (hook, stop) if h is not None]
 
 
-def _child_inproc(job: str, steps: int, state: str, fleet: str) -> dict[str, Any]:
-    """The job twice in this process, plain and under the plugin (warm: the round's cache and fleet memory),
-    alternated chunk by chunk (`ab_interleaved`); their figures as a dict."""
+def _child_inproc(job: str, steps: int, state: str, fleet: str, control: bool) -> dict[str, Any]:
+    """The job in this process, plain and under the plugin (warm: the round's cache and fleet memory) and, with the
+    `control`, plain again, alternated chunk by chunk (`ab_interleaved`); their figures as a dict."""
     import contextlib
 
     import tensorflow as tf
@@ -194,13 +194,13 @@ def _child_inproc(job: str, steps: int, state: str, fleet: str) -> dict[str, Any
     hook, url = _plugin_hook(job, state, fleet, uid)
     sides = []
     with contextlib.ExitStack() as stack:
-        for side_hook in (None, hook):
+        for side_hook in (None, hook, None) if control else (None, hook):
             graph, fetches, feeds, hooks = _job_parts(job, steps, side_hook)
             with graph.as_default():
                 session = stack.enter_context(tf.compat.v1.train.MonitoredSession(hooks=hooks))
             sides.append(ab_interleaved.Side(session, graph, fetches, feeds))
-        ab_interleaved.alternate(sides[0], sides[1], steps)
-    found = ab_interleaved.figures(sides[0], sides[1])
+        ab_interleaved.alternate(sides[0], sides[1], steps, sides[2] if control else None)
+    found = ab_interleaved.figures(sides[0], sides[1], sides[2] if control else None)
     from stitchfleet.telemetry import spool_ingest
 
     spool_ingest.claim(Path(state) / "spool", url)
@@ -288,7 +288,15 @@ def _in_job(rows: list[tuple[Any, ...]]) -> list[float]:
 
 
 def _run(
-    job: str, mode: str, steps: int, cache: str, fleet: str, *, step_ms: float = 0.0, limit: float = 1800.0
+    job: str,
+    mode: str,
+    steps: int,
+    cache: str,
+    fleet: str,
+    *,
+    step_ms: float = 0.0,
+    limit: float = 1800.0,
+    control: bool = True,
 ) -> dict[str, Any]:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "STITCHFLEET_CACHE_DIR": cache}
     env["STITCHFLEET_STEP_MS"] = f"{step_ms:.6f}"  # the plain step time the fleet knows (0: unknown)
@@ -296,7 +304,7 @@ def _run(
         env["TF_XLA_FLAGS"] = XLA_FLAGS
     with tempfile.TemporaryDirectory() as state:
         argv = [sys.executable, __file__, "--child", job, mode, "--steps", str(steps), "--state", state]
-        argv += ["--fleet", fleet]
+        argv += ["--fleet", fleet, *([] if control else ["--no-control"])]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False, timeout=limit)
         except subprocess.TimeoutExpired:
@@ -682,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         job, mode = args.child
-        child = _child_inproc(job, args.steps, args.state, args.fleet) if mode == "inproc" else None
+        child = _child_inproc(job, args.steps, args.state, args.fleet, args.control) if mode == "inproc" else None
         print(json.dumps(child or _child(job, mode, args.steps, args.state, args.fleet)))
         return 0
     own = dict(_job(spec, args.steps) for spec in args.jobs)
@@ -714,7 +722,9 @@ def main(argv: list[str] | None = None) -> int:
                         if job in programs:
                             found = _corpus_run(job, mode, programs[job], cache, str(fleet), step_ms=known, limit=limit)
                         else:
-                            found = _run(job, mode, own[job], cache, str(fleet), step_ms=known, limit=limit)
+                            found = _run(
+                                job, mode, own[job], cache, str(fleet), step_ms=known, limit=limit, control=args.control
+                            )
                         (inproc[job] if mode == "inproc" else results[job][mode]).append(found)
                         where = f"round {r + 1}/{args.rounds}: {job} {mode}"
                         print(_progress(where, found, time.perf_counter() - started), flush=True)
