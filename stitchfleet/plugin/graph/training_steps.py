@@ -119,6 +119,13 @@ def fetched_ops(graph: tf.Graph, fetches: object) -> list[tf.Operation]:
     return found
 
 
+def _named_alike(item: object) -> bool:
+    """Whether a fetched item names the same ops whenever it is the same object: a tensor, an op, or what stands for
+    an op's output (`assign_add` on a resource variable gives an `_UnreadVariable`: a job's step counter, fetched
+    every step, was walked anew every step). A list or dict is not: its contents may change between runs."""
+    return isinstance(item, (tf.Tensor, tf.Operation)) or isinstance(getattr(item, "op", None), tf.Operation)
+
+
 def find_loss(graph: tf.Graph, given: tf.Tensor | None = None) -> tf.Tensor | None:
     """The job's loss tensor: `given`, else the last of the graph's LOSSES collection, else `loss:0`, else None."""
     if given is not None:
@@ -222,7 +229,7 @@ class TrainingSteps:
             reached = self._known[key] = frozenset(ancestors(ops))
         self._last.fetched, self._last.reached = ops, reached
         updates = not self.updates.isdisjoint(reached)
-        if len(self._seen) < SEEN and all(isinstance(item, (tf.Tensor, tf.Operation)) for item in items):
+        if len(self._seen) < SEEN and all(map(_named_alike, items)):
             self._seen[identity] = (tuple(items), ops, reached, updates)  # held: their ids stay theirs
         return updates
 

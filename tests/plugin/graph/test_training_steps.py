@@ -174,3 +174,29 @@ def test_a_setups_three_questions_walk_the_graph_once_until_it_changes(monkeypat
     assert "late_update" in TrainingSteps(graph).updates and "hidden" in training_path(graph)
     assert "late_update" not in first[0] and len(walks) == 3
     assert "late_update" in training_steps.data_path(graph)
+
+
+def test_a_step_counters_resource_update_is_remembered_not_walked_each_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `assign_add` on a resource variable fetches an `_UnreadVariable`: the fetch list was walked anew every step
+    graph = tf.Graph()
+    with graph.as_default():
+        step = tf.compat.v1.get_variable("counter", [], tf.int64, use_resource=True, trainable=False)
+        w = tf.compat.v1.get_variable("w", [4])
+        loss = tf.reduce_sum(tf.square(w), name="loss")
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        step_up = tf.compat.v1.assign_add(step, 1)
+    assert not isinstance(step_up, (tf.Tensor, tf.Operation))
+    steps = TrainingSteps(graph)
+    fetches = [loss, train, step_up]
+    walks = []
+    from stitchfleet.plugin.graph import training_steps
+
+    def counted(graph: Any, fetches: object) -> list[Any]:
+        walks.append(fetches)
+        return fetched_ops(graph, fetches)
+
+    monkeypatch.setattr(training_steps, "fetched_ops", counted)
+    assert steps.updates_variables(fetches) and steps.updates_variables(fetches) and steps.updates_variables(fetches)
+    assert len(walks) == 1
+    assert not steps.updates_variables([loss])  # another list of other items is walked, and answers for itself
+    assert len(walks) == 2
