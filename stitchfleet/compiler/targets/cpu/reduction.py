@@ -2,7 +2,9 @@
 memory-order strided reductions and thread-per-output reductions.
 
 Input: a `Gen` (cluster, plan, value emitter) and a reduction group. Output: lines of C for
-the task loop body; accumulation order is fixed by the plan, so results are deterministic.
+the task loop body; accumulation order is fixed by the plan, and a split reduction's tasks write
+partials that one thread per value folds in task order, so results do not depend on which
+thread ran which task when (bitwise the same run to run).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from stitchfleet.compiler.ir import DType, Op
 from stitchfleet.compiler.kernel import blocks
 from stitchfleet.compiler.kernel import ir as k
 from stitchfleet.compiler.lower import COMBINE, coords, flat, store_results
-from stitchfleet.compiler.plan import Combine, Group, MappingKind
+from stitchfleet.compiler.plan import Group, MappingKind
 from stitchfleet.compiler.targets.cpu import cexpr as c
 from stitchfleet.compiler.targets.cpu.generator import (
     LANES,
@@ -141,14 +143,6 @@ class Reduce:
         yield f"{pad}    #pragma omp simd"
         yield f"{pad}    for (int l = 0; l < {LANES}; ++l) {self.fold(f'{lane}[l]', self.widened(f'{vals}[l]'))}"
 
-    def atomic_add(self, index: str, acc: str, pad: str) -> list[str]:
-        """The plan's atomic combine: this task's share (a mean's already divided) added to the value."""
-        share = f"{acc} / {self.count}" if self.node.op is Op.REDUCE_MEAN else acc
-        (exported,) = self.group.exports
-        target = self.gen.ph.sources.scratch[exported]
-        value = c.cast_text(share, self.acc, target.dtype)
-        return [f"{pad}#pragma omp atomic", f"{pad}{target.name}[{index}] += {value};"]
-
     def finish(self, acc: str, index: k.Expr, bounds: dict[str, int], pad: str) -> list[str]:
         """The reduced value (mean divided), rounded to its dtype, then the tail and the stores."""
         gen = self.gen
@@ -175,7 +169,7 @@ def reduce_rows(gen: Gen, r: Reduce, pad: str) -> list[str]:
 
 
 def reduce_split_row(gen: Gen, r: Reduce, pad: str) -> list[str]:
-    """A row split over tasks, each folding a chunk into partials (or atomically into the value)."""
+    """A row split over tasks, each folding a chunk into its partial (a share, for an atomic combine)."""
     m = r.group.mapping
     row = k.Var(gen.names("row"), DType.I64)
     acc = gen.names("acc")
@@ -189,8 +183,8 @@ def reduce_split_row(gen: Gen, r: Reduce, pad: str) -> list[str]:
         lines.append(f"{pad}const int64_t {first} = (t % {m.blocks_per_row}L) * {chunk}L;")
         stop = f"sf_min_int64_t({first} + {chunk}L, {m.cols}L)"
         lines += r.lanes(acc, (first, stop), lambda col: k.add(k.mul(row, k.i64(m.cols)), col), m.cols, pad)
-    if r.group.combine is Combine.ATOMIC:
-        return [*lines, *r.atomic_add(row.name, acc, pad)]
+    # partials or, for the plan's atomic combine, this task's share of the value: both folded in task order after
+    # the loop (source._fold_shares: an atomic add summed the shares in the order tasks finished)
     return [*lines, f"{pad}{gen.ph.partials[r.group.id].name}[t] = {acc};"]
 
 
@@ -245,9 +239,7 @@ def reduce_column_tiles(gen: Gen, r: Reduce, pad: str) -> list[str]:
     if m.row_splits == 1:
         acc = gen.names("acc")
         lines += [f"{pad}    {r.ctype} {acc} = {accs}[{col.name} - {c0}];", *r.finish(acc, col, bounds, pad + "    ")]
-    elif r.group.combine is Combine.ATOMIC:
-        lines += r.atomic_add(col.name, f"{accs}[{col.name} - {c0}]", pad + "    ")
-    else:
+    else:  # partials, or the atomic combine's shares (see reduce_split_row)
         part = gen.ph.partials[r.group.id].name
         lines.append(f"{pad}    {part}[{split} * {m.cols}L + {col.name}] = {accs}[{col.name} - {c0}];")
     return [*lines, f"{pad}}}"]

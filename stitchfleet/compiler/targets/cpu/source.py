@@ -26,10 +26,11 @@ Layout, from the plan (AStitch's structure on a CPU):
   task; so does a row reduction's operand that later groups of the task recompute
   (`rowcache`: computed once, loaded after); global values and split-reduction partials
   in heap scratch allocated per call (so concurrent calls share nothing); a split
-  reduction's finalize loop folds them,
-  or, where the plan combines atomically, each task adds its share (`omp atomic`: an
-  atomic add on whichever thread runs the task) to the value's scratch (calloc'd: it
-  starts at zero); the NaN/Inf flag is per task range, or'ed atomically into the context.
+  reduction's finalize loop folds them; where the plan combines atomically, each task
+  writes its share as a partial too, and a part of its own after the stage folds them
+  into the value in task order (`_fold_shares`: an `omp atomic` add summed them in the
+  order the pool's threads finished, other bits run to run); the NaN/Inf flag is per
+  task range, or'ed atomically into the context.
 Element values (broadcast/transpose/slice/concat index math, inlined producers) come
 from the lowering's value emitter, so CPU and GPU code share one definition of them.
 """
@@ -114,9 +115,11 @@ def _scratch(graph: Graph, plan: StitchPlan) -> tuple[dict[int, k.Buffer], dict[
 
 
 def _partials(graph: Graph, plan: StitchPlan) -> dict[int, k.Buffer]:
+    """A split reduction's per-task partials in its accumulator type: folded by the plan's finalize loop, or, for
+    an atomic combine, by `_fold_shares`."""
     out = {}
     for g in plan.groups:
-        if g.combine is Combine.PARTIALS:
+        if g.combine is not None:
             node = graph.node(g.dominant)
             dtype = accumulator(node.dtype, node.op)
             out[g.id] = k.Buffer(f"part_{g.id}", dtype, g.mapping.partial_count, k.Role.SCRATCH)
@@ -160,6 +163,32 @@ def _finalize(gen: Gen, group: Group, pad: str) -> list[str]:
         *r.finish(acc, v, gen.group_bounds(**{v.name: values}), pad + "    "),
         f"{pad}}}",
     ]
+
+
+def _fold_shares(gen: Gen, group: Group) -> _Part:
+    """The value of a split reduction the plan combines atomically: each value's shares folded in task order, in the
+    accumulator type, then rounded once, as the finalize loop folds partials. Its own part, after the stage whose
+    loop wrote the shares (its consumers run in a later stage). Why not `omp atomic` adds into the value: they
+    summed the shares in the order tasks finished, which on TF's pool (two threads claiming blocks) varies from run
+    to run, so the same inputs gave other last bits (`test_task_order`)."""
+    m = group.mapping
+    r = Reduce(gen, group)
+    column = m.kind is MappingKind.COLUMN_TILES
+    values, parts = (m.cols, m.row_splits) if column else (m.rows, m.blocks_per_row)
+    where = f"p * {m.cols}L + v" if column else f"v * {parts}L + p"
+    (exported,) = group.exports
+    target = gen.ph.sources.scratch[exported]
+    total = "acc" if r.node.op is not Op.REDUCE_MEAN else f"acc / {r.count}"
+    part = gen.ph.partials[group.id].name
+    lines = [
+        f"    /* group {group.id}: its tasks' shares, folded in task order */",
+        "    for (int64_t v = sf_lo; v < sf_hi; ++v) {",
+        f"        {r.ctype} acc = {r.identity()};",
+        f"        for (int64_t p = 0; p < {parts}L; ++p) {r.fold('acc', f'{part}[{where}]')}",
+        f"        {target.name}[v] = {c.cast_text(total, r.acc, target.dtype)};",
+        "    }",
+    ]
+    return _Part(lines, values, parts)
 
 
 def _group(gen: Gen, groups: Sequence[Group], pad: str) -> list[str]:
@@ -334,7 +363,10 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     parts: list[_Part] = []
     fused: set[str] = set()
     for stage in sorted({lp.stage for lp in plan.loops}):
-        parts += _stage_parts(gen, [lp for lp in plan.loops if lp.stage == stage], fused)
+        loops = [lp for lp in plan.loops if lp.stage == stage]
+        parts += _stage_parts(gen, loops, fused)
+        atomic = [plan.group(g) for lp in loops for g in lp.groups if plan.group(g).combine is Combine.ATOMIC]
+        parts += [_fold_shares(gen, g) for g in atomic]
     context = f"struct {function}_tasks"
     lines = [f"{context} {{", *[f"    {t}{n};" for t, n in pointers], "    int bad;", "};", ""]
     moved: list[str] = []
@@ -352,11 +384,9 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
         lines += [f"    __atomic_fetch_or(&sf_x->bad, {BAD}, __ATOMIC_RELAXED);", "}", ""]
     args = ", ".join(f"{t}restrict {n}" for t, n in pointers[: len(params)])
     lines += [f"static int {function}_on(sf_runner sf_run, void *sf_pool, {args}) {{", f"    {DECLARE}"]
-    atomic = {scratch[g.exports[0]].name for g in plan.groups if g.combine is Combine.ATOMIC}
     for buf in heap:
-        count, size = max(buf.size, 1), f"sizeof(*{buf.name})"
-        alloc = f"calloc({count}, {size})" if buf.name in atomic else f"malloc({count} * {size})"  # atomics add to 0
-        lines.append(f"    {c.STORAGE[buf.dtype]} *restrict {buf.name} = {alloc};")
+        count = max(buf.size, 1)
+        lines.append(f"    {c.STORAGE[buf.dtype]} *restrict {buf.name} = malloc({count} * sizeof(*{buf.name}));")
     if heap:
         lines.append(f"    if ({' || '.join(f'!{b.name}' for b in heap)}) {{")
         lines += [f"        free({b.name});" for b in heap] + ["        return 1;", "    }"]
