@@ -24,6 +24,16 @@ pytestmark = [
     ),
 ]
 END_TO_END = 1e-3  # relative, per step: stitched float32 kernels within the guard's rule, over a short run
+# A program whose result depends on the order TF's executor runs its ops in: its two runs compare within what that
+# order alone moves the loss, measured under plain TF. BERT's create_optimizer assigns global_step with no ordering
+# against the learning-rate ops that read it (README.md), so a step's rate is step k's or step k+1's (in warmup,
+# x2 at step 1). Session 29, 100 steps, plain TF with the rate made to read k+1 against a copy made to read k: at
+# every step 2.55e-3 (from step 1), from step 1 on 1.78e-3, from step 5 on 9.5e-4, at step 0 alone 7.9e-4, at
+# step 1 alone 3.7e-4. A copy that fetches the rate: plain, the assign won at step 93 in 1 of 2 runs; shimmed, at
+# 27 and 25 steps (from steps 5 and 14) in 2 of 5, each parting from the others the step after its first win,
+# while the other 3 were bitwise equal. With the race taken out (the assign after the update), 5 shimmed runs were
+# bitwise equal and 1.7e-7 from plain TF. Bound: the every-step figure, rounded up to two digits.
+ORDER_DEPENDENT = {"google_bert_run_classifier.py": 2.6e-3}
 # Programs whose training loop the hook cannot join, with the reason their telemetry must give: the PTB
 # tutorial trains under tf.train.Supervisor, which finalizes the graph before the session is made.
 NOT_ATTACHED = {"models_ptb_word_lm.py": "finalized graph"}
@@ -55,7 +65,7 @@ def _check(program: str, steps: int, tmp: Path) -> None:
     if found.installed == 0:
         assert worst == 0.0, "no cluster installed: the job computes exactly what it computes without the plugin"
     else:
-        assert worst <= END_TO_END
+        assert worst <= ORDER_DEPENDENT.get(program, END_TO_END)
         assert found.iterations == steps
 
 
