@@ -58,14 +58,13 @@ def chunk_steps(steps: int) -> int:
 
 
 def alternate(plain: Side, plugin: Side, steps: int, control: Side | None = None) -> None:
-    """Runs the sides to their end in chunks; the side that goes first changes every round of chunks (ABBA for two
-    sides, a rotation with the `control`), so none always runs just after the switch."""
+    """Runs the sides to their end in chunks; the side that goes first rotates every round of chunks (ABBA for two
+    sides), so none always runs just after the switch."""
     chunk, pair = chunk_steps(steps), 0
     sides = [plain, plugin] if control is None else [plain, plugin, control]
     while not all(side.done for side in sides):
         first = pair % len(sides)
-        order = sides[first:] + sides[:first] if control is not None or first == 0 else sides[::-1]
-        for side in order:
+        for side in sides[first:] + sides[:first]:
             side.run(chunk)
         pair += 1
 

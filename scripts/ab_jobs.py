@@ -16,9 +16,9 @@ That noise is measured: each round runs plain TF twice (`again`, the control; --
 noise of a difference between two processes is the root mean square over the rounds of plain TF minus plain TF again
 (without the control: the spread of plain TF's figure over the rounds, x sqrt 2); the control's own row shows it.
 Each round ends, for this script's own jobs (not the corpus programs), with a one-process pair (`inproc`,
-benchmarks/ab_interleaved.py): the job twice in one process, plain and under the warm plugin, alternated chunk by
-chunk; its own table holds the plugin's steady step against plain TF's chunk by chunk, and the report's claim
-against the steps' difference in that process, with the noise of plain TF against itself there.
+benchmarks/ab_interleaved.py): the job in one process, plain and under the warm plugin (and plain again, the control),
+alternated chunk by chunk; its own table holds the plugin's steady step against plain TF's chunk by chunk, and the
+report's claim against the steps' difference in that process, with the noise of plain TF against itself there.
 Each run prints a line as it ends and, with --record FILE, appends its figures to FILE as one JSON line; the table
 so far is printed after every round; --resume FILE reads such a file back and runs only the rounds it lacks.
 
