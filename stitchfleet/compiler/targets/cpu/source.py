@@ -149,20 +149,31 @@ def _finalize(gen: Gen, group: Group, pad: str) -> list[str]:
     """Folds a split reduction's partials: one reduced value after another."""
     m = group.mapping
     r = Reduce(gen, group)
-    column = m.kind is MappingKind.COLUMN_TILES
-    values, parts = (m.cols, m.row_splits) if column else (m.rows, m.blocks_per_row)
     v = k.Var(gen.names("v"), DType.I64)
     acc = gen.names("acc")
-    where = f"p * {m.cols}L + {v.name}" if column else f"{v.name} * {parts}L + p"
+    values, _, fold = _fold(gen, r, v.name, acc, pad + "    ")
     first = f"t * {m.block_threads}L"
-    part = gen.ph.partials[group.id].name
     return [
         f"{pad}{loop_range(v.name, first, m.block_threads, values)} {{",
-        f"{pad}    {r.ctype} {acc} = {r.identity()};",
-        f"{pad}    for (int64_t p = 0; p < {parts}L; ++p) {r.fold(acc, f'{part}[{where}]')}",
+        *fold,
         *r.finish(acc, v, gen.group_bounds(**{v.name: values}), pad + "    "),
         f"{pad}}}",
     ]
+
+
+def _fold(gen: Gen, r: Reduce, value: str, acc: str, pad: str) -> tuple[int, int, list[str]]:
+    """A split reduction's partials of the value `value` folded in task order into `acc`: how many values and
+    partials per value there are, and the lines (`_finalize`, `_fold_shares`)."""
+    m = r.group.mapping
+    column = m.kind is MappingKind.COLUMN_TILES
+    values, parts = (m.cols, m.row_splits) if column else (m.rows, m.blocks_per_row)
+    where = f"p * {m.cols}L + {value}" if column else f"{value} * {parts}L + p"
+    part = gen.ph.partials[r.group.id].name
+    lines = [
+        f"{pad}{r.ctype} {acc} = {r.identity()};",
+        f"{pad}for (int64_t p = 0; p < {parts}L; ++p) {r.fold(acc, f'{part}[{where}]')}",
+    ]
+    return values, parts, lines
 
 
 def _fold_shares(gen: Gen, group: Group) -> _Part:
@@ -171,20 +182,15 @@ def _fold_shares(gen: Gen, group: Group) -> _Part:
     loop wrote the shares (its consumers run in a later stage). Why not `omp atomic` adds into the value: they
     summed the shares in the order tasks finished, which on TF's pool (two threads claiming blocks) varies from run
     to run, so the same inputs gave other last bits (`test_task_order`)."""
-    m = group.mapping
     r = Reduce(gen, group)
-    column = m.kind is MappingKind.COLUMN_TILES
-    values, parts = (m.cols, m.row_splits) if column else (m.rows, m.blocks_per_row)
-    where = f"p * {m.cols}L + v" if column else f"v * {parts}L + p"
+    values, parts, fold = _fold(gen, r, "v", "acc", "        ")
     (exported,) = group.exports
     target = gen.ph.sources.scratch[exported]
     total = "acc" if r.node.op is not Op.REDUCE_MEAN else f"acc / {r.count}"
-    part = gen.ph.partials[group.id].name
     lines = [
         f"    /* group {group.id}: its tasks' shares, folded in task order */",
         "    for (int64_t v = sf_lo; v < sf_hi; ++v) {",
-        f"        {r.ctype} acc = {r.identity()};",
-        f"        for (int64_t p = 0; p < {parts}L; ++p) {r.fold('acc', f'{part}[{where}]')}",
+        *fold,
         f"        {target.name}[v] = {c.cast_text(total, r.acc, target.dtype)};",
         "    }",
     ]
@@ -365,8 +371,8 @@ def cluster_source(graph: Graph, plan: StitchPlan, function: str = "stitch_clust
     for stage in sorted({lp.stage for lp in plan.loops}):
         loops = [lp for lp in plan.loops if lp.stage == stage]
         parts += _stage_parts(gen, loops, fused)
-        atomic = [plan.group(g) for lp in loops for g in lp.groups if plan.group(g).combine is Combine.ATOMIC]
-        parts += [_fold_shares(gen, g) for g in atomic]
+        groups = [plan.group(g) for lp in loops for g in lp.groups]
+        parts += [_fold_shares(gen, g) for g in groups if g.combine is Combine.ATOMIC]
     context = f"struct {function}_tasks"
     lines = [f"{context} {{", *[f"    {t}{n};" for t, n in pointers], "    int bad;", "};", ""]
     moved: list[str] = []
