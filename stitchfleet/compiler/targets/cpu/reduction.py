@@ -175,7 +175,9 @@ def reduce_split_row(gen: Gen, r: Reduce, pad: str) -> list[str]:
     acc = gen.names("acc")
     lines = [f"{pad}const int64_t {row.name} = t / {m.blocks_per_row}L;"]
     last = r.operand.shape[-1] if r.operand.shape else 1
-    if last >= LANES and m.cols % last == 0:
+    # whole runs only while there are at least as many runs as tasks: a (1, N) row summed over its last axis is one
+    # run, which would give task 0 the whole row and the others nothing
+    if last >= LANES and m.cols % last == 0 and m.cols // last >= m.blocks_per_row:
         lines += _split_row_nested(gen, r, (row, acc), last, pad)
     else:
         chunk = -(-m.cols // m.blocks_per_row)

@@ -112,6 +112,22 @@ def test_a_last_dimension_shorter_than_the_lanes_keeps_the_flat_range(tmp_path: 
     matches(graph, tmp_path)
 
 
+def test_a_row_of_fewer_runs_than_tasks_is_split_evenly(tmp_path: Path) -> None:
+    """Regression: a (1, N) row summed over its last axis is one run of the last dimension; walked as whole runs,
+    task 0 took the whole row and the other tasks nothing. Split flat, every task takes ceil(N / tasks)."""
+    b = GraphBuilder()
+    x = b.parameter("x", (1, 1 << 20))
+    b.output("s", b.reduce_sum(b.mul(x, x), (1,)))
+    graph = b.build()
+    (group,) = [g for g in plan_cluster(graph, 0, PlanOptions()).groups if g.mapping.kind is MappingKind.SPLIT_ROW]
+    tasks = group.mapping.blocks_per_row
+    assert tasks > 1
+    text = source(graph)
+    assert "for (int64_t o_" not in text
+    assert f"(t % {tasks}L) * {-(-(1 << 20) // tasks)}L" in text
+    matches(graph, tmp_path)
+
+
 def test_small_integer_powers_are_products_not_pow_calls(tmp_path: Path) -> None:
     """Regression: tanh-GELU's x**3 went through libm's scalar powf (transformer cluster 55 ms vs 3 ms)."""
     b = GraphBuilder()
