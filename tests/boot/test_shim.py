@@ -6,6 +6,7 @@ directories) on PYTHONPATH, as the webhook sets it up in a pod.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -53,7 +54,6 @@ def test_install_lays_out_package_and_shim(opt: Path) -> None:
     ).read_text()
     assert (opt / "stitchfleet" / "settings.py").is_file()
     assert (opt / "stitchfleet" / "operator" / "injection.py").is_file()
-    assert not list(opt.rglob("__pycache__"))
     again = installer.install(opt)
     assert again.shim_file == opt / "shim" / "sitecustomize.py"
     assert again.files > 10
@@ -161,3 +161,34 @@ def test_install_carries_the_prebuilt_ops_lying_beside_the_package(opt: Path, tm
     assert done.returncode == 0, done.stderr
     assert (pod / installer.OPS_DIR / "tfop-abc.so").read_bytes() == b"\x7fELF"
     assert (pod / "stitchfleet" / "settings.py").is_file()
+
+
+def test_the_copy_brings_the_package_bytecode_a_job_then_loads(tmp_path: Path) -> None:
+    """Regression: the copy left out the package's bytecode, so a job whose image sets PYTHONDONTWRITEBYTECODE
+    (as ours do) compiled every stitchfleet module it imported, in every process."""
+    image = tmp_path / "image"  # the shim image's package, compiled as its Containerfile compiles its venv
+    installer.install(image)
+    compiled = subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(image / "stitchfleet")], capture_output=True, timeout=120
+    )
+    assert compiled.returncode == 0, compiled.stderr
+    pod = tmp_path / "pod"
+    code = f"from pathlib import Path; from stitchfleet.boot import installer; installer.install(Path({str(pod)!r}))"
+    done = python(tmp_path, image, code=code, PYTHONDONTWRITEBYTECODE="1")
+    assert done.returncode == 0, done.stderr
+    copied = pod / "stitchfleet" / "settings.py"
+    cached = Path(importlib.util.cache_from_source(str(copied)))
+    assert cached.is_file()
+    job = [sys.executable, "-v", "-c", "import stitchfleet.settings as s; print(s.__file__)"]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("STITCHFLEET_", "PYTHON"))}
+    ran = subprocess.run(
+        job,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env=clean | {"PYTHONPATH": str(pod), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.strip() == str(copied)
+    assert f"code object from '{cached}'" in ran.stderr
