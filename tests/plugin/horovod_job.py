@@ -14,6 +14,7 @@ fleet memory, memory.sqlite in the directory, that holds a slower verdict; rank 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -67,6 +68,8 @@ PROBE_STEPS = 2
 PROBE_RUN = 57 + 5 * 5 + 5
 
 hvd.init()
+# as a user's job turns on its logs: every rank writes to its own stderr, which horovodrun prefixes with the rank
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
 tmp, scenario = Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "fault"
 db_url = f"sqlite:///{tmp / 'db.sqlite'}"
 if scenario == "probe":

@@ -327,6 +327,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         kept = [p for p, (c, _) in enumerate(self.installed) if c.index in agreed]
         for c, _ in self.installed:
             if c.index not in agreed:
+                log.info("stitchfleet: cluster %d left to TF: another rank did not install it", c.index)
                 self._off(c.index, c.fingerprint, "not installed on every rank: left to TF on all of them")
         self._start(kept)
 

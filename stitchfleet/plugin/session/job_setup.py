@@ -8,6 +8,7 @@ job that skips its setup imports no compiler pipeline and no graph rewrite (docs
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from stitchfleet.plugin.native.faults import Fault
     from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
+log = logging.getLogger("stitchfleet.plugin")
 Off = Callable[[int, str, str, str], None]  # a cluster left off: (index, fingerprint, reason, event kind)
 
 
@@ -175,6 +177,7 @@ class JobSetup:
         installed: list[tuple[Cluster, Installed]] = []
         for cluster, done in zip(clusters, rewired.clusters, strict=True):
             if isinstance(done, str):
+                log.warning("stitchfleet: cluster %d left to TF: %s", cluster.index, done)
                 off(cluster.index, cluster.fingerprint, done, "compile_failure")
             else:
                 installed.append((cluster, done))

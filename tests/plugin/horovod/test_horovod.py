@@ -22,6 +22,16 @@ pytestmark = [pytest.mark.horovod, pytest.mark.tf, pytest.mark.slow, pytest.mark
 
 def _two_ranks(tmp_path: Path, scenario: str) -> str:
     """Runs tests.plugin.horovod_job on 2 local ranks; returns its stdout."""
+    return _two_ranks_run(tmp_path, scenario).stdout
+
+
+def _plugin_lines(stderr: str, rank: int, level: str) -> list[str]:
+    """The plugin's log lines at `level` in one rank's stderr (horovodrun prefixes each line with its rank)."""
+    return re.findall(rf"^\[{rank}\]<stderr>:{level} stitchfleet\.plugin (.+)$", stderr, re.MULTILINE)
+
+
+def _two_ranks_run(tmp_path: Path, scenario: str) -> subprocess.CompletedProcess[str]:
+    """Runs tests.plugin.horovod_job on 2 local ranks (it logs at INFO, as a user's job may)."""
     horovodrun = shutil.which("horovodrun") or str(Path(sys.executable).with_name("horovodrun"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
     # --gloo: the controller these jobs ran on anyway (this Horovod has no MPI). Left to choose, horovodrun first
@@ -31,7 +41,7 @@ def _two_ranks(tmp_path: Path, scenario: str) -> str:
         [*command, str(tmp_path), scenario], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
+    return done
 
 
 def test_one_corrupted_rank_reverts_both_ranks_at_the_same_step(tmp_path: Path) -> None:
@@ -52,7 +62,12 @@ def test_one_corrupted_rank_reverts_both_ranks_at_the_same_step(tmp_path: Path) 
 
 
 def test_two_ranks_probing_keep_the_same_clusters_at_the_same_steps(tmp_path: Path) -> None:
-    stdout = _two_ranks(tmp_path, "probe")
+    done = _two_ranks_run(tmp_path, "probe")
+    stdout = done.stdout
+    # rank 0 alone tells the decisions every rank takes (rank_logs): its setup, its group probe, each cluster's
+    told = _plugin_lines(done.stderr, 0, "INFO")
+    assert any("cluster(s) stitched" in line for line in told) and any("group " in line for line in told), told
+    assert _plugin_lines(done.stderr, 1, "INFO") == []
     found = dict(re.findall(r"rank (\d) decisions (.+)", stdout))
     assert sorted(found) == ["0", "1"]
     decisions = [json.loads(found[rank]) for rank in ("0", "1")]
@@ -90,7 +105,14 @@ def test_rank_zero_side_runs_never_shift_the_pairing(tmp_path: Path) -> None:
 
 
 def test_a_cluster_one_rank_failed_to_compile_is_left_to_tf_on_every_rank(tmp_path: Path) -> None:
-    states = _states(_two_ranks(tmp_path, "compile"))
+    done = _two_ranks_run(tmp_path, "compile")
+    states = _states(done.stdout)
+    # the failing rank warns of its own failure; rank 0, which tells the job's decisions, says why 5 is off there
+    assert [
+        w for w in _plugin_lines(done.stderr, 1, "WARNING") if "cluster 5 left to TF" in w and "compile failed" in w
+    ]
+    assert "stitchfleet: cluster 5 left to TF: another rank did not install it" in _plugin_lines(done.stderr, 0, "INFO")
+    assert _plugin_lines(done.stderr, 0, "WARNING") == []
     zero, one = states["0"], states["1"]
     assert zero["stitched"] == one["stitched"] and 5 not in zero["stitched"] and len(zero["stitched"]) >= 2
     assert "not installed on every rank" in str(zero["off5"]) and "compile failed" in str(one["off5"])
