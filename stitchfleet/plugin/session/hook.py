@@ -322,7 +322,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return  # this rank's own setup failed: recorded in begin, it stays off like the others
         if agreed is None:
             log.warning("stitchfleet: stitching is off for this job: the setup of another rank failed")
-            self._event("compile_failure", None, "another rank's setup failed", "every rank leaves the job to TF")
+            why = "another rank's setup failed"
+            job_record.event(self.ledger, "compile_failure", None, why, "every rank leaves the job to TF")
             return
         kept = [p for p, (c, _) in enumerate(self.installed) if c.index in agreed]
         for c, _ in self.installed:
@@ -333,10 +334,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
 
     def _off(self, index: int, fingerprint: str, reason: str, kind: str = "compile_failure") -> None:
         self.off[index] = reason
-        self._event(kind, fingerprint, reason.split(":", maxsplit=1)[0], reason)
-
-    def _event(self, kind: str, fingerprint: str | None, reason: str, detail: str) -> None:
-        job_record.event(self.ledger, kind, fingerprint, reason, detail)
+        job_record.event(self.ledger, kind, fingerprint, reason.split(":", maxsplit=1)[0], reason)
 
     def _fault(self, err: Exception) -> None:
         """A plugin error outside a step's figures: the controller hears of it with the next plan."""

@@ -1,14 +1,12 @@
 """The setup of a job whose setup can pay back: its clusters chosen, compiled, checked and installed on a twin.
 
-Input: the user's graph at `begin` (found to train and to repay its setup by the hook), the settings, the job's
-backend and ledger. Output: a `Setup` (the clusters installed, the rewired graph's switches, the twin's diverter)
-and, once every rank agreed on the clusters, its `started` step path. The hook imports this module only then: a
-job that skips its setup imports no compiler pipeline and no graph rewrite (docs/plugin/session.md).
+Input: the user's graph at `begin` (found to train and to repay its setup), the settings, backend and ledger.
+Output: a `Setup` (clusters installed, switches, the twin's diverter), then, once every rank agreed, its step path.
+The hook imports it only then: a skipped setup imports no compiler pipeline or graph rewrite (docs/plugin/session.md).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +39,6 @@ if TYPE_CHECKING:
     from stitchfleet.plugin.native.faults import Fault
     from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
-log = logging.getLogger("stitchfleet.plugin")
 Off = Callable[[int, str, str, str], None]  # a cluster left off: (index, fingerprint, reason, event kind)
 
 
@@ -177,7 +174,7 @@ class JobSetup:
         installed: list[tuple[Cluster, Installed]] = []
         for cluster, done in zip(clusters, rewired.clusters, strict=True):
             if isinstance(done, str):
-                log.warning("stitchfleet: cluster %d left to TF: %s", cluster.index, done)
+                selection.log.warning("stitchfleet: cluster %d left to TF: %s", cluster.index, done)  # a failure
                 off(cluster.index, cluster.fingerprint, done, "compile_failure")
             else:
                 installed.append((cluster, done))

@@ -196,10 +196,8 @@ def _build(build: _Build, current: settings_module.Settings, fault: Fault | None
         plan = build.site.plan or build.plan
         return ClusterKernel(build.site.graph, plan, build.backend, current.cache_dir, fault, device=build.placed)
     except Exception as err:
-        why = f"{build.backend} compile failed: {type(err).__name__}: {err}"
-        # a failure of ours, told on the rank where it happened (rank_logs keeps warnings on every rank)
-        log.warning("stitchfleet: cluster %d left to TF: %s", build.index, why)
-        return why
+        log.warning("stitchfleet: cluster %d left to TF: %s compile failed: %s", build.index, build.backend, err)
+        return f"{build.backend} compile failed: {type(err).__name__}: {err}"
 
 
 def _compile_later(builds: list[_Build], cache_dir: Any) -> threading.Thread:
