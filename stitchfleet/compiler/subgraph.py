@@ -5,7 +5,8 @@ PARAMETERs are the cluster's external inputs (named after the producing nodes) a
 whose outputs are every member value consumed outside the set or that is a graph
 output, then any `extra_outputs` the caller asks for (members read by something the graph
 does not show, such as a TF op that only needs a tensor's shape; a node may be listed twice).
-Metadata records which source nodes each parameter and output stands for.
+Metadata records which source nodes each parameter and output stands for. `without_outputs`
+drops outputs nobody will read (and the nodes only they needed), keeping every parameter.
 """
 
 from __future__ import annotations
@@ -67,3 +68,32 @@ def extract(graph: Graph, members: Collection[int], extra_outputs: Sequence[int]
         "source_nodes": tuple(sorted(chosen)),
     }
     return Graph.create(nodes, named_outputs, metadata)
+
+
+def without_outputs(graph: Graph, dropped: Collection[int]) -> Graph:
+    """`graph` without the outputs at positions `dropped` and the non-parameter nodes only they needed.
+
+    Every PARAMETER stays, in place (a caller's inputs are matched to them by position; one nothing reads
+    any more is an input the kernel ignores), and a `source_outputs` metadata entry loses the same positions.
+    Why: a host may know that some outputs are never read (TF prunes their readers from the step), and a
+    kernel storing them pays their memory traffic for nothing.
+    """
+    drop = set(dropped)
+    if not drop <= set(range(len(graph.outputs))) or len(drop) == len(graph.outputs):
+        raise IRError(f"cannot drop outputs {sorted(drop)} of {len(graph.outputs)}: at least one must stay")
+    outputs = [out for k, out in enumerate(graph.outputs) if k not in drop]
+    live = {node_id for _, node_id in outputs} | {n.id for n in graph.nodes if n.op is Op.PARAMETER}
+    for node in reversed(graph.nodes):  # nodes are topologically sorted: readers come after what they read
+        if node.id in live:
+            live.update(node.inputs)
+    new_id = {old: new for new, old in enumerate(sorted(live))}
+    nodes = [
+        Node(new_id[n.id], n.op, tuple(new_id[i] for i in n.inputs), n.shape, n.dtype, n.name, n.attrs)
+        for n in graph.nodes
+        if n.id in live
+    ]
+    metadata = dict(graph.metadata)
+    if "source_outputs" in metadata:
+        sources = graph.metadata.get_ints("source_outputs")
+        metadata["source_outputs"] = tuple(n for k, n in enumerate(sources) if k not in drop)
+    return Graph.create(nodes, {name: new_id[i] for name, i in outputs}, metadata)

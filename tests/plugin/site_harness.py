@@ -18,10 +18,11 @@ import tensorflow as tf
 from stitchfleet.compiler.decision import Decision
 from stitchfleet.compiler.pipeline import Options, compile_graph
 from stitchfleet.demo import models
-from stitchfleet.plugin.frontend import Conversion
+from stitchfleet.plugin.frontend import Conversion, pruned_ops
 from stitchfleet.plugin.frontend.converter import convert
 from stitchfleet.plugin.graph.mapping import Site, StepOps, UnmappableError, map_cluster
 from stitchfleet.plugin.graph.rewrite import Installed, Rewired, rewire
+from stitchfleet.plugin.graph.training_steps import step_values, update_path
 from stitchfleet.plugin.native.kernels import ClusterKernel
 
 CACHE = Path(__file__).resolve().parents[2] / ".pytest_cache" / "stitchfleet-cpu"
@@ -42,25 +43,28 @@ class Stitched:
         return [c for c in self.rewired.clusters if isinstance(c, Installed)]
 
 
-def map_all(graph: Any) -> Stitched:
-    """Converts and compiles `graph` and maps every planned cluster (what the hook's begin does)."""
+def map_all(graph: Any, *, job: bool = False) -> Stitched:
+    """Converts and compiles `graph` and maps every planned cluster (what the hook's begin does). `job`: as the
+    hook's setup does, what plain TF's step prunes is held out of clusters and outputs no step op reads dropped."""
     conversion = convert(StepOps(graph))
-    art = compile_graph(conversion.graph, Options(origins=frozenset(conversion.origins)))
+    held = pruned_ops.held(conversion, update_path(graph)) if job else {}
+    read = step_values(graph) if job else None
+    art = compile_graph(conversion.graph, Options(origins=frozenset(conversion.origins), held=held))
     stitched = Stitched(graph, conversion)
     for i, (cluster_graph, plan) in enumerate(zip(art.cluster_graphs, art.stitch, strict=True)):
         if isinstance(plan, Decision):
             stitched.refused[i] = f"planner: {plan.reason}"
             continue
         try:
-            stitched.sites.append(map_cluster(graph, conversion, i, cluster_graph, plan))
+            stitched.sites.append(map_cluster(graph, conversion, i, cluster_graph, plan, read=read))
         except UnmappableError as err:
             stitched.refused[i] = f"not mapped: {err}"
     return stitched
 
 
-def stitch(graph: Any) -> Stitched:
+def stitch(graph: Any, *, job: bool = False) -> Stitched:
     """`map_all`, then every site compiled for the cpu backend and rewired into `graph`."""
-    stitched = map_all(graph)
+    stitched = map_all(graph, job=job)
     compiled = []
     for site in stitched.sites:
         assert site.plan is not None

@@ -7,6 +7,7 @@ stitch plan. The rules in full: docs/plugin/graph.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,7 +20,7 @@ from stitchfleet.compiler.ir import DType, Graph, IRError, Op
 from stitchfleet.compiler.pipeline import compile_cluster
 from stitchfleet.compiler.plan import PlanOptions, StitchPlan
 from stitchfleet.compiler.scope import boundary_reason
-from stitchfleet.compiler.subgraph import extract
+from stitchfleet.compiler.subgraph import extract, without_outputs
 from stitchfleet.plugin.frontend import Conversion
 from stitchfleet.plugin.graph import cluster_ops, control_edges
 from stitchfleet.plugin.graph.cluster_ops import computed_by, walk, with_unread
@@ -323,15 +324,41 @@ def _shed(conversion: Conversion, members: frozenset[int], found: list[Closure])
         raise UnmappableError(found[0].reason) from None
 
 
+def read_outside(site: Site, read: Collection[str]) -> Callable[[tf.Tensor], bool]:
+    """Whether an op named in `read` (the ops a training step runs) reads a tensor outside the site, its
+    shape readers aside (their values become constants)."""
+    names = site.internal_names | {op.name for op in site.shape_readers}
+    return lambda t: any(r.name in read and r.name not in names for r in t.consumers())
+
+
+def keep_outputs(site: Site, wanted: Callable[[tf.Tensor], bool], why: str) -> None:
+    """The site without the outputs `wanted` refuses (unless it refuses all), one change saying `why`. A kernel
+    stored each for nothing (the dead halves of tf.gradients, which grappler prunes, read them: a seventh of the
+    Transformer's kernel time). Their readers keep reading the TF ops, which run only if something needs them."""
+    dropped = [k for k, t in enumerate(site.outputs) if not wanted(t)]
+    if dropped and len(dropped) < len(site.outputs):
+        names = ", ".join(site.outputs[k].name for k in dropped)
+        site.graph = without_outputs(site.graph, dropped)
+        site.outputs = [t for k, t in enumerate(site.outputs) if k not in dropped]
+        site.changes.append(_change(site.graph, "unread outputs", f"{why}: {names}"))
+
+
 def map_cluster(
-    tf_graph: tf.Graph, conversion: Conversion, index: int, graph: Graph, plan: StitchPlan | None = None
+    tf_graph: tf.Graph,
+    conversion: Conversion,
+    index: int,
+    graph: Graph,
+    plan: StitchPlan | None = None,
+    *,
+    read: Collection[str] | None = None,
 ) -> Site:
     """The `Site` of cluster graph `graph`; `UnmappableError` with the reason when there is none.
 
     Without `plan`, only a cluster that needs no change is mapped (the caller compiles `graph`);
     with it, `site.graph` and `site.plan` are what to compile. An input closing a cycle joins the
     cluster when it can (`_absorb`), else what reads it leaves it (`_shed`). `site.changes` says why
-    the cluster differs from the compiler's, one Decision per change.
+    the cluster differs from the compiler's, one Decision per change. With `read` (the TF ops a training step
+    runs), outputs none of them reads are dropped (`keep_outputs`).
     """
     _check_types(graph)
     changes: list[Decision] = []
@@ -353,6 +380,8 @@ def map_cluster(
         raise UnmappableError(found[0].reason)
     cluster_ops.check_device_specific(site.outputs, gpu_device.gpu_visible)
     site.changes[:0] = changes
+    if read is not None:
+        keep_outputs(site, read_outside(site, read), "no op of a training step reads them")
     site.plan = _plan(site, graph, plan)
     return site
 

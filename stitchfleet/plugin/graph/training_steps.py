@@ -162,6 +162,19 @@ def update_path(graph: tf.Graph) -> frozenset[str]:
     return frozenset(upstream(writers, control=False))
 
 
+def step_values(graph: tf.Graph) -> frozenset[str]:
+    """Names of the ops whose values a training step may use: what a variable write reads (`update_path`) and what
+    an op nothing reads does (a fetch: the loss, a metric; a static-shape loss is read by no gradient), tf.gradients'
+    `tuple` outputs aside: a gradient for a constant operand, which grappler prunes (`mapping.keep_outputs`)."""
+    ends = [op for op in graph.get_operations() if _writes_some_variable(op) or _fetchable(op)]
+    return frozenset(upstream(ends, control=False))
+
+
+def _fetchable(op: Any) -> bool:
+    unread = bool(op.outputs) and not any(t.consumers() for t in op.outputs)
+    return unread and not (op.type == "Identity" and "/tuple/control_dependency" in op.name)
+
+
 def _writes_some_variable(op: Any) -> bool:
     """A writer's type with an input 0 (its variable, whichever): more ops count than `_writes_variable`'s, so more
     stay on the path; what stays is only not held, never computed twice."""

@@ -26,7 +26,7 @@ from stitchfleet.plugin.fleet.verdict_keys import input_shapes, profile
 from stitchfleet.plugin.frontend import kernel_library
 from stitchfleet.plugin.graph import placement
 from stitchfleet.plugin.graph.mapping import Site, UnmappableError, map_cluster
-from stitchfleet.plugin.graph.training_steps import training_path
+from stitchfleet.plugin.graph.training_steps import step_values, training_path
 from stitchfleet.plugin.horovod.setup_agreement import SLOTS
 from stitchfleet.plugin.native import dispatch_op, gpu_device
 from stitchfleet.plugin.native.backend_choice import gpu_op_unavailable
@@ -124,11 +124,19 @@ def fallback_hazard(ops: Iterable[tf.Operation], *, onednn: bool) -> str | None:
 
 
 def _mapped(
-    graph: Any, conversion: Any, index: int, compiled: tuple[Any, Any], path: frozenset[str], *, routes: Any
+    graph: Any,
+    conversion: Any,
+    index: int,
+    compiled: tuple[Any, Any],
+    paths: tuple[frozenset[str], ...],
+    *,
+    routes: Any,
 ) -> tuple[Site, str, str] | str:
-    """The cluster's site (from its compiled graph and plan) and its backend, or why it is left to TF."""
+    """The cluster's site (from its compiled graph and plan) and its backend, or why it is left to TF. `paths`: the
+    training path and the ops whose values a training step may use (`step_values`)."""
+    path, reads = paths
     try:
-        site = map_cluster(graph, conversion, index, *compiled)  # a change for TF: site.changes say why
+        site = map_cluster(graph, conversion, index, *compiled, read=reads)  # a change for TF: site.changes say why
         for change in site.changes:
             log.debug("stitchfleet: cluster %d %s: %s", index, change.action, change.reason)
         where = routes(site.internal)
@@ -239,7 +247,7 @@ def choose(
     if current.bridge != "python" and targets.profile(backend).native_op:
         building_op = dispatch_op.warm(current.cache_dir)  # the op's build overlaps the cluster compiles below
     found = Candidates(recorded=recorded)
-    path = training_path(graph)
+    paths = (training_path(graph), step_values(graph))
     routes = _router(backend, current)
     builds: list[_Build] = []
     if art.report is None:
@@ -252,7 +260,7 @@ def choose(
         if agreeing and i >= SLOTS:
             found.left.append((i, fingerprint, f"cluster {i} is past the {SLOTS} clusters Horovod ranks can agree on"))
             continue
-        mapped = _mapped(graph, conversion, i, (cg, plan), path, routes=routes)
+        mapped = _mapped(graph, conversion, i, (cg, plan), paths, routes=routes)
         if isinstance(mapped, str):
             found.left.append((i, fingerprint, mapped))
             continue
