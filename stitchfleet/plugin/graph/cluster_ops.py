@@ -10,6 +10,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
 from stitchfleet.compiler.ir import Graph, IRError, Node, Op
 from stitchfleet.compiler.ir.attrs import Attrs
 from stitchfleet.plugin.frontend import Conversion
@@ -108,6 +111,20 @@ def input_shape(tensor: tf.Tensor) -> tuple[int, ...] | None:
     on_gpu = device_fields(tensor.op.device, gpu_device.gpu_visible())["device"].startswith("GPU")
     rank = unbound_rank(tensor.op.type, tensor.value_index, on_gpu=on_gpu)
     return None if rank is None else (-1,) * rank
+
+
+def ignored_value(tensor: tf.Tensor) -> npt.NDArray[np.generic] | None:
+    """What may stand for `tensor` where only a CPU kernel reads it: for an output TF gives no rank that its
+    reader ignores there (FusedBatchNormV3's reserve_space_3: CPU gradient kernels never read it, checked with
+    TF 2.15, oneDNN on and off), zeros of the rank the kernel returns; None for any other tensor. Why: a cluster
+    handing it to its TF clone made TF run the forward op a stitched twin no longer runs, and all that feeds it."""
+    on_gpu = device_fields(tensor.op.device, gpu_device.gpu_visible())["device"].startswith("GPU")
+    rank = (
+        None
+        if tensor.shape.rank is not None or on_gpu
+        else unbound_rank(tensor.op.type, tensor.value_index, on_gpu=False)
+    )
+    return None if rank is None else np.zeros((0,) * rank, tensor.dtype.as_numpy_dtype)
 
 
 def with_unread(graph: Graph, tensors: list[tf.Tensor]) -> Graph:

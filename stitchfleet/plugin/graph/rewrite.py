@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from stitchfleet.plugin.graph import check_reads, fallback
+from stitchfleet.plugin.graph import check_reads, cluster_ops, fallback
 from stitchfleet.plugin.graph.mapping import Site, check_acyclic
 from stitchfleet.plugin.graph.recompute import Size, dimensions, recomputed, same_shape, shape_value
 from stitchfleet.plugin.native.dispatch_op import BridgeOp
@@ -300,6 +300,10 @@ def rewire(
         switches = tf.compat.v1.placeholder_with_default(default, [None], name="switches")
         checking = tf.compat.v1.placeholder_with_default(False, [], name="checking")
         replaced: dict[str, Any] = {}
+        for t in {t.name: t for site in sites for t in site.inputs}.values():  # only a CPU kernel's clone reads it
+            value = cluster_ops.ignored_value(t)
+            if value is not None:
+                replaced[t.name] = tf.constant(value, t.dtype, name="ignored")
         copies: dict[str, Any] = {}  # one check-step copy per ref alias, whichever clusters read it
         clusters: list[Installed | str] = []
         for site, kernel in zip(sites, kernels, strict=True):
