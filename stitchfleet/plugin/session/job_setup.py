@@ -7,6 +7,7 @@ The hook imports it only then: a skipped setup imports no compiler pipeline or g
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
 Off = Callable[[int, str, str, str], None]  # a cluster left off: (index, fingerprint, reason, event kind)
+log = logging.getLogger("stitchfleet.plugin")  # the hook's (one logger per name: its rank filter applies here)
 
 
 @dataclass
@@ -174,7 +176,7 @@ class JobSetup:
         installed: list[tuple[Cluster, Installed]] = []
         for cluster, done in zip(clusters, rewired.clusters, strict=True):
             if isinstance(done, str):
-                selection.log.warning("stitchfleet: cluster %d left to TF: %s", cluster.index, done)  # a failure
+                log.warning("stitchfleet: cluster %d left to TF: %s", cluster.index, done)  # a failure
                 off(cluster.index, cluster.fingerprint, done, "compile_failure")
             else:
                 installed.append((cluster, done))

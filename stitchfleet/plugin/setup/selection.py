@@ -204,8 +204,9 @@ def _build(build: _Build, current: settings_module.Settings, fault: Fault | None
         plan = build.site.plan or build.plan
         return ClusterKernel(build.site.graph, plan, build.backend, current.cache_dir, fault, device=build.placed)
     except Exception as err:
-        log.warning("stitchfleet: cluster %d left to TF: %s compile failed: %s", build.index, build.backend, err)
-        return f"{build.backend} compile failed: {type(err).__name__}: {err}"
+        why = f"{build.backend} compile failed: {type(err).__name__}: {err}"
+        log.warning("stitchfleet: cluster %d left to TF: %s", build.index, why)  # a warning: our failure, not the job's
+        return why
 
 
 def _compile_later(builds: list[_Build], cache_dir: Any) -> threading.Thread:
