@@ -120,6 +120,10 @@ class IngestClient:
             raise DeliveryError(f"the operator stored {stored!r} of {len(rows)} rows")
         return int(stored)
 
+    def quarantined(self, timeout: float | None = None) -> set[str]:
+        """The cluster fingerprints the fleet has reverted, as the operator's database holds them."""
+        return set(self.recall(timeout).reverted)
+
     def recall(self, timeout: float | None = None) -> Remembered:
         """The fleet's memory: reverted fingerprints and live speed verdicts (see the module docstring)."""
         return memory_of(self._request("GET", QUARANTINE_PATH, None, timeout))
