@@ -118,12 +118,11 @@ def ignored_value(tensor: tf.Tensor) -> npt.NDArray[np.generic] | None:
     reader ignores there (FusedBatchNormV3's reserve_space_3: CPU gradient kernels never read it, checked with
     TF 2.15, oneDNN on and off), zeros of the rank the kernel returns; None for any other tensor. Why: a cluster
     handing it to its TF clone made TF run the forward op a stitched twin no longer runs, and all that feeds it."""
-    on_gpu = device_fields(tensor.op.device, gpu_device.gpu_visible())["device"].startswith("GPU")
-    rank = (
-        None
-        if tensor.shape.rank is not None or on_gpu
-        else unbound_rank(tensor.op.type, tensor.value_index, on_gpu=False)
-    )
+    if tensor.shape.rank is not None:
+        return None
+    if device_fields(tensor.op.device, gpu_device.gpu_visible())["device"].startswith("GPU"):  # cuDNN's workspace
+        return None
+    rank = unbound_rank(tensor.op.type, tensor.value_index, on_gpu=False)
     return None if rank is None else np.zeros((0,) * rank, tensor.dtype.as_numpy_dtype)
 
 

@@ -128,15 +128,15 @@ def _mapped(
     conversion: Any,
     index: int,
     compiled: tuple[Any, Any],
-    paths: tuple[frozenset[str], ...],
+    path: frozenset[str],
     *,
     routes: Any,
+    read: frozenset[str],
 ) -> tuple[Site, str, str] | str:
-    """The cluster's site (from its compiled graph and plan) and its backend, or why it is left to TF. `paths`: the
-    training path and the ops whose values a training step may use (`step_values`)."""
-    path, reads = paths
+    """The cluster's site (from its compiled graph and plan) and its backend, or why it is left to TF. `read`: the
+    ops whose values a training step may use (`step_values`)."""
     try:
-        site = map_cluster(graph, conversion, index, *compiled, read=reads)  # a change for TF: site.changes say why
+        site = map_cluster(graph, conversion, index, *compiled, read=read)  # a change for TF: site.changes say why
         for change in site.changes:
             log.debug("stitchfleet: cluster %d %s: %s", index, change.action, change.reason)
         where = routes(site.internal)
@@ -248,7 +248,7 @@ def choose(
     if current.bridge != "python" and targets.profile(backend).native_op:
         building_op = dispatch_op.warm(current.cache_dir)  # the op's build overlaps the cluster compiles below
     found = Candidates(recorded=recorded)
-    paths = (training_path(graph), step_values(graph))
+    path, read = training_path(graph), step_values(graph)
     routes = _router(backend, current)
     builds: list[_Build] = []
     if art.report is None:
@@ -261,7 +261,7 @@ def choose(
         if agreeing and i >= SLOTS:
             found.left.append((i, fingerprint, f"cluster {i} is past the {SLOTS} clusters Horovod ranks can agree on"))
             continue
-        mapped = _mapped(graph, conversion, i, (cg, plan), paths, routes=routes)
+        mapped = _mapped(graph, conversion, i, (cg, plan), path, routes=routes, read=read)
         if isinstance(mapped, str):
             found.left.append((i, fingerprint, mapped))
             continue
