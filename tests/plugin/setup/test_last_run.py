@@ -33,7 +33,7 @@ def test_a_group_not_faster_leaves_its_probe_figure(tmp_path: Path, kernels: Any
     assert found.gain == pytest.approx((base - on) / base) and found.gain == pytest.approx(-0.91 / 3.0, abs=0.01)
     assert found.noise == pytest.approx(noise / base) and found.steps == 7 and found.per_run == PER_RUN
     assert found.expected == found.gain
-    assert found.said().startswith("its last run here measured every cluster on at -30.")
+    assert found.said().startswith("its last run here measured every cluster on 30.")
 
 
 def test_a_group_within_the_noise_and_no_cluster_kept_expects_nothing_of_a_rerun(tmp_path: Path, kernels: Any) -> None:  # noqa: F811
