@@ -58,6 +58,10 @@ def _build(dims: dict[str, int], model: str) -> tuple[Any, Any, Any, Any]:
     if model in ab_jobs.JOBS:
         graph, loss, train_op, fixed = ab_jobs.JOBS[model]()
         return graph, loss, train_op, lambda: fixed
+    import corpus_graphs  # this script's folder: corpus programs' own model code, fed placeholders
+
+    if model in corpus_graphs.BUILDERS:
+        return corpus_graphs.BUILDERS[model]()
     from benchmarks import keras_apps
 
     graph, loss, train_op = keras_apps.training_graph(model, as_job=True)
