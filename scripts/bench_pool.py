@@ -1,6 +1,7 @@
 """Stitched step time by the loop size from which kernels use TF's worker threads (figures, not tests).
 
-Input: the command line (demo model dims, hand-out thresholds in elements touched, rounds, steps per window).
+Input: the command line (the model: demo dims or a `bench_step` model name; hand-out thresholds in elements
+touched, rounds, steps per window).
 Output: a table on stdout: plain TF and the twin with every cluster on at each threshold, median wall and process
 CPU per step, against plain TF. One process, windows interleaved round by round, the threshold set between windows
 through the op library (`BridgeOp.pool_elements`, csrc/pool.h): what a machine's load moves, it moves for all.
@@ -25,7 +26,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 NEVER = 1 << 40  # a threshold no loop reaches: every loop on the op's thread
 
 
-def measure(dims: dict[str, int], thresholds: list[int], rounds: int, steps: int) -> list[str]:
+def measure(dims: dict[str, int], thresholds: list[int], rounds: int, steps: int, model: str = "demo") -> list[str]:
     """The table's lines (see the module docstring)."""
     from bench_step import _diverter, _hooked_session, _plain_session, _window  # the timing benchmark's sessions
 
@@ -33,8 +34,8 @@ def measure(dims: dict[str, int], thresholds: list[int], rounds: int, steps: int
     from stitchfleet.plugin.native import dispatch_op
 
     with tempfile.TemporaryDirectory() as tmp:
-        session, hook, fetches, feeds = _hooked_session(dims, "native", tmp)
-        plain, plain_fetches, plain_feeds = _plain_session(dims)
+        session, hook, fetches, feeds = _hooked_session(dims, "native", tmp, model)
+        plain, plain_fetches, plain_feeds = _plain_session(dims, model)
         bridge = dispatch_op.load(settings.current().cache_dir)  # the hook's: loaded once per process
         raw = session._tf_sess()  # the switches are fed directly: no schedule, no guard
         diverter = _diverter(hook)
@@ -65,7 +66,8 @@ def measure(dims: dict[str, int], thresholds: list[int], rounds: int, steps: int
         plain.close()
     base, base_cpu = statistics.median(walls["plain TF"]), statistics.median(cpu["plain TF"])
     lines = [
-        f"Demo model {dims}, {rounds} rounds x {steps} steps; median ms per step (default threshold {default}).",
+        f"Model {model if model != 'demo' else dims}, {rounds} rounds x {steps} steps; median ms per step"
+        f" (default threshold {default}).",
         "",
         "| configuration | wall ms | vs plain TF | CPU ms | vs plain TF |",
         "|---|---:|---:|---:|---:|",
@@ -84,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thresholds", type=int, nargs="+", default=[NEVER, 1 << 18, 1 << 15])
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds over the configurations")
     parser.add_argument("--steps", type=int, default=6, help="steps per window (the first 2 untimed)")
+    parser.add_argument("--model", default="demo", help="demo (--dims), an ab_jobs job, a corpus or Keras model")
     args = parser.parse_args(argv)
     dims = dict(zip(("batch", "seq", "hidden", "heads"), args.dims, strict=True))
-    print("\n".join(measure(dims, args.thresholds, args.rounds, args.steps)))
+    print("\n".join(measure(dims, args.thresholds, args.rounds, args.steps, args.model)))
     return 0
 
 
