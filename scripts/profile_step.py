@@ -131,19 +131,26 @@ def per_cluster(found: dict[str, Profile], clusters: Clusters) -> list[str]:
     """Per cluster: the traced time of the TF ops it replaced in the user's graph (the hooked job's baseline: the plain
     graph's Keras layers have other names), its dispatch op's all on. Tracing adds its own cost to every op it times
     (microseconds), so many small TF ops read slower here than untraced: the ratio flatters the clusters by that
-    much. And an op's traced time is its wall: ops that overlap on the cores each read longer than they computed."""
-    plain, on = found["user's graph"], found["all on"]
-    lines = ["| cluster | TF ops replaced (ran traced) | user's graph us/step | dispatch all on us/step | on / TF |"]
-    lines.append("|---:|---:|---:|---:|---:|")
+    much. And an op's traced time is its wall: ops that overlap on the cores each read longer than they computed.
+    The last columns: the dispatch op switched off, running the cluster's TF ops as its graph function."""
+    plain, on, off = found["user's graph"], found["all on"], found["twin, all off"]
+    lines = [
+        "| cluster | TF ops replaced (ran traced) | user's graph us/step | dispatch all on us/step | on / TF"
+        " | dispatch all off us/step | off / TF |"
+    ]
+    lines.append("|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     for k, names in clusters.replaced.items():
         ran = [n for n in names if n in plain.nodes]
         before = sum(plain.nodes[n] for n in ran) / max(plain.steps, 1)
         after = on.nodes.get(clusters.dispatch.get(k, ""), 0) / max(on.steps, 1)
-        rows.append((after - before, k, len(names), len(ran), before, after))
-    for _, k, count, traced, before, after in sorted(rows, reverse=True):
-        ratio = f"{after / before:.2f}x" if before else "-"
-        lines.append(f"| {k} | {count} ({traced}) | {before:.0f} | {after:.0f} | {ratio} |")
+        # switched off, the dispatch op runs the same TF ops as a graph function: what a left cluster costs
+        fallback = off.nodes.get(clusters.dispatch.get(k, ""), 0) / max(off.steps, 1)
+        rows.append((after - before, k, len(names), len(ran), before, after, fallback))
+    for _, k, count, traced, before, after, fallback in sorted(rows, reverse=True):
+        ratio, off_ratio = (f"{after / before:.2f}x", f"{fallback / before:.2f}x") if before else ("-", "-")
+        off_cells = f"{fallback:.0f} | {off_ratio}"
+        lines.append(f"| {k} | {count} ({traced}) | {before:.0f} | {after:.0f} | {ratio} | {off_cells} |")
     return lines
 
 

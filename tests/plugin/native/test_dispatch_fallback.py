@@ -73,6 +73,33 @@ def test_switched_off_the_fallback_computes_what_the_users_graph_computes_bit_fo
     np.testing.assert_array_equal(got, want)
 
 
+def test_switched_off_a_cube_is_the_users_graphs_multiplies_not_pow(
+    bridge: dispatch_op.BridgeOp, tmp_path: Path
+) -> None:
+    """Session 33: grappler turns `Pow(x, 3)` into `x * Square(x)` only for ops placed on the CPU; the fallback's body
+    was optimized unplaced, so it ran libm's pow per element (BERT's GELU clusters: 5x their TF ops switched off) and
+    rounded otherwise than the user's graph. Its ops are now on the op's device when grappler sees them."""
+    executable = _thirds(tmp_path)
+    values = np.random.default_rng(5).standard_normal((64, 33)).astype(np.float32) * 3.0
+    cubed = values * np.square(values)
+    assert not np.array_equal(np.power(values.astype(np.float64), 3).astype(np.float32), cubed)  # roundings differ
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [64, 33])
+        switches = tf.compat.v1.placeholder(tf.bool, [None])
+        users = tf.pow(x, 3.0)
+        function = tf.function(lambda v: [tf.pow(v, 3.0)], autograph=False).get_concrete_function(x)
+        (out,) = bridge.dispatch(executable, [x], [tf.float32], switch=(switches, 0), fallback=function)
+        with tf.compat.v1.Session() as session:
+            options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+            metadata = tf.compat.v1.RunMetadata()
+            feed = {x: values, switches: [False]}
+            got = session.run(out, feed, options=options, run_metadata=metadata)
+            want = session.run(users, feed)
+    np.testing.assert_array_equal(got, want)
+    ran = [n.timeline_label for d in metadata.step_stats.dev_stats for n in d.node_stats]
+    assert not any(" = Pow(" in label for label in ran), ran  # the function's ops, timed beside the dispatch op
+
+
 def test_a_fallback_that_calls_another_function_runs_it(bridge: dispatch_op.BridgeOp, tmp_path: Path) -> None:
     """The kernel's library holds the functions the fallback's body reaches (`lib_def` must be self-contained)."""
     executable = _thirds(tmp_path)

@@ -138,6 +138,9 @@ class DispatchBase : public AsyncOpKernel {
     options.cancellation_manager = ctx->cancellation_manager();
     options.collective_executor = ctx->collective_executor();
     options.step_container = ctx->step_container();
+    // A traced step (RunOptions FULL_TRACE) times the function's own ops beside the dispatch op: what a switched-off
+    // cluster's TF ops cost inside it (scripts/profile_step.py); nullptr, and nothing collected, on every other step.
+    options.stats_collector = ctx->stats_collector();
     options.runner = ctx->runner();
     options.run_all_kernels_inline = inline_fallback_ || ctx->run_all_kernels_inline();
     for (int i = 1; i < ctx->num_inputs(); ++i) pending->args.push_back(ctx->input(i));

@@ -40,6 +40,17 @@ Status grappler_library(FunctionLibraryRuntime *lib, const FunctionDef &raw,
   ref->set_op(kFallbackRef);
   (*ref->mutable_attr())["f"].mutable_func()->set_name(raw.signature().name());
   *item.graph.mutable_library() = functions;
+  // The body's ops on the op's device, as the session's placer put them before grappler ran on the user's graph:
+  // rewrites that check the device (ArithmeticOptimizer's `Pow(x, 3)` as `x * Square(x)`, on the CPU only) then
+  // happen here as they did there. Unplaced, BERT's GELU ran libm's pow per element switched off: 5x its TF ops,
+  // other roundings (benchmarks/README.md, session 33).
+  if (lib->device() != nullptr) {
+    for (FunctionDef &function : *item.graph.mutable_library()->mutable_function()) {
+      if (function.signature().name() != raw.signature().name()) continue;
+      for (tensorflow::NodeDef &node : *function.mutable_node_def())
+        if (node.device().empty()) node.set_device(lib->device()->name());
+    }
+  }
   item.graph.mutable_versions()->set_producer(lib->graph_def_version());
   item.fetch.push_back(ref->name());
   tensorflow::DeviceSet devices;
