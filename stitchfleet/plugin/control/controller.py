@@ -23,7 +23,7 @@ from stitchfleet.plugin.control.job_course import JobCourse, finding_figures
 from stitchfleet.plugin.control.own_work import OwnWork
 from stitchfleet.plugin.control.plugin_cost import PluginCost
 from stitchfleet.plugin.control.probe_course import ProbeCourse
-from stitchfleet.plugin.control.probe_decisions import NOISE_FACTOR, ProbeDecisions
+from stitchfleet.plugin.control.probe_decisions import ProbeDecisions
 from stitchfleet.plugin.control.schedule import GROUP, PROBE, REFERENCE, REVERTED, STITCHED, Probes, Timing
 from stitchfleet.plugin.control.signature_decisions import SignatureLookup
 from stitchfleet.plugin.control.slowdown import Bracket
@@ -417,7 +417,7 @@ class Controller:
         figures = DecisionFigures.unpack(summed, n)
         for i, c in enumerate(self.clusters):
             if figures.flags[i] > 0 and c.enabled:
-                self._revert_cluster(step, c, self.pending.get(i) or c.kernel.bad or "reverted on another rank")
+                self.course.revert_cluster(step, c, self.pending.get(i) or c.kernel.bad or "reverted on another rank")
         self._guard_job(step, figures.guard)
         grouped = timing.decides_group(step) and self.job_reverted is None
         if grouped and self.decisions.group(step, figures.group):
@@ -429,7 +429,7 @@ class Controller:
         if probed is not None and self.job_reverted is None:
             decided = self.decisions.cluster(step, self.clusters[probed], figures.cluster, figures.signed)
             if decided and probed == timing.probed_clusters[-1]:
-                self._settle(step)
+                self.course.settle(step)
             elif decided:
                 self._bound_probes(step)
 
@@ -451,12 +451,6 @@ class Controller:
     def _revert_job(self, step: int, reason: str, detail: str) -> None:
         self.course.revert_job(step, reason, detail)
 
-    def _revert_cluster(self, step: int, c: Cluster, why: Finding | str) -> None:
-        self.course.revert_cluster(step, c, why)
-
-    def _settle(self, step: int) -> None:
-        self.course.settle(step)
-
     def finish(self) -> None:
         """The job's end: its last windows, its overhead (`PluginCost`), then its outcome (`JobCourse.finish`)."""
         for window in self.windows.close():
@@ -466,14 +460,12 @@ class Controller:
 
     def _guard_job(self, step: int, figures: GuardFigures) -> None:
         """Job-wide reverts from the summed fault, loss and (rank-summed) bracket figures: a slowdown must
-        exceed both the margin and NOISE_FACTOR standard errors (`slowdown.Bracket`)."""
+        exceed both the margin and NOISE_FACTOR standard errors in two pooled verdicts in a row (`JobCourse.slowed`)."""
         fault, loss, fresh = figures.fault, figures.loss, figures.fresh
-        stitched, base, noise = figures.stitched, figures.baseline, figures.noise
         if fault > 0:
             self._revert_job(step, "plugin error", self.fault or "a plugin error on another rank")
         elif loss > 0:
             self._revert_job(step, "non-finite loss", "the loss was NaN/Inf on a stitched step")
         elif fresh >= self.size and self.course.stitching:
-            mean_s, mean_b, mean_n = stitched / self.size, base / self.size, noise / self.size
-            if mean_s - mean_b > max(mean_b * self.timing.slowdown_margin, NOISE_FACTOR * mean_n):
-                self.course.slowed(step, mean_s, mean_b, mean_n)
+            found = (figures.stitched / self.size, figures.baseline / self.size, figures.noise / self.size)
+            self.course.slowed(step, found, self.timing.slowdown_margin)

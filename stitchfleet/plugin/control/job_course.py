@@ -1,8 +1,8 @@
 """Whether stitching goes on for a job: its reverts (a cluster's, the job's), stitching off, and its outcome.
 
-Input: the controller's clusters and `Ledger`; the controller's calls when a decision reverts or settles.
-Output: `done` (latched: nothing turns a job or a cluster back on), the revert and outcome events and verdicts
-in the ledger. TF-free; the rules: docs/plugin/controller.md.
+Input: the controller's clusters and `Ledger`; the controller's calls when a decision reverts or settles, and the
+slowdown guard's pooled verdicts (`slowed`). Output: `done` (latched: nothing turns a job or a cluster back on), the
+revert and outcome events and verdicts in the ledger. TF-free; the rules: docs/plugin/controller.md, control.md.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import logging
 import numpy as np
 
 from stitchfleet.plugin.control.cluster import Cluster
+from stitchfleet.plugin.control.signature_decisions import NOISE_FACTOR
+from stitchfleet.plugin.control.slowdown import Figures
 from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.plugin.guard.numeric import Finding
 
@@ -25,7 +27,8 @@ class JobCourse:
         self.clusters, self.ledger = clusters, ledger
         self.job_reverted: str | None = None
         self.stitching_off: str | None = None
-        self.slowdown: tuple[float, float, float] | None = None  # the slowdown revert's figures (`slowed`)
+        self.slowdown: Figures | None = None  # the slowdown revert's figures (`slowed`)
+        self.suspect: tuple[int, Figures] | None = None  # the step and figures of a verdict awaiting confirmation
         self._over = False  # `done`, latched
 
     @property
@@ -69,11 +72,23 @@ class JobCourse:
         log.warning("stitchfleet: stitching reverted for the job at step %d: %s", step, self.job_reverted)
         self.ledger.event("revert", step, None, reason, detail=detail)
 
-    def slowed(self, step: int, stitched: float, baseline: float, noise: float) -> None:
-        """The slowdown guard reverts the job; its figures (seconds) are kept for the next run (`setup.last_run`)."""
-        self.slowdown = self.slowdown or (stitched, baseline, noise)
-        detail = f"stitched median {stitched:.6f} s vs baseline {baseline:.6f} s per step (noise {noise:.6f} s)"
-        self.revert_job(step, "slowdown", detail)
+    def slowed(self, step: int, figures: Figures, margin: float) -> None:
+        """A pooled slowdown verdict (`slowdown.Bracket`, summed over ranks: alike on every rank). Beyond the margin and
+        NOISE_FACTOR standard errors it makes the job suspect; the next one reverts the job if beyond them too, else
+        clears the suspicion. The two verdicts' mean (seconds) is kept for the next run (`setup.last_run`)."""
+        stitched, base, noise = figures
+        earlier, self.suspect = self.suspect, None
+        if stitched - base <= max(base * margin, NOISE_FACTOR * noise):
+            return
+        if earlier is None:
+            self.suspect = (step, figures)
+            log.info("stitchfleet: step %d: stitched steps slower, to be confirmed: %s", step, _said(figures))
+            return
+        at, first = earlier
+        stitched, base = (first[0] + stitched) / 2, (first[1] + base) / 2
+        self.slowdown = self.slowdown or (stitched, base, (first[2] ** 2 + noise**2) ** 0.5 / 2)  # disjoint pools
+        confirmed = f"confirms step {at}'s {first[0]:.6f} vs {first[1]:.6f} s (noise {first[2]:.6f} s)"
+        self.revert_job(step, "slowdown", f"{_said(figures)}; {confirmed}")
 
     def switch_off(self, step: int, reason: str, why: str) -> None:
         """Stitching off for the job (not an error): every later step runs the user's graph."""
@@ -100,6 +115,11 @@ class JobCourse:
             notes.append("group proven" if group_proven else "group not faster")
         notes += [f"cluster {c.index} {c.reason}" for c in reverted]
         self.ledger.finished("finished", "; ".join(notes))
+
+
+def _said(figures: Figures) -> str:
+    stitched, baseline, noise = figures
+    return f"stitched median {stitched:.6f} s vs baseline {baseline:.6f} s per step (noise {noise:.6f} s)"
 
 
 def finding_figures(finding: Finding) -> dict[str, float | None]:

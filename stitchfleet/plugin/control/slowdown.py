@@ -1,8 +1,8 @@
-"""The job-level slowdown guard's figures: a baseline window against the stitched steps around it.
+"""The job-level slowdown guard's figures: baseline blocks against the stitched steps around them.
 
 Input: per step, its number, mode (baseline or stitched; others are ignored) and duration, only for timed
 steps (check steps are not timed). Output: (stitched median, baseline median, noise) once enough baseline
-blocks with their brackets are pooled. The rules in full: docs/plugin/control.md.
+blocks with their brackets are pooled; `JobCourse.slowed` judges them. The rules in full: docs/plugin/control.md.
 """
 
 from __future__ import annotations
@@ -13,23 +13,27 @@ from dataclasses import dataclass, field
 
 from stitchfleet.plugin.control.schedule import BASELINE, STITCHED, median_noise
 
+Figures = tuple[float, float, float]  # stitched median, baseline median, noise (seconds)
+
 
 @dataclass
 class Bracket:
     """See the module docstring. `size`: timed steps per bracket; `gap`: most steps between a bracket's
-    nearest step and the baseline window; `need`: baseline steps pooled before a figure is ready (short
-    baseline blocks pool with their brackets until they have that many)."""
+    nearest step and the baseline window; `need`: baseline steps (a block's first included) pooled before a
+    figure is ready (short baseline blocks pool with their brackets until they have that many)."""
 
     size: int
     gap: int
     need: int = 1
-    pooled: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))  # stitched, baseline
+    # the pooled stitched steps, baseline steps, and per block its stitched median - its baseline median
+    pooled: tuple[list[float], list[float], list[float]] = field(default_factory=lambda: ([], [], []))
+    counted: int = 0  # the pooled blocks' baseline steps
     recent: deque[tuple[int, float]] = field(default_factory=deque)  # the last `size` timed stitched steps
     before: list[float] = field(default_factory=list)
     base: list[float] = field(default_factory=list)
     after: list[float] = field(default_factory=list)
     base_span: tuple[int, int] = (-1, -1)  # first and last step of the current baseline window
-    ready: tuple[float, float, float] | None = None
+    ready: Figures | None = None
 
     def add(self, step: int, mode: str, seconds: float) -> None:
         """One timed step."""
@@ -47,6 +51,8 @@ class Bracket:
         self.base_span = (first, step)
 
     def _stitched(self, step: int, seconds: float) -> None:
+        if self.base and step == self.base_span[1] + 1:
+            return  # the first step back on the twin pays the switch, as a block's first step does: not compared
         self.recent.append((step, seconds))
         while len(self.recent) > self.size:
             self.recent.popleft()
@@ -57,14 +63,19 @@ class Bracket:
             return
         self.after.append(seconds)
         if len(self.after) == self.size:
-            stitched, base = self.pooled
+            stitched, base, blocks = self.pooled
+            settled = self.base[1:] or self.base  # the block's first step pays the switch from the twin
             stitched += self.before + self.after
-            base += self.base
-            if len(base) >= self.need:
-                self.ready = (statistics.median(stitched), statistics.median(base), median_noise(stitched, base))
-                self.pooled = ([], [])
+            base += settled
+            blocks.append(statistics.median(self.before + self.after) - statistics.median(settled))
+            self.counted += len(self.base)
+            if self.counted >= self.need:  # the blocks' differences vary with the machine's state, no spread shows it
+                between = statistics.stdev(blocks) / len(blocks) ** 0.5 if len(blocks) > 1 else 0.0
+                noise = max(median_noise(stitched, base), between)
+                self.ready = (statistics.median(stitched), statistics.median(base), noise)
+                self.pooled, self.counted = ([], [], []), 0
 
-    def take(self) -> tuple[float, float, float] | None:
-        """The figures of the baseline window just bracketed, once; None when there is nothing new."""
+    def take(self) -> Figures | None:
+        """The figures of the baseline windows just bracketed, once; None when there is nothing new."""
         ready, self.ready = self.ready, None
         return ready

@@ -568,22 +568,24 @@ def test_a_kept_set_slower_than_tf_in_the_stitched_phase_is_reverted_right_after
 ) -> None:
     """The probes keep all three clusters (each 0.5 ms faster in its pair), but once the stitched phase runs them
     the job is 2 ms a step slower than plain TF. Before, the first baseline window of the stitched phase came a
-    period (here 50 steps; 1000 by default) after it started, and the job ran slower all that time; now a
-    confirmation window (33-34) follows the first checks, and the slowdown guard reverts the job at 36."""
+    period (here 50 steps; 100 by default) after it started, and the job ran slower all that time; now a
+    confirmation window (33-34) follows the first checks, and its verdict (at 37: 35 pays the switch back to the twin
+    and is not compared) makes the job suspect; the next block's (75-76) confirms it, and the job reverts at 79."""
     controller = _controller(tmp_path, kernels)
     probing = _step_time(3.0, [-0.5, -0.5, -0.5])
 
     def slower_when_stitched(step: int, on: Any) -> float:
         return probing(step, on) + (2e-3 if step >= 27 and on.any() else 0.0)
 
-    _drive([controller], [slower_when_stitched], steps=45)
+    _drive([controller], [slower_when_stitched], steps=90)
     assert [c.kept for c in controller.clusters] == [True, True, True]
     assert controller.timing.confirm_start == 33
     assert controller.job_reverted is not None and controller.job_reverted.startswith("slowdown"), (
         controller.job_reverted
     )
+    assert "confirms step 37's" in controller.job_reverted
     reverts = [e.step for e in _rows(tmp_path, tables.Event) if e.kind == "revert"]
-    assert reverts == [36]
+    assert reverts == [79]
 
 
 def _group_halves(switched: list[list[bool]], first: int, last: int) -> tuple[int, int]:

@@ -86,8 +86,10 @@ def _summed(fresh: float, stitched: float, base: float, noise: float = 0.0) -> n
 
 def test_slowdown_beyond_the_margin_reverts_the_job(tmp_path: Path) -> None:
     controller = _controller(tmp_path, size=2)
-    # two ranks, both with fresh brackets: stitched 1.1 s and 1.2 s, baseline 1.0 s each
+    # two ranks, both with fresh brackets: stitched 1.1 s and 1.2 s, baseline 1.0 s each, in two verdicts in a row
     controller.decide(10, _summed(2, 2.3, 2.0))
+    assert controller.job_reverted is None  # one verdict only makes the job suspect
+    controller.decide(20, _summed(2, 2.3, 2.0))
     assert controller.job_reverted is not None and controller.job_reverted.startswith("slowdown")
     assert controller.mode(10) == "reverted" and not controller.switches(11).any()
     controller.ledger.close()
@@ -106,6 +108,7 @@ def test_a_slowdown_within_the_noise_keeps_stitching(tmp_path: Path) -> None:
     controller.decide(10, _summed(2, 2.3, 2.0, noise=0.2))
     assert controller.job_reverted is None
     controller.decide(11, _summed(2, 2.3, 2.0, noise=0.1))
+    controller.decide(12, _summed(2, 2.3, 2.0, noise=0.1))
     assert controller.job_reverted is not None and "noise 0.050000 s" in controller.job_reverted
     controller.ledger.close()
     controller.ledger.close()

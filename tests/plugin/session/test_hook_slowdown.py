@@ -55,8 +55,10 @@ def test_a_really_slower_cluster_reverts_the_job(tmp_path: Path) -> None:
     reverted = hook.controller.job_reverted
     assert reverted is not None and reverted.startswith("slowdown"), reverted
     assert [e.reason for e in events(url, "revert")] == ["slowdown"]
-    # after the decision every step ran TF's own ops: the slow kernel ran in few of the steps
-    assert hook.backend_calls[5] < STEPS // 3
+    # after the decision every step ran TF's own ops: the slow kernel ran in few of the steps (22 of 60: a revert
+    # needs two verdicts in a row, here the blocks' at 14-16 and 26-28, decided at 20 and 32; it ran in 13 when the
+    # first one reverted; kept, it would run in every stitched step, ~43)
+    assert hook.backend_calls[5] < STEPS // 2
 
 
 def test_a_job_that_is_not_slower_keeps_stitching(tmp_path: Path) -> None:
