@@ -173,9 +173,8 @@ class Measured:
 
 def _versus(gain: float) -> str:
     """A share of plain TF's step saved, in words: a signed share read "-4.0% of plain TF's step" as a gain."""
-    if round(gain, 3) == 0:
-        return "as fast as plain TF's step"
-    return f"{abs(gain):.1%} {'faster' if gain > 0 else 'slower'} than plain TF's step"
+    way = "as fast as" if round(gain, 3) == 0 else f"{abs(gain):.1%} {'faster' if gain > 0 else 'slower'} than"
+    return f"{way} plain TF's step"
 
 
 @dataclass(frozen=True)
