@@ -19,9 +19,9 @@ import numpy as np
 
 BERT = "google_bert_run_classifier.py"
 # What the corpus copy trains: tests/corpus/README.md (batch 8, sequences of 128, BERT's flags' defaults).
-BERT_BATCH, BERT_SEQUENCE, BERT_STEPS = 8, 128, 2000
-BERT_CONFIG = {
-    "vocab_size": 66,
+BERT_BATCH, BERT_SEQUENCE, BERT_STEPS, BERT_VOCABULARY = 8, 128, 2000, 66
+BERT_CONFIG: dict[str, str | int | float] = {
+    "vocab_size": BERT_VOCABULARY,
     "hidden_size": 64,
     "num_hidden_layers": 2,
     "num_attention_heads": 4,
@@ -63,7 +63,7 @@ def bert() -> tuple[Any, Any, Any, Callable[[], dict[Any, Any]]]:
     positions = np.arange(BERT_SEQUENCE)[None, :]
     filled = (positions < lengths[:, None]).astype(np.int32)
     data = {
-        ids: (rng.integers(5, BERT_CONFIG["vocab_size"], shape) * filled).astype(np.int32),
+        ids: (rng.integers(5, BERT_VOCABULARY, shape) * filled).astype(np.int32),
         mask: filled,
         segments: np.zeros(shape, np.int32),
         labels: rng.integers(0, 2, BERT_BATCH).astype(np.int32),
