@@ -7,6 +7,7 @@ guard's figure), or None when it measured nothing a next run should weigh. Rules
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from stitchfleet.plugin.control.schedule import GROUP
@@ -22,7 +23,14 @@ def figures(controller: Controller, per_run: float) -> Measured | None:
     """The steady stitched steps' paired gain when there were enough; else, once stitching is over (`done`), the
     slowdown guard's figures when it reverted the job, or the group probe's when the group was not faster. None
     while still stitching, after a plugin error, a non-finite loss or a cluster the guard reverted (`_guarded`), or
-    when the fleet's memory decided the group without a probe."""
+    when the fleet's memory decided the group without a probe. With them, the user's graph's usual step (its last
+    baseline block's median): the step time the next run weighs its setup by when no one states it."""
+    found = _figures(controller, per_run)
+    usual = controller.windows.usual
+    return replace(found, plain_step=usual) if found is not None and usual is not None and usual > 0 else found
+
+
+def _figures(controller: Controller, per_run: float) -> Measured | None:
     windows = controller.windows
     steady = setup_record.measured(windows.steady_gain, windows.steady_steps, per_run, windows.steady_noise)
     if steady is not None or not controller.done or _guarded(controller):

@@ -135,25 +135,34 @@ def estimate(
     steps left); known both: set up only when the best gain over the steps left after exploring exceeds the cost.
     The fixed cost is the cold figure unless `cache` (what the kernel cache holds of this job's last setup) says
     otherwise, and the gain BEST_GAIN unless the job's last run there measured less; the cache is looked up only
-    when the decision depends on it (the best gain repays at least a warm setup)."""
+    when the decision depends on it (the best gain repays at least a warm setup). A step time no one states is the
+    one the job's last run there measured (`Measured.plain_step`), when the cache holds it."""
     seconds = setup_seconds(backend)
+    read: CacheState | None = None
+    step_source = ""
+    if steps is not None and step_seconds is None and cache is not None:
+        # Else every run of a job whose last run found stitching no faster set up again (the corpus BERT: 3.8 s
+        # before its first step and 5 s of probes a run, 1.13x its plain wall), the operator's figure being unset.
+        read = cache()
+        if read.measured is not None and read.measured.plain_step > 0:
+            step_seconds, step_source = read.measured.plain_step, " (the step its last run here measured)"
     if steps is None or step_seconds is None:
         missing = "length" if steps is None else "step time"
         why = f"the job's {missing} is unknown: setup runs, and the probes stop when the steps left cannot repay them"
-        return Payback(steps, step_seconds, seconds.cold, float("nan"), True, why, "unknown")
+        return Payback(steps, step_seconds, seconds.cold, float("nan"), True, why, "unknown", read)
     exploring = min(timing.exploring_steps, steps)
     probes = exploring * step_seconds * PROBE_LOSS
     share, source = BEST_GAIN, "the best a stitched step has shown"
     stepped = max(steps - exploring, 0) * step_seconds  # plain TF's seconds over the steps after exploring
     gain = stepped * share
-    state, measured = None, None
-    if gain <= seconds.warm + probes or cache is None:
+    # Read whenever the setup could repay (or already read for the step time): what the job's last run here measured
+    # (a steady gain below the best, a larger graph's setup, a loss) can say no even where a cold setup would repay.
+    state = read if read is not None or cache is None or gain <= seconds.warm + probes else cache()
+    measured = None
+    if state is None:
         fixed, case = seconds.cold, "cold, not looked up"
         said = "cold: the cache unread" if cache is None else "cold: not even a warm setup repays, the cache unread"
     else:
-        # Read whenever the setup could repay: what the job's last run here measured (a steady gain below the best,
-        # a larger graph's setup, a loss) can say no even where a cold setup at the best gain would repay.
-        state = cache()
         measured = state.measured
         said = f"{state.case}: {state.why}" + ("" if state.op else ", and the native op is to be built")
         if measured is not None and measured.skips >= RETRY_AFTER:
@@ -165,9 +174,10 @@ def estimate(
     gain, cost = stepped * share, fixed + probes
     refused = measured is not None and gain <= cost  # on what the job's last run here measured: that reason first
     figures = (
-        f"{steps} steps of {step_seconds * 1e3:.2f} ms: a gain of at most {gain:.1f} s ({share:.1%} of the steps after"
-        f" {exploring} exploring: {'as measured' if refused else source}) against a setup cost of about {cost:.1f} s"
-        f" ({fixed:.1f} s fixed on {backend}, {said}; plus {exploring} exploring steps at +{PROBE_LOSS:.0%})"
+        f"{steps} steps of {step_seconds * 1e3:.2f} ms{step_source}: a gain of at most {gain:.1f} s ({share:.1%} of"
+        f" the steps after {exploring} exploring: {'as measured' if refused else source}) against a setup cost of"
+        f" about {cost:.1f} s ({fixed:.1f} s fixed on {backend}, {said}; plus {exploring} exploring steps at"
+        f" +{PROBE_LOSS:.0%})"
     )
     if gain > cost:
         return Payback(steps, step_seconds, cost, gain, True, f"setup can pay back: {figures}", case, state, measured)

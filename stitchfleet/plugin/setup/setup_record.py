@@ -139,7 +139,9 @@ class Measured:
     (negative: lost) over `steps` steps by its steady stitched steps (`source`), or its group probe or the slowdown
     guard's figure when its stitching ended off without them (`noise`: its standard error, a share of the step);
     `per_run`, the seconds beyond plain TF a warm run pays again (executor builds, the kernels' first runs, the
-    plugin's work no saving pays, a setup from the cache); `skips`, runs that skipped on it (`payback.RETRY_AFTER`)."""
+    plugin's work no saving pays, a setup from the cache); `skips`, runs that skipped on it (`payback.RETRY_AFTER`);
+    `plain_step`, the user's graph's step in seconds as its baseline blocks ran it (0: not measured), the step time a
+    next run weighs its setup by when no one states it (`payback.estimate`)."""
 
     gain: float
     steps: int
@@ -147,6 +149,7 @@ class Measured:
     source: str = STEADY
     noise: float = 0.0
     skips: int = 0
+    plain_step: float = 0.0
 
     @property
     def expected(self) -> float:
@@ -225,16 +228,18 @@ def recall(cache_dir: Path, key: str, backend: str, op: bool) -> CacheState:
 
 def _measured(found: object) -> Measured | None:
     """The record's measured figures, or None when it has none or they do not read as such (a record written before
-    `source`, `noise` and `skips` holds a steady gain)."""
+    `source`, `noise` and `skips` holds a steady gain; one written before `plain_step` measured none)."""
     if not isinstance(found, dict):
         return None
     try:
         extra = (str(found.get("source", STEADY)), float(found.get("noise", 0.0)), int(found.get("skips", 0)))
-        measured = Measured(float(found["gain"]), int(found["steps"]), float(found["per_run"]), *extra)
+        plain = float(found.get("plain_step", 0.0))
+        measured = Measured(float(found["gain"]), int(found["steps"]), float(found["per_run"]), *extra, plain)
     except (KeyError, TypeError, ValueError):
         return None
-    figures = (measured.gain, measured.per_run, measured.noise)
-    return measured if all(map(math.isfinite, figures)) and measured.source in (STEADY, GROUP, SLOWDOWN) else None
+    figures = (measured.gain, measured.per_run, measured.noise, measured.plain_step)
+    sound = all(map(math.isfinite, figures)) and measured.plain_step >= 0
+    return measured if sound and measured.source in (STEADY, GROUP, SLOWDOWN) else None
 
 
 # Fewer paired steady stitched steps than this say too little of the steady gain to weigh a next run's setup by.

@@ -44,6 +44,27 @@ def test_a_group_loss_or_a_favourable_figure_within_the_noise_refuses_for_any_le
     assert not even.affordable and even.gain == 0.0 and "(0.0% of the steps after" in even.why
 
 
+def test_a_step_time_no_one_states_is_the_one_the_last_run_measured() -> None:
+    """The corpus BERT (session 34): with no step time stated, every run set up again (3.8 s before its first step,
+    5 s of probes) though its last run found the group no faster; the record's plain step now stands in."""
+    step = _step_between(SECONDS.cold, 2 * SECONDS.cold)
+    measured = Measured(-0.04, 8, 0.9, setup_record.GROUP, 0.01, plain_step=step)
+    lost = payback.estimate(100 * STEPS, None, "cpu", TIMING, lambda: _state(measured))
+    assert not lost.affordable and lost.weighed == measured and lost.step_seconds == step
+    assert f"{100 * STEPS} steps of {step * 1e3:.2f} ms (the step its last run here measured): " in lost.why
+    read: list[int] = []
+
+    def unmeasured() -> CacheState:  # a record written before the plain step was kept: the step stays unknown
+        read.append(1)
+        return _state(Measured(-0.04, 8, 0.9, setup_record.GROUP, 0.01))
+
+    unknown = payback.estimate(100 * STEPS, None, "cpu", TIMING, unmeasured)
+    assert unknown.affordable and unknown.case == "unknown" and "step time is unknown" in unknown.why
+    assert read == [1] and unknown.state is not None  # read once; its skip count restarts (`JobLength.short`)
+    stated = payback.estimate(100 * STEPS, 2 * step, "cpu", TIMING, lambda: _state(measured))
+    assert stated.step_seconds == 2 * step and "(the step its last run here measured)" not in stated.why
+
+
 def test_after_retry_after_skipped_runs_one_explores_again() -> None:
     """A figure taken on a loaded node must not keep the graph from stitching for good."""
     step = _step_between(SECONDS.cold, 2 * SECONDS.cold)
@@ -70,12 +91,17 @@ def test_the_record_counts_the_runs_that_skipped_on_its_figures(tmp_path: Path) 
     assert setup_record.remember(tmp_path, "t1", "cpu", GROUP_LOSS)
     recalled = setup_record.recall(tmp_path, "t1", "cpu", op=True).measured
     assert recalled == GROUP_LOSS and recalled.said() == GROUP_LOSS.said()
+    timed = Measured(-0.04, 8, 0.9, setup_record.GROUP, 0.01, plain_step=0.031)
+    assert setup_record.remember(tmp_path, "t1", "cpu", timed)
+    assert setup_record.recall(tmp_path, "t1", "cpu", op=True).measured == timed
     path = tmp_path / setup_record.RECORD_DIR / "t1.json"
     doc = json.loads(path.read_text())
     older = {"gain": 0.03, "steps": 400, "per_run": 2.0}  # a record written before the source was kept
     path.write_text(json.dumps({**doc, "measured": older}))
     assert setup_record.recall(tmp_path, "t1", "cpu", op=True).measured == Measured(0.03, 400, 2.0)
     path.write_text(json.dumps({**doc, "measured": {**older, "source": "guessed"}}))
+    assert setup_record.recall(tmp_path, "t1", "cpu", op=True).measured is None
+    path.write_text(json.dumps({**doc, "measured": {**older, "plain_step": -0.01}}))
     assert setup_record.recall(tmp_path, "t1", "cpu", op=True).measured is None
 
 
@@ -101,6 +127,8 @@ def test_a_job_whose_group_was_not_faster_makes_its_next_run_here_skip_its_setup
     assert found is not None and found.source == setup_record.GROUP and controller.decisions.group_figures
     on, base, _ = controller.decisions.group_figures
     assert found.gain == pytest.approx((base - on) / base) and found.per_run > 0
+    assert controller.windows.usual is not None and controller.windows.usual > 0
+    assert found.plain_step == pytest.approx(controller.windows.usual)
 
     # The next run of the same graph on this node, told a step time at which the best gain repays a cold setup
     step_ms = _step_between(SECONDS.cold, 2 * SECONDS.cold) * 1e3
@@ -116,6 +144,15 @@ def test_a_job_whose_group_was_not_faster_makes_its_next_run_here_skip_its_setup
     assert (setup.reason, setup.detail) == ("setup skipped: measured not to pay", skipped)
     counted = setup_record.recall(cache, first.setup.recorded, "cpu", op=True).measured
     assert counted is not None and counted.skips == 1
+
+    # A run no one tells a step time: its last run's plain step stands in, and it skips too (before, the step time
+    # was unknown and it set up again)
+    third = StitchHook(make_settings(tmp_path, "loss-third", **_fixed(cache)), backend="cpu")
+    _train(3, third, tf.compat.v1.train.StopAtStepHook(num_steps=STEPS))
+    assert third.setup is None and third.controller is None and not third.installed
+    assert third.length.skipped is not None and "(the step its last run here measured)" in third.length.skipped
+    recounted = setup_record.recall(cache, first.setup.recorded, "cpu", op=True).measured
+    assert recounted is not None and recounted.skips == 2
 
 
 def test_a_numeric_revert_writes_no_loss(tmp_path: Path) -> None:
