@@ -62,3 +62,19 @@ def test_the_table_shows_the_control_against_plain_and_judges_by_its_noise() -> 
     assert "1.004x; 1.004x / 0.992x; 0.992x" in rows["again"]
     assert "| 0.3 / 0.3 |" in rows["warm"]  # RMS of 0.3 and 0.3 s (steps), 0.2 and 0.4 s (wall)
     assert "yes / yes" in rows["warm"]  # -0.4 s measured, nothing claimed: within 2 x 0.3 s
+
+
+def test_a_corpus_program_is_judged_on_its_wall_with_its_whole_setup_booked() -> None:
+    """A program in its own interpreter (session 34): its report books 9 s of setup, 4 s before its first step and 5 s
+    in its steps, which nothing outside tells apart. Its steps' difference (-6 s) judged with no setup booked said
+    "no"; its wall's (-10 s) against the claim less the whole setup agrees."""
+    plain, again = _plain(70.0, 60.0), _plain(70.5, 60.3)
+    cold = {**_plain(80.0, 66.0), "claimed_gross": 0.0, "measured_gross": 0.2, "interval": [-1.0, 1.0]}
+    cold.update(setup=9.0, overhead=0.1, setup_from_steps=0.0, clock="wall")
+    noise = (ab_jobs._noise({"plain": [plain], "again": [again]}, "steps_seconds"), 0.5)
+    assert ab_jobs._agrees(plain, cold, noise) == "yes (wall)"
+    assert ab_jobs._agrees(plain, {**cold, "wall": 90.0}, noise) == "no (-20.00) (wall)"  # beyond what it booked
+    own = {key: value for key, value in cold.items() if key != "clock"}  # a job of this script: its steps
+    assert ab_jobs._agrees(plain, own, noise) == "no (-6.00)"
+    assert ab_jobs._agrees(plain, {**own, "setup_from_steps": 5.0}, noise) == "yes"
+    assert ab_jobs._agrees(plain, cold, (0.3, math.nan)) == "n/a"
