@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from stitchfleet import settings
+from stitchfleet.plugin.setup.setup_record import RECORD_DIR
+from tests.shared_cache import kernel_cache
 
 
 @functools.cache
@@ -38,6 +41,14 @@ def fresh_settings() -> Iterator[None]:
     settings.reset()
     yield
     settings.reset()
+
+
+@pytest.fixture(autouse=True)
+def no_job_history() -> None:
+    """The shared kernel cache (tests/shared_cache.py) keeps its kernels across tests, not the jobs' history: the setup
+    records a test's runs leave there (what a run measured, the step time its next run weighs its setup by) would make
+    a later test's job of the same graph skip its setup."""
+    shutil.rmtree(kernel_cache() / RECORD_DIR, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
