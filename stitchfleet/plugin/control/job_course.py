@@ -85,8 +85,8 @@ class JobCourse:
             log.info("stitchfleet: step %d: stitched steps slower, to be confirmed: %s", step, _said(figures))
             return
         at, first = earlier
-        stitched, base = (first[0] + stitched) / 2, (first[1] + base) / 2
-        self.slowdown = self.slowdown or (stitched, base, (first[2] ** 2 + noise**2) ** 0.5 / 2)  # disjoint pools
+        mean = ((first[0] + stitched) / 2, (first[1] + base) / 2, (first[2] ** 2 + noise**2) ** 0.5 / 2)  # disjoint
+        self.slowdown = self.slowdown or mean
         confirmed = f"confirms step {at}'s {first[0]:.6f} vs {first[1]:.6f} s (noise {first[2]:.6f} s)"
         self.revert_job(step, "slowdown", f"{_said(figures)}; {confirmed}")
 

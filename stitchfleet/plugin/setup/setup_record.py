@@ -165,8 +165,8 @@ class Measured:
     def said(self) -> str:
         paid = f"paid {self.per_run:.1f} s a warm run pays again"
         if self.source == GROUP:
-            found = f"measured every cluster on {_versus(self.gain)} in its group probe ({self.steps} steps, noise"
-            return f"its last run here {found} {self.noise:.1%}): not faster, stitching went off; it {paid}"
+            probe = f"in its group probe ({self.steps} steps, noise {self.noise:.1%}): not faster, stitching went off"
+            return f"its last run here measured every cluster on {_versus(self.gain)} {probe}; it {paid}"
         if self.source == SLOWDOWN:
             found = f"was reverted by the slowdown guard: its stitched steps {_versus(self.gain)}"
             return f"its last run here {found} (noise {self.noise:.1%}); it {paid}"
