@@ -26,6 +26,7 @@ from stitchfleet.plugin.native.backend_choice import resolve_backend
 from stitchfleet.plugin.session import gc_pause, hooked_graph, job_length, job_record
 from stitchfleet.plugin.session.exported_graph import setup_additions
 from stitchfleet.plugin.session.step_threads import StepThreads
+from stitchfleet.plugin.setup import job_verdict
 
 if TYPE_CHECKING:  # what setup brings: imported when it runs (job_setup.py), never by a job that skips it
     from stitchfleet.plugin.control.cluster import Cluster
@@ -257,13 +258,15 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         backend = resolve_backend(self.backend)
         if self.length.short(self, self.ledger, backend):  # too short to repay its setup: no compile, no probe
             return
+        recalling = time.perf_counter()  # the setup's seconds count from here (the fleet's memory included)
+        memory = self.ledger.recall()
+        self.job_key, lost = job_verdict.recall(graph, backend, current.gpu_type, self.consensus.size, memory)
+        if self.length.known_loss(lost, self.ledger):  # the fleet found stitching lose on this graph: as written
+            return
         # Only now the compiler and the graph rewrite: a job that skipped its setup above never imports them.
         from stitchfleet.plugin.session.job_setup import JobSetup
 
-        setup = JobSetup(graph, current, backend, self.ledger)
-        self.job_key, lost = setup.recall(self.consensus.size)
-        if self.length.known_loss(lost, self.ledger):  # the fleet found stitching lose on this graph: as written
-            return
+        setup = JobSetup(graph, current, backend, self.ledger, (memory, recalling))
         self.shapes = setup.specialise()
         rank, agreeing = self.consensus.rank, self.agreement is not None
         done = setup.run(

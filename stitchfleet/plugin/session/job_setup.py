@@ -32,14 +32,15 @@ from stitchfleet.plugin.native.dispatch_op import choose as choose_bridge
 from stitchfleet.plugin.session.step_args import StepArgs
 from stitchfleet.plugin.session.step_path import StepPath
 from stitchfleet.plugin.session.step_results import StepResults
-from stitchfleet.plugin.setup import job_graph, job_verdict, selection
+from stitchfleet.plugin.setup import job_graph, selection
 from stitchfleet.plugin.shapes.signature_kernels import Job, SignatureKernels
 from stitchfleet.plugin.shapes.signatures import Specialisation
 
 if TYPE_CHECKING:
+    from stitchfleet.plugin.fleet.fleet_memory import Recollection
     from stitchfleet.plugin.native.faults import Fault
-    from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
+Recalled = tuple["Recollection", float]  # the fleet's memory the hook read before importing this module; when it began
 Off = Callable[[int, str, str, str], None]  # a cluster left off: (index, fingerprint, reason, event kind)
 log = logging.getLogger("stitchfleet.plugin")  # the hook's (one logger per name: its rank filter applies here)
 
@@ -115,15 +116,12 @@ class Setup:
 class JobSetup:
     """One `begin`'s setup, from the fleet's memory of the job's graph to the twin and its rewired switches."""
 
-    def __init__(self, graph: tf.Graph, current: settings_module.Settings, backend: str, ledger: Ledger) -> None:
+    def __init__(
+        self, graph: tf.Graph, current: settings_module.Settings, backend: str, ledger: Ledger, recalled: Recalled
+    ) -> None:
         self.graph, self.current, self.backend, self.ledger = graph, current, backend, ledger
-        self.began = time.perf_counter()  # the setup's seconds count from here (the fleet's memory included)
-        self.memory = ledger.recall()
+        self.memory, self.began = recalled  # the setup's seconds count from the hook's read of the fleet's memory
         self.steps: StepOps | None = None
-
-    def recall(self, size: int) -> tuple[tuple[str, str, str] | None, SlowerVerdict | None]:
-        """The job's graph in the fleet's memory (`job_verdict`): its key, and a verdict that it loses, if any."""
-        return job_verdict.recall(self.graph, self.backend, self.current.gpu_type, size, self.memory)
 
     def specialise(self) -> Specialisation:
         """The shape signature the job's clusters are compiled for (kept by the hook even if setup fails later:

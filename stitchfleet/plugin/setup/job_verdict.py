@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stitchfleet.plugin.control.job_course import JobCourse
 from stitchfleet.plugin.fleet.fleet_memory import Recollection
 from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.plugin.fleet.verdict_keys import profile
@@ -18,8 +17,10 @@ from stitchfleet.plugin.graph.graph_identity import graph_key
 from stitchfleet.telemetry.kinds import ProbeOutcome
 from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the hook recalls a verdict before any setup import: the job's course only types here
     import tensorflow as tf
+
+    from stitchfleet.plugin.control.job_course import JobCourse
 
 PREFIX = "job:"  # beside a cluster's fingerprint and a group's "group:" in the same table
 SHAPES = "the job's graph"  # the graph key holds its placeholders' static shapes already
