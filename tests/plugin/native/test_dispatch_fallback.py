@@ -100,6 +100,37 @@ def test_switched_off_a_cube_is_the_users_graphs_multiplies_not_pow(
     assert not any(" = Pow(" in label for label in ran), ran  # the function's ops, timed beside the dispatch op
 
 
+def test_switched_off_the_body_runs_onednns_kernels_as_the_users_graph_does(
+    bridge: dispatch_op.BridgeOp, tmp_path: Path
+) -> None:
+    """oneDNN's layout pass rewrites the session's graph (`Softmax` runs as `_MklSoftmax`) but not a function the
+    op's runtime instantiates: switched off, BERT's bodies ran Eigen's Softmax (2.17 ms a step where the user's graph
+    ran `_MklSoftmax` in 1.14 ms), rounding otherwise. The body now gets the pass as the user's graph did."""
+    executable = _thirds(tmp_path)
+    values = np.random.default_rng(6).standard_normal((64, 33)).astype(np.float32) * 4.0
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [64, 33])
+        switches = tf.compat.v1.placeholder(tf.bool, [None])
+        users = tf.nn.softmax(x)
+        function = tf.function(lambda v: [tf.nn.softmax(v)], autograph=False).get_concrete_function(x)
+        (out,) = bridge.dispatch(executable, [x], [tf.float32], switch=(switches, 0), fallback=function)
+        with tf.compat.v1.Session() as session:
+            options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+            feed = {x: values, switches: [False]}
+            mine, theirs = tf.compat.v1.RunMetadata(), tf.compat.v1.RunMetadata()
+            got = session.run(out, feed, options=options, run_metadata=mine)
+            want = session.run(users, feed, options=options, run_metadata=theirs)
+    np.testing.assert_array_equal(got, want)
+
+    def kernels(metadata: tf.compat.v1.RunMetadata) -> list[str]:
+        labels = [n.timeline_label for d in metadata.step_stats.dev_stats for n in d.node_stats]
+        return [label for label in labels if "oftmax(" in label]
+
+    if not any("_MklSoftmax" in label for label in kernels(theirs)):
+        pytest.skip(f"this TF runs no oneDNN softmax in the user's graph ({kernels(theirs)})")
+    assert any("_MklSoftmax" in label for label in kernels(mine)), kernels(mine)  # the body's, timed beside the op
+
+
 def test_a_fallback_that_calls_another_function_runs_it(bridge: dispatch_op.BridgeOp, tmp_path: Path) -> None:
     """The kernel's library holds the functions the fallback's body reaches (`lib_def` must be self-contained)."""
     executable = _thirds(tmp_path)

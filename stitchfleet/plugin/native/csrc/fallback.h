@@ -9,16 +9,28 @@
 // values stay bit for bit those of the user's graph, which grappler rewrites alike (`x / c` is `x * (1 / c)` in
 // both). Optimized once per process, session config and device set, at the first call that needs it; instantiated
 // from a library of that body and the functions it reaches (`InstantiateOptions::lib_def`), on the op's own device
-// and runtime.
+// and runtime. On the CPU, oneDNN's layout pass then runs over the body as the session ran it over the user's graph.
 #pragma once
 
 #include "common.h"
 #include "tensorflow/core/common_runtime/device_mgr.h"
 #include "tensorflow/core/common_runtime/device_set.h"
+#include "tensorflow/core/common_runtime/function_body.h"
+#include "tensorflow/core/common_runtime/function_def_utils.h"
+#include "tensorflow/core/common_runtime/graph_constructor.h"
+#include "tensorflow/core/framework/graph_to_functiondef.h"
+#include "tensorflow/core/framework/types.h"
 #include "tensorflow/core/grappler/clusters/virtual_cluster.h"
 #include "tensorflow/core/grappler/grappler_item.h"
 #include "tensorflow/core/grappler/optimizers/meta_optimizer.h"
 #include "tensorflow/core/lib/strings/proto_serialization.h"
+#include "tensorflow/core/util/util.h"
+
+namespace tensorflow {
+// oneDNN's layout pass, as mkl_layout_pass.h declares it under TF's own INTEL_MKL build. Weak: a TF built without
+// oneDNN (not on x86) has no such symbol, and the op must still load there.
+extern bool RunMklLayoutRewritePass(std::unique_ptr<Graph> *g) __attribute__((weak));
+}  // namespace tensorflow
 
 namespace {
 
@@ -75,6 +87,35 @@ Status grappler_library(FunctionLibraryRuntime *lib, const FunctionDef &raw,
   return NotFound("grappler's library has no ", raw.signature().name());
 }
 
+// oneDNN's rewrites of the body `name` in `functions` (`_MklSoftmax`, `_MklNativeFusedMatMul`, ...), on the CPU with
+// oneDNN on (TF_ENABLE_ONEDNN_OPTS), as the session's graph got them after partitioning: a function the op's runtime
+// instantiates gets grappler's rewrites but not this pass. Without it BERT's bodies switched off ran Eigen's Softmax
+// (2.17 ms a step) where the user's graph ran `_MklSoftmax` (1.14 ms), rounding otherwise (benchmarks/README.md,
+// session 33). A body with control outputs is left as it is (the conversion back keeps data outputs only).
+Status onednn_body(FunctionLibraryRuntime *lib, const std::string &name, tensorflow::FunctionDefLibrary *functions) {
+  if (tensorflow::RunMklLayoutRewritePass == nullptr || !tensorflow::IsMKLEnabled()) return tensorflow::OkStatus();
+  if (lib->device() == nullptr || lib->device()->device_type() != tensorflow::DEVICE_CPU) return tensorflow::OkStatus();
+  const FunctionLibraryDefinition definitions(tensorflow::OpRegistry::Global(), *functions);
+  for (FunctionDef &body : *functions->mutable_function()) {
+    if (body.signature().name() != name) continue;
+    if (body.control_ret_size() > 0) return tensorflow::OkStatus();
+    std::unique_ptr<tensorflow::FunctionBody> instantiated;
+    TF_RETURN_IF_ERROR(tensorflow::FunctionDefToBodyHelper(body, tensorflow::AttrSlice(), &definitions, &instantiated));
+    auto graph = std::make_unique<tensorflow::Graph>(&definitions);
+    tensorflow::CopyGraph(*instantiated->graph, graph.get());
+    if (!tensorflow::RunMklLayoutRewritePass(&graph)) return tensorflow::OkStatus();  // nothing oneDNN runs
+    std::vector<std::string> outputs;
+    for (const tensorflow::OpDef::ArgDef &arg : body.signature().output_arg()) outputs.push_back(arg.name());
+    FunctionDef rewritten;
+    TF_RETURN_IF_ERROR(tensorflow::GraphToFunctionDef(*graph, name, outputs, &rewritten));
+    *rewritten.mutable_attr() = body.attr();
+    *rewritten.mutable_arg_attr() = body.arg_attr();
+    body = std::move(rewritten);
+    return tensorflow::OkStatus();
+  }
+  return NotFound("the fallback library has no ", name);
+}
+
 // The library `name` instantiates from (its optimized body): built once per name, session config and device set,
 // then kept for the process (the handles of every runtime that instantiated it refer to it).
 Status fallback_library(FunctionLibraryRuntime *lib, const std::string &name, const FunctionLibraryDefinition **out) {
@@ -103,6 +144,10 @@ Status fallback_library(FunctionLibraryRuntime *lib, const std::string &name, co
       if (status.ok()) functions = std::move(optimized);
       if (!status.ok()) LOG(WARNING) << "stitchfleet: optimizing " << name << " failed: " << status;
     }
+    tensorflow::FunctionDefLibrary onednn = functions;
+    const Status rewritten = onednn_body(lib, name, &onednn);
+    if (rewritten.ok()) functions = std::move(onednn);  // else grappler's body, as TF's own ops run it
+    if (!rewritten.ok()) LOG(WARNING) << "stitchfleet: oneDNN's rewrite of " << name << " failed: " << rewritten;
     slot.reset(new FunctionLibraryDefinition(tensorflow::OpRegistry::Global(), functions));
   }
   *out = slot.get();
