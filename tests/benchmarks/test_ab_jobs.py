@@ -78,3 +78,12 @@ def test_a_corpus_program_is_judged_on_its_wall_with_its_whole_setup_booked() ->
     assert ab_jobs._agrees(plain, own, noise) == "no (-6.00)"
     assert ab_jobs._agrees(plain, {**own, "setup_from_steps": 5.0}, noise) == "yes"
     assert ab_jobs._agrees(plain, cold, (0.3, math.nan)) == "n/a"
+
+
+def test_the_one_process_pair_gets_twice_a_runs_time_limit() -> None:
+    """It runs the job twice (plain, then under the plugin): at 4x the plain wall the demo's pair was stopped on a
+    slow day (189 s against plain's 47.3 s, session 35) and its round kept no one-process figure."""
+    plain = [{"wall": 40.0}, {"wall": 47.3}, {"error": "stopped"}]
+    assert ab_jobs._limit(plain, 4.0) == pytest.approx(189.2)
+    assert ab_jobs._limit(plain, 4.0, "inproc") == pytest.approx(378.4)
+    assert ab_jobs._limit([], 4.0, "inproc") == ab_jobs._limit(plain, 0.0) == 1800.0

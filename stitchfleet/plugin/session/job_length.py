@@ -49,7 +49,7 @@ class JobLength:
                 return setup_record.state(graph, backend, self.current)
 
             steps = planned(self.current.job_steps, self.stop)
-            estimate = payback.estimate(steps, step_seconds, backend, timing, cache)
+            estimate = payback.estimate(steps, step_seconds, backend, timing, cache, ops=len(graph.get_operations()))
             log.info("stitchfleet: %s", estimate.why)
             state = estimate.state
             if state is not None and state.measured is not None:  # weighed: a skip counts, a setup restarts the count

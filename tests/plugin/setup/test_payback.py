@@ -94,3 +94,21 @@ def test_a_job_of_unknown_length_defers_its_setup_by_its_fixed_cost_over_setup_s
 def test_the_fixed_cost_of_auto_is_its_cpu_targets_and_an_unknown_name_gets_the_stated_stand_in() -> None:
     assert payback.fixed_seconds("auto") == payback.SETUP_SECONDS["cpu"].cold
     assert payback.setup_seconds("no-such-target") == payback.SETUP_SECONDS_OTHER
+
+
+def test_a_larger_graph_weighs_a_larger_setup() -> None:
+    """Session 35: the fixed figures were the demo's (1059 ops) whatever the graph, while the corpus BERT's cold setup
+    (2782 ops) booked 3.6-4.1x the demo's: a job told its step time weighed BERT's setup as the demo's."""
+    unknown = payback.estimate(60_000, 0.03, "cpu", TIMING)
+    demo = payback.estimate(60_000, 0.03, "cpu", TIMING, ops=payback.DEMO_OPS)
+    small = payback.estimate(60_000, 0.03, "cpu", TIMING, ops=40)  # a smaller graph pays the demo's figures
+    bert = payback.estimate(60_000, 0.03, "cpu", TIMING, ops=2782)
+    assert unknown.cost == demo.cost == small.cost
+    cpu = payback.SETUP_SECONDS["cpu"]
+    factor = (2782 / payback.DEMO_OPS) ** payback.SIZE_EXPONENT
+    assert 3.0 < factor < 4.5  # within the measured 3.6-4.1x, leaning heavy
+    assert bert.cost - demo.cost == pytest.approx((factor - 1) * (cpu.warm + cpu.kernels))  # the op's build: once
+    assert "7.7 s fixed on cpu, cold" in demo.why and "fixed on cpu for a graph of 2782 ops" in bert.why
+    # a job whose gain repays the demo's cold setup but not BERT's: 2000 steps of 50 ms (about 9.6 s back)
+    assert payback.estimate(2000, 0.05, "cpu", TIMING, ops=payback.DEMO_OPS).affordable
+    assert not payback.estimate(2000, 0.05, "cpu", TIMING, ops=2782).affordable
