@@ -22,6 +22,7 @@ from stitchfleet.telemetry import database
 from stitchfleet.telemetry import rows as r
 from tests.telemetry.workload import write
 
+pytestmark = pytest.mark.tf
 ROOT = Path(__file__).resolve().parents[3]
 JOB = Path(__file__).resolve().parents[1] / "skipped_job.py"
 # What deciding the skip needs: the training-step walk (does the graph train at all), the twin's name scope (is it
@@ -86,7 +87,6 @@ def _key_at_begin(graph: tf.Graph) -> tuple[str, str, str]:
     return keys[0]
 
 
-@pytest.mark.tf
 def test_a_skipped_job_imports_no_compiler_pipeline_and_no_graph_rewrite(tmp_path: Path) -> None:
     out = _run(tmp_path)
     assert out["runs"] == "300" and out["hooks"] == "1"
@@ -96,7 +96,6 @@ def test_a_skipped_job_imports_no_compiler_pipeline_and_no_graph_rewrite(tmp_pat
     assert "stitchfleet.compiler.pipeline" not in loaded and "stitchfleet.plugin.graph.twin" not in loaded
 
 
-@pytest.mark.tf
 def test_a_job_the_fleet_knows_loses_skips_before_importing_the_compiler(tmp_path: Path) -> None:
     # Before, the verdict was read after `job_setup`'s import (0.5 s, 0.7 s under load): the cheap skip's path.
     spec = importlib.util.spec_from_file_location("skipped_job", JOB)
