@@ -18,11 +18,41 @@ def _plain(wall: float, steps: float) -> dict[str, Any]:
     return {"wall": wall, "to_last": wall, "steps_seconds": steps, "steady": 0.02, "losses": [1.0, 0.5], "steps": 10}
 
 
-def test_the_control_runs_each_round_as_far_from_plain_as_the_other_modes() -> None:
-    assert ab_jobs._order(0, control=True) == ("plain", "cold", "xla", "warm", "again")
-    assert ab_jobs._order(1, control=True) == ("again", "xla", "cold", "plain", "warm")
-    assert ab_jobs._order(0, inproc=True, control=True)[-1] == "inproc"
+def test_the_warm_run_sits_between_the_rounds_two_plain_processes() -> None:
+    """Session 36: the host slowed cold, XLA and warm (31.4-44.0 ms a step) between plain runs at 23.2 and 23.4 ms;
+    with plain three runs before the warm run, a slow window that spared plain TF booked the warm run 1.26x."""
+    assert ab_jobs._order(0, control=True) == ("cold", "xla", "plain", "warm", "again")
+    assert ab_jobs._order(1, control=True) == ("xla", "cold", "again", "warm", "plain")
+    for round_ in range(4):
+        order = ab_jobs._order(round_, inproc=True, control=True)
+        assert order[-1] == "inproc"
+        warm = order.index("warm")
+        assert {order[warm - 1], order[warm + 1]} == {"plain", "again"}
+        assert order.index("cold") < warm
     assert "again" not in ab_jobs._order(0)
+
+
+def test_the_warm_run_is_told_the_step_of_the_plain_process_before_it() -> None:
+    steady = {"plain": [{"steady": 0.020}, {"steady": 0.030}], "again": [{"steady": 0.021}, {"steady": 0.031}]}
+    assert ab_jobs._known_step_ms(steady["plain"][:1], steady["again"][:0], 0) == pytest.approx(20.0)
+    # round 1: plain again ran before the warm run, plain after it
+    assert ab_jobs._known_step_ms(steady["plain"][:1], steady["again"][:2], 1) == pytest.approx(31.0)
+    assert ab_jobs._known_step_ms([{"steady": 0.020}, {"error": "stopped"}], [], 1) == pytest.approx(20.0)
+    assert ab_jobs._known_step_ms([], [], 0) == 0.0
+
+
+def test_a_run_is_weighed_against_the_mean_of_the_two_plain_runs_beside_it() -> None:
+    plain, again = [_plain(50.0, 40.0), _plain(60.0, 50.0)], [_plain(54.0, 44.0), _plain(56.0, 46.0)]
+    warm = [_plain(53.0, 43.0), _plain(57.0, 47.0)]
+    assert ab_jobs._beside(list(zip(plain, again, warm, strict=True))) == "1.019x / 0.983x (median 1.001x)"
+    assert ab_jobs._beside([(plain[0], {"error": "stopped"}, warm[0])]) == "-"
+    assert ab_jobs._beside([]) == ""
+    rows = {
+        line.split(" | ")[1]: line.split(" | ")
+        for line in ab_jobs.table({"job": {"plain": plain, "warm": warm, "again": again}})[2:]
+    }
+    assert rows["warm"][4] == "1.019x / 0.983x (median 1.001x)"
+    assert rows["again"][4] == rows["plain"][4] == ""
 
 
 def test_noise_is_plain_against_plain_again_in_the_same_round() -> None:
@@ -87,3 +117,25 @@ def test_the_one_process_pair_gets_twice_a_runs_time_limit() -> None:
     assert ab_jobs._limit(plain, 4.0) == pytest.approx(189.2)
     assert ab_jobs._limit(plain, 4.0, "inproc") == pytest.approx(378.4)
     assert ab_jobs._limit([], 4.0, "inproc") == ab_jobs._limit(plain, 0.0) == 1800.0
+
+
+def test_the_cpu_the_host_stole_during_a_run_is_read_from_proc_stat(tmp_path: Path) -> None:
+    """Session 36: whole runs 20-35% slower with nothing else on the machine, while the hypervisor took up to 30% of
+    the CPU (the steal column): each run now carries that share, and the table shows it beside its wall."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1000 0 100 800 10 0 5 85 0 0\ncpu0 500 0 50 400 5 0 2 43 0 0\n")
+    before = ab_jobs._host_ticks(stat)
+    assert before == (85, 2000)
+    stat.write_text("cpu  1800 0 150 900 10 0 5 335 30 0\n")  # guest ticks (30) are in user's already
+    after = ab_jobs._host_ticks(stat)
+    assert after == (335, 3200)
+    assert ab_jobs._stolen(before, after) == pytest.approx(250 / 1200)
+    assert ab_jobs._stolen(None, after) is None
+    assert ab_jobs._stolen(after, after) is None
+    assert ab_jobs._host_ticks(tmp_path / "absent") is None
+    stat.write_text("cpu  1000 0 100 800\n")  # no steal column
+    assert ab_jobs._host_ticks(stat) is None
+    plain = [_plain(50.0, 40.0), {**_plain(65.0, 55.0), "steal": 0.214}]
+    rows = {line.split(" | ")[1]: line.split(" | ") for line in ab_jobs.table({"job": {"plain": plain}})[2:]}
+    assert rows["plain"][5] == "- / 21.4"
+    assert "21.4% of the CPU stolen" in ab_jobs._progress("round 2/2: job plain", plain[1], 60.0)
