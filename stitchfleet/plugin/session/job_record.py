@@ -84,7 +84,8 @@ def closed(
                 # Only a job whose setup ran has a key, so the setup's modules are loaded already.
                 from stitchfleet.plugin.setup import job_verdict
 
-                job_verdict.record(record, job_key, controller.course, controller.group_proven)
+                decisions = controller.decisions
+                job_verdict.record(record, job_key, controller.course, decisions.group_proven, decisions.group_figures)
         if shapes is not None and record is not None:
             shapes.finished(record, *ended)
     except Exception:

@@ -44,24 +44,37 @@ def recall(
     return key, next((verdict for verdict in memory.slower if verdict.key == key), None)
 
 
-def finding(course: JobCourse, group_proven: bool | None) -> tuple[str, str] | None:
+def finding(
+    course: JobCourse, group_proven: bool | None, group_figures: tuple[float, float, float] | None = None
+) -> tuple[str, str] | None:
     """What the job's end says about stitching on its graph, as (outcome, reason), or None when it says nothing
-    about speed (a mismatch, a plugin error, no probe decided). Slower: the group was measured not faster and
-    stitching went off for the job, or the slowdown guard reverted the job. Faster: the group was proven faster
-    and the job ended with clusters kept and on, nothing reverting it."""
+    about speed (a mismatch, a plugin error, no probe decided). Slower: the group was measured no faster than plain
+    TF (`group_figures`: its stitched and baseline step and their noise, as decided) and stitching went off for the
+    job, or the slowdown guard reverted the job. A group measured faster but not beyond its noise went off as well,
+    and says nothing, as the group's own finding does (`ProbeDecisions.group`): a demo run whose group measured
+    -0.30 ms of 7.75 (noise 0.17 ms) recorded nothing for its group and "slower" for its graph (session 36's reading of
+    an A/B's fleet); one more such run would have made every later run of the demo skip its setup.
+    Faster: the group was proven faster and the job ended with clusters kept and on, nothing reverting it."""
     reverted = course.job_reverted
     if reverted is not None:
         return (ProbeOutcome.SLOWER, reverted) if reverted.startswith("slowdown:") else None
     if course.stitching_off is not None:
-        return (ProbeOutcome.SLOWER, course.stitching_off) if group_proven is False else None
+        lost = group_proven is False and group_figures is not None and group_figures[0] >= group_figures[1]
+        return (ProbeOutcome.SLOWER, course.stitching_off) if lost else None
     if group_proven and any(c.enabled and c.kept for c in course.clusters):
         return ProbeOutcome.FASTER, "group proven faster, clusters kept to the job's end"
     return None  # no probe measured the job's step (probes off, or per-cluster only): nothing about the graph
 
 
-def record(ledger: Ledger, key: tuple[str, str, str], course: JobCourse, group_proven: bool | None) -> None:
-    """The job's finding on its graph, for the fleet's memory (`Ledger.probed`), when it has one."""
-    found = finding(course, group_proven)
+def record(
+    ledger: Ledger,
+    key: tuple[str, str, str],
+    course: JobCourse,
+    group_proven: bool | None,
+    group_figures: tuple[float, float, float] | None = None,
+) -> None:
+    """The job's finding on its graph, for the fleet's memory (`Ledger.probed`), when it has one (`finding`)."""
+    found = finding(course, group_proven, group_figures)
     if found is not None:
         outcome, reason = found
         ledger.probed(*key, outcome, f"job: {reason}")
