@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the hook recalls a verdict before any setup import: the job
 
 PREFIX = "job:"  # beside a cluster's fingerprint and a group's "group:" in the same table
 SHAPES = "the job's graph"  # the graph key holds its placeholders' static shapes already
+Figures = tuple[float, float, float] | None  # the group probe's stitched and baseline step and their noise (s)
 
 
 def job_key(graph: tf.Graph, backend: str, declared_gpu: str = "") -> tuple[str, str, str]:
@@ -44,17 +45,12 @@ def recall(
     return key, next((verdict for verdict in memory.slower if verdict.key == key), None)
 
 
-def finding(
-    course: JobCourse, group_proven: bool | None, group_figures: tuple[float, float, float] | None = None
-) -> tuple[str, str] | None:
+def finding(course: JobCourse, group_proven: bool | None, group_figures: Figures = None) -> tuple[str, str] | None:
     """What the job's end says about stitching on its graph, as (outcome, reason), or None when it says nothing
-    about speed (a mismatch, a plugin error, no probe decided). Slower: the group was measured no faster than plain
-    TF (`group_figures`: its stitched and baseline step and their noise, as decided) and stitching went off for the
-    job, or the slowdown guard reverted the job. A group measured faster but not beyond its noise went off as well,
-    and says nothing, as the group's own finding does (`ProbeDecisions.group`): a demo run whose group measured
-    -0.30 ms of 7.75 (noise 0.17 ms) recorded nothing for its group and "slower" for its graph (session 36's reading of
-    an A/B's fleet); one more such run would have made every later run of the demo skip its setup.
-    Faster: the group was proven faster and the job ended with clusters kept and on, nothing reverting it."""
+    about speed (a mismatch, a plugin error, no probe decided, a group faster within its noise: as the group's own
+    finding, `ProbeDecisions.group`; docs/plugin/setup.md). Slower: the group's stitched step measured at or over its
+    baseline (`group_figures`) and stitching went off, or the slowdown guard reverted the job. Faster: the group was
+    proven faster and the job ended with clusters kept and on, nothing reverting it."""
     reverted = course.job_reverted
     if reverted is not None:
         return (ProbeOutcome.SLOWER, reverted) if reverted.startswith("slowdown:") else None
@@ -67,14 +63,10 @@ def finding(
 
 
 def record(
-    ledger: Ledger,
-    key: tuple[str, str, str],
-    course: JobCourse,
-    group_proven: bool | None,
-    group_figures: tuple[float, float, float] | None = None,
+    ledger: Ledger, key: tuple[str, str, str], course: JobCourse, proven: bool | None, figures: Figures = None
 ) -> None:
     """The job's finding on its graph, for the fleet's memory (`Ledger.probed`), when it has one (`finding`)."""
-    found = finding(course, group_proven, group_figures)
+    found = finding(course, proven, figures)
     if found is not None:
         outcome, reason = found
         ledger.probed(*key, outcome, f"job: {reason}")
