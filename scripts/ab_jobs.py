@@ -605,11 +605,11 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
         plain = [r for r in by_mode["plain"] if "error" not in r]
         wall_noise, steps_noise = _noise(by_mode, "wall"), _noise(by_mode, "steps_seconds")
         plain_steady = statistics.median(r["steady"] for r in plain) if plain else float("nan")
+        again = by_mode.get(AGAIN, [])
         for mode in by_mode:
             # per round, the run and its round's plain run; a round where either failed or was stopped is said, and
             # its figures left out of this row's
             rounds = list(zip(by_mode["plain"], by_mode[mode], strict=False))
-            again = by_mode.get(AGAIN, [])
             walls = " / ".join(f"{r['wall']:.1f}" if "error" not in r else f"({r['error']})" for _, r in rounds)
             kept = [(p, r) for p, r in rounds if "error" not in p and "error" not in r]
             runs = [r for _, r in kept]
