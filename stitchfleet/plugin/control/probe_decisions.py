@@ -43,6 +43,7 @@ class ProbeDecisions:
         self.group_proven: bool | None = None  # the group probe's decision; None until taken (or without one)
         self.group_probe = ""  # what the group probe measured, in a cluster's `probe` format
         self.group_figures: tuple[float, float, float] | None = None  # as decided, per rank: on, base, noise (s)
+        self.group_finding: ProbeOutcome | None = None  # told the fleet (and `job_verdict`): beyond margin and noise
         self.rerun_futile = False  # a pair ran out of reruns without figures: no pair runs again (`rerun`)
 
     @property
@@ -122,11 +123,13 @@ class ProbeDecisions:
         return True
 
     def extend(self, step: int, on: float, base: float, noise: float) -> bool:
-        """Runs the group's pair again, its samples pooled, when every cluster on measured faster than the baseline
-        beyond the margin but not beyond the noise (on a 2-core machine one pair's noise is about the group's whole
-        gain: docs/plugin/control.md); says whether it does. At most `probe_reruns` times, from summed figures."""
-        gain = base - on
-        if gain <= base * self.timing.probe_margin or gain > self._needed(base, noise) or self.rerun_futile:
+        """Runs the group's pair again, its samples pooled, when every cluster on measured faster beyond the margin
+        but not beyond the noise, or slower by no more than the noise (one pair's noise on a 2-core machine is about
+        the group's whole gain: docs/plugin/control.md); says whether it does. At most `probe_reruns` times."""
+        gain = base - on  # a gain under the margin is decided at once: more samples cannot lift it
+        faster = gain > base * self.timing.probe_margin
+        unsure = gain <= self._needed(base, noise) if faster else gain < 0 and -gain <= NOISE_FACTOR * noise
+        if not unsure or self.rerun_futile:
             return False
         done = self.timing.reruns_of(GROUP)
         if done >= self.timing.probe_reruns:
@@ -134,7 +137,8 @@ class ProbeDecisions:
         self.timing = self.timing.rerun(step, GROUP)
         self.probes.timing = self.timing
         detail = (
-            f"group: {self.describe(GROUP, on, base, noise)}: faster, not beyond the noise; its pair runs again"
+            f"group: {self.describe(GROUP, on, base, noise)}: {'faster' if faster else 'slower'}, not beyond the noise;"
+            " its pair runs again"
             f" ({done + 1} of at most {self.timing.probe_reruns})"
         )
         log.info("stitchfleet: probe rerun at step %d: %s", step, detail)
@@ -157,12 +161,13 @@ class ProbeDecisions:
             if self.extend(step, on, base, noise):
                 return False
             self.group_probe = self.describe(GROUP, on, base, noise)
-            self.group_proven = base - on > self._needed(base, noise)
+            needed = self._needed(base, noise)
+            self.group_proven = base - on > needed
             self.group_figures = (on, base, noise)
-            if self.group_proven or on >= base:  # a finding the fleet keeps (not one within the noise)
-                outcome = ProbeOutcome.FASTER if self.group_proven else ProbeOutcome.SLOWER
+            if self.group_proven or on - base > needed:  # a finding for the fleet beyond margin and noise either way
+                self.group_finding = ProbeOutcome.FASTER if self.group_proven else ProbeOutcome.SLOWER
                 fingerprint, profile, shapes = group_key([(c.fingerprint, c.profile, c.shapes) for c in self.clusters])
-                self.ledger.probed(fingerprint, profile, shapes, outcome, f"group: {self.group_probe}")
+                self.ledger.probed(fingerprint, profile, shapes, self.group_finding, f"group: {self.group_probe}")
         label = "group proven" if self.group_proven else "group not faster"
         log.info("stitchfleet: %s at step %d: %s", label, step, self.group_probe)
         self.ledger.event("probe", step, None, label, detail=f"{label}: {self.group_probe}")

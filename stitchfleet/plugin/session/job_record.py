@@ -85,7 +85,7 @@ def closed(
                 from stitchfleet.plugin.setup import job_verdict
 
                 decisions = controller.decisions
-                job_verdict.record(record, job_key, controller.course, decisions.group_proven, decisions.group_figures)
+                job_verdict.record(record, job_key, controller.course, decisions.group_proven, decisions.group_finding)
         if shapes is not None and record is not None:
             shapes.finished(record, *ended)
     except Exception:

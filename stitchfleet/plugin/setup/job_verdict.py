@@ -24,7 +24,6 @@ if TYPE_CHECKING:  # the hook recalls a verdict before any setup import: the job
 
 PREFIX = "job:"  # beside a cluster's fingerprint and a group's "group:" in the same table
 SHAPES = "the job's graph"  # the graph key holds its placeholders' static shapes already
-Figures = tuple[float, float, float] | None  # the group probe's stitched and baseline step and their noise (s)
 
 
 def job_key(graph: tf.Graph, backend: str, declared_gpu: str = "") -> tuple[str, str, str]:
@@ -45,28 +44,26 @@ def recall(
     return key, next((verdict for verdict in memory.slower if verdict.key == key), None)
 
 
-def finding(course: JobCourse, group_proven: bool | None, group_figures: Figures = None) -> tuple[str, str] | None:
-    """What the job's end says about stitching on its graph, as (outcome, reason), or None when it says nothing
-    about speed (a mismatch, a plugin error, no probe decided, a group faster within its noise: as the group's own
-    finding, `ProbeDecisions.group`; docs/plugin/setup.md). Slower: the group's stitched step measured at or over its
-    baseline (`group_figures`) and stitching went off, or the slowdown guard reverted the job. Faster: the group was
-    proven faster and the job ended with clusters kept and on, nothing reverting it."""
+def finding(course: JobCourse, group_proven: bool | None, group: ProbeOutcome | None = None) -> tuple[str, str] | None:
+    """What the job's end says about stitching on its graph, as (outcome, reason), or None: nothing about speed
+    (docs/plugin/setup.md). Slower: the group's own finding for the fleet was (`group`: `ProbeDecisions.group_finding`)
+    and stitching went off, or the slowdown guard reverted the job. Faster: the group was proven faster and the job
+    ended with clusters kept and on, nothing reverting it."""
     reverted = course.job_reverted
     if reverted is not None:
         return (ProbeOutcome.SLOWER, reverted) if reverted.startswith("slowdown:") else None
     if course.stitching_off is not None:
-        lost = group_proven is False and group_figures is not None and group_figures[0] >= group_figures[1]
-        return (ProbeOutcome.SLOWER, course.stitching_off) if lost else None
+        return (ProbeOutcome.SLOWER, course.stitching_off) if group == ProbeOutcome.SLOWER else None
     if group_proven and any(c.enabled and c.kept for c in course.clusters):
         return ProbeOutcome.FASTER, "group proven faster, clusters kept to the job's end"
     return None  # no probe measured the job's step (probes off, or per-cluster only): nothing about the graph
 
 
 def record(
-    ledger: Ledger, key: tuple[str, str, str], course: JobCourse, proven: bool | None, figures: Figures = None
+    ledger: Ledger, key: tuple[str, str, str], course: JobCourse, proven: bool | None, group: ProbeOutcome | None = None
 ) -> None:
     """The job's finding on its graph, for the fleet's memory (`Ledger.probed`), when it has one (`finding`)."""
-    found = finding(course, proven, figures)
+    found = finding(course, proven, group)
     if found is not None:
         outcome, reason = found
         ledger.probed(*key, outcome, f"job: {reason}")
