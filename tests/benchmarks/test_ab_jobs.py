@@ -76,14 +76,15 @@ def test_noise_leaves_out_failed_runs_and_falls_back_to_the_spread_without_the_c
 
 
 def test_the_table_shows_the_control_against_plain_and_judges_by_its_noise() -> None:
-    warm = {**_plain(50.5, 40.4), "decided": "setup skipped", "claimed_gross": 0.0, "measured_gross": 0.0}
-    warm.update(interval=[-math.inf, math.inf], setup=0.0, overhead=0.0, setup_from_steps=0.0)
+    skipped = {"decided": "setup skipped", "claimed_gross": 0.0, "measured_gross": 0.0, "setup": 0.0, "overhead": 0.0}
+    skipped.update(interval=[-math.inf, math.inf], setup_from_steps=0.0)
+    warm = [{**_plain(50.5, 40.65), **skipped}, {**_plain(50.5, 39.9), **skipped}]
     results = {
         "job": {
             "plain": [_plain(50.0, 40.0), _plain(50.0, 40.0)],
             "xla": [_plain(70.0, 60.0), _plain(70.0, 60.0)],
-            "cold": [warm, warm],
-            "warm": [warm, warm],
+            "cold": warm,
+            "warm": warm,
             "again": [_plain(50.2, 40.3), _plain(49.6, 39.7)],
         }
     }
@@ -91,7 +92,26 @@ def test_the_table_shows_the_control_against_plain_and_judges_by_its_noise() -> 
     assert set(rows) == {"plain", "xla", "cold", "warm", "again"}
     assert "1.004x; 1.004x / 0.992x; 0.992x" in rows["again"]
     assert "| 0.3 / 0.3 |" in rows["warm"]  # RMS of 0.3 and 0.3 s (steps), 0.2 and 0.4 s (wall)
-    assert "yes / yes" in rows["warm"]  # -0.4 s measured, nothing claimed: within 2 x 0.3 s
+    # nothing claimed; -0.5 and -0.05 s from the mean of each round's two plain runs: within 2 x 0.3 x sqrt(3/4) s
+    # (against plain TF's run alone, round 1 was "no (-0.65)": over 2 x 0.3 s)
+    assert "yes / yes" in rows["warm"]
+
+
+def test_the_clock_is_read_against_the_mean_of_the_plain_runs_beside_the_run() -> None:
+    """Session 36: BERT's warm run, which skipped its setup and claimed nothing, ran 13.4 s faster than a plain run
+    slowed by the host and was booked "no". Against the mean of the round's two plain runs, the difference's noise
+    being sqrt(3/4) of one pair's, a run that claims nothing agrees unless it differs from both beyond the noise."""
+    plain, again = _plain(85.0, 80.0), _plain(77.0, 72.0)
+    warm = {**_plain(76.5, 71.5), "claimed_gross": 0.0, "measured_gross": 0.0, "interval": [-math.inf, math.inf]}
+    warm.update(setup=0.0, overhead=0.0, setup_from_steps=0.0)
+    assert ab_jobs._agrees(plain, warm, (3.0, 3.0)) == "no (+8.50)"  # against the slow plain run alone
+    reference, noise = ab_jobs._plain_beside(plain, again, (3.0, 3.0))
+    assert reference["steps_seconds"] == pytest.approx(76.0) and reference["wall"] == pytest.approx(81.0)
+    assert noise == pytest.approx((3.0 * math.sqrt(0.75), 3.0 * math.sqrt(0.75)))
+    assert ab_jobs._agrees(reference, warm, noise) == "yes"  # +4.5 s within 2 x 2.60 s
+    # plain again failed: plain TF's run alone, at the full noise
+    assert ab_jobs._plain_beside(plain, {"error": "stopped"}, (3.0, 3.0)) == (plain, (3.0, 3.0))
+    assert ab_jobs._plain_beside(plain, None, (3.0, 3.0)) == (plain, (3.0, 3.0))
 
 
 def test_a_corpus_program_is_judged_on_its_wall_with_its_whole_setup_booked() -> None:
