@@ -648,7 +648,7 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
             if "claimed_gross" in runs[-1]:
                 claimed = "; ".join(_claimed(r) for r in runs)
                 agreed = []
-                for (p, r), a in zip(rounds, [*again, *[None] * len(rounds)], strict=False):
+                for (p, r), a in itertools.zip_longest(rounds, again[: len(rounds)]):  # None: no plain again
                     if "error" not in p and "error" not in r:
                         reference, noise_beside = _plain_beside(p, a, (steps_noise, wall_noise))
                         agreed.append(_agrees(reference, r, noise_beside))
