@@ -76,7 +76,6 @@ class Controller:
         self.announced = self.timing.probing  # probed clusters are announced by their decision
         self.check_plan = CheckPlan([0] * len(clusters))  # which steps judge which clusters, at what cost
         self.job_seconds = 0.0  # every step's time
-        self.saved_variance = 0.0  # the squared standard errors of the windows' savings, summed (`Window.noise`)
         self.ran: set[int] = set()  # clusters (positions) whose kernels ran in a step so far (`_first_run`)
         self.first_seconds = 0.0  # what their first runs took beyond a usual step: setup
         self.own_work = OwnWork(clock)  # the plugin's work on a step outside its timed run (`step_done`)
@@ -383,7 +382,6 @@ class Controller:
                 self.ledger.verdict(c.fingerprint, "enabled", op_count=c.op_count)
 
     def _record(self, window: Window) -> None:
-        self.saved_variance += window.noise**2
         self.ledger.window(
             window_index=window.index,
             first_step=window.first_step,

@@ -29,7 +29,6 @@ class ShipperStats:
 
     recorded: int = 0
     shipped: int = 0
-    files_shipped: int = 0
     failures: int = 0
     dead_lettered: int = 0
     last_error: str = ""
@@ -154,7 +153,6 @@ class Shipper:
                 with spool.claimed(path) as content:
                     if content is not None:
                         self._deliver(content.rows, deadline)
-                        self.stats.files_shipped += 1
             except _AttemptFailedError:
                 return False
         return True

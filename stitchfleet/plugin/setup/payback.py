@@ -194,7 +194,7 @@ def estimate(
             measured = None
         fixed, case = seconds.fixed(state), state.case  # a retry too: a warm run pays what its last run paid again
         if measured is not None:
-            share, source = min(measured.expected, BEST_GAIN), measured.said()
+            share, source = min(measured.expected(timing.probe_margin), BEST_GAIN), measured.said()
     gain, cost = stepped * share, fixed + probes
     sized = f" for a graph of {ops} ops" if size_factor(ops) > 1 else ""
     refused = measured is not None and gain <= cost  # on what the job's last run here measured: that reason first

@@ -141,7 +141,8 @@ class Measured:
     `per_run`, the seconds beyond plain TF a warm run pays again (executor builds, the kernels' first runs, the
     plugin's work no saving pays, a setup from the cache); `skips`, runs that skipped on it (`payback.RETRY_AFTER`);
     `plain_step`, the user's graph's step in seconds as its baseline blocks ran it (0: not measured), the step time a
-    next run weighs its setup by when no one states it (`payback.estimate`)."""
+    next run weighs its setup by when no one states it (`payback.estimate`); `readings`, the runs' group probes pooled
+    in it (`pooled`)."""
 
     gain: float
     steps: int
@@ -150,27 +151,42 @@ class Measured:
     noise: float = 0.0
     skips: int = 0
     plain_step: float = 0.0
+    readings: int = 1
 
     @property
-    def expected(self) -> float:
+    def within(self) -> bool:
+        """A group reading no slower than plain TF beyond its noise: no finding either way (the fleet told nothing)."""
+        return self.source == GROUP and self.gain >= -NOISE_WIDTH * self.noise
+
+    def expected(self, margin: float = 0.0) -> float:
         """The share of plain TF's step a next run's stitched phase can expect: a steady gain less twice its noise
         (the report claims only a saving whose 95% interval excludes zero; one run's gain within its noise is no
-        gain to set up for: the corpus BERT's warm run set up on one cold run's figure and lost 1.18x); at most 0
-        after stitching ended off (a run that decides alike stitches nothing; a favourable figure within the noise
-        was not found faster)."""
+        gain to set up for: the corpus BERT's warm run set up on one cold run's figure and lost 1.18x). After
+        stitching ended off: the gain a group reading within its noise leaves possible (its upper bound) when that
+        bound passes the probe's `margin` (exploring again adds a reading to the pool, whose noise shrinks, so the
+        re-probes stop once the bound cannot repay them), else at most 0 (a loss beyond the noise, the slowdown
+        guard's, or a gain no rerun could prove)."""
         if self.source == STEADY:
             return self.gain - NOISE_WIDTH * self.noise if self.gain > 0 else self.gain
-        return min(self.gain, 0.0)
+        bound = self.gain + NOISE_WIDTH * self.noise
+        return bound if self.within and bound > margin else min(self.gain, 0.0)
 
     def said(self) -> str:
         paid = f"paid {self.per_run:.1f} s a warm run pays again"
         if self.source == GROUP:
-            probe = f"in its group probe ({self.steps} steps, noise {self.noise:.1%}): not faster, stitching went off"
-            return f"its last run here measured every cluster on {_versus(self.gain)} {probe}; it {paid}"
+            runs, probes = (
+                (f"its last {self.readings} runs", "probes") if self.readings > 1 else ("its last run", "probe")
+            )
+            best = _versus(self.gain + NOISE_WIDTH * self.noise)
+            bound = f"within its noise ({best} at best), " if self.within else ""
+            probe = f"({self.steps} steps, noise {self.noise:.1%}): {bound}not faster, stitching went off"
+            return (
+                f"{runs} here measured every cluster on {_versus(self.gain)} in its group {probes} {probe}; it {paid}"
+            )
         if self.source == SLOWDOWN:
             found = f"was reverted by the slowdown guard: its stitched steps {_versus(self.gain)}"
             return f"its last run here {found} (noise {self.noise:.1%}); it {paid}"
-        noise = f" (noise {self.noise:.1%}: {_versus(self.expected)} expected)" if self.noise > 0 else ""
+        noise = f" (noise {self.noise:.1%}: {_versus(self.expected())} expected)" if self.noise > 0 else ""
         return f"its last run here ran {self.steps} stitched steps {_versus(self.gain)}{noise} and {paid}"
 
 
@@ -233,12 +249,12 @@ def _measured(found: object) -> Measured | None:
         return None
     try:
         extra = (str(found.get("source", STEADY)), float(found.get("noise", 0.0)), int(found.get("skips", 0)))
-        plain = float(found.get("plain_step", 0.0))
-        measured = Measured(float(found["gain"]), int(found["steps"]), float(found["per_run"]), *extra, plain)
+        plain, readings = float(found.get("plain_step", 0.0)), int(found.get("readings", 1))
+        measured = Measured(float(found["gain"]), int(found["steps"]), float(found["per_run"]), *extra, plain, readings)
     except (KeyError, TypeError, ValueError):
         return None
     figures = (measured.gain, measured.per_run, measured.noise, measured.plain_step)
-    sound = all(map(math.isfinite, figures)) and measured.plain_step >= 0
+    sound = all(map(math.isfinite, figures)) and measured.plain_step >= 0 and measured.readings >= 1
     return measured if sound and measured.source in (STEADY, GROUP, SLOWDOWN) else None
 
 
@@ -255,12 +271,30 @@ def measured(gain: float | None, steps: int, per_run: float, noise: float = 0.0)
 
 
 def remember(cache_dir: Path, key: str, backend: str, measured: Measured) -> bool:
-    """Adds what the job's run measured to its setup's record, for its next run's payback estimate; only to a record
-    this code, CPU and compiler wrote (another's kernels say nothing of this one's gain). False when not written."""
+    """Adds what the job's run measured to its setup's record (`pooled` with a group reading there), for its next run's
+    payback estimate; only to a record this code, CPU and compiler wrote (another's kernels say nothing of this one's
+    gain). False when not written."""
     doc = _read(cache_dir, key)
     if doc is None or _made(doc) != builder(backend, cache_dir):
         return False
-    return _replace(cache_dir, key, {**doc, "measured": asdict(measured)})
+    return _replace(cache_dir, key, {**doc, "measured": asdict(pooled(_measured(doc.get("measured")), measured))})
+
+
+def pooled(before: Measured | None, reading: Measured) -> Measured:
+    """`reading` pooled with the record's `before` when both are group readings within their noise (`within`): the
+    mean weighed by inverse variance, its smaller noise, the steps and readings summed. Else `reading` alone: a
+    finding beyond the noise (either one), or a steady or slowdown figure, starts the record afresh."""
+    if before is None or not (before.within and reading.within) or min(before.noise, reading.noise) <= 0:
+        return reading
+    weights = (before.noise**-2, reading.noise**-2)
+    gain = (before.gain * weights[0] + reading.gain * weights[1]) / sum(weights)
+    return replace(
+        reading,
+        gain=gain,
+        steps=before.steps + reading.steps,
+        noise=sum(weights) ** -0.5,
+        readings=before.readings + reading.readings,
+    )
 
 
 def tally(cache_dir: Path, key: str, backend: str, skipped: bool) -> bool:

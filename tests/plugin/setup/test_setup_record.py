@@ -213,8 +213,8 @@ def test_a_steady_gain_within_its_noise_is_no_gain_a_warm_run_sets_up_for() -> N
     step = _step_between(SECONDS.cold, 2 * SECONDS.cold)  # the best gain repays even a cold setup
     clear = setup_record.Measured(gain=0.09, steps=900, per_run=0.5, noise=0.005)
     vague = setup_record.Measured(gain=0.09, steps=900, per_run=0.5, noise=0.05)
-    assert clear.expected == pytest.approx(0.08) and vague.expected == pytest.approx(-0.01)
-    assert setup_record.Measured(gain=-0.03, steps=900, per_run=0.5, noise=0.05).expected == -0.03  # a loss as it is
+    assert clear.expected() == pytest.approx(0.08) and vague.expected() == pytest.approx(-0.01)
+    assert setup_record.Measured(gain=-0.03, steps=900, per_run=0.5, noise=0.05).expected() == -0.03  # a loss as it is
     assert payback.estimate(STEPS, step, "cpu", TIMING, lambda: CacheState(4, 4, True, "", clear)).affordable
     found = payback.estimate(STEPS, step, "cpu", TIMING, lambda: CacheState(4, 4, True, "", vague))
     assert not found.affordable
