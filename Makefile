@@ -13,16 +13,16 @@ SYSTEM := $(VENV)/.stamp-system
 TFGPU := $(VENV)/tf-gpu/tensorflow/VERSION
 PYTEST_ARGS ?=
 # pytest-xdist workers: CI's 2 cores. WORKERS=auto on a bigger machine; WORKERS=0 runs in one process (pdb, -x).
-# loadgroup: tests marked xdist_group("name") run on one worker, one after another (horovod's 2-rank jobs).
-# The default tier stays in one process (TEST_WORKERS=0) until a whole run on workers has passed: its tests that
-# compare the plugin with plain TF in one process (test_savings_against_plain) are the ones a busy neighbour
-# moves; `make test TEST_WORKERS=2` tries it.
+# loadgroup: tests marked xdist_group("name") run on one worker, one after another (horovod's 2-rank jobs, builds that
+# several tests share); it needs pytest below 9.2 (setup.cfg; tests/test_worker_groups.py checks it).
+# Both tiers run on the two workers: the default tier passed whole on them twice in a row (session 38,
+# docs/testing.md), against 28-43 minutes of CI in one process. TEST_WORKERS=0 for one process.
 WORKERS ?= 2
-TEST_WORKERS ?= 0
+TEST_WORKERS ?= $(WORKERS)
 # The default tier leaves out the exhaustive sweeps (their fast slices stay in): `make test-sweeps` runs them.
 TEST_MARKERS ?= not sweep
-# The slowest tests in every CI log: the default tier's pytest time (24 min on CI's 2 cores in session 23) is to come
-# back under 20 minutes, and these say where it goes.
+# The slowest tests in every CI log: they say where the default tier's pytest time goes, which is to stay under 20
+# minutes on CI's 2 cores (11 min on the two workers of the 2-core dev machine in session 38: docs/testing.md).
 TEST_REPORT ?= --durations=30 --durations-min=10
 # C, C++ and CUDA shipped as package data: `make lint` checks their format (.clang-format)
 NATIVE_SOURCES = $(shell find stitchfleet -name '*.c' -o -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh')

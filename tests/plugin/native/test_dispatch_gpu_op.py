@@ -52,6 +52,7 @@ def _registered(library: Path) -> list[list[object]]:
     return list(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.xdist_group("prebuilt_shim")  # the worker that builds the shim for test_prebuilt_op: built once
 def test_the_gpu_variant_builds_under_its_own_name_with_its_launch_library(gpu_library: Path) -> None:
     from stitchfleet.compiler.targets.cuda.launch_library import LaunchError, LaunchLibrary
 
@@ -65,6 +66,7 @@ def test_the_gpu_variant_builds_under_its_own_name_with_its_launch_library(gpu_l
     assert dispatch_op.prebuilt_name() == dispatch_op.prebuilt_name(gpu=dispatch_op.cuda_build())
 
 
+@pytest.mark.xdist_group("prebuilt_shim")
 def test_the_gpu_variant_registers_a_gpu_kernel_with_host_switches(gpu_library: Path) -> None:
     assert _registered(gpu_library) == [["CPU", []], ["GPU", ["switches"]]]
 

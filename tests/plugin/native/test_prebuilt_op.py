@@ -14,7 +14,9 @@ import pytest
 
 from stitchfleet.plugin.native import dispatch_op
 
-pytestmark = [pytest.mark.tf, pytest.mark.slow]
+# on one xdist worker with test_dispatch_gpu_op's readers of the shim: conftest.py's build is once per worker, and
+# two workers built it twice (110 s and 68 s on the loaded 2-core machine)
+pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.xdist_group("prebuilt_shim")]
 USER_SCRIPT = Path(__file__).resolve().parents[1] / "user_script.py"
 
 

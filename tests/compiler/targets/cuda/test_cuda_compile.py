@@ -48,7 +48,14 @@ def test_oldest_arch_is_what_nvcc_lists(nvcc: Nvcc) -> None:
         assert nvcc.oldest_arch == "sm_75" and "sm_70" not in nvcc.archs
 
 
+# On one xdist worker with test_kernel_resources' gate, which then reads these sm_90 units from nvcc_cache instead of
+# running nvcc again (the cache is per worker under -p no:cacheprovider; in pytest's cache two workers building one
+# unit at once would each run nvcc): after them the gate took 22 s in one process, their ~28 s of nvcc not run again.
+NVCC_UNITS = pytest.mark.xdist_group("nvcc_units")
+
+
 @pytest.mark.slow
+@NVCC_UNITS
 @pytest.mark.parametrize("which", ["sm_90", "oldest"])
 def test_every_suite_kernel_compiles(nvcc: Nvcc, nvcc_cache: ArtifactCache, which: str) -> None:
     arch = "sm_90" if which == "sm_90" else nvcc.oldest_arch
@@ -71,6 +78,7 @@ WORKLOAD_ARCHS = [
 
 
 @pytest.mark.slow
+@NVCC_UNITS
 @pytest.mark.parametrize(("which", "model"), WORKLOAD_ARCHS)
 def test_every_workload_cluster_compiles(nvcc: Nvcc, nvcc_cache: ArtifactCache, model: str, which: str) -> None:
     """The 145 clusters of the four TF training graphs, one translation unit per workload and arch."""

@@ -103,6 +103,7 @@ def test_a_slice_of_the_suite_passes_the_gate(nvcc: Nvcc, nvcc_cache: ArtifactCa
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("nvcc_units")  # test_cuda_compile builds its sm_90 units on this worker
 def test_every_suite_and_workload_kernel_passes_the_gate(nvcc: Nvcc, nvcc_cache: ArtifactCache) -> None:
     found = {name: gate(kernels, nvcc, "sm_90", device("h200"), nvcc_cache) for name, kernels in programs().items()}
     rows = [row for workload in found.values() for row in workload]

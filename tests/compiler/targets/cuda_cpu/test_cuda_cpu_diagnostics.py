@@ -23,7 +23,8 @@ from stitchfleet.compiler.targets.cuda.signature import CudaKernel
 from stitchfleet.compiler.targets.cuda_cpu.backend import CudaCpuError, CudaCpuOptions, CudaCpuProgram
 from stitchfleet.compiler.targets.cuda_cpu.module import load_kernel
 
-pytestmark = pytest.mark.cuda_cpu
+# one xdist worker runs the module, so that `cache` builds a kernel text once (each build: seconds of g++)
+pytestmark = [pytest.mark.cuda_cpu, pytest.mark.xdist_group("cuda_cpu_diagnostics")]
 
 X = Buffer("x", DType.F32, 64, Role.INPUT)
 Y = Buffer("y", DType.F32, 64, Role.OUTPUT)

@@ -65,6 +65,11 @@ KERNELS = (
 )
 
 
+# The tests of the hand-written kernels on one xdist worker: `programs` is an instrumented build, once per worker
+# that runs one of them (two workers built it twice: 28 s and 15 s on the loaded 2-core machine).
+HAND_WRITTEN = pytest.mark.xdist_group("cuda_cpu_race_kernels")
+
+
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CudaCpuProgram]:
     options = CudaCpuOptions(tmp_path_factory.mktemp("races"), debug=True, race=True)
@@ -84,6 +89,7 @@ def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CudaCpuProgr
     return {k.name: CudaCpuProgram([(k, library)], {"x": X, "y": Y}, options) for k in kernels}
 
 
+@HAND_WRITTEN
 @pytest.mark.parametrize(("name", "hazard"), [(name, hazard) for name, _, hazard in KERNELS])
 def test_hazards_are_reported_and_their_fixes_run_clean(
     programs: dict[str, CudaCpuProgram], name: str, hazard: str
@@ -96,6 +102,7 @@ def test_hazards_are_reported_and_their_fixes_run_clean(
     np.testing.assert_array_equal(got, np.roll(INPUT, -1))
 
 
+@HAND_WRITTEN
 def test_the_check_counts_the_kernels_shared_accesses_only(programs: dict[str, CudaCpuProgram]) -> None:
     # fixed_static: 64 writes and 64 reads of s[]; not the fill, the runtime's books or the scheduler's accesses
     library = programs["fixed_static"].loaded[0][1]
