@@ -635,6 +635,9 @@ def _paired(in_job: list[float]) -> str:
     return f"{median:.3f}x ({low:.3f}-{high:.3f}; pooled {pooled:.3f}x; {windows:.0f})"
 
 
+CLOSE_SHOWN = 1.0  # seconds of TF's own session close worth showing beside a wall
+
+
 def _less_close(run: dict[str, Any]) -> dict[str, Any]:
     """A corpus run with TensorFlow's own longest session close (`tf_close`) left out of its wall, the whole wall kept
     as `whole`: what every figure of the table judges by. Other runs, and records without the figure, as they are."""
@@ -650,9 +653,6 @@ def _wall_cell(run: dict[str, Any]) -> str:
         return f"({run['error']})"
     closing = run.get("tf_close", 0.0)
     return f"{run['wall']:.1f}" + (f" (+{closing:.1f} TF close)" if closing > CLOSE_SHOWN else "")
-
-
-CLOSE_SHOWN = 1.0  # seconds of TF's own session close worth showing beside a wall
 
 
 def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
