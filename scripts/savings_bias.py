@@ -7,8 +7,10 @@ Output: on stdout, over the stitched windows' steps: the clock's saving (each ch
 hooked job's steps, its wall and its own timer), the windows' measured saving as booked (`step_windows`: the blocks'
 mean, the plugin's own work charged), and what the former rule booked on the same steps (the blocks' median, no
 own work); and the plugin overhead the job books beside them (its own work on the steps no saving pays,
-`plugin_cost.PluginCost`). The hooked job runs until just after a baseline block, then plain TF as many steps, so
-the two share the machine's load within ~0.2 s. Run from the repository root:
+`plugin_cost.PluginCost`); and the hooked job's baseline steps against plain TF's beside them (a block's first step
+after a stitched window apart), which the booked saving takes to stand for plain TF. The hooked job runs until just
+after a baseline block, then plain TF as many steps, so the two share the machine's load within ~0.2 s. Run from the
+repository root:
 PYTHONPATH=. python scripts/savings_bias.py
 """
 
@@ -134,6 +136,15 @@ def _clock(walls: dict[int, float], plain_mean: dict[int, float], booked: list[A
         clock = sum(plain_mean[s] - walls[s] for s in window_steps)
         on_timer = sum(plain_mean[s] - inner[s] for s in window_steps)
         print(f"  clock: plain TF minus the hooked job's wall {clock:+.3f} s; minus its timed runs {on_timer:+.3f} s")
+    # The booked saving holds only if the baseline blocks cost what plain TF does: their steps against plain TF's
+    # beside them, the block's first step after a stitched window (the switch) apart from the rest.
+    modes = {s: mode for s, mode, *_ in booked}
+    for name, before in (("switch", STITCHED), ("settled", BASELINE)):
+        steps = [s for s in walls if modes.get(s) == BASELINE and modes.get(s - 1) == before]
+        if steps:
+            own = statistics.fmean(walls[s] for s in steps) * 1e3
+            beside = statistics.fmean(plain_mean[s] for s in steps) * 1e3
+            print(f"  baseline steps, {name} ({len(steps)}): {own:.3f} ms against plain TF's {beside:.3f} ms beside")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ def span(controller: Controller, plan: StepPlan, limit: int = ROUTINE_STEPS) -> 
     if any(cluster.kernel.bad is not None for cluster in c.clusters):
         return 0  # a native fault polled after the step: the next plan flags it
     # a kernel's first run is setup (`Controller._first_run`): only kernels that ran already
-    mode = c.mode(plan.step)  # a baseline block's steps too: the user's graph, prepared (`twin_runs.AsWritten`)
+    mode = c.mode(plan.step)  # a baseline block's steps too: the user's graph, through TF's own path
     if not {k for k, on in enumerate(plan.switches) if on} <= c.ran or mode not in (STITCHED, BASELINE):
         return 0
     timing, builds, check_step = c.timing, c.warmup.builds, c.warmup.checks

@@ -18,7 +18,7 @@ from stitchfleet.plugin.graph.mapping import Site
 from stitchfleet.plugin.graph.op_graph import downstream, upstream
 from stitchfleet.plugin.graph.random_streams import SharingError, owns_stream, share
 from stitchfleet.plugin.graph.twin_mark import PREFIX
-from stitchfleet.plugin.graph.twin_runs import UNPREPARED, AsWritten, PreparedRuns
+from stitchfleet.plugin.graph.twin_runs import UNPREPARED, PreparedRuns
 
 Feeds = Mapping[object, object]  # a session.run feed_dict: tensors (or their names) -> values
 
@@ -281,8 +281,7 @@ class Diverter:
         self.owner, self.shared = owner, tuple(shared)
         self.session: Any = None
         self.failure: Exception | None = None
-        self._thread: int | None = None  # the thread whose next run goes to the copy (or, `_own`, is prepared)
-        self._own = False  # the armed run stays on the user's graph, prepared (`arm`)
+        self._thread: int | None = None  # the thread whose next run goes to the copy
         self._run: Callable[..., Any] | None = None  # the `run` set on the attached session
         self.unprepared = 0  # diverted runs a prepared session left to `Twin.run` (TF's fetch handling each time)
 
@@ -292,13 +291,13 @@ class Diverter:
 
     @armed.setter
     def armed(self, on: bool) -> None:
-        self._thread, self._own = threading.get_ident() if on else None, False
+        self._thread = threading.get_ident() if on else None
 
-    def arm(self, twin: bool) -> None:
-        """Arms this thread's next run: onto the copy (`twin`), or kept on the user's graph and run prepared
-        (`twin_runs.AsWritten`): the same fetches and feeds, TF's fetch handling skipped as on a stitched step, so a
-        baseline step pays what a stitched one pays around its run and the saving booked is the graphs' alone."""
-        self._thread, self._own = threading.get_ident(), not twin
+    def arm(self) -> None:
+        """Arms this thread's next run onto the copy. A step on the user's graph is not armed: it runs TF's own
+        path, as plain TF's step does, so the saving booked against it is what the job saves against plain TF
+        (docs/plugin/graph.md, `twin_runs`)."""
+        self.armed = True
 
     def attach(self, session: tf.compat.v1.Session) -> None:
         own = session.run
@@ -306,14 +305,11 @@ class Diverter:
         # A step's run structure repeats: prepared once, TF's fetch handling is not rebuilt every step (twin_runs)
         takes = PreparedRuns.takes(session, own)
         prepared = PreparedRuns(twin, session) if takes else None
-        written = PreparedRuns(AsWritten(session.graph), session) if takes else None
 
         def run(fetches: Any, feed_dict: Any = None, options: Any = None, run_metadata: Any = None) -> Any:
             if self._thread is None or self._thread != threading.get_ident():
                 return own(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
             self._thread = None
-            if self._own:
-                return self._as_written(written, own, fetches, feed_dict, options, run_metadata)
             try:
                 done = prepared.run(fetches, feed_dict, options, run_metadata) if prepared is not None else UNPREPARED
                 if done is not UNPREPARED:
@@ -334,23 +330,6 @@ class Diverter:
 
         session.run = self._run = run
         self.session = session
-
-    def _as_written(
-        self, written: PreparedRuns | None, own: Callable[..., Any], fetches: Any, feed_dict: Any, *extra: Any
-    ) -> Any:
-        """An armed run kept on the user's graph: prepared (`arm`), or TF's own path where the preparation does not
-        take it. TF's errors are the user's graph's, raised as a plain run raises them."""
-        try:
-            done = written.run(fetches, feed_dict, *extra) if written is not None else UNPREPARED
-        except tf.errors.OpError:
-            raise
-        except Exception as err:  # ours (the preparation's), not the graph's: the run is made as written
-            self.failure = err
-            log.exception("stitchfleet: a prepared run of the user's graph failed; it runs as written")
-            done = UNPREPARED
-        if done is UNPREPARED:
-            return own(fetches, feed_dict=feed_dict, options=extra[0], run_metadata=extra[1])
-        return done
 
     def _unprepared(self, fetches: Any, feed_dict: Any) -> None:
         """Counts a diverted run the prepared path left to TF's own fetch handling; says so once a job (a step

@@ -17,8 +17,8 @@ exactly; a fetched tensor that is also fed gets its fed value, as from TF. Anyth
 sparse tensors, tensor handles, an int TF's own check refuses, a value whose shape its placeholder refuses, a run
 the copy declines) is left to the plain path, where TF raises what it raises and the copy declines what it declines.
 
-The same preparation serves the user's own graph (`AsWritten`): a baseline step then pays what a stitched step pays
-around the run, so the two differ by their graphs only, and the saving booked between them is stitching's.
+The user's own graph is not prepared: a baseline step runs TF's path, as plain TF's step does, so what a stitched
+step saves against it, the prepared run's share included, is what the job saves against plain TF (session 39).
 """
 
 from __future__ import annotations
@@ -42,25 +42,6 @@ class Copy(Protocol):
     def _fed(self, feed_dict: Any) -> list[Any] | None: ...
 
     def runnable(self, elements: Sequence[tf.Tensor | tf.Operation], fed: Sequence[tf.Tensor]) -> bool: ...
-
-
-class AsWritten:
-    """The user's graph as its own "copy": every element is itself, any feed key a tensor is fed, and TF's own run
-    says whether the graph can run with them (`_do_run` raises what `Session.run` raises). A baseline step of a
-    stitching job runs the user's graph through this (issue 29: TF's fetch handling, which stitched steps skip, made
-    every baseline step ~0.15 ms slower than they, an edge the report booked as stitching's saving)."""
-
-    def __init__(self, graph: tf.Graph) -> None:
-        self.graph = graph
-
-    def element(self, element: tf.Tensor | tf.Operation) -> tf.Tensor | tf.Operation:
-        return element
-
-    def _fed(self, feed_dict: Any) -> list[Any] | None:
-        return [key for key in feed_dict or () if isinstance(key, tf.Tensor)]
-
-    def runnable(self, elements: Sequence[tf.Tensor | tf.Operation], fed: Sequence[tf.Tensor]) -> bool:
-        return True
 
 
 UNPREPARED: object = object()  # `PreparedRuns.run`: not taken (a result can be None: a fetched op's)

@@ -74,12 +74,11 @@ def test_steps_with_every_cluster_off_run_exactly_plain_tf(tmp_path: Path) -> No
             assert not originals_copied, f"step {step} ran original ops the twin copies: {sorted(originals_copied)[:5]}"
 
 
-def test_baseline_steps_skip_tfs_fetch_handling_as_stitched_steps_do(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Issue 29: baseline steps went through TF's fetch handling (a `_FetchHandler` built each run, ~0.15 ms on the
-    demo model) while stitched steps took the prepared path, so the report booked that edge as stitching's saving.
-    Both now run prepared: no handler is built in a baseline step, nor in a stitched one past the checks."""
+def test_baseline_steps_run_tfs_own_path_as_plain_tf_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29: a baseline step stands for plain TF's step, so it runs TF's own path (one `_FetchHandler` built per
+    run, as plain TF builds); a stitched step past its checks runs prepared (none). Session 23 to 38 ran the baseline
+    prepared too, which on the demo made it 0.36-0.53 ms a step faster than plain TF beside it (5.7-6.1 ms steps):
+    the report booked 1.5-2.5 s less than the clock over 5300 stitched steps (scripts/savings_bias.py)."""
     from tensorflow.python.client import session as tf_session
 
     built: list[int] = []
@@ -105,7 +104,7 @@ def test_baseline_steps_skip_tfs_fetch_handling_as_stitched_steps_do(
                 per_mode.setdefault(mode, []).append(len(built) - before)
     assert hook.installed and hook.diverter is not None and hook.diverter.failure is None
     assert len(per_mode.get(BASELINE, [])) >= 4 and len(per_mode.get(STITCHED, [])) >= 4, per_mode
-    assert per_mode[BASELINE][1:] == [0] * (len(per_mode[BASELINE]) - 1), per_mode
+    assert per_mode[BASELINE][1:] == [1] * (len(per_mode[BASELINE]) - 1), per_mode
     assert per_mode[STITCHED][-3:] == [0, 0, 0], per_mode  # the first ones check (other fetches, built once)
 
 
