@@ -291,13 +291,10 @@ class Diverter:
 
     @armed.setter
     def armed(self, on: bool) -> None:
+        """Arms (or disarms) this thread's next run onto the copy. A step on the user's graph is not armed: it runs
+        TF's own path, as plain TF's step does, so the saving booked against it is what the job saves against plain
+        TF (docs/plugin/graph.md, `twin_runs`)."""
         self._thread = threading.get_ident() if on else None
-
-    def arm(self) -> None:
-        """Arms this thread's next run onto the copy. A step on the user's graph is not armed: it runs TF's own
-        path, as plain TF's step does, so the saving booked against it is what the job saves against plain TF
-        (docs/plugin/graph.md, `twin_runs`)."""
-        self.armed = True
 
     def attach(self, session: tf.compat.v1.Session) -> None:
         own = session.run

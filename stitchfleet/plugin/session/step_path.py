@@ -68,8 +68,7 @@ class StepPath:
             # the same plan gives the same arguments for a run whose fetches compute the loss as the lease's did
             if leased and self.step_args.reaches_loss == lease.loss:  # a routine step: as the lease's plan
                 self.plan = lease.plan
-                if lease.plan.on_twin:
-                    self.diverter.arm()
+                self.diverter.armed = lease.plan.on_twin
                 return lease.args
             self.settle()  # anything else ends the lease: its steps are booked before this step is planned
         plan = self.plan = self.controller.step_plan(step, self.failure, fresh=fresh)
@@ -78,8 +77,8 @@ class StepPath:
             # Stitching is over for this job: the step runs as written (no fetch, feed or collective added:
             # plain TF), only timed and counted for the job's telemetry.
             return None
-        if plan.on_twin:  # the twin runs, prepared; the user's own graph runs through TF's path, as plain TF's does
-            self.diverter.arm()
+        # the twin runs, prepared; the user's own graph runs through TF's path, as plain TF's does
+        self.diverter.armed = plan.on_twin
         self._args = args = self.step_args.planned(plan)
         return args
 

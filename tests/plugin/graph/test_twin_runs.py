@@ -216,7 +216,7 @@ def test_a_fetched_tensor_that_is_also_fed_gets_its_fed_value_as_from_tf(monkeyp
         diverter.armed = False
         plain = session.run(fetches, feeds)
         built = _handlers(monkeypatch)
-        diverter.arm()
+        diverter.armed = True
         done = session.run(fetches, feeds)
         assert built == [] and diverter.failure is None
         x = done["check"][0][0]
