@@ -94,9 +94,11 @@ def test_the_marks_come_from_a_real_monitored_session_and_its_stitch_hook(tmp_pa
         "    while not session.should_stop():\n"
         "        print('CORPUS_LOSS', session.run(train), 1.0, flush=True)\n"
     )
-    wrapper = corpus_split.MARKS + "import runpy, sys\nrunpy.run_path(sys.argv[1], run_name='__main__')\n"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run([sys.executable, "-c", wrapper, str(program)], capture_output=True, text=True, env=env)
+    from tests.corpus import corpus_runs
+
+    # as the script runs a program: the marks, then the corpus harness' own wrapper
+    argv = [sys.executable, "-c", corpus_split.MARKS + corpus_runs.WRAPPER, str(program)]
+    done = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert done.returncode == 0, done.stderr[-2000:]
     marks = [line.split()[1] for line in done.stdout.splitlines() if line.startswith(corpus_split.MARK)]
     assert marks == ["session", "begin_in", "begin_out", "created", "end_in", "end_out"]
