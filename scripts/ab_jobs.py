@@ -343,6 +343,31 @@ CLOSE_TIMER = (
 CLOSE_LINE = "AB_TF_CLOSE "
 
 
+def corpus_env(
+    program: str, mode: str, steps: int, where: tuple[str, str, str], *, step_ms: float = 0.0, prefix: str = "ab"
+) -> dict[str, str]:
+    """The environment of a corpus program's run in its own interpreter (less its `CORPUS_DIR`, the run's scratch):
+    this one's without the plugin's or XLA's settings, the boot shim first on PYTHONPATH, the plugin on for `cold` and
+    `warm`, XLA's flags for `xla`; `where` is the kernel cache, the fleet's state directory (its telemetry over the
+    rounds: the fleet's memory) and the run's job uid; `step_ms` the plain step the fleet knows (0: unknown)."""
+    cache, fleet, uid = where
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STITCHFLEET_") and k != "TF_XLA_FLAGS"}
+    env.update(
+        PYTHONPATH=f"{ROOT / 'stitchfleet' / 'boot'}{os.pathsep}{ROOT}",
+        STITCHFLEET_ENABLED="1" if mode in ("cold", "warm") else "0",
+        STITCHFLEET_STATE_DIR=fleet,
+        STITCHFLEET_CACHE_DIR=cache,
+        STITCHFLEET_JOB_UID=uid,
+        STITCHFLEET_JOB_NAME=f"{prefix}-{program}",
+        STITCHFLEET_STEP_MS=f"{step_ms:.6f}",
+        CORPUS_STEPS=str(steps),
+        TF_CPP_MIN_LOG_LEVEL="3",
+    )
+    if mode == "xla":
+        env["TF_XLA_FLAGS"] = XLA_FLAGS
+    return env
+
+
 def _corpus_run(
     program: str, mode: str, steps: int, cache: str, fleet: str, *, step_ms: float = 0.0, limit: float = 1800.0
 ) -> dict[str, Any]:
@@ -350,20 +375,7 @@ def _corpus_run(
     from tests.corpus import corpus_runs
 
     uid = f"{mode}-{time.time_ns()}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STITCHFLEET_") and k != "TF_XLA_FLAGS"}
-    env.update(
-        PYTHONPATH=f"{ROOT / 'stitchfleet' / 'boot'}{os.pathsep}{ROOT}",
-        STITCHFLEET_ENABLED="1" if mode in ("cold", "warm") else "0",
-        STITCHFLEET_STATE_DIR=fleet,  # the job's telemetry over the rounds: the fleet's memory
-        STITCHFLEET_CACHE_DIR=cache,
-        STITCHFLEET_JOB_UID=uid,
-        STITCHFLEET_JOB_NAME=f"ab-{program}",
-        STITCHFLEET_STEP_MS=f"{step_ms:.6f}",
-        CORPUS_STEPS=str(steps),
-        TF_CPP_MIN_LOG_LEVEL="3",
-    )
-    if mode == "xla":
-        env["TF_XLA_FLAGS"] = XLA_FLAGS
+    env = corpus_env(program, mode, steps, (cache, fleet, uid), step_ms=step_ms)
     arrivals: list[float] = []
     losses: list[float] = []
     with tempfile.TemporaryDirectory() as scratch:

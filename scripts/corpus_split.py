@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -77,17 +76,7 @@ def _run(program: str, mode: str, steps: int, cache: str, fleet: str) -> dict[st
     from tests.corpus import corpus_runs
 
     uid = f"split-{mode}-{time.time_ns()}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STITCHFLEET_") and k != "TF_XLA_FLAGS"}
-    env.update(
-        PYTHONPATH=f"{ROOT / 'stitchfleet' / 'boot'}{os.pathsep}{ROOT}",
-        STITCHFLEET_ENABLED="0" if mode == "plain" else "1",
-        STITCHFLEET_STATE_DIR=fleet,
-        STITCHFLEET_CACHE_DIR=cache,
-        STITCHFLEET_JOB_UID=uid,
-        STITCHFLEET_JOB_NAME=f"split-{program}",
-        CORPUS_STEPS=str(steps),
-        TF_CPP_MIN_LOG_LEVEL="3",
-    )
+    env = ab_jobs.corpus_env(program, mode, steps, (cache, fleet, uid), prefix="split")
     arrivals: list[float] = []
     marks: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as scratch:
