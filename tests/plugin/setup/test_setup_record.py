@@ -138,9 +138,20 @@ def test_a_second_run_finds_its_kernels_and_sets_up_at_the_warm_cost(tmp_path: P
     )
     hook = StitchHook(second, backend="cpu", db_url=url)
     _train(3, hook, tf.compat.v1.train.StopAtStepHook(num_steps=STEPS))  # the same script: the same graph key
-    assert hook.installed and hook.length.skipped is None
+    # Failed once in CI with nothing installed, nothing skipped and no warning logged (not reproduced in 10 runs
+    # alone under load, nor in 2 runs of tests/plugin/setup and session on 2 workers): say what the run recorded.
+    assert hook.installed and hook.length.skipped is None, _recorded(url, tmp_path, hook)
     detail = {event.reason: event.detail for event in events(url, "setup")}["setup affordable"]
     assert ", warm: the kernel cache holds " in detail and "setup can pay back" in detail
+
+
+def _recorded(url: str, tmp_path: Path, hook: StitchHook) -> str:
+    """What a hooked run recorded of its setup: the events that skip or fail it or leave clusters to TF, its builds."""
+    kinds = ("setup", "fleet_memory", "compile_failure", "probe", "revert")
+    spool = tmp_path / "state" / "spool"
+    seen = [f"{kind}: {e.reason}: {e.detail}" for kind in kinds for e in events(url, kind, spool)]
+    built = hook.setup.built if hook.setup is not None else "no setup"
+    return f"skipped {hook.length.skipped!r}; built {built!r}; events {seen}"
 
 
 def test_the_same_job_on_an_empty_cache_is_cold_and_skips(tmp_path: Path) -> None:
