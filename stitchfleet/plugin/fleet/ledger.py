@@ -180,6 +180,15 @@ class Ledger:
             self._opening = threading.Thread(target=self._open, name="stitchfleet-telemetry-open", daemon=True)
         self._opening.start()
 
+    def opened(self, timeout: float) -> bool:
+        """Waits at most `timeout` seconds for the local database client `open_later` started (its imports, a fresh
+        database's schema, the rows that waited); True once it is open, or when none is opening."""
+        thread = self._opening
+        if thread is None:
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
     @property
     def recorder(self) -> Sink | None:
         """The sink rows go to (Shipper, Recorder or SpoolSink; None when telemetry is off), once open; while the
@@ -237,7 +246,7 @@ class Ledger:
         except Exception as err:  # the record is bookkeeping: the session's own figure still goes out
             log.warning("stitchfleet: rank record failed (%s); recording this session's setup alone", err)
         self.safely(JobCompiled, self.key, self.rank, seconds)
-        self.open_later()  # setup is booked: the client's imports overlap TF's session creation, not begin
+        self.open_later()  # the hook opened it at its setup's start (`opened`); this one covers any other caller
 
     def overhead(self, seconds: float) -> None:
         """This rank's plugin cost beyond the user's graph, measured so far (`plugin_cost.PluginCost.overhead`)."""

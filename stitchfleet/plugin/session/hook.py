@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # what setup brings: imported when it runs (job_setup.py), ne
     from stitchfleet.plugin.shapes.signatures import Specialisation
 
 log = logging.getLogger("stitchfleet.plugin")
+# The longest a setup waits for its database client (begin books it); one stuck past it opens beside the job.
+CLIENT_WAIT = 30.0
 
 
 class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
@@ -263,6 +265,11 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.job_key, lost = job_verdict.recall(graph, backend, current.gpu_type, self.consensus.size, memory)
         if self.length.known_loss(lost, self.ledger):  # the fleet found stitching lose on this graph: as written
             return
+        # The database client opens beside the setup, whose seconds then hold it (its imports, a fresh database's
+        # schema: 0.9 s on BERT's cold run). Opened beside TF's session creation instead, its Python held the GIL
+        # against TF's many short C calls there (Scaffold.finalize 0.88 s against 0.32 s) and cost the session's
+        # creation 0.6 s more than it did itself, unbooked (session 41).
+        self.ledger.open_later()
         # Only now the compiler and the graph rewrite: a job that skipped its setup above never imports them.
         from stitchfleet.plugin.session.job_setup import JobSetup
 
@@ -274,6 +281,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         )
         self.setup, self._bridge, self._originals = done, done.bridge, done.originals
         self.installed, self.switches, self.diverter = list(done.installed), done.switches, done.diverter
+        self.ledger.opened(CLIENT_WAIT)  # booked in the setup's seconds, not left to the session's creation
         self._setup_seconds = setup.seconds()
         job_record.set_up(self.ledger, self._setup_seconds, len(self.installed), len(self.off), done.built)
         if self.agreement is None:

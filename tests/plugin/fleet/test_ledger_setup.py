@@ -1,6 +1,7 @@
-"""The Ledger keeps the database client off the hook's setup: in local mode `begin` imports no
-SQLAlchemy (the fleet's reverted clusters are read with sqlite3), rows wait in memory until the client
-opens in the background after setup, and every row still reaches the database, in order."""
+"""The Ledger keeps the database client out of a job's way: in local mode reading the fleet's memory imports no
+SQLAlchemy (the fleet's reverted clusters are read with sqlite3), rows wait in memory until the client opens in the
+background (the hook starts it as its setup starts and waits for it at the setup's end: test_hook_database_client),
+and every row still reaches the database, in order."""
 
 from __future__ import annotations
 
