@@ -139,6 +139,10 @@ class BridgeOp:
         """Outputs the CPU kernel allocated at staggered page offsets in this process (csrc/staggered.h)."""
         return int(self.counters.stitchfleet_bridge_staggered())
 
+    def recycled(self) -> int:
+        """Staggered outputs whose memory an earlier output had released, in this process (csrc/staggered.h)."""
+        return int(self.counters.stitchfleet_bridge_recycled())
+
     def faults(self) -> int:
         """Faults of every cluster in this process (NaN/Inf where TF's ops on the same inputs were finite),
         after collecting the GPU ops' flag words (host memory: no sync): one cheap read per step; only a
@@ -336,6 +340,8 @@ def _load(path: Path) -> BridgeOp:
     counters.stitchfleet_bridge_faults.argtypes = []
     counters.stitchfleet_bridge_staggered.restype = ctypes.c_long
     counters.stitchfleet_bridge_staggered.argtypes = []
+    counters.stitchfleet_bridge_recycled.restype = ctypes.c_long
+    counters.stitchfleet_bridge_recycled.argtypes = []
     counters.stitchfleet_bridge_bind.restype = ctypes.c_int
     counters.stitchfleet_bridge_bind.argtypes = [ctypes.c_char_p] * 5
     counters.stitchfleet_bridge_unbind.restype = ctypes.c_int

@@ -402,3 +402,40 @@ def test_large_outputs_are_staggered_and_carry_the_compiled_values(
         with tf.compat.v1.Session(graph=graph_tf) as session:
             value = session.run(after, {**dict(zip(feeds, arrays, strict=True)), switches: [True]})
     np.testing.assert_allclose(value, np.maximum(want[0] - 1.0, 0.0) + want[1], rtol=1e-6)
+
+
+def test_large_outputs_reuse_released_memory_and_never_a_held_one(bridge: dispatch_op.BridgeOp, tmp_path: Path) -> None:
+    """csrc/staggered.h's recycling: glibc gave a freed output's pages back to the kernel, so every stitched step
+    faulted its outputs' pages in again (~250 faults a step of the demo's stitched step). A released output's block
+    serves the next call of its size; a block some tensor still holds (an array the session returned, which may
+    share TF's buffer) is never handed out, so a value kept from one step is not overwritten by the next."""
+    graph = two_large_outputs_and_a_small_one()
+    executable = compile_cluster(graph, tmp_path)
+    dtypes = [tf.as_dtype(p.dtype.numpy) for p in executable.source.params if p.output]
+    with tf.Graph().as_default() as graph_tf:
+        inputs = random_inputs(graph, 7)
+        first = [inputs[n] for n in executable.input_names]
+        feeds = [tf.compat.v1.placeholder(a.dtype, a.shape) for a in first]
+        switches = tf.compat.v1.placeholder(tf.bool, [None])
+        specs = [tf.TensorSpec(a.shape, a.dtype) for a in first]
+        function = tf.function(lambda x, s: [x * 0.0, x * 0.0, s * 0.0], autograph=False).get_concrete_function(*specs)
+        outs = bridge.dispatch(executable, feeds, dtypes, switch=(switches, 0), fallback=function)
+        with tf.compat.v1.Session(graph=graph_tf) as session:
+
+            def step(arrays: list[Any]) -> list[Any]:
+                return list(session.run(outs, {**dict(zip(feeds, arrays, strict=True)), switches: [True]}))
+
+            kept = step(first)  # held across the later steps
+            want_first = [w.copy() for w in executable.run(first)[0]]
+            before = bridge.recycled()
+            for seed in (8, 9, 10):
+                values = random_inputs(graph, seed)
+                arrays = [values[n] for n in executable.input_names]
+                got = step(arrays)
+                for g, w in zip(got, executable.run(arrays)[0], strict=True):
+                    np.testing.assert_array_equal(g, w)
+                del got  # released: its blocks serve the next step
+            for k, w in zip(kept, want_first, strict=True):
+                np.testing.assert_array_equal(k, w)
+    # the two large outputs of the second and third steps reused the blocks the step before released
+    assert bridge.recycled() - before >= 2 * 2
