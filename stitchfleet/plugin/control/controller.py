@@ -236,12 +236,14 @@ class Controller:
         if figures.summed is not None:
             self.decide(plan.step, figures.summed)
 
-    def quiet_step(self, step: int, seconds: float) -> None:
-        """Books a step run once `done` (the user's graph as written): its time and the job's telemetry
-        windows only, nothing decided. The hook's one controller call per step then (its cost: issue 29)."""
-        self.job_seconds += seconds
-        for window in self.windows.add(step, self.mode(step), seconds, True, ""):
-            self._record(window)
+    def quiet_steps(self, steps: Sequence[tuple[int, float]]) -> None:
+        """Books steps run once `done` (the user's graph as written), each (its number, its seconds): their time
+        and the job's telemetry windows only, nothing decided. The hook queues them and calls this once a batch
+        (`StitchHook._book_quiet`): a call per step cost more than the step's own booking (issue 29 item 6)."""
+        for step, seconds in steps:
+            self.job_seconds += seconds
+            for window in self.windows.add(step, self.mode(step), seconds, True, ""):
+                self._record(window)
 
     def mode(self, step: int) -> str:
         phase = self.decisions.timing.phase(step)  # (`timing`, `job_reverted`, `stitching_off` read directly:

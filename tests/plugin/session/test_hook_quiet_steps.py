@@ -1,12 +1,14 @@
 """The hook's per-step work once stitching is off for the job (issue 29 item 6), counted, never timed.
 
 Once `Controller.done` (the job reverted, or no cluster kept), a step runs the user's graph as written: the hook
-adds no fetch or feed, takes no controller decision (one `quiet_step` books its time and telemetry windows) and
-does not walk the step's fetches again. Before: `step_done`, `timed`, `done` and the fetch walk ran every step.
+adds no fetch or feed, takes no controller decision (the steps are queued and booked in one `quiet_steps` call a
+batch, with the telemetry windows) and does not walk the step's fetches again. Before: `step_done`, `timed`, `done`
+and the fetch walk ran every step; then one controller call a step (session 43: a batch).
 """
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from collections import Counter
 from pathlib import Path
@@ -16,15 +18,16 @@ import pytest
 import tensorflow as tf
 
 from stitchfleet.demo import models
+from stitchfleet.plugin.session.hook import QUIET_BATCH
 from tests.plugin.hook_harness import _feeds, hooked
 
 pytestmark = pytest.mark.tf
 DECISIONS = {"step_plan", "step_done", "decide", "local", "switches", "judged", "timed", "done", "checks"}
-BUDGET = 16  # Python calls inside the plugin per quiet step, window closes included (now ~13; was ~25, ~55 before)
+BUDGET = 12  # Python calls inside the plugin per quiet step, window closes included (~9; was 13, 25, 55 before)
 
 
 def test_quiet_steps_add_nothing_and_decide_nothing(tmp_path: Path) -> None:
-    hook, _ = hooked(tmp_path, "quiet-steps")
+    hook, url = hooked(tmp_path, "quiet-steps")
     graph = models.build("bert_encoder", "small", seed=1)
     calls: Counter[tuple[str, str]] = Counter()
     returned: list[object] = []
@@ -50,7 +53,7 @@ def test_quiet_steps_add_nothing_and_decide_nothing(tmp_path: Path) -> None:
             assert "run" in vars(raw)  # the twin's diverter wraps the raw session's run while stitching
             session.run([loss, train_op], feeds)  # the first step that sees it
             assert "run" not in vars(raw)  # stitching is over: the session's own run, no wrapper per step
-            steps, first = 10, hook.step
+            steps, first = QUIET_BATCH + 8, hook.step  # one batch booked, a few steps left queued
             sys.setprofile(profile)
             try:
                 for _ in range(steps):
@@ -61,6 +64,10 @@ def test_quiet_steps_add_nothing_and_decide_nothing(tmp_path: Path) -> None:
     assert returned == [None] * steps  # no fetch, no feed added
     control = {name for (module, name) in calls if module == "controller"}
     assert control & DECISIONS == set(), control
-    assert calls[("controller", "quiet_step")] == steps
+    assert calls[("controller", "quiet_steps")] == 1  # one call for the batch, none per step
     assert calls[("training_steps", "fetched_ops")] == 0  # the same fetches: not walked again
     assert sum(calls.values()) <= BUDGET * steps, calls.most_common(12)
+    # the steps still queued at the session's end are booked by the hook's `end`: every step is in the windows
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
+        (counted,) = connection.execute("SELECT SUM(iterations) FROM step_windows").fetchone()
+    assert counted == hook.step
