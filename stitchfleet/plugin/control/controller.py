@@ -237,9 +237,8 @@ class Controller:
             self.decide(plan.step, figures.summed)
 
     def quiet_steps(self, steps: Sequence[tuple[int, float]]) -> None:
-        """Books steps run once `done` (the user's graph as written), each (its number, its seconds): their time
-        and the job's telemetry windows only, nothing decided. The hook queues them and calls this once a batch
-        (`StitchHook._book_quiet`): a call per step cost more than the step's own booking (issue 29 item 6)."""
+        """Books steps run once `done` (the user's graph as written), each (its number, its seconds): their time and
+        the job's telemetry windows only, nothing decided; called once a batch (`StitchHook._book_quiet`)."""
         for step, seconds in steps:
             self.job_seconds += seconds
             for window in self.windows.add(step, self.mode(step), seconds, True, ""):

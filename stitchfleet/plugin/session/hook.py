@@ -45,9 +45,7 @@ if TYPE_CHECKING:  # what setup brings: imported when it runs (job_setup.py), ne
 log = logging.getLogger("stitchfleet.plugin")
 # The longest a setup waits for its database client (begin books it); one stuck past it opens beside the job.
 CLIENT_WAIT = 30.0
-# Quiet steps booked with the controller in one call (`StitchHook._book_quiet`): a call per step cost ~20 us of a
-# step's hook time, right after TF's step with cold caches, against ~1 us for its part of a batch (session 43).
-QUIET_BATCH = 32
+QUIET_BATCH = 32  # quiet steps booked in one controller call: one per step cost ~20 us of each, cold-cached (s43)
 
 
 class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
@@ -218,8 +216,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self.controller.step_left()  # the hook's work after the step's booking: charged with the next step
 
     def _book_quiet(self) -> None:
-        """Books the quiet steps queued so far in one controller call (`Controller.quiet_steps`). A step another
-        thread queues meanwhile waits for the next batch; a thread that finds another booking leaves it to it."""
+        """Books the queued quiet steps in one controller call; one thread at a time (the next batch takes the rest)."""
         if not self._booking.acquire(blocking=False):
             return
         try:
