@@ -215,9 +215,10 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.controller is not None:
             self.controller.step_left()  # the hook's work after the step's booking: charged with the next step
 
-    def _book_quiet(self) -> None:
-        """Books the queued quiet steps in one controller call; one thread at a time (the next batch takes the rest)."""
-        if not self._booking.acquire(blocking=False):
+    def _book_quiet(self, wait: bool = False) -> None:
+        """Books the queued quiet steps in one controller call; one thread at a time (the next batch takes the rest,
+        or, at `end`, which `wait`s for the lock, the final call: a step queued meanwhile is still booked)."""
+        if not self._booking.acquire(blocking=wait):
             return
         try:
             queued = self._quiet_steps
@@ -230,7 +231,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self._booking.release()
 
     def end(self, session: tf.compat.v1.Session) -> None:
-        self._book_quiet()  # the quiet steps still queued are the job's too
+        self._book_quiet(wait=True)  # the quiet steps still queued are the job's too, even while a batch books
         if self.path is not None:
             self.path.settle()  # the leased steps that ran are the job's too
         kernels = [c.kernel for c, _ in self.installed]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from types import FrameType
@@ -60,6 +61,16 @@ def test_quiet_steps_add_nothing_and_decide_nothing(tmp_path: Path) -> None:
                     session.run([loss, train_op], feeds)
             finally:
                 sys.setprofile(None)
+            # another thread is booking a batch when the session ends: `end` waits for it, then books the rest
+            # (it gave up before, and the steps queued meanwhile were never booked)
+            hook._booking.acquire()
+            ending = hook.end
+
+            def end_while_booking(session: tf.compat.v1.Session) -> None:
+                threading.Timer(0.3, hook._booking.release).start()  # the other booking ends while `end` runs
+                ending(session)
+
+            hook.end = end_while_booking  # type: ignore[method-assign]
     assert hook.step == first + steps  # every step still counted and timed
     assert returned == [None] * steps  # no fetch, no feed added
     control = {name for (module, name) in calls if module == "controller"}
