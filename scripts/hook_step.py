@@ -1,14 +1,16 @@
 """What the stitched step of a job costs through the hook, against the same twin run raw and plain TF (figures).
 
 Input: the command line (steps per window, rounds). Output: on stdout, median wall and process CPU time per
-step of three sessions of the demo model in one process, windows alternated (order reversed every round):
-plain TF (a MonitoredSession without the plugin), the hooked job in its stitched phase (every cluster on,
-probes off, run through `MonitoredSession.run` as a job runs it: the hook's per-step work included), and the
-same twin with every cluster on run on the raw session (the hook's Python left out). The difference between
-the last two is what the hook's per-step work costs a stitched step. Also the mean and median time spent inside
-the hook's before_run + after_run per stitched step (wall and thread CPU): the mean includes the steps that
-close a telemetry window (every STITCHFLEET_WINDOW_STEPS steps: 20 here unless the environment says, 100 by
-default in a job), which a median of steps leaves out.
+step of three sessions of the demo model in one process, windows alternated (order reversed every round): plain
+TF (a MonitoredSession with an empty hook, timed as the plugin's is), the hooked job in its stitched phase (every
+cluster on, probes off, run through `MonitoredSession.run` as a job runs it: the hook's per-step work included),
+and the same twin with every cluster on run on the raw session (the hook's Python left out). The difference
+between the last two is what the hook's per-step work costs a stitched step. Also the mean and median time spent
+inside the hook's before_run + after_run per stitched step (wall and thread CPU): the mean includes the steps
+that close a telemetry window (every STITCHFLEET_WINDOW_STEPS steps: 20 here unless the environment says, 100 by
+default in a job), which a median of steps leaves out; beside them the same figures of the empty hook on plain
+TF's steps (the clock's own cost and two calls into a hook after a step), and the plugin's mean less the empty
+hook's. The hooked job has a cache of its own: a record in the user's could skip its setup.
 
     PYTHONPATH=. python scripts/hook_step.py 12 30
     PYTHONPATH=. python scripts/hook_step.py 12 30 off   # the same once stitching is off for the job
@@ -41,25 +43,34 @@ SETTLE = 2  # untimed steps at the start of each window
 START = 60  # steps before timing: warmup (10), baseline (20), the first stitched window's executor build
 
 
-class _Timed(StitchHook):
-    """The hook, with the time spent inside its two calls per step (when `timing`)."""
+class _Clock:
+    """Times a hook's two calls per step (when `timing`): what `super()`'s before_run and after_run take."""
 
     timing = False
     inside: list[tuple[float, float]]
 
     def before_run(self, run_context: Any) -> Any:
         wall, cpu = time.perf_counter(), time.thread_time()
-        args = super().before_run(run_context)
+        args = super().before_run(run_context)  # type: ignore[misc]
         if self.timing:
             self.inside.append((time.perf_counter() - wall, time.thread_time() - cpu))
         return args
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
         wall, cpu = time.perf_counter(), time.thread_time()
-        super().after_run(run_context, run_values)
+        super().after_run(run_context, run_values)  # type: ignore[misc]
         if self.timing:
             before_wall, before_cpu = self.inside[-1]
             self.inside[-1] = (before_wall + time.perf_counter() - wall, before_cpu + time.thread_time() - cpu)
+
+
+class _Timed(_Clock, StitchHook):
+    """The plugin's hook, timed."""
+
+
+class _Floor(_Clock, tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
+    """A hook that does nothing, timed the same way on plain TF's session: what the clock itself and two calls into
+    a hook read, right after a step with cold caches (~14 us on the demo model). Inside less this is the hook's own."""
 
 
 def _hook(tmp: str) -> _Timed:
@@ -77,7 +88,8 @@ def _hook(tmp: str) -> _Timed:
         "STITCHFLEET_JOB_STEPS": "100000",
         # the first stitched window holds the twin's executor build: the guard would revert on it
         "STITCHFLEET_SLOWDOWN_MARGIN": "100",
-        "STITCHFLEET_CACHE_DIR": str(settings.current().cache_dir),
+        # its own cache: an earlier run's record in the user's could skip the setup ("its last run ... slower")
+        "STITCHFLEET_CACHE_DIR": str(Path(tmp) / "cache"),
     }
     hook = _Timed(settings.load(env), db_url=f"sqlite:///{Path(tmp) / 't.db'}")
     hook.inside = []
@@ -86,17 +98,19 @@ def _hook(tmp: str) -> _Timed:
 
 def measure(
     steps: int, rounds: int, off: bool = False
-) -> tuple[dict[str, tuple[float, float, float, float]], list[tuple[float, float]]]:
-    """Per session (median wall, median CPU, mean wall, mean CPU) seconds per step, and per hooked step the
-    (wall, thread CPU) seconds inside the hook (see the module docstring)."""
+) -> tuple[dict[str, tuple[float, float, float, float]], list[tuple[float, float]], list[tuple[float, float]]]:
+    """Per session (median wall, median CPU, mean wall, mean CPU) seconds per step, per hooked step the (wall,
+    thread CPU) seconds inside the hook, and per plain step those inside an empty hook (see the module docstring)."""
     with tempfile.TemporaryDirectory() as tmp:
         hook = _hook(tmp)
         graph, loss, train_op, feeds = command._build(command.DIMS)
         with graph.as_default():
             hooked = tf.compat.v1.train.MonitoredSession(hooks=[hook])
         plain_graph, plain_loss, plain_train, plain_feeds = command._build(command.DIMS)
+        floor = _Floor()
+        floor.inside = []
         with plain_graph.as_default():
-            plain = tf.compat.v1.train.MonitoredSession()
+            plain = tf.compat.v1.train.MonitoredSession(hooks=[floor])
         for _ in range(START):
             hooked.run([loss, train_op], feeds())
         controller = hook.controller
@@ -119,7 +133,7 @@ def measure(
         }
         wall: dict[str, list[float]] = {name: [] for name in runs}
         cpu: dict[str, list[float]] = {name: [] for name in runs}
-        hook.timing = True
+        hook.timing = floor.timing = True
         for r in range(rounds):
             for name in list(runs) if r % 2 == 0 else list(runs)[::-1]:
                 for i in range(steps):
@@ -134,7 +148,7 @@ def measure(
         plain.close()
     found = {name: (statistics.median(wall[name]), statistics.median(cpu[name])) for name in runs}
     means = {name: (statistics.mean(wall[name]), statistics.mean(cpu[name])) for name in runs}
-    return {name: (*found[name], *means[name]) for name in runs}, hook.inside
+    return {name: (*found[name], *means[name]) for name in runs}, hook.inside, floor.inside
 
 
 def main(argv: list[str]) -> int:
@@ -144,7 +158,7 @@ def main(argv: list[str]) -> int:
     if steps <= SETTLE or rounds < 1 or (len(argv) > 2 and not off):
         print(f"usage: hook_step.py [steps > {SETTLE}] [rounds >= 1] [off]", file=sys.stderr)
         return 2
-    found, inside = measure(steps, rounds, off)
+    found, inside, empty = measure(steps, rounds, off)
     base_wall, base_cpu, base_mean_wall, base_mean_cpu = found["plain TF"]
     for name, (wall, cpu, mean_wall, mean_cpu) in found.items():
         print(
@@ -152,13 +166,16 @@ def main(argv: list[str]) -> int:
             f" ({cpu / base_cpu:.3f}x plain TF); mean wall {mean_wall * 1e3:7.3f} ms"
             f" ({mean_wall / base_mean_wall:.3f}x)  CPU {mean_cpu * 1e3:7.3f} ms ({mean_cpu / base_mean_cpu:.3f}x)"
         )
-    walls, cpus = [w for w, _ in inside], [c for _, c in inside]
-    print(
-        f"inside before_run + after_run, {len(inside)} {'quiet' if off else 'stitched'} steps:"
-        f" wall mean {statistics.mean(walls) * 1e6:.1f} us"
-        f" median {statistics.median(walls) * 1e6:.1f} us max {max(walls) * 1e6:.0f} us; thread CPU mean"
-        f" {statistics.mean(cpus) * 1e6:.1f} us median {statistics.median(cpus) * 1e6:.1f} us"
-    )
+    kind = "quiet" if off else "stitched"
+    for what, timed in ((f"the hook, {len(inside)} {kind} steps", inside), (f"an empty hook, {len(empty)}", empty)):
+        walls, cpus = [w for w, _ in timed], [c for _, c in timed]
+        print(
+            f"inside before_run + after_run, {what}: wall mean {statistics.mean(walls) * 1e6:.1f} us"
+            f" median {statistics.median(walls) * 1e6:.1f} us max {max(walls) * 1e6:.0f} us; thread CPU mean"
+            f" {statistics.mean(cpus) * 1e6:.1f} us median {statistics.median(cpus) * 1e6:.1f} us"
+        )
+    own = statistics.mean(w for w, _ in inside) - statistics.mean(w for w, _ in empty)
+    print(f"the hook's own, mean, less the empty hook's: {own * 1e6:.1f} us, {own / 2e-3:.1%} of a 2 ms step")
     return 0
 
 

@@ -119,7 +119,7 @@ def fetched_ops(graph: tf.Graph, fetches: object) -> list[tf.Operation]:
     return found
 
 
-def _named_alike(item: object) -> bool:
+def named_alike(item: object) -> bool:
     """Whether a fetched item names the same ops whenever it is the same object: a tensor, an op, or what stands for
     an op's output (`assign_add` on a resource variable gives an `_UnreadVariable`: a job's step counter, fetched
     every step, was walked anew every step). A list or dict is not: its contents may change between runs."""
@@ -242,7 +242,7 @@ class TrainingSteps:
             reached = self._known[key] = frozenset(ancestors(ops))
         self._last.fetched, self._last.reached = ops, reached
         updates = not self.updates.isdisjoint(reached)
-        if len(self._seen) < SEEN and all(map(_named_alike, items)):
+        if len(self._seen) < SEEN and all(map(named_alike, items)):
             self._seen[identity] = (tuple(items), ops, reached, updates)  # held: their ids stay theirs
         return updates
 

@@ -8,6 +8,7 @@ rewired graph, the feeds and fetches each step adds (the controller's two calls 
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections import deque
@@ -18,7 +19,7 @@ import tensorflow as tf
 
 from stitchfleet import settings as settings_module
 from stitchfleet.plugin.fleet.ledger import Ledger
-from stitchfleet.plugin.graph.training_steps import TrainingSteps
+from stitchfleet.plugin.graph.training_steps import TrainingSteps, named_alike
 from stitchfleet.plugin.graph.twin_mark import built_in as twin_built_in
 from stitchfleet.plugin.horovod.decision_sums import Consensus
 from stitchfleet.plugin.horovod.rank_logs import tell_on_rank_zero
@@ -83,6 +84,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self.training: TrainingSteps | None = None
         self.runs = StepThreads()  # per thread: its current run is the training step / the agreement run
         self._quiet = threading.local()  # per thread, once quiet: its training run's start (None: not a step)
+        self._quiet_fetches: tuple[object, ...] = ()  # the last quiet training run's fetched objects
         self._quiet_steps: deque[tuple[int, float]] = deque()  # quiet steps timed, not yet booked: (step, seconds)
         self._booking = threading.Lock()  # one thread books the queued quiet steps at a time
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
@@ -173,9 +175,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         training run is a training step too (both are counted)."""
         try:
             args = run_context.original_args
+            items = args.fetches if type(args.fetches) in (list, tuple) else (args.fetches,)
+            known = self._quiet_fetches  # a training run's own objects: the same ones are a training step again
+            if known and len(items) == len(known) and all(map(operator.is_, items, known)):  # 9 us a step less (s45)
+                return time.perf_counter()
             if self.shapes is not None and self.shapes.learning and self.training is not None:
                 self.shapes.learn(args, self.training.updates_variables)  # for the job's next processes
             if self.training is not None and self.training.updates_variables(args.fetches):
+                if all(map(named_alike, items)) and (self.shapes is None or not self.shapes.learning):
+                    self._quiet_fetches = tuple(
+                        items
+                    )  # not a list or a dict (their contents change), nor a step to learn from
                 return time.perf_counter()
         except Exception:
             log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")

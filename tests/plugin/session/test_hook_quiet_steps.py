@@ -77,8 +77,39 @@ def test_quiet_steps_add_nothing_and_decide_nothing(tmp_path: Path) -> None:
     assert control & DECISIONS == set(), control
     assert calls[("controller", "quiet_steps")] == 1  # one call for the batch, none per step
     assert calls[("training_steps", "fetched_ops")] == 0  # the same fetches: not walked again
+    assert calls[("training_steps", "updates_variables")] == 0  # the very objects of the last training run (s45)
     assert sum(calls.values()) <= BUDGET * steps, calls.most_common(12)
     # the steps still queued at the session's end are booked by the hook's `end`: every step is in the windows
     with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
         (counted,) = connection.execute("SELECT SUM(iterations) FROM step_windows").fetchone()
     assert counted == hook.step
+
+
+def test_a_quiet_step_known_by_its_objects_never_by_a_container_whose_contents_change(tmp_path: Path) -> None:
+    # The quiet path knows a training run again by the identity of its fetched tensors and ops; a list or dict
+    # among them may hold a train op in one run and not in the next, so it is asked each time
+    hook, _ = hooked(tmp_path, "quiet-containers")
+    graph = models.build("bert_encoder", "small", seed=1)
+    with graph.as_default():
+        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
+        feeds = _feeds(graph)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for _ in range(8):
+                session.run([loss, train_op], feeds)
+            assert hook.controller is not None
+            hook.controller._revert_job(hook.step, "slowdown", "reverted by the test")
+            session.run([loss, train_op], feeds)  # the first quiet step
+            box: list[object] = [train_op]
+            fetches = {"loss": loss, "step": box}
+            first = hook.step
+            session.run([loss, box], feeds)  # a training step: counted
+            box[0] = loss  # the same list, no train op in it now
+            session.run([loss, box], feeds)  # not a step
+            box[0] = train_op
+            session.run(fetches, feeds)  # a step
+            box[0] = loss
+            session.run(fetches, feeds)  # the same dict, no train op in it now: not a step
+            assert hook.step == first + 2
+            session.run([loss, train_op], feeds)
+            session.run([loss, train_op], feeds)  # the known objects: a step without asking again
+            assert hook.step == first + 4
