@@ -166,8 +166,8 @@ def main(argv: list[str]) -> int:
             f" ({cpu / base_cpu:.3f}x plain TF); mean wall {mean_wall * 1e3:7.3f} ms"
             f" ({mean_wall / base_mean_wall:.3f}x)  CPU {mean_cpu * 1e3:7.3f} ms ({mean_cpu / base_mean_cpu:.3f}x)"
         )
-    kind = "quiet" if off else "stitched"
-    for what, timed in ((f"the hook, {len(inside)} {kind} steps", inside), (f"an empty hook, {len(empty)}", empty)):
+    hooked = f"the hook, {len(inside)} {'quiet' if off else 'stitched'} steps"
+    for what, timed in ((hooked, inside), (f"an empty hook, {len(empty)} plain TF steps", empty)):
         walls, cpus = [w for w, _ in timed], [c for _, c in timed]
         print(
             f"inside before_run + after_run, {what}: wall mean {statistics.mean(walls) * 1e6:.1f} us"
