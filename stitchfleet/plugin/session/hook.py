@@ -182,10 +182,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             if self.shapes is not None and self.shapes.learning and self.training is not None:
                 self.shapes.learn(args, self.training.updates_variables)  # for the job's next processes
             if self.training is not None and self.training.updates_variables(args.fetches):
+                # never a list or a dict (their contents change), nor a run still to learn shapes from
                 if all(map(named_alike, items)) and (self.shapes is None or not self.shapes.learning):
-                    self._quiet_fetches = tuple(
-                        items
-                    )  # not a list or a dict (their contents change), nor a step to learn from
+                    self._quiet_fetches = tuple(items)
                 return time.perf_counter()
         except Exception:
             log.exception("stitchfleet: could not tell whether a run is a training step; left untouched")
