@@ -297,12 +297,13 @@ def _operator(args: argparse.Namespace) -> int:
     current = settings.current()
     engine = database.connect(current.database_url)
     try:
-        return process.run(current, savings.ledger_summarizer(engine))
+        status = process.run(current, savings.ledger_summarizer(engine))
     except database.DatabaseError as err:
         print(f"stitchfleet operator: {err}", file=sys.stderr)
-        return 1
+        status = 1
     finally:
         engine.dispose()
+    return process.leave(status)  # may end the process here: threads abandoned on SIGTERM (process.leave)
 
 
 # The harnesses live in the repository's `benchmarks` package (with its suite, models and workloads),

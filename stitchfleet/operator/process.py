@@ -9,7 +9,8 @@ endpoint on STITCHFLEET_HEALTH_PORT (/healthz); the fleet gauges and per-job fig
 job rows in the database; SavingsReports in the operator namespace. SIGTERM (kopf's own signal
 handling) stops the operator; then the webhook, the recorder (flushing or spooling its rows)
 and the metrics server stop, in that order. A rollup stuck on the API or the database is
-abandoned, not waited for (rollup.py), so the exit stays within the kubelet's grace period.
+abandoned, not waited for (rollup.py), so the exit stays within the kubelet's grace period, and the
+process then ends without the interpreter's finalization (`leave`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -193,3 +197,23 @@ def run(current: Settings, summarize: Summarizer) -> int:
         registry = handlers.build_registry(context)
         asyncio.run(operate(context, registry, liveness=liveness_endpoint(current)))
     return 0
+
+
+def leave(status: int) -> int:
+    """`status`, for the caller to exit with; or, while a daemon thread still runs (a rollup abandoned on SIGTERM,
+    rollup.in_daemon_thread), the process ends here: logs and output flushed, then `os._exit(status)`.
+
+    Why not the interpreter's own exit: a daemon thread that wakes during finalization (its API call answered) is
+    ended by CPython with pthread_exit, whose unwinding aborts the whole process (SIGABRT) when the thread's stack
+    crosses frames that cannot unwind. A rollup's API call does: pydantic_core's, under the kubernetes client's
+    validate_call. Seen in CI as the operator's exit status -6 after a clean stop (benchmarks/README.md, "Session
+    46"). Everything the process owns is closed by then; the abandoned rollup loses nothing (the next recomputes).
+    """
+    running = [t.name for t in threading.enumerate() if t.daemon and t.is_alive()]
+    if not running:
+        return status
+    log.info("exiting with %d thread(s) still running, without finalization: %s", len(running), ", ".join(running))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
