@@ -9,8 +9,8 @@ endpoint on STITCHFLEET_HEALTH_PORT (/healthz); the fleet gauges and per-job fig
 job rows in the database; SavingsReports in the operator namespace. SIGTERM (kopf's own signal
 handling) stops the operator; then the webhook, the recorder (flushing or spooling its rows)
 and the metrics server stop, in that order. A rollup stuck on the API or the database is
-abandoned, not waited for (rollup.py), so the exit stays within the kubelet's grace period, and the
-process then ends without the interpreter's finalization (`leave`).
+abandoned, not waited for (rollup.py), so the exit stays within the kubelet's grace period; while one
+still runs, the process ends without the interpreter's finalization (`leave`).
 """
 
 from __future__ import annotations
