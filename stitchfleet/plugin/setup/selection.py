@@ -75,6 +75,7 @@ class Candidates:
     compiles: Compiles = field(default_factory=Compiles)
     background: threading.Thread | None = None  # compiles past the budget into the cache, for the next pod
     recorded: str = ""  # the setup's record in the kernel cache (`setup_record.record_key`): its run adds figures
+    building_op: bool = False  # this setup started the native op's build (neither shipped with the shim nor cached)
 
     def refuse(self, refused: dict[int, str]) -> None:
         """Leaves the built clusters whose site index is in `refused` to TF, with its reason."""
@@ -247,7 +248,7 @@ def choose(
     building_op = False
     if current.bridge != "python" and targets.profile(backend).native_op:
         building_op = dispatch_op.warm(current.cache_dir)  # the op's build overlaps the cluster compiles below
-    found = Candidates(recorded=recorded)
+    found = Candidates(recorded=recorded, building_op=building_op)
     path, read = training_path(graph), step_values(graph)
     routes = _router(backend, current)
     builds: list[_Build] = []
