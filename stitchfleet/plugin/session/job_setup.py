@@ -169,10 +169,7 @@ class JobSetup:
         sites, clusters = found.sites, found.clusters
         chosen = time.perf_counter()
         bridge = choose_bridge(current.bridge, self.backend, current.cache_dir)
-        if found.building_op:
-            # the wait for the op's build that this setup started: the cache holds the op for the next run, which
-            # must not count it as what a warm run pays again (a cold run's ~10 s build, so booked, made the next
-            # runs skip their setup: "paid 15.8 s a warm run pays again", session 47)
+        if found.building_op:  # the wait for the op's build this setup started: the cache spares the next run it
             cold += time.perf_counter() - chosen
         twin = build_twin(graph, found.mapped) if sites else None
         twin_sites = [twin.site(site) for site in sites] if twin is not None else []

@@ -51,8 +51,10 @@ class PlainRunner:
         hooks = tf.compat.v1.train
         context = hooks.SessionRunContext(hooks.SessionRunArgs(fetches, feed_dict), self.session)
         extra = self.hook.before_run(context)
-        if extra is None:
-            return self.inner(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+        if extra is None:  # the run as written; the hook still hears of it, as MonitoredSession's hooks do
+            returned = self.inner(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+            self.hook.after_run(context, hooks.SessionRunValues(None, options, run_metadata))
+            return returned
         feeds = dict(feed_dict or {})
         for key, value in (extra.feed_dict or {}).items():
             if key in feeds:

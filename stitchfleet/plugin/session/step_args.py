@@ -48,8 +48,9 @@ class StepArgs:
         # ~300 ms on the demo model) the first time it ran.
         self.checks = [(done.inputs, done.original, done.switched) for done in installed]
 
-    def planned(self, plan: StepPlan) -> tf.compat.v1.train.SessionRunArgs:
-        """The feeds and fetches of a step that is not quiet: the consensus always, and what the plan runs."""
+    def planned(self, plan: StepPlan) -> tf.compat.v1.train.SessionRunArgs | None:
+        """The feeds and fetches of a step that is not quiet: the consensus always, and what the plan runs. None
+        when it adds nothing: a single rank's baseline step runs as plain TF's does (docs/plugin/session.md)."""
         feeds, fetches = self.consensus.args(plan.local)
         # Every switch off: the user's own graph runs, exactly plain TF. Otherwise the twin runs (the plan
         # says which, the same on every rank, so Horovod ranks name the same collectives at every step).
@@ -60,15 +61,15 @@ class StepArgs:
                 switches = np.zeros(self.count, dtype=bool)
                 switches[self.positions] = plan.switches
             feeds[self.switches] = switches
-        loss = self.twin_loss if plan.on_twin else self.loss
-        if loss is not None and self.reaches_loss:
-            fetches["loss"] = loss  # only a loss the step computes anyway (no feed it lacks)
+        # the twin's loss, watched for NaN/Inf; only a loss the step computes anyway (no feed it lacks)
+        if plan.on_twin and self.twin_loss is not None and self.reaches_loss:
+            fetches["loss"] = self.twin_loss
         if self.signatures is not None and self.signatures.reading:
             fetches["shapes"] = self.signatures.shapes.fetches  # the shapes the step's iterator reads have
         if plan.checks:
             fetches["checks"] = self.checks
             feeds[self.checking] = True
-        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds)
+        return tf.compat.v1.train.SessionRunArgs(fetches, feed_dict=feeds) if fetches or feeds else None
 
     @property
     def reaches_loss(self) -> bool:

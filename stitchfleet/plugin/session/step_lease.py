@@ -23,7 +23,7 @@ class Lease:
     """Steps `first` .. `first + count - 1`, each planned as `plan` (its step number aside) and run with `args`."""
 
     plan: StepPlan
-    args: tf.compat.v1.train.SessionRunArgs
+    args: tf.compat.v1.train.SessionRunArgs | None  # None: the user's run as written (a baseline block's)
     first: int
     count: int
     loss: bool  # whether `args` fetch the loss: only for a run that computes it anyway (`StepArgs.reaches_loss`)

@@ -47,6 +47,7 @@ class StepPath:
         self.failure: str | None = None  # a plugin error the controller hears of with the next plan
         self.lease: Lease | None = None  # routine steps ahead, run on one plan and booked at its end (`settle`)
         self._args: tf.compat.v1.train.SessionRunArgs | None = None  # the planned step's, for a lease after it
+        self._planned = False  # whether `before` planned the step (its arguments may be None: nothing added)
 
     def observe(self, feed_dict: Feeds | None, step: int) -> float:
         """The step's shape signature: kernels are compiled for it when due (`signature_kernels`), in the
@@ -80,6 +81,7 @@ class StepPath:
         # the twin runs, prepared; the user's own graph runs through TF's path, as plain TF's does
         self.diverter.armed = plan.on_twin
         self._args = args = self.step_args.planned(plan)
+        self._planned = True
         return args
 
     def consensus_only(self, step: int, err: Exception) -> tf.compat.v1.train.SessionRunArgs | None:
@@ -114,10 +116,10 @@ class StepPath:
             fault = f"{type(failure).__name__}: {failure}"  # stitching reverts for the job
         self.controller.step_done(plan, self.step_results.figures(plan, results, seconds, step, fault))
         self.step_results.poll()
-        count = routine.span(self.controller, plan) if self._args is not None else 0
+        count = routine.span(self.controller, plan) if self._planned else 0
         if count:
             self.lease = Lease(plan, self._args, step + 1, count, self.step_args.reaches_loss)
-        self._args = None
+        self._args, self._planned = None, False
 
     def _routine(self, lease: Lease, results: dict[str, object], seconds: float, step: int, own: float) -> bool:
         """Books a leased step that ran as planned (False: something to hear of, booked on the full path)."""

@@ -155,3 +155,36 @@ def test_a_job_of_unknown_length_sets_up_once_it_has_trained_long_enough(tmp_pat
     details = _events(tmp_path, "setup")
     assert any(d.startswith("the job's length is unknown: it trains as written for 0 s") for d in details), details
     assert len(_jobs(tmp_path)) == 1, "one job record: the one opened while it waited"
+
+
+class _Hearing:
+    """A hook that adds nothing to any run (as a quiet job's, or a baseline step's) and lists what it hears."""
+
+    def __init__(self) -> None:
+        self.heard: list[object] = []
+
+    def before_run(self, context: Any) -> None:
+        return None
+
+    def after_run(self, context: Any, values: Any) -> None:
+        self.heard.append(values.results)
+
+
+def test_a_run_the_hook_adds_nothing_to_is_still_heard_after_it(tmp_path: Path) -> None:
+    """Before session 47 the plain runner skipped `after_run` when `before_run` added nothing, so a quiet job's
+    steps in a hand-written Session loop were never counted (its windows stopped), as MonitoredSession counts them."""
+    import tensorflow as tf
+
+    from stitchfleet.plugin.session.plain_session import PlainRunner
+
+    graph = tf.Graph()
+    with graph.as_default():
+        value = tf.constant(3.0) * 2.0
+        session = tf.compat.v1.Session(graph=graph)
+    hook = _Hearing()
+    runner = PlainRunner(session, hook, session.run)  # type: ignore[arg-type]
+    try:
+        assert [runner.run(value) for _ in range(3)] == [6.0, 6.0, 6.0]
+    finally:
+        session.close()
+    assert hook.heard == [None, None, None]
