@@ -21,35 +21,29 @@ pytestmark = pytest.mark.tf
 BUILD_SECONDS = 3.0  # the op's build as this test stands it in: beyond a warm setup's translation checks
 
 
-def test_the_wait_for_an_op_this_setup_built_is_spared_by_the_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    train(3, hooked(tmp_path / "first", "op-build-first")[0])  # every kernel in the shared cache: a warm setup next
-    chosen = job_setup.choose_bridge
-
-    def built(setting: str, backend: str, cache_dir: Path) -> dispatch_op.BridgeOp | None:
-        time.sleep(BUILD_SECONDS)  # the op's build this setup started, still running when the bridge is chosen
-        return chosen(setting, backend, cache_dir)
-
-    monkeypatch.setattr(selection.dispatch_op, "warm", lambda cache_dir: True)
-    monkeypatch.setattr(job_setup, "choose_bridge", built)
-    hook, _ = hooked(tmp_path / "second", "op-build-second")
-    train(3, hook)
-    assert hook.setup is not None and hook.setup.warm  # no kernel compiled: only the op's build is spared
-    assert hook.setup.cold_seconds >= BUILD_SECONDS
-
-
-def test_a_setup_that_found_the_op_spares_no_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    train(3, hooked(tmp_path / "first", "op-found-first")[0])
+def _second_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, building: bool) -> job_setup.Setup:
+    """A warm setup (every kernel in the shared cache after a first job) whose bridge takes BUILD_SECONDS to choose:
+    the op's build this setup started (`building`), or a slow load of an op that was there."""
+    train(3, hooked(tmp_path / "first", f"op-first-{building}")[0])
     chosen = job_setup.choose_bridge
 
     def slow(setting: str, backend: str, cache_dir: Path) -> dispatch_op.BridgeOp | None:
-        time.sleep(BUILD_SECONDS)  # a slow load, not a build: a warm run pays it again
+        time.sleep(BUILD_SECONDS)
         return chosen(setting, backend, cache_dir)
 
-    monkeypatch.setattr(selection.dispatch_op, "warm", lambda cache_dir: False)
+    monkeypatch.setattr(selection.dispatch_op, "warm", lambda cache_dir: building)
     monkeypatch.setattr(job_setup, "choose_bridge", slow)
-    hook, _ = hooked(tmp_path / "second", "op-found-second")
+    hook, _ = hooked(tmp_path / "second", f"op-second-{building}")
     train(3, hook)
-    assert hook.setup is not None and hook.setup.warm
-    assert hook.setup.cold_seconds < BUILD_SECONDS
+    assert hook.setup is not None and hook.setup.warm  # no kernel compiled: only the op's build can be spared
+    return hook.setup
+
+
+def test_the_wait_for_an_op_this_setup_built_is_spared_by_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _second_setup(tmp_path, monkeypatch, building=True).cold_seconds >= BUILD_SECONDS
+
+
+def test_a_setup_that_found_the_op_spares_no_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _second_setup(tmp_path, monkeypatch, building=False).cold_seconds < BUILD_SECONDS  # a warm run pays it
