@@ -14,9 +14,10 @@ from dataclasses import dataclass, field, replace
 from stitchfleet.plugin.control.schedule import BASELINE, PROBE, REFERENCE, STITCHED
 
 MIN_BASELINE_STEPS = 3  # timed baseline steps of a signature its stitched steps are compared with
-# A block's first step after a switch from the twin pays the switch (executor caches, threads: +0.25-0.5 ms on the
-# demo's 4.7 ms steps): no step of plain TF, so no part of the reference; its excess is the stitched side's cost
-SETTLE_STEPS = 1
+# A block's first steps after a switch from the twin pay the switch (executor caches, threads): no steps of plain TF,
+# so no part of the reference; their excess is the stitched side's cost. The excess decays over two steps: on the
+# demo's 2.5 ms steps (session 48, 5 runs) +0.38-0.51 ms at the first, +0.09-0.25 at the second, then -0.08-+0.14
+SETTLE_STEPS = 2
 
 
 @dataclass(frozen=True)

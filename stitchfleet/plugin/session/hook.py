@@ -137,6 +137,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return 1
 
     def before_run(self, run_context: tf.compat.v1.train.SessionRunContext) -> tf.compat.v1.train.SessionRunArgs | None:
+        entered = time.perf_counter()  # a leased step's own work starts here (`StepPath.after`)
         if not self.quiet and self.active and self.controller is not None and self.controller.done:
             self.quiet = True  # stitching is over: from now on no fetch, feed or decision per step (issue 29)
             if self.diverter is not None:
@@ -144,7 +145,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         if self.quiet:  # the step runs as written, only timed and counted (its cost: docs/plugin/session.md)
             self._quiet.started = self._quiet_start(run_context)
             return None
-        self._entered = time.perf_counter()  # a leased step's own work starts here (`StepPath.after`)
+        self._entered = entered
         if self.controller is not None:
             self.controller.step_entered()  # what the hook does from here is the plugin's own work on the step
         self.runs.reset()
@@ -193,6 +194,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def after_run(
         self, run_context: tf.compat.v1.train.SessionRunContext, run_values: tf.compat.v1.train.SessionRunValues
     ) -> None:
+        arrived = time.perf_counter()  # the step's run ended: from here the hook's work is the plugin's own again
         # getattr: a thread whose before_run ran before another thread turned the job quiet never set it
         started = getattr(self._quiet, "started", None) if self.quiet else None
         if started is not None:  # a quiet training step: queued, booked with the next batch (`_book_quiet`)
@@ -213,16 +215,16 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             return
         if not self.active or not self.runs.in_step:
             return
-        seconds = time.perf_counter() - self._started
+        seconds = arrived - self._started
         try:
             if self.path is not None:
-                self.path.after(run_values.results or {}, seconds, self.step, self._started - self._entered)
+                self.path.after(run_values.results or {}, seconds, self.step, self._started - self._entered, arrived)
         except Exception as err:
             self._fault(err)
         self.step += 1
         self.runs.release()
-        if self.controller is not None:
-            self.controller.step_left()  # the hook's work after the step's booking: charged with the next step
+        if self.path is not None:
+            self.path.left()  # the hook's work after the step's booking: charged with the next step
 
     def _book_quiet(self, wait: bool = False) -> None:
         """Books the queued quiet steps in one controller call; one thread at a time (the next batch takes the rest,

@@ -121,10 +121,10 @@ def test_a_native_fault_read_after_a_leased_step_reverts_its_cluster_at_the_next
     leased: list[int] = []
     after, poll = StepPath.after, StepResults.poll
 
-    def watched(path: StepPath, results: dict[str, object], seconds: float, step: int, own: float = 0.0) -> None:
+    def watched(path: StepPath, results: dict[str, object], seconds: float, step: int, *rest: float) -> None:
         if path.lease is not None and path.lease.next == step:
             leased.append(step)
-        after(path, results, seconds, step, own)
+        after(path, results, seconds, step, *rest)
 
     def faulted(results: StepResults) -> None:  # what `poll_faults` does when the op's count moved
         poll(results)
@@ -151,12 +151,12 @@ def test_a_nonfinite_loss_on_a_leased_step_reverts_the_job_at_the_next_step(tmp_
     leased: list[int] = []
     after = StepPath.after
 
-    def nan_loss(path: StepPath, results: dict[str, object], seconds: float, step: int, own: float = 0.0) -> None:
+    def nan_loss(path: StepPath, results: dict[str, object], seconds: float, step: int, *rest: float) -> None:
         if path.lease is not None and path.lease.next == step:
             leased.append(step)
         if step == start:
             results = {**results, "loss": np.float32("nan")}
-        after(path, results, seconds, step, own)
+        after(path, results, seconds, step, *rest)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(StepPath, "after", nan_loss)
