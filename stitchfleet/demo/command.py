@@ -21,7 +21,7 @@ import datetime as dt
 import logging
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from stitchfleet.plugin.control.cluster import Cluster
 from stitchfleet.plugin.control.controller import Controller
 from stitchfleet.plugin.control.probe_decisions import NOISE_FACTOR
 from stitchfleet.plugin.control.schedule import BASELINE, PROBE, REFERENCE, STITCHED
-from stitchfleet.plugin.control.step_windows import mean_noise
+from stitchfleet.plugin.control.step_windows import SETTLE_STEPS, mean_noise
 from stitchfleet.plugin.session.hook import StitchHook
 
 DIMS = {"batch": 8, "seq": 32, "hidden": 128, "heads": 4}
@@ -158,8 +158,8 @@ def _compare(plain_times: list[float], baseline_times: list[float], controller: 
     if base is not None:
         noise = mean_noise(baseline_times, plain_times)
         agrees = abs(base - plain) <= NOISE_FACTOR * noise
-        line += "; baseline steps (plain TF inside the job, the report's reference: a block's first step after"
-        line += " stitched ones left out; with the hook's work on them)"
+        line += "; baseline steps (plain TF inside the job, the report's reference: a block's first"
+        line += f" {SETTLE_STEPS} steps after stitched ones left out; with the hook's work on them)"
         line += f" {base * 1e3:.2f} ms"
         line += f" ({(base - plain) / plain * 100:+.1f}% vs plain TF: "
         line += "within" if agrees else "beyond"
@@ -184,10 +184,11 @@ def _step_phase(hook: StitchHook | None, mode: str | None) -> str:
     return PROBE if mode == REFERENCE else mode
 
 
-def in_reference(previous: str | None, mode: str | None) -> bool:
-    """Whether a step of the plugin's job (its mode, the step before's) is one the report's reference holds: a
-    baseline step, but not a block's first after steps on the twin, which paid the switch (`step_windows`)."""
-    return mode == BASELINE and previous not in (STITCHED, PROBE, REFERENCE)
+def in_reference(previous: Sequence[str | None], mode: str | None) -> bool:
+    """Whether a step of the plugin's job (its mode, the modes of the steps before it, the last last) is one the
+    report's reference holds: a baseline step, but not a block's first SETTLE_STEPS after steps on the twin, which
+    paid the switch (`step_windows`)."""
+    return mode == BASELINE and not set(previous[-SETTLE_STEPS:]) & {STITCHED, PROBE, REFERENCE}
 
 
 class Job:
@@ -203,7 +204,7 @@ class Job:
         self.created = 0.0  # creating the session: the plugin's setup (compile, the twin) happens here
         self.closed = 0.0  # closing it: the hook's end
         self.loss_value = 0.0
-        self.previous: str | None = None  # the last step's mode
+        self.previous: list[str | None] = []  # the last steps' modes (SETTLE_STEPS of them)
 
     def run(self, steps: range, every: int, baseline: list[float]) -> None:
         started = time.perf_counter()
@@ -221,7 +222,7 @@ class Job:
             self.phases.append(_step_phase(self.hook, mode))
             if in_reference(self.previous, mode):
                 baseline.append(chunk[-1])
-            self.previous = mode
+            self.previous = [*self.previous, mode][-SETTLE_STEPS:]
             if self.hook is not None and (step + 1) % every == 0:
                 _progress(self.hook, step, float(self.loss_value), chunk[-every:])
         self.times += chunk

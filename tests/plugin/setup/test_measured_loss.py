@@ -51,7 +51,8 @@ def test_a_group_within_its_noise_is_explored_again_while_its_bound_repays() -> 
     cannot."""
     within = Measured(-0.005, 8, 0.9, setup_record.GROUP, 0.02)  # -0.5%, noise 2%: at best 3.5% faster
     assert within.within and within.expected(TIMING.probe_margin) == pytest.approx(0.035)
-    long = _step_between(SECONDS.cold, 2 * SECONDS.cold) * 10  # 3.5% of its steps repays a setup: it explores
+    # ten times the step at which a 10% gain (not BEST_GAIN) lies between one and two cold setups: 3.5% repays one
+    long = _step_between(SECONDS.cold, 2 * SECONDS.cold) * payback.BEST_GAIN / 0.10 * 10
     again = payback.estimate(STEPS, long, "cpu", TIMING, lambda: _state(within))
     assert again.affordable and again.weighed == within
     assert "within its noise (3.5% faster than plain TF's step at best), not faster" in again.why
