@@ -6,6 +6,8 @@ losses per step, the hook (backend calls, controller state) and the events in th
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import tensorflow as tf
 
 from stitchfleet import settings
 from stitchfleet.demo import models
+from stitchfleet.plugin.control.schedule import STITCHED
 from stitchfleet.plugin.native.faults import Fault
 from stitchfleet.plugin.session.hook import StitchHook
 from tests.plugin.recorded_events import events  # noqa: F401 (the hook tests take it from here)
@@ -55,6 +58,21 @@ def _feeds(graph: Any) -> dict[Any, Any]:
         feeds[tensor] = rng.standard_normal(tensor.shape.as_list()).astype(np.float32)
     feeds[graph.get_tensor_by_name("attention_mask:0")] = np.ones((2, 8), np.float32)
     return feeds
+
+
+@contextmanager
+def stitched_steps(hook: StitchHook) -> Iterator[Callable[[], Any]]:
+    """The small BERT encoder in a MonitoredSession under `hook`, past its warmup, baseline and the stitched phase's
+    first checks: yields a step (runs the loss and the train op, returns what the run returned)."""
+    graph = models.build("bert_encoder", "small", seed=1)
+    with graph.as_default():
+        fetches = [graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")]
+        feeds = _feeds(graph)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
+            for _ in range(12):
+                session.run(fetches, feeds)
+            assert hook.controller is not None and hook.controller.mode(hook.step) == STITCHED
+            yield lambda: session.run(fetches, feeds)
 
 
 def train(steps: int, hook: StitchHook | None, before: list[Any] | None = None) -> Run:

@@ -11,14 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-import tensorflow as tf
 
-from stitchfleet.demo import models
 from stitchfleet.plugin.control.controller import Controller
-from stitchfleet.plugin.control.schedule import STITCHED
 from stitchfleet.plugin.session.step_lease import Lease
 from stitchfleet.plugin.session.step_threads import StepThreads
-from tests.plugin.hook_harness import _feeds, hooked
+from tests.plugin.hook_harness import hooked, stitched_steps
 
 pytestmark = pytest.mark.tf
 PAUSE = 0.004  # seconds added at each end of the hook's work on a step: far beyond a quiet hook's ~0.05 ms
@@ -29,7 +26,6 @@ def test_a_leased_steps_own_work_holds_the_hooks_work_before_and_after_its_booki
     `after_run` nor its end (0.026 ms of its 0.045 ms on the demo model), and the report claimed it as saved. Now the
     row holds the start, and the end goes with the next leased row (as `OwnWork` carries a full step's)."""
     hook, _ = hooked(tmp_path, "own-work", STITCHFLEET_CHECK_EVERY="1000000", STITCHFLEET_REBASELINE_EVERY="1000000")
-    graph = models.build("bert_encoder", "small", seed=1)
     rows: list[float] = []
     ran, in_step, left = Lease.ran, StepThreads.in_step, Controller.step_left
 
@@ -47,19 +43,12 @@ def test_a_leased_steps_own_work_holds_the_hooks_work_before_and_after_its_booki
         time.sleep(PAUSE)
         left(controller)
 
-    with graph.as_default():
-        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
-        feeds = _feeds(graph)
-        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
-            for _ in range(12):  # warmup, baseline, the stitched phase's first checks
-                session.run([loss, train_op], feeds)
-            assert hook.controller is not None and hook.controller.mode(hook.step) == STITCHED
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(Lease, "ran", booked)
-                patch.setattr(StepThreads, "in_step", property(slow_in_step))
-                patch.setattr(Controller, "step_left", slow_left)
-                for _ in range(8):
-                    session.run([loss, train_op], feeds)
+    with stitched_steps(hook) as step, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Lease, "ran", booked)
+        patch.setattr(StepThreads, "in_step", property(slow_in_step))
+        patch.setattr(Controller, "step_left", slow_left)
+        for _ in range(8):
+            step()
     assert len(rows) >= 4, rows  # steady stitched steps run on a lease
     assert all(own >= PAUSE for own in rows), rows  # the start of after_run
     assert all(own >= 2 * PAUSE for own in rows[1:]), rows  # and the previous leased step's end

@@ -21,7 +21,7 @@ from stitchfleet.plugin.control import routine
 from stitchfleet.plugin.control.schedule import STITCHED
 from stitchfleet.plugin.session.step_args import StepArgs
 from stitchfleet.plugin.session.step_path import StepPath
-from tests.plugin.hook_harness import _feeds, hooked
+from tests.plugin.hook_harness import _feeds, hooked, stitched_steps
 
 pytestmark = pytest.mark.tf
 FETCH_HANDLING = {"for_fetch", "_uniquify_fetches", "build_results", "_assert_fetchable"}  # TF's session.py
@@ -49,29 +49,23 @@ def test_a_steady_stitched_step_builds_no_fetch_handler_and_keeps_to_its_budget(
     hook, _ = hooked(
         tmp_path, "stitched-steps", STITCHFLEET_CHECK_EVERY="1000000", STITCHFLEET_REBASELINE_EVERY="1000000"
     )
-    graph = models.build("bert_encoder", "small", seed=1)
     plugin: Counter[tuple[str, str]] = Counter()
     session_py: Counter[str] = Counter()
 
     profile = _counting(plugin, session_py)
-    with graph.as_default():
-        loss, train_op = graph.get_tensor_by_name("loss:0"), graph.get_operation_by_name("train_op")
-        feeds = _feeds(graph)
-        with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as session:
-            for _ in range(12):  # warmup, baseline, the stitched phase's first checks
-                session.run([loss, train_op], feeds)
-            controller = hook.controller
-            assert controller is not None and controller.mode(hook.step) == STITCHED
-            steps, first = 10, hook.step
-            values = []
-            sys.setprofile(profile)
-            try:
-                for _ in range(steps):
-                    values.append(session.run([loss, train_op], feeds))
-            finally:
-                sys.setprofile(None)
-            assert all(controller.mode(step) == STITCHED for step in range(first, hook.step))
-            assert not controller.job_reverted and hook.step == first + steps
+    with stitched_steps(hook) as step:
+        controller = hook.controller
+        assert controller is not None
+        steps, first = 10, hook.step
+        values = []
+        sys.setprofile(profile)
+        try:
+            for _ in range(steps):
+                values.append(step())
+        finally:
+            sys.setprofile(None)
+        assert all(controller.mode(s) == STITCHED for s in range(first, hook.step))
+        assert not controller.job_reverted and hook.step == first + steps
     assert all(isinstance(value, list) and value[1] is None and value[0].shape == () for value in values)
     assert hook.backend_calls and all(calls > 0 for calls in hook.backend_calls.values())  # stitched, really
     assert session_py.keys() & FETCH_HANDLING == set(), session_py
