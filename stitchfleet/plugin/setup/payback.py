@@ -73,9 +73,9 @@ SETUP_SECONDS_OTHER = SetupSeconds(warm=SETUP_SECONDS["cpu"].cold, kernels=0.0, 
 # The best steady gain a stitched step has shown against plain TF in a job on the CPU: the demo's stitched steps at
 # 0.76-0.82x of plain TF's steps of the same numbers, the hook's work included (`make demo`'s train, four runs,
 # session 48, 2.5-4.1 ms steps); the MLP's 0.833x and the Transformer's 0.830x steady (session 45's A/B). It was 10%
-# (the demo's 0.90x of session 18), under what jobs have since shown: the demo on a faster node was turned away
-# ("a gain of at most 3.0 s against 3.5 s") by the figure its own run then beat 1.6-fold. An upper figure: a job's
-# stitched phase also runs baseline blocks (5%) and check steps at plain speed; a job's last run caps it (`decide`).
+# (the demo's 0.90x of session 18), under what jobs have since shown: on a faster node it turned the demo away ("a
+# gain of at most 3.0 s against 3.5 s") where the demo set up saved 2.1-3.0 s net. An upper figure: a job's stitched
+# phase also runs baseline blocks (5%) and check steps at plain speed; its last run on the node caps it (`estimate`).
 BEST_GAIN = 0.20
 # What a probe's mixed configuration costs over plain TF's step: +11% to +27% measured per cluster alone (issue 29).
 PROBE_LOSS = 0.25
