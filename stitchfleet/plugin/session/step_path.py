@@ -95,9 +95,7 @@ class StepPath:
             return None
         return self.step_args.consensus_only(self.plan)
 
-    def after(
-        self, results: dict[str, object], seconds: float, step: int, own: float = 0.0, arrived: float | None = None
-    ) -> None:
+    def after(self, results: dict[str, object], seconds: float, step: int, own: float, arrived: float) -> None:
         """Reads what the planned step fetched and hands the controller its figures (a leased step's go to its
         lease: `own`, the hook's work on the step before its run, is booked with them, and its work since the run
         ended at `arrived`)."""
@@ -134,11 +132,10 @@ class StepPath:
         step: int,
         own: float,
         *,
-        arrived: float | None,
+        arrived: float,
     ) -> bool:
         """Books a leased step that ran as planned (False: something to hear of, booked on the full path). Its own
         work: the hook's before its run (`own`), after it (from `arrived`) and after the last leased row's booking."""
-        started = time.perf_counter() if arrived is None else arrived
         diverter, loss = self.diverter, results.get("loss")
         if diverter is not None and (diverter.armed or diverter.failure is not None):
             return False
@@ -152,7 +149,7 @@ class StepPath:
         seen = self.step_results.faults_seen
         self.step_results.poll()  # each step: a GPU op's noted NaN/Inf is what makes its next call judged
         carried, self._carried = self._carried, 0.0
-        lease.ran(seconds, measured, own + carried + time.perf_counter() - started)
+        lease.ran(seconds, measured, own + carried + time.perf_counter() - arrived)
         if lease.over or self.step_results.faults_seen != seen:  # a native fault: the next plan flags it
             self.settle()
         self._booked_at = time.perf_counter()
