@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from stitchfleet import settings
+from stitchfleet.plugin.session import gc_pause
 from stitchfleet.plugin.setup.setup_record import RECORD_DIR
 from tests.shared_cache import kernel_cache
 
@@ -41,6 +42,14 @@ def fresh_settings() -> Iterator[None]:
     settings.reset()
     yield
     settings.reset()
+
+
+@pytest.fixture(autouse=True)
+def thawed_heap() -> Iterator[None]:
+    """A hook's begin freezes the heap until its end (gc_pause.py); a test that ends without its hook's end would
+    leave every later test's garbage beside it uncollected."""
+    yield
+    gc_pause.thawed()
 
 
 @pytest.fixture(autouse=True)

@@ -106,3 +106,21 @@ def _free_port() -> int:
     port = get_port(None)
     assert port is not None
     return port
+
+
+def test_a_recorder_connects_before_its_first_row(state: settings.Settings, tmp_path: Path) -> None:
+    """Its connection (the dialect's imports, a fresh database's schema) happens when it starts, where a job's setup
+    waits for it (`connected`), not at its first write beside the job's steps (session 49)."""
+    url = f"sqlite:///{tmp_path / 'telemetry.db'}"
+    recorder = Recorder(url, settings=state, metrics_port=0, batch_seconds=60.0)
+    try:
+        assert recorder.connected.wait(30.0)
+        engine = database.connect(url)
+        assert database.is_current(engine)
+        engine.dispose()
+    finally:
+        recorder.close()
+    down = Recorder(UNREACHABLE, settings=state, metrics_port=0, retry_seconds=60)
+    assert down.connected.wait(30.0)  # an outage ends the wait too: the rows go to the spool
+    down.close()
+    assert down.stats.failures == 1

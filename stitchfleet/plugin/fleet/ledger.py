@@ -45,6 +45,10 @@ log = logging.getLogger("stitchfleet.plugin")
 # for it. At the Recorder's 0.2 s, one step in ~130 of the MLP's 1.2 ms steps did, 0.03 ms a step on average once
 # stitching was off (session 48). Rows wait in memory the longer; `close` (the hook's end) still writes them all.
 BATCH_SECONDS = 2.0
+# The longest `_open` waits for the Recorder's first connection: a server's connect timeout is 5 s, a fresh database's
+# migration may wait for another rank's; an SQLite file's schema takes ~0.3 s. Past it the connection goes on beside
+# the job, its rows waiting in the Recorder's queue or spool.
+CONNECT_WAIT = 15.0
 
 
 if TYPE_CHECKING:
@@ -132,10 +136,12 @@ class Ledger:
     def _open(self) -> None:
         """The local sink (the Recorder, or the spool without SQLAlchemy), then the rows that waited for it."""
         sink: Sink | None = None
+        connected: threading.Event | None = None
         try:
             from stitchfleet.telemetry.recorder import Recorder
 
-            sink = Recorder(self.url, settings=self.settings, batch_seconds=BATCH_SECONDS)
+            recorder = Recorder(self.url, settings=self.settings, batch_seconds=BATCH_SECONDS)
+            sink, connected = recorder, recorder.connected
         except ImportError as err:
             # Local mode in an image without SQLAlchemy: the rows still go to the durable spool,
             # which `stitchfleet telemetry ingest` (or a later Recorder's orphan replay) loads.
@@ -148,6 +154,10 @@ class Ledger:
             for row in pending:
                 if sink is not None:
                     sink.record(row)
+        if connected is not None:
+            # The rows flow already (a Recorder spools what it cannot write); this thread, which `opened` waits
+            # for, ends once the writer connected: its seconds are the setup's (Recorder._open_database).
+            connected.wait(CONNECT_WAIT)
 
     def _at_exit(self) -> None:
         """A process that ends before the client opened (setup failed, no session end) still records its rows."""

@@ -257,6 +257,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
                 self.consensus.size,
                 (done.recorded, done.backend, done.warm, done.cold_seconds),
             )
+        gc_pause.thawed()  # the heap begin froze goes back to the collector (gc_pause.py)
 
     # --- begin ----------------------------------------------------------------------------
 
