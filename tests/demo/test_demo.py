@@ -139,6 +139,10 @@ def test_the_balance_is_broken_down_by_what_the_plugins_steps_ran() -> None:
     # chunks of one step: the report's steps saved +2, +1, -10, +3 ms, a spread of 6.0 ms, times the root of 4
     between = plain_balance.where_it_went(stitched, plain, 0.5, every=1).splitlines()[6]
     assert "noise 0.01 s per step, 0.01 s between chunks;" in between and "between" not in lines[6]
+    # each phase too (session 49: 7,753 steps as written read 0.03 s from their spread, 0.2 s between chunks); the
+    # stitched steps in chunks 2, 3 and 5 saved +2, +1, +3 ms: a spread of 1.0 ms times the root of those 3 chunks
+    by_chunk = plain_balance.where_it_went(stitched, plain, 0.5, every=1).splitlines()[3]
+    assert by_chunk.startswith("  stitched steps") and "(noise 0.00 s, 0.00 s between chunks; 3 steps" in by_chunk
     two_chunks = plain_balance.where_it_went(stitched, plain, 0.5, every=2).splitlines()[6]
     assert "between" not in two_chunks  # two chunks only
     assert lines[7].split()[-2:] == ["-0.25", "s"] and "close (the hook's end)" in lines[7]
