@@ -217,6 +217,22 @@ def test_a_measured_gain_below_the_best_or_a_larger_setup_says_no_where_the_best
     assert capped.gain == pytest.approx(best.gain)  # never above the best gain: one run's figure is noisy
 
 
+def test_a_warm_run_costs_what_its_last_run_here_measured_below_the_fixed_figure_too() -> None:
+    """Session 49: the fixed warm figure (1.5 s, the demo's on session 18's machine) floored what the job's last run
+    measured; on a node twice as fast the MLP's 6000 steps of 1.28 ms weighed a gain of 1.5 s against it and skipped
+    their setup, where set up warm it paid 0.64 s and saved +1.6 s net. A measured figure stands, smaller too."""
+    step = 0.00128
+    fast = setup_record.Measured(gain=0.35, steps=4000, per_run=0.64, noise=0.01)
+    found = payback.estimate(6000, step, "cpu", TIMING, lambda: CacheState(5, 5, True, "", fast))
+    exploring = TIMING.exploring_steps
+    assert SECONDS.warm > fast.per_run
+    assert found.cost == pytest.approx(fast.per_run + exploring * step * payback.PROBE_LOSS)
+    assert found.affordable and "0.6 s fixed on cpu" in found.why
+    unmeasured = setup_record.Measured(gain=0.35, steps=4000, per_run=0.0, noise=0.01)  # no figure: the fixed one
+    fixed = payback.estimate(6000, step, "cpu", TIMING, lambda: CacheState(5, 5, True, "", unmeasured))
+    assert fixed.cost == pytest.approx(SECONDS.warm + exploring * step * payback.PROBE_LOSS)
+
+
 def test_a_steady_gain_within_its_noise_is_no_gain_a_warm_run_sets_up_for() -> None:
     """Session 21: the corpus BERT's cold run kept its clusters at a steady gain that one run measured; the warm run
     set up on it and lost (55.5 s against plain TF's 46.9 s). A steady gain now counts less twice its noise (the
