@@ -242,22 +242,24 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self._booking.release()
 
     def end(self, session: tf.compat.v1.Session) -> None:
-        self._book_quiet(wait=True)  # the quiet steps still queued are the job's too, even while a batch books
-        if self.path is not None:
-            self.path.settle()  # the leased steps that ran are the job's too
-        kernels = [c.kernel for c, _ in self.installed]
-        job_record.closed(
-            self.ledger, self.controller, self.job_key, self.shapes, (self.step, kernels, self.signatures)
-        )
-        if self.setup is not None and self.controller is not None and self.consensus is not None:
-            done = self.setup
-            job_record.remembered(
-                self.settings,
-                self.controller,
-                self.consensus.size,
-                (done.recorded, done.backend, done.warm, done.cold_seconds),
+        try:
+            self._book_quiet(wait=True)  # the quiet steps still queued are the job's too, even while a batch books
+            if self.path is not None:
+                self.path.settle()  # the leased steps that ran are the job's too
+            kernels = [c.kernel for c, _ in self.installed]
+            job_record.closed(
+                self.ledger, self.controller, self.job_key, self.shapes, (self.step, kernels, self.signatures)
             )
-        gc_pause.thawed()  # the heap begin froze goes back to the collector (gc_pause.py)
+            if self.setup is not None and self.controller is not None and self.consensus is not None:
+                done = self.setup
+                job_record.remembered(
+                    self.settings,
+                    self.controller,
+                    self.consensus.size,
+                    (done.recorded, done.backend, done.warm, done.cold_seconds),
+                )
+        finally:
+            gc_pause.thawed()  # the heap begin froze goes back to the collector (gc_pause.py)
 
     # --- begin ----------------------------------------------------------------------------
 

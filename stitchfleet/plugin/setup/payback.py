@@ -166,8 +166,8 @@ def estimate(
     """The job's setup decision. Unknown length or step time: set up (the probes then bound themselves by the
     steps left); known both: set up only when the best gain over the steps left after exploring exceeds the cost.
     The fixed cost is the cold figure unless `cache` (what the kernel cache holds of this job's last setup) says
-    otherwise, and the gain BEST_GAIN unless the job's last run there measured less; the cache is looked up only
-    when the decision depends on it (the best gain repays at least a warm setup). A step time no one states is the
+    otherwise, and the gain BEST_GAIN unless the job's last run there measured less; the cache is looked up unless
+    the best gain does not even repay the exploring. A step time no one states is the
     one the job's last run there measured (`Measured.plain_step`), when the cache holds it. `ops`: the user's graph's
     op count, which sizes the fixed figures (`SetupSeconds.sized`)."""
     seconds = setup_seconds(backend).sized(ops)
@@ -188,13 +188,16 @@ def estimate(
     share, source = BEST_GAIN, "the best a stitched step has shown"
     stepped = max(steps - exploring, 0) * step_seconds  # plain TF's seconds over the steps after exploring
     gain = stepped * share
-    # Read whenever the setup could repay (or already read for the step time): what the job's last run here measured
-    # (a steady gain below the best, a larger graph's setup, a loss) can say no even where a cold setup would repay.
-    state = read if read is not None or cache is None or gain <= seconds.warm + probes else cache()
+    # Read whenever the gain repays more than the exploring (or already read for the step time): what the job's last
+    # run here measured (a steady gain below the best, a larger graph's setup, a loss) can say no even where a cold
+    # setup would repay, and its warm setup can cost less than the fixed warm figure (`SetupSeconds.fixed`: the MLP's
+    # 0.9 s against 1.5 s, session 49). Reading costs 4-8 ms (the graph's key and a JSON file).
+    state = read if read is not None or cache is None or gain <= probes else cache()
     measured = None
     if state is None:
         fixed, case = seconds.cold, "cold, not looked up"
-        said = "cold: the cache unread" if cache is None else "cold: not even a warm setup repays, the cache unread"
+        unread = "the gain does not repay the exploring, the cache unread"
+        said = "cold: the cache unread" if cache is None else f"cold: {unread}"
     else:
         measured = state.measured
         said = f"{state.case}: {state.why}" + ("" if state.op else ", and the native op is to be built")

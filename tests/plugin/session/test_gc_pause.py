@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +68,27 @@ def test_a_job_without_the_collector_keeps_it_off_and_unfrozen(no_freeze: None) 
         assert gc.get_freeze_count() == 0
     finally:
         gc.enable()
+
+
+@pytest.mark.tf
+def test_a_hooked_sessions_heap_is_frozen_while_it_trains_and_thawed_at_its_close(
+    no_freeze: None, tmp_path: Path
+) -> None:
+    import tensorflow as tf
+
+    from stitchfleet.plugin.session.hook import StitchHook
+    from tests.plugin.hook_harness import make_settings
+
+    hook = StitchHook(make_settings(tmp_path, "frozen"), db_url=f"sqlite:///{tmp_path / 't.db'}")
+    frozen: list[int] = []
+    with tf.Graph().as_default():
+        weight = tf.compat.v1.get_variable("w", [4], initializer=tf.compat.v1.zeros_initializer())
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(tf.reduce_sum(weight**2), global_step=step)
+        stop = tf.compat.v1.train.StopAtStepHook(num_steps=3)
+        with tf.compat.v1.train.MonitoredSession(hooks=[hook, stop]) as session:
+            while not session.should_stop():
+                session.run(train)
+                frozen.append(gc.get_freeze_count())
+    assert frozen and min(frozen) > 0  # every step ran with the heap its setup left frozen
+    assert gc.get_freeze_count() == 0  # the session's close (the hook's end) thawed it
