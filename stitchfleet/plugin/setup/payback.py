@@ -43,13 +43,8 @@ class SetupSeconds:
 
     def fixed(self, state: CacheState) -> float:
         """The setup's cost with what the cache holds; a warm run costs what the job's last run here paid that a
-        warm run pays again (`Measured.per_run`), when it measured that, else the figure for the graph's size.
-
-        Why the measured figure, smaller too: the fixed figures are the demo's on session 18's machine (warm 1.5 s),
-        and a node twice as fast pays half. On one (session 49), the MLP's 6000 steps of 1.28 ms weighed "a gain of
-        at most 1.5 s" against that 1.5 s and skipped their setup in both rounds of an A/B, where the same job set up
-        warm paid 0.64 s and saved +1.6 s net in one process. A graph larger than the demo's pays more: its measured
-        figure is larger too."""
+        warm run pays again (`Measured.per_run`), smaller than the fixed figure too (the demo's on session 18's
+        machine: the MLP's 0.6-0.9 s against 1.5 s, session 49), else the figure for the graph's size."""
         measured = state.measured.per_run if state.measured is not None else 0.0
         warm = measured if measured > 0 else self.warm
         return warm + self.kernels * state.missing + (0.0 if state.op else self.op)
