@@ -162,9 +162,9 @@ def estimate(
     steps left); known both: set up only when the best gain over the steps left after exploring exceeds the cost.
     The fixed cost is the cold figure unless `cache` (what the kernel cache holds of this job's last setup) says
     otherwise, and the gain BEST_GAIN unless the job's last run there measured less; the cache is looked up unless
-    the best gain does not even repay the exploring. A step time no one states is the
-    one the job's last run there measured (`Measured.plain_step`), when the cache holds it. `ops`: the user's graph's
-    op count, which sizes the fixed figures (`SetupSeconds.sized`)."""
+    the best gain does not even repay the exploring. A step time no one states is the one the job's last run there
+    measured (`Measured.plain_step`), when the cache holds it. `ops`: the user's graph's op count, which sizes the
+    fixed figures (`SetupSeconds.sized`)."""
     seconds = setup_seconds(backend).sized(ops)
     read: CacheState | None = None
     step_source = ""
