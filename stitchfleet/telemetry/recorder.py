@@ -81,7 +81,7 @@ class Recorder:
         self._orphans_left = True
         self._closed = False
         # Set once the writer's first connection ended (the database open with its schema, or an outage noted).
-        self.connected = threading.Event()
+        self.connection_tried = threading.Event()
         port = current.metrics_port if metrics_port is None else metrics_port
         if port:
             self.metrics_port = self.metrics.serve(port, metrics_addr)
@@ -176,7 +176,7 @@ class Recorder:
             self._note_outage(err)  # the rows spool; the next try waits for retry_seconds, as after any failure
             return False
         finally:
-            self.connected.set()
+            self.connection_tried.set()
         return True
 
     def _take_batch(self) -> tuple[list[Row], list[threading.Event], bool]:

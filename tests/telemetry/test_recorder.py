@@ -114,13 +114,13 @@ def test_a_recorder_connects_before_its_first_row(state: settings.Settings, tmp_
     url = f"sqlite:///{tmp_path / 'telemetry.db'}"
     recorder = Recorder(url, settings=state, metrics_port=0, batch_seconds=60.0)
     try:
-        assert recorder.connected.wait(30.0)
+        assert recorder.connection_tried.wait(30.0)
         engine = database.connect(url)
         assert database.is_current(engine)
         engine.dispose()
     finally:
         recorder.close()
     down = Recorder(UNREACHABLE, settings=state, metrics_port=0, retry_seconds=60)
-    assert down.connected.wait(30.0)  # an outage ends the wait too: the rows go to the spool
+    assert down.connection_tried.wait(30.0)  # an outage ends the wait too: the rows go to the spool
     down.close()
     assert down.stats.failures == 1

@@ -136,12 +136,12 @@ class Ledger:
     def _open(self) -> None:
         """The local sink (the Recorder, or the spool without SQLAlchemy), then the rows that waited for it."""
         sink: Sink | None = None
-        connected: threading.Event | None = None
+        tried: threading.Event | None = None
         try:
             from stitchfleet.telemetry.recorder import Recorder
 
             recorder = Recorder(self.url, settings=self.settings, batch_seconds=BATCH_SECONDS)
-            sink, connected = recorder, recorder.connected
+            sink, tried = recorder, recorder.connection_tried
         except ImportError as err:
             # Local mode in an image without SQLAlchemy: the rows still go to the durable spool,
             # which `stitchfleet telemetry ingest` (or a later Recorder's orphan replay) loads.
@@ -154,10 +154,10 @@ class Ledger:
             for row in pending:
                 if sink is not None:
                     sink.record(row)
-        if connected is not None:
+        if tried is not None:
             # The rows flow already (a Recorder spools what it cannot write); this thread, which `opened` waits
-            # for, ends once the writer connected: its seconds are the setup's (Recorder._open_database).
-            connected.wait(CONNECT_WAIT)
+            # for, ends once the writer tried to connect: its seconds are the setup's (Recorder._open_database).
+            tried.wait(CONNECT_WAIT)
 
     def _at_exit(self) -> None:
         """A process that ends before the client opened (setup failed, no session end) still records its rows."""
