@@ -107,15 +107,16 @@ class Settings:
     warmup_steps: int = _knob(10, "Steps run untouched before timing starts.", minimum=0)
     baseline_steps: int = _knob(20, "Steps per baseline window (all clusters off).", minimum=1)
     rebaseline_every: int = _knob(
-        100,
+        200,
         "Steps between the starts of two baseline blocks of the stitched phase: each stitched window is compared with"
         " the blocks on either side of it (paired), so a load spike hits both.",
         minimum=1,
     )
     paired_steps: int = _knob(
-        5,
+        10,
         "Steps of each baseline block of the stitched phase (the user's graph; at most BASELINE_STEPS): with"
-        " REBASELINE_EVERY 100, 5% of the stitched phase's steps forgo the stitched saving to measure it.",
+        " REBASELINE_EVERY 200, 5% of the stitched phase's steps forgo the stitched saving to measure it; the"
+        " first SETTLE_STEPS (5) after stitched ones pay the switch and are no part of the reference.",
         minimum=1,
     )
     window_steps: int = _knob(100, "Steps per telemetry window.", minimum=1)

@@ -15,7 +15,7 @@ from stitchfleet.plugin.control.step_windows import Window, Windows
 from stitchfleet.telemetry import paired
 
 PAIRED = Timing(
-    warmup_steps=0, baseline_steps=20, rebaseline_every=100, window_steps=100, probe_steps=0, paired_steps=5
+    warmup_steps=0, baseline_steps=20, rebaseline_every=200, window_steps=100, probe_steps=0, paired_steps=10
 )
 
 
@@ -34,8 +34,8 @@ def _run(timing: Timing, plain: np.ndarray, gain: float) -> tuple[list, float]:
 def test_baseline_blocks_run_through_the_whole_job_at_a_stated_share() -> None:
     phases = [PAIRED.phase(step) for step in range(2000)]
     blocks = [s for s in range(1, 2000) if phases[s] == BASELINE and phases[s - 1] != BASELINE]
-    assert blocks == list(range(100, 2000, 100))  # after the first window (steps 0-19): one every 100 steps
-    assert phases[100:].count(BASELINE) / len(phases[100:]) == pytest.approx(0.05)  # 5 of every 100 steps
+    assert blocks == list(range(200, 2000, 200))  # after the first window (steps 0-19): one every 200 steps
+    assert phases[200:].count(BASELINE) / len(phases[200:]) == pytest.approx(0.05)  # 10 of every 200 steps
 
 
 def test_a_load_change_is_not_booked_as_the_plugins_saving_or_loss() -> None:
@@ -86,8 +86,8 @@ def test_a_stitched_window_at_the_end_is_compared_with_the_block_before_it() -> 
 
 
 def test_short_baseline_blocks_pool_until_the_slowdown_guard_has_enough_of_them() -> None:
-    """Blocks of 5 baseline steps pool with their brackets until 20 baseline steps are in: the slowdown guard
-    does not decide a job's revert on 5 noisy steps."""
+    """Blocks of 10 baseline steps pool with their brackets until 20 baseline steps are in: the slowdown guard
+    does not decide a job's revert on 10 noisy steps."""
     bracket, ready = Bracket(19, 20, need=20), []
     for step in range(20, 1000):
         mode = PAIRED.phase(step)
@@ -95,8 +95,8 @@ def test_short_baseline_blocks_pool_until_the_slowdown_guard_has_enough_of_them(
         found = bracket.take()
         if found is not None:
             ready.append((step, found))
-    # the 19th stitched step after the 4th and 8th block (at 400-404, 800-804), its first one (405) paying the switch
-    assert [step for step, _ in ready] == [424, 824]
+    # the 19th stitched step after the 2nd and 4th block (at 400-409, 800-809), its first one (410) paying the switch
+    assert [step for step, _ in ready] == [429, 829]
     assert all(figures[:2] == (0.9, 1.0) for _, figures in ready)
 
 
@@ -171,7 +171,30 @@ def test_the_switch_between_the_graphs_is_the_stitched_windows_cost_not_the_refe
     stitched = [w for w in found if w.mode == STITCHED]
     assert all(w.baseline == pytest.approx(plain) for w in stitched)  # the blocks' settled steps only
     assert sum(w.saved_seconds for w in found) == pytest.approx(truth)
-    assert [w.switch > 0.0 for w in stitched] == [True] * (len(stitched) - 1) + [False]  # the last has no block after
+    # the window right before a block pays the switch back (two stitched windows of 100 steps between blocks 200
+    # apart); the last one has no block after it
+    before_block = [PAIRED.phase(w.last_step + 1) == BASELINE for w in stitched[:-1]]
+    assert [w.switch > 0.0 for w in stitched] == [*before_block, False] and any(before_block)
+
+
+def test_the_user_graphs_steps_still_slow_after_stitched_ones_are_no_reference() -> None:
+    """Session 50: TF's steps stay slow for about five steps after stitched ones (the MLP, a plain session's step run
+    after a block's 1st to 5th step: +20%, +8%, +8%, +6%, +6% of its step). With two of them left out, the rest
+    raised the reference of every stitched step beside the block, and the MLP's report stood ~1.0 s above the clock
+    over 11,000 stitched steps. Here those five steps are the windows' cost: the reference is plain TF's step and the
+    windows book exactly what the job saved."""
+    plain, excess = 0.005, (0.35, 0.20, 0.08, 0.08, 0.06)
+    windows, found, truth, since = Windows(PAIRED.window_steps), [], 0.0, len(excess)  # the job's start: no twin yet
+    for step in range(3000):
+        mode = PAIRED.phase(step)
+        since = 0 if mode == STITCHED else since + 1
+        ran = plain * 0.8 if mode == STITCHED else plain * (1.0 + (excess[since - 1] if since <= len(excess) else 0.0))
+        truth += plain - ran
+        found += windows.add(step, mode, ran, True)
+    found += windows.close()
+    stitched = [w for w in found if w.mode == STITCHED]
+    assert all(w.baseline == pytest.approx(plain) for w in stitched)  # the blocks' settled steps only
+    assert sum(w.saved_seconds for w in found) == pytest.approx(truth)
 
 
 def test_a_block_whose_first_step_was_not_timed_charges_no_switch() -> None:
