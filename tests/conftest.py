@@ -53,6 +53,14 @@ def thawed_heap() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def test_kernel_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that names no kernel cache gets the worker's (tests/shared_cache.py), never the user's: the demo's
+    tests read ~/.cache/stitchfleet, whose setup records a `make demo` left made a 1200-step job set up where the test
+    expects it skipped (CI, session 50), and wrote their own records there for the user's next job."""
+    monkeypatch.setenv("STITCHFLEET_CACHE_DIR", str(kernel_cache()))
+
+
+@pytest.fixture(autouse=True)
 def no_job_history() -> None:
     """The shared kernel cache (tests/shared_cache.py) keeps its kernels across tests, not the jobs' history: the setup
     records a test's runs leave there (what a run measured, the step time its next run weighs its setup by) would make

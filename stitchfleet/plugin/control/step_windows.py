@@ -14,12 +14,9 @@ from dataclasses import dataclass, field, replace
 from stitchfleet.plugin.control.schedule import BASELINE, PROBE, REFERENCE, STITCHED
 
 MIN_BASELINE_STEPS = 3  # timed baseline steps of a signature its stitched steps are compared with
-# A block's first steps after a switch from the twin pay the switch (executor caches, threads, memory): no steps of
-# plain TF, so no part of the reference; their excess is the stitched side's cost. TF's steps stay slow for about five
-# steps after stitched ones, in any session of the process (session 50, the MLP: a plain session's step run after a
-# stitched step +35%, after a block's 1st to 5th step +20%, +8%, +8%, +6%, +6%, near plain from about the 7th). With
-# 2 of 5 left out the report's measured gross stood 1.0 s above the clock (7 runs of 11,000 stitched steps), with 5
-# of 10 (blocks every 200 steps) 0.15 s (docs/plugin/control.md)
+# A block's first steps after a switch from the twin pay the switch: no steps of plain TF, so no part of the reference;
+# their excess is the stitched side's cost. TF's steps stay slow ~5 steps after stitched ones (session 50, the MLP:
+# +20%, +8%, +8%, +6%, +6% at a block's 1st-5th; with 2 of 5 left out its report stood 1.0 s above the clock)
 SETTLE_STEPS = 5
 
 

@@ -270,8 +270,9 @@ def cached_library(cache_dir: Path) -> Path:
 
 
 def present(cache_dir: Path) -> bool:
-    """Whether this TF's op library is there without a build: shipped with the shim, or in the cache."""
-    if _prebuilt() is not None:
+    """Whether this TF's op library is there without a build: loaded in this process already (`load` gives a second
+    cache directory the first library), shipped with the shim, or in the cache."""
+    if _LOADED or _prebuilt() is not None:
         return True
     try:
         cache, key = _cached(cache_dir)

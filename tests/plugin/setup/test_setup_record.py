@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from stitchfleet import settings as settings_module
 from stitchfleet.plugin.control.schedule import Timing
+from stitchfleet.plugin.native import dispatch_op
 from stitchfleet.plugin.session.hook import StitchHook
 from stitchfleet.plugin.setup import payback, setup_record
 from stitchfleet.plugin.setup.setup_record import CacheState
@@ -161,7 +162,8 @@ def _recorded(url: str, tmp_path: Path, hook: StitchHook) -> str:
     return f"skipped {hook.length.skipped!r}; built {built!r}; events {seen}"
 
 
-def test_the_same_job_on_an_empty_cache_is_cold_and_skips(tmp_path: Path) -> None:
+def test_the_same_job_on_an_empty_cache_is_cold_and_skips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dispatch_op, "_LOADED", [])  # a new process (a pod): no op loaded by an earlier test's job
     step_ms = _step_between(SECONDS.warm, SECONDS.warm + SECONDS.kernels) * 1e3
     url = f"sqlite:///{tmp_path / 'telemetry.db'}"
     current = make_settings(
