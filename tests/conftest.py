@@ -53,7 +53,7 @@ def thawed_heap() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def test_kernel_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+def worker_kernel_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """A test that names no kernel cache gets the worker's (tests/shared_cache.py), never the user's: the demo's
     tests read ~/.cache/stitchfleet, whose setup records a `make demo` left made a 1200-step job set up where the test
     expects it skipped (CI, session 50), and wrote their own records there for the user's next job."""
