@@ -77,8 +77,7 @@ SETUP_SECONDS_OTHER = SetupSeconds(warm=SETUP_SECONDS["cpu"].cold, kernels=0.0, 
 # session 48, 2.5-4.1 ms steps); the MLP's 0.833x and the Transformer's 0.830x steady (session 45's A/B). It was 10%
 # (the demo's 0.90x of session 18), under what jobs have since shown: on a faster node it turned the demo away ("a
 # gain of at most 3.0 s against 3.5 s") where the demo set up saved 2.1-3.0 s net. An upper figure: a job's stitched
-# phase also runs baseline blocks (5%) and check steps at plain speed; what its last run on the node measured
-# replaces it (`estimate`).
+# phase also runs baseline blocks (5%) and check steps at plain speed; what its last run here measured replaces it.
 BEST_GAIN = 0.20
 # What a probe's mixed configuration costs over plain TF's step: +11% to +27% measured per cluster alone (issue 29).
 PROBE_LOSS = 0.25
@@ -162,11 +161,10 @@ def estimate(
     """The job's setup decision. Unknown length or step time: set up (the probes then bound themselves by the
     steps left); known both: set up only when the best gain over the steps left after exploring exceeds the cost.
     The fixed cost is the cold figure unless `cache` (what the kernel cache holds of this job's last setup) says
-    otherwise, and the gain BEST_GAIN unless the job's last run there measured it (its stitched steps' share of it,
-    above BEST_GAIN too); the cache is looked up unless
-    the best gain does not even repay the exploring. A step time no one states is the one the job's last run there
-    measured (`Measured.plain_step`), when the cache holds it. `ops`: the user's graph's op count, which sizes the
-    fixed figures (`SetupSeconds.sized`)."""
+    otherwise, and the gain BEST_GAIN unless the job's last run there measured one (on the steps that run stitched);
+    the cache is looked up unless the best gain does not even repay the exploring. A step time no one states is the
+    one the job's last run there measured (`Measured.plain_step`), when the cache holds it. `ops`: the user's graph's
+    op count, which sizes the fixed figures (`SetupSeconds.sized`)."""
     seconds = setup_seconds(backend).sized(ops)
     read: CacheState | None = None
     step_source = ""
@@ -184,12 +182,10 @@ def estimate(
     probes = exploring * step_seconds * PROBE_LOSS
     share, source = BEST_GAIN, "the best a stitched step has shown"
     stepped = max(steps - exploring, 0) * step_seconds  # plain TF's seconds over the steps after exploring
-    gain = stepped * share
     # Read whenever the gain repays more than the exploring (or already read for the step time): what the job's last
-    # run here measured (a steady gain below the best, a larger graph's setup, a loss) can say no even where a cold
-    # setup would repay, and its warm setup can cost less than the fixed warm figure (`SetupSeconds.fixed`: the MLP's
-    # 0.9 s against 1.5 s, session 49). Reading costs 4-8 ms (the graph's key and a JSON file).
-    state = read if read is not None or cache is None or gain <= probes else cache()
+    # run here measured (its steady gain, a larger graph's setup, a loss) weighs instead, and its warm setup can cost
+    # less than the fixed figure (`SetupSeconds.fixed`: the MLP's 0.9 s against 1.5 s). Reading costs 4-8 ms.
+    state = read if read is not None or cache is None or stepped * share <= probes else cache()
     measured, on = None, ""
     if state is None:
         fixed, case = seconds.cold, "cold, not looked up"
@@ -202,14 +198,10 @@ def estimate(
             said += f"; {measured.skips} runs skipped their setup on what its last run here measured: this one explores"
             measured = None
         fixed, case = seconds.fixed(state), state.case  # a retry too: a warm run pays what its last run paid again
-        if measured is not None:
-            # What the job's last run here measured, on the share of the steps that run stitched (a baseline block
-            # of the user's graph every period), above BEST_GAIN too: capped at it, the MLP measured 32.7% faster
-            # (noise 1%) turned 3000-step runs away ("0.7 s against 0.7 s") that saved 0.6-1.6 s of steps set up.
+        if measured is not None:  # above BEST_GAIN too, on the steps that run stitched (docs/plugin/setup.md)
             expected, stitched = measured.expected(timing.probe_margin), 1 - timing.block / timing.period
             share, source = (expected * stitched if expected > 0 else expected), measured.said()
-            if expected > 0:
-                on = f", {expected:.1%} on the {stitched:.0%} of them that run stitched"
+            on = f", {expected:.1%} on the {stitched:.0%} of them that run stitched" if expected > 0 else ""
     gain, cost = stepped * share, fixed + probes
     sized = f" for a graph of {ops} ops" if size_factor(ops) > 1 else ""
     refused = measured is not None and gain <= cost  # on what the job's last run here measured: that reason first
