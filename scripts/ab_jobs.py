@@ -67,7 +67,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks import ab_interleaved
+from benchmarks import ab_interleaved, idle_policy
 from stitchfleet import settings
 
 if TYPE_CHECKING:  # the hook imports TensorFlow: imported where a run needs it
@@ -875,6 +875,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {_resumed(args.resume, results, inproc)} runs read back from {args.resume}", flush=True)
     record = (args.resume or args.record).open("a") if (args.resume or args.record) else None
     started = time.perf_counter()
+    idle = idle_policy.read().describe()  # every figure below ran under it: say so with the table
+    print(f"  {idle}", flush=True)
     with tempfile.TemporaryDirectory() as fleets:  # per job, its telemetry over the rounds: the fleet's memory
         for r in range(args.rounds):
             for job in jobs:
@@ -911,7 +913,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(_tables(results, inproc)), flush=True)  # the tables so far, after every round
     if record is not None:
         record.close()
-    lines = _tables(results, inproc)
+    lines = [f"The machine's {idle}.", "", *_tables(results, inproc)]
     print("\n".join(lines))
     if args.out:
         with args.out.open("a") as out:

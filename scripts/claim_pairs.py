@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from benchmarks import idle_policy  # noqa: E402
 from stitchfleet.plugin.control.step_windows import SETTLE_STEPS  # noqa: E402
 
 # A window as the child reads it back from the telemetry database: mode, first and last step, steps, their seconds,
@@ -166,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
         for folder in (state, fleet, cache):
             Path(folder).mkdir()
         started = time.perf_counter()
-        print(f"{args.job}, {args.steps} steps a run: a cold run fills the kernel cache (not counted)", flush=True)
+        idle = idle_policy.read()
+        print(f"{args.job}, {args.steps} steps a run; the machine's {idle.describe()}", flush=True)
+        print("a cold run fills the kernel cache (not counted)", flush=True)
         _run("warm", args, state, fleet, cache)
         for index in range(args.pairs):
             order = ("plain", "warm") if index % 2 == 0 else ("warm", "plain")
@@ -186,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             if args.record is not None:
                 with args.record.open("a") as record:
-                    record.write(json.dumps({"job": args.job, "run_steps": args.steps, **asdict(found)}) + "\n")
+                    figures = {"job": args.job, "run_steps": args.steps, "idle": asdict(idle), **asdict(found)}
+                    record.write(json.dumps(figures) + "\n")
     print("\n".join(summary(pairs)))
     return 0
 
