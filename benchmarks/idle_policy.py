@@ -2,8 +2,8 @@
 
 Input: Linux's sysfs (the cpuidle driver and governor, the guest halt-polling module's limit). Output: `IdlePolicy`,
 its one-line description for a benchmark's header and its fields for a JSON record. Why it matters: on a KVM guest
-with halt polling off, every wake-up of a TF worker thread is a VM exit; plain TF's MLP ran 1.18-1.30 ms a step that
-way and 0.93-1.00 ms with the kernel's default polling (session 52), and the MLP's stitched saving halved.
+with halt polling off, every wake-up of a TF worker thread is a VM exit: plain TF's MLP ran 1.18-1.30 ms a step that
+way, 0.93-1.00 ms with the kernel's default polling, and its stitched steps saved 2.55 s against 1.24 s (session 52).
 """
 
 from __future__ import annotations
