@@ -357,15 +357,15 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         return tf.compat.v1.train.SessionRunArgs(extra, feed_dict=feeds)
 
     def _agreed(self, summed: Any) -> None:
-        """Every rank's answer: stitch the clusters all installed, or nothing when a rank's setup failed."""
+        """Every rank's answer: the clusters all installed, or none where a rank failed or skipped its setup."""
         assert self.agreement is not None and self._agreeing is not None
         ok, self._agreeing = bool(self._agreeing[SLOTS]), None
         agreed = self.agreement.decide(np.asarray(summed, dtype=np.float64)) if summed is not None else None
         if not ok:
-            return  # this rank's own setup failed: recorded in begin, it stays off like the others
+            return  # this rank's own setup failed or was skipped (recorded in begin): off like the others
         if agreed is None:
-            log.warning("stitchfleet: stitching is off for this job: the setup of another rank failed")
-            why = "another rank's setup failed"
+            log.warning("stitchfleet: stitching is off for this job: another rank did not set up (failed or skipped)")
+            why = "another rank did not set up"
             job_record.event(self.ledger, "compile_failure", None, why, "every rank leaves the job to TF")
             return
         kept = [p for p, (c, _) in enumerate(self.installed) if c.index in agreed]

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -87,7 +88,8 @@ def test_two_ranks_probing_keep_the_same_clusters_at_the_same_steps(tmp_path: Pa
     assert reruns[0] == reruns[1]
 
 
-def _states(stdout: str) -> dict[str, dict[str, object]]:
+def _states(stdout: str) -> dict[str, dict[str, Any]]:
+    """Each rank's 'state' line, by rank: parsed JSON, whose values each test reads as its scenario printed them."""
     found = {rank: json.loads(state) for rank, state in re.findall(r"rank (\d) state (.+)", stdout)}
     assert sorted(found) == ["0", "1"], stdout[-2000:]
     return found
@@ -130,7 +132,7 @@ def test_a_rank_whose_setup_failed_still_joins_and_every_rank_leaves_the_job_to_
         query = sa.select(tables.Event.rank, tables.Event.reason).where(tables.Event.kind == "compile_failure")
         reasons = {(rank, reason.split(":")[0]) for rank, reason in connection.execute(query)}
     engine.dispose()
-    assert reasons == {(1, "plugin setup failed"), (0, "another rank's setup failed")}, reasons
+    assert reasons == {(1, "plugin setup failed"), (0, "another rank did not set up")}, reasons
 
 
 def test_a_slower_verdict_only_one_rank_read_leaves_the_cluster_off_on_every_rank(tmp_path: Path) -> None:
@@ -160,3 +162,36 @@ def test_a_slower_verdict_only_one_rank_read_leaves_the_cluster_off_on_every_ran
     assert str(one["off5"]).startswith("fleet: slower on cpu:") and "per 2 jobs" in str(one["off5"])
     assert "not installed on every rank" in str(zero["off5"])
     assert zero["steps"] == one["steps"] == 24 and zero["reverted"] == one["reverted"]
+
+
+def test_a_rank_whose_own_records_skip_its_setup_still_joins_and_every_rank_runs_as_written(tmp_path: Path) -> None:
+    """Ranks on different nodes weigh their setup on their own node's kernel cache: rank 1's holds a record of a
+    last run that lost on this graph (`payback.estimate`: measured not to pay), rank 0's none. Rank 1 skips its
+    setup yet joins the agreement; rank 0, set up, then leaves the job to TF too: no rank stitches a step."""
+    from tests.plugin.recorded_events import events
+
+    done = _two_ranks_run(tmp_path, "skip")
+    states = _states(done.stdout)
+    zero, one = states["0"], states["1"]
+    # the mechanism as meant: rank 1 alone skipped, on its own record; rank 0 weighed none and set up
+    assert zero["skipped"] is None and zero["set_up"] is True
+    assert one["set_up"] is False and str(one["skipped"]).startswith("setup cannot pay back: its last run here ran")
+    assert "200 stitched steps 5.0% slower than plain TF's step" in str(one["skipped"])
+    # both ran the job to its end as written, alike: no stitched step, no controller, the same training
+    assert zero["active"] is one["active"] is False and zero["stitched"] == one["stitched"] == []
+    assert zero["backend_calls"] == one["backend_calls"] == 0
+    assert zero["runs"] == one["runs"] == 24
+    assert zero["loss"] == one["loss"] and zero["variables"] == one["variables"]
+    # why, told: rank 1's skip in its telemetry (its information lines are rank 0's to tell: rank_logs), rank 0's
+    # warning and event that another rank did not set up
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    [skipped] = [e for e in events(url, "setup", tmp_path / "rank1" / "state" / "spool") if e.rank == 1]
+    assert (skipped.reason, skipped.detail) == ("setup skipped: measured not to pay", one["skipped"])
+    told = "stitching is off for this job: another rank did not set up (failed or skipped)"
+    assert [w for w in _plugin_lines(done.stderr, 0, "WARNING") if told in w]
+    assert _plugin_lines(done.stderr, 1, "WARNING") == []
+    left = {(e.rank, e.reason) for e in events(url, "compile_failure")}
+    assert left == {(0, "another rank did not set up")}, left
+    # the record counted the run that skipped on it (`payback.RETRY_AFTER`): rank 1's own cache, nobody else's
+    [record] = (tmp_path / "rank1" / "cache" / "setups").glob("*.json")
+    assert json.loads(record.read_text())["measured"]["skips"] == 1
