@@ -43,7 +43,7 @@ class JobLength:
         why, label = too_short(timing, self.current.job_steps, self.stop), "job too short"
         if why is None:
             step_seconds = self.current.step_ms / 1e3 if self.current.step_ms > 0 else None
-            graph = tf.compat.v1.get_default_graph()  # begin's: the user's graph, nothing added yet
+            graph = tf.compat.v1.get_default_graph()  # begin's: the user's (a Horovod job's with its agreement ops)
 
             def cache() -> setup_record.CacheState:
                 return setup_record.state(graph, backend, self.current)

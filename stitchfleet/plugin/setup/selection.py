@@ -244,7 +244,7 @@ def choose(
     """Maps and builds every cluster of `art` (see the module docstring). Under a shape signature
     (`signature`), each mapped site learns which folded values it reads vary with the signature."""
     verdicts = {verdict.key: verdict for verdict in slower}
-    recorded = setup_record.record_key(graph, backend, current)  # the graph as the job built it: nothing added yet
+    recorded = setup_record.record_key(graph, backend, current)  # as built (Horovod's: with the agreement ops)
     building_op = False
     if current.bridge != "python" and targets.profile(backend).native_op:
         building_op = dispatch_op.warm(current.cache_dir)  # the op's build overlaps the cluster compiles below
