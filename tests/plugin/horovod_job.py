@@ -20,7 +20,6 @@ import json
 import logging
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import horovod.tensorflow as hvd
@@ -33,6 +32,7 @@ from stitchfleet.plugin.native.faults import Fault
 from stitchfleet.plugin.session.hook import StitchHook
 from stitchfleet.plugin.setup import setup_record
 from tests.plugin.hook_harness import _feeds, make_settings, train
+from tests.plugin.setup.test_setup_record import _kernels
 
 DIFFER_STEPS = 24
 
@@ -90,11 +90,8 @@ def lost_here(current: settings_module.Settings, backend: str) -> str:
         Agreement(hvd, graph)
         key = setup_record.record_key(graph, backend, current)
     # one kernel file the record names: the record's kernels say how warm the cache is, not whether the run lost
-    library = Path(current.cache_dir) / "cpu" / "lost.so"
-    library.parent.mkdir(parents=True, exist_ok=True)
-    library.write_bytes(b"\x7fELF")
-    kernel = SimpleNamespace(executable=SimpleNamespace(library_path=library))
-    assert setup_record.write(current.cache_dir, key, backend, [kernel]), "no setup record written"
+    kernels = _kernels(Path(current.cache_dir), ["lost.so"])
+    assert setup_record.write(current.cache_dir, key, backend, kernels), "no setup record written"
     # a steady loss with a plain step: the next run's estimate has its step time and its gain from this record alone
     lost = setup_record.Measured(gain=-0.05, steps=200, per_run=1.0, plain_step=0.004)
     assert setup_record.remember(current.cache_dir, key, backend, lost), "no measured figures written"
