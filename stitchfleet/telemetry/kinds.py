@@ -56,6 +56,12 @@ class EventKind(enum.StrEnum):
     NOT_ATTACHED = "not_attached"  # the job's training steps run without the hook (a session it cannot join); why
 
 
+# A `setup` event's reason when the run was a holdout: one run in every STITCHFLEET_HOLDOUT_EVERY that would set up
+# runs as written and timed instead, so that the report can set the job's stitched runs against plain TF measured
+# in processes of its own (telemetry/holdout.py), not only against the in-job baseline blocks.
+HOLDOUT_REASON = "setup skipped: holdout"
+
+
 class Verdict(enum.StrEnum):
     """A cluster fingerprint's standing; reverted is sticky (see VERDICT_RANK) until cleared."""
 
