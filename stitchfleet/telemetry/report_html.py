@@ -1,8 +1,8 @@
 """HTML rendering of a WeeklyReport: one self-contained page with an embedded PNG chart.
 
 Input: a `savings.WeeklyReport` and, optionally, the fleet's memory (report_memory). Output: an HTML
-document (string) with the fleet totals, revert reasons, rollups (the first ROLLUP_ROWS of each), the
-tasks saving most and least, the quarantined and slower clusters when given, and a chart
+document (string) with the fleet totals, the held-out check, revert reasons, rollups (the first ROLLUP_ROWS of
+each), the tasks saving most and least, the quarantined and slower clusters when given, and a chart
 drawn with matplotlib's Agg canvas (no display, no pyplot global state): gross hours saved per day
 and the top tasks by net hours, of one device kind (GPU when the week has GPU tasks, else CPU:
 GPU-hours and CPU core-hours never share an axis), embedded as a base64 `data:` PNG so the page
@@ -91,6 +91,14 @@ def _rollups(report: WeeklyReport, dimension: str) -> str:
     return table + (f"\n<p>{html.escape(note)}</p>" if note else "")
 
 
+def _held_out(report: WeeklyReport) -> list[str]:
+    if not report.held_out:
+        return [f"<p>{html.escape(text.NO_HELD_OUT)}</p>"]
+    table = _table(text.HELD_OUT_HEADER, text.held_out_cells(report.held_out), text.HELD_OUT_NUMERIC)
+    note = text.held_out_note(report.held_out)
+    return [f"<p>{html.escape(text.HELD_OUT_LEDE)}</p>", table, *([f"<p>{html.escape(note)}</p>"] if note else [])]
+
+
 def _tasks(jobs: Sequence[JobSavings], empty: str) -> str:
     if not jobs:
         return f"<p>{html.escape(empty)}</p>"
@@ -119,7 +127,9 @@ def render_html(report: WeeklyReport, top: int | None = None, memory: MemoryView
         f"<p>Week {html.escape(text.span(report))}. {html.escape(text.ROW_COVERS)}</p>",
         f'<img alt="{UNITS[charted_kind(report)]} saved per day and top tasks" src="data:image/png;base64,{png}">',
         "<h2>Fleet totals</h2>",
-        _table(["Figure", "Value"], text.totals_cells(report.totals), [False, True]),
+        _table(["Figure", "Value"], text.totals_cells(report.totals, report.after_check), [False, True]),
+        "<h2>Held-out check</h2>",
+        *_held_out(report),
         "<h2>Why tasks were reverted</h2>",
         _reasons(report),
     ]

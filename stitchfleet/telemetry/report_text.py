@@ -9,7 +9,8 @@ only, and at most ROLLUP_ROWS rows per rollup table. CSV is one table per output
 `jobs_csv_lines` one row per task (full precision, empty cells for missing medians), streamed,
 `rollups_csv` one row per (dimension, key, device kind) plus a final `fleet,all` row per device kind
 with the totals. GPU-hours and CPU core-hours are separate figures everywhere, never summed. The CLI
-picks the table with `--csv-table jobs|rollups`.
+picks the table with `--csv-table jobs|rollups`. Markdown and HTML also hold the held-out check (telemetry.holdout):
+a table of the jobs checked against their holdout runs, and the gross after the check in the totals.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import io
 import math
 from collections.abc import Iterable, Iterator, Sequence
 
+from stitchfleet.telemetry.holdout import CheckedGross, CheckVerdict, HeldOutCheck
 from stitchfleet.telemetry.report_memory import MemoryView, more, sections
 from stitchfleet.telemetry.savings import DEVICE_NOUNS, UNITS, DeviceTotals, JobSavings, Rollup, Totals, WeeklyReport
 from stitchfleet.telemetry.weeks import Week
@@ -71,7 +73,9 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric
     return "\n".join([line(cells[0]), rule + "|", *(line(row) for row in cells[1:])])
 
 
-def totals_cells(totals: Totals) -> list[list[str]]:
+def totals_cells(totals: Totals, after_check: Sequence[CheckedGross] = ()) -> list[list[str]]:
+    """Rows of the fleet totals table; with `after_check` (WeeklyReport.after_check), each device kind's gross after
+    the held-out check under its gross."""
     share = f"{totals.reverted_tasks:,} ({totals.reverted_share:.1%})"
     rows = [
         ["Tasks (job runs)", f"{totals.tasks:,}"],
@@ -79,18 +83,30 @@ def totals_cells(totals: Totals) -> list[list[str]]:
         ["Distributed tasks", f"{totals.distributed_tasks:,}"],
         ["Iterations", f"{totals.iterations:,}"],
     ]
+    checked = {found.device_kind: found for found in after_check}
     for kind in totals.by_kind or (totals.gpu,):
-        rows += kind_cells(kind)
+        rows += kind_cells(kind, checked.get(kind.device_kind))
     return [*rows, ["Reverted tasks (any cluster or the job)", share]]
 
 
-def kind_cells(kind: DeviceTotals) -> list[list[str]]:
-    """The totals of one device kind, each figure named with its unit."""
+def kind_cells(kind: DeviceTotals, after: CheckedGross | None = None) -> list[list[str]]:
+    """The totals of one device kind, each figure named with its unit; `after`: its gross after the held-out check."""
     label = "GPU" if kind.device_kind == "gpu" else "CPU"
+    checked = (
+        []
+        if after is None
+        else [
+            [
+                f"Gross {kind.unit} after the held-out check (jobs checked: {after.checked_jobs:,})",
+                hours(after.after_check_hours),
+            ]
+        ]
+    )
     return [
         [f"{label} tasks", f"{kind.tasks:,}"],
         [f"{DEVICE_NOUNS[kind.device_kind]} (sum over tasks)", f"{kind.devices:,}"],
         [f"Gross {kind.unit} saved", hours(kind.gross_hours)],
+        *checked,
         [f"Compile overhead, {kind.unit}", hours(kind.compile_hours)],
         [f"Plugin overhead (measured), {kind.unit}", hours(kind.overhead_hours)],
         [f"Net {kind.unit} saved", hours(kind.net_hours)],
@@ -263,6 +279,74 @@ def _tasks_section(title: str, jobs: Sequence[JobSavings], empty: str) -> list[s
     return [title, table]
 
 
+HELD_OUT_HEADER = (
+    "Cluster",
+    "Namespace",
+    "Job",
+    "Unit",
+    "Holdout runs",
+    "Plain step s (± sd)",
+    "Stitched runs",
+    "Stitched step s",
+    "Compile + overhead s",
+    "Saving between runs h (95% interval)",
+    "In-job claim h",
+    "Verdict",
+)
+HELD_OUT_NUMERIC = (False,) * 4 + (True,) * 7 + (False,)
+HELD_OUT_LEDE = (
+    "Holdout runs (one in every STITCHFLEET_HOLDOUT_EVERY runs of a single-rank job that would set up runs as "
+    "written and timed) measure plain TensorFlow's step in processes of their own. Per job with two or more this "
+    "week: saving between runs = the holdouts' mean plain step x the stitched runs' steps - what those runs took "
+    "(their steps, and compile and plugin overhead as the report charges them), with a 95% prediction interval "
+    "(the plain mean's error and each run's own deviation, Student's t over the holdouts); beside it the gross the "
+    "report claims in-job for the same runs, within, above or below that interval."
+)
+NO_HELD_OUT = "No job had two holdout runs and a stitched run this week: nothing was checked between processes."
+VERDICT_TEXT = {
+    CheckVerdict.WITHIN.value: "claim within interval",
+    CheckVerdict.ABOVE.value: "claim above interval",
+    CheckVerdict.BELOW.value: "claim below interval",
+}
+
+
+def held_out_cells(checks: Sequence[HeldOutCheck]) -> list[list[str]]:
+    """Rows of the held-out check table (the first ROLLUP_ROWS jobs), in HELD_OUT_HEADER order."""
+    return [
+        [
+            check.cluster,
+            check.namespace,
+            check.job_name,
+            UNITS[check.device_kind],
+            f"{check.holdout_runs:,}",
+            f"{seconds(check.plain_step_seconds)} ± {seconds(check.plain_step_sd)}",
+            f"{check.stitched_runs:,}",
+            seconds(check.stitched_step_seconds),
+            f"{check.charged_seconds:,.1f}",
+            f"{hours(check.saving_hours)} ({hours(check.low_hours)} to {hours(check.high_hours)})",
+            hours(check.claimed_hours),
+            VERDICT_TEXT[check.verdict],
+        ]
+        for check in checks[:ROLLUP_ROWS]
+    ]
+
+
+def held_out_note(checks: Sequence[HeldOutCheck]) -> str:
+    """A note under a cut held-out table ("" when every job checked is shown)."""
+    left = len(checks) - ROLLUP_ROWS
+    if left <= 0:
+        return ""
+    return f"{left:,} more jobs checked, not shown; the totals' gross after the check counts them all."
+
+
+def _held_out_section(report: WeeklyReport) -> list[str]:
+    if not report.held_out:
+        return ["## Held-out check", NO_HELD_OUT]
+    table = markdown_table(HELD_OUT_HEADER, held_out_cells(report.held_out), HELD_OUT_NUMERIC)
+    note = held_out_note(report.held_out)
+    return ["## Held-out check", HELD_OUT_LEDE, table + (f"\n\n{note}" if note else "")]
+
+
 def span(report: WeeklyReport) -> str:
     """The dates the week covers, for titles."""
     days = report.week.days()
@@ -307,7 +391,8 @@ def render_markdown(report: WeeklyReport, top: int | None = None, memory: Memory
         f"# stitchfleet weekly savings report: {report.week.label}",
         f"Week {span(report)}. {ROW_COVERS}",
         "## Fleet totals",
-        markdown_table(["Figure", "Value"], totals_cells(report.totals), [False, True]),
+        markdown_table(["Figure", "Value"], totals_cells(report.totals, report.after_check), [False, True]),
+        *_held_out_section(report),
         "## Why tasks were reverted",
         _reasons_table(report.totals),
         "## Gross hours saved per day",
