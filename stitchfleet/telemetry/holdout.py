@@ -2,7 +2,7 @@
 
 Input: a Connection and a `Week` (`held_out_checks`), or one job's figures (`check_job`: pure, no SQL). Output:
 `HeldOutCheck` per job (cluster, namespace, job name, device kind) with at least two holdout runs in the week, and
-per device kind the report's gross after the check (`gross_after_check`). Holdout runs are the tasks with a `setup`
+per device kind the report's net after the check (`net_after_check`). Holdout runs are the tasks with a `setup`
 event whose reason is `kinds.HOLDOUT_REASON`; their step windows are plain TF's steps in processes of their own.
 """
 
@@ -35,7 +35,8 @@ T = models.TaskWeek
 
 
 class CheckVerdict(enum.StrEnum):
-    """Where the report's in-job claim for the stitched runs falls against the saving between runs' interval."""
+    """Where the report's in-job net for the stitched runs (claim less compile and overhead) falls against the
+    saving between runs' interval (which has them taken off too)."""
 
     WITHIN = "within"
     ABOVE = "above"  # the report books more than plain TF in processes of their own shows
@@ -77,8 +78,10 @@ class HeldOutCheck:
     plain_step_seconds (m) is the mean of the holdout runs' own mean steps, plain_step_sd their sample standard
     deviation, holdout_runs (k) their number. stitched_step_seconds: the stitched runs' step seconds per rank-step;
     charged_seconds: their compile and plugin overhead as the report charges them this week (rank-seconds).
-    saving_hours = sum over runs t of (m * I_t - S_t) x devices per rank / 3600, S_t = step seconds + charges;
-    low/high: its 95% prediction interval; claimed_hours: what the report books in-job for the same runs (gross).
+    saving_hours = sum over runs t of (m * I_t - S_t) x devices per rank / 3600, S_t = step seconds + charges: a
+    net, like the clock's; low/high: its 95% prediction interval; claimed_hours: what the report books in-job for
+    the same runs (gross), charged_hours: their charges in the job's unit; the verdict sets the in-job net (claim
+    less charges) against the interval, so that the charges count on both sides or on neither.
     """
 
     cluster: str
@@ -96,21 +99,28 @@ class HeldOutCheck:
     low_hours: float
     high_hours: float
     claimed_hours: float
+    charged_hours: float
     verdict: str
 
     @property
-    def capped_hours(self) -> float:
-        """What the gross after the check keeps of the in-job claim: at most the interval's high end."""
-        return min(self.claimed_hours, self.high_hours)
+    def in_job_net_hours(self) -> float:
+        """What the report nets for the same runs: its in-job claim less their compile and plugin overhead."""
+        return self.claimed_hours - self.charged_hours
+
+    @property
+    def excess_hours(self) -> float:
+        """What the in-job net books above the interval's high end (0 within or below it): the net after the check
+        takes it off."""
+        return max(self.in_job_net_hours - self.high_hours, 0.0)
 
 
 @dataclass(frozen=True)
-class CheckedGross:
-    """One device kind's gross after the held-out check: checked jobs' claims capped at the interval's high end,
-    every other task's claim as booked. gross_hours is the report's (unchanged); checked_jobs the jobs checked."""
+class CheckedNet:
+    """One device kind's net after the held-out check: checked jobs' in-job nets capped at the interval's high end,
+    every other task's net as booked. net_hours is the report's (unchanged); checked_jobs the jobs checked."""
 
     device_kind: str
-    gross_hours: float
+    net_hours: float
     checked_jobs: int
     after_check_hours: float
 
@@ -161,6 +171,7 @@ def check_job(job: JobName, plain_steps: Sequence[float], stitched: Sequence[Sti
     )
     half = paired.t_quantile(k - 1) * sd * math.sqrt(sum(weighted) ** 2 / k + sum(w * w for w in weighted))
     claimed = sum(run.claimed_seconds * run.devices_per_rank for run in stitched) / SECONDS_PER_HOUR
+    charged = sum(run.charged_seconds * run.devices_per_rank for run in stitched) / SECONDS_PER_HOUR
     low, high = (saving - half) / SECONDS_PER_HOUR, (saving + half) / SECONDS_PER_HOUR
     rank_steps = sum(run.rank_steps for run in stitched)
     return HeldOutCheck(
@@ -179,7 +190,8 @@ def check_job(job: JobName, plain_steps: Sequence[float], stitched: Sequence[Sti
         low_hours=low,
         high_hours=high,
         claimed_hours=claimed,
-        verdict=verdict_of(claimed, low, high).value,
+        charged_hours=charged,
+        verdict=verdict_of(claimed - charged, low, high).value,
     )
 
 
@@ -276,9 +288,9 @@ def stitched_runs(connection: Connection, week: Week, jobs: Iterable[JobName]) -
 
 
 def _order(check: HeldOutCheck) -> tuple[int, float, str, str, str]:
-    # GPU first (as every table of the report), then the claims furthest above what the holdouts show.
+    # GPU first (as every table of the report), then the nets furthest above what the holdouts show.
     gpu_first = 0 if check.device_kind == models.DeviceKind.GPU.value else 1
-    return (gpu_first, check.high_hours - check.claimed_hours, check.cluster, check.namespace, check.job_name)
+    return (gpu_first, check.high_hours - check.in_job_net_hours, check.cluster, check.namespace, check.job_name)
 
 
 def held_out_checks(connection: Connection, week: Week) -> tuple[HeldOutCheck, ...]:
@@ -296,13 +308,11 @@ def held_out_checks(connection: Connection, week: Week) -> tuple[HeldOutCheck, .
     return tuple(sorted(checks, key=_order))
 
 
-def gross_after_check(gross_by_kind: Mapping[str, float], checks: Sequence[HeldOutCheck]) -> tuple[CheckedGross, ...]:
-    """Per device kind of `gross_by_kind` (the report's gross hours, in its order): sum over checked jobs of
-    min(in-job claim, interval's high end) + every other task's claim = the gross less what checked jobs claim
-    above their interval."""
+def net_after_check(net_by_kind: Mapping[str, float], checks: Sequence[HeldOutCheck]) -> tuple[CheckedNet, ...]:
+    """Per device kind of `net_by_kind` (the report's net hours, in its order): the net less what checked jobs' in-job
+    nets book above their interval's high end (`HeldOutCheck.excess_hours`)."""
     result = []
-    for kind, gross in gross_by_kind.items():
+    for kind, net in net_by_kind.items():
         mine = [check for check in checks if check.device_kind == kind]
-        excess = sum(check.claimed_hours - check.capped_hours for check in mine)
-        result.append(CheckedGross(kind, gross, len(mine), gross - excess))
+        result.append(CheckedNet(kind, net, len(mine), net - sum(check.excess_hours for check in mine)))
     return tuple(result)

@@ -10,7 +10,7 @@ only, and at most ROLLUP_ROWS rows per rollup table. CSV is one table per output
 `rollups_csv` one row per (dimension, key, device kind) plus a final `fleet,all` row per device kind
 with the totals. GPU-hours and CPU core-hours are separate figures everywhere, never summed. The CLI
 picks the table with `--csv-table jobs|rollups`. Markdown and HTML also hold the held-out check (telemetry.holdout):
-a table of the jobs checked against their holdout runs, and the gross after the check in the totals.
+a table of the jobs checked against their holdout runs, and the net after the check in the totals.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import io
 import math
 from collections.abc import Iterable, Iterator, Sequence
 
-from stitchfleet.telemetry.holdout import CheckedGross, CheckVerdict, HeldOutCheck
+from stitchfleet.telemetry.holdout import CheckedNet, CheckVerdict, HeldOutCheck
 from stitchfleet.telemetry.report_memory import MemoryView, more, sections
 from stitchfleet.telemetry.savings import DEVICE_NOUNS, UNITS, DeviceTotals, JobSavings, Rollup, Totals, WeeklyReport
 from stitchfleet.telemetry.weeks import Week
@@ -73,9 +73,9 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric
     return "\n".join([line(cells[0]), rule + "|", *(line(row) for row in cells[1:])])
 
 
-def totals_cells(totals: Totals, after_check: Sequence[CheckedGross] = ()) -> list[list[str]]:
-    """Rows of the fleet totals table; with `after_check` (WeeklyReport.after_check), each device kind's gross after
-    the held-out check under its gross."""
+def totals_cells(totals: Totals, after_check: Sequence[CheckedNet] = ()) -> list[list[str]]:
+    """Rows of the fleet totals table; with `after_check` (WeeklyReport.after_check), each device kind's net after
+    the held-out check under its net."""
     share = f"{totals.reverted_tasks:,} ({totals.reverted_share:.1%})"
     rows = [
         ["Tasks (job runs)", f"{totals.tasks:,}"],
@@ -89,15 +89,15 @@ def totals_cells(totals: Totals, after_check: Sequence[CheckedGross] = ()) -> li
     return [*rows, ["Reverted tasks (any cluster or the job)", share]]
 
 
-def kind_cells(kind: DeviceTotals, after: CheckedGross | None = None) -> list[list[str]]:
-    """The totals of one device kind, each figure named with its unit; `after`: its gross after the held-out check."""
+def kind_cells(kind: DeviceTotals, after: CheckedNet | None = None) -> list[list[str]]:
+    """The totals of one device kind, each figure named with its unit; `after`: its net after the held-out check."""
     label = "GPU" if kind.device_kind == "gpu" else "CPU"
     checked = (
         []
         if after is None
         else [
             [
-                f"Gross {kind.unit} after the held-out check (jobs checked: {after.checked_jobs:,})",
+                f"Net {kind.unit} after the held-out check (jobs checked: {after.checked_jobs:,})",
                 hours(after.after_check_hours),
             ]
         ]
@@ -106,10 +106,10 @@ def kind_cells(kind: DeviceTotals, after: CheckedGross | None = None) -> list[li
         [f"{label} tasks", f"{kind.tasks:,}"],
         [f"{DEVICE_NOUNS[kind.device_kind]} (sum over tasks)", f"{kind.devices:,}"],
         [f"Gross {kind.unit} saved", hours(kind.gross_hours)],
-        *checked,
         [f"Compile overhead, {kind.unit}", hours(kind.compile_hours)],
         [f"Plugin overhead (measured), {kind.unit}", hours(kind.overhead_hours)],
         [f"Net {kind.unit} saved", hours(kind.net_hours)],
+        *checked,
     ]
 
 
@@ -291,22 +291,24 @@ HELD_OUT_HEADER = (
     "Compile + overhead s",
     "Saving between runs h (95% interval)",
     "In-job claim h",
+    "In-job net h",
     "Verdict",
 )
-HELD_OUT_NUMERIC = (False,) * 4 + (True,) * 7 + (False,)
+HELD_OUT_NUMERIC = (False,) * 4 + (True,) * 8 + (False,)
 HELD_OUT_LEDE = (
     "Holdout runs (one in every STITCHFLEET_HOLDOUT_EVERY runs of a single-rank job that would set up runs as "
     "written and timed) measure plain TensorFlow's step in processes of their own. Per job with two or more this "
     "week: saving between runs = the holdouts' mean plain step x the stitched runs' steps - what those runs took "
     "(their steps, and compile and plugin overhead as the report charges them), with a 95% prediction interval "
-    "(the plain mean's error and each run's own deviation, Student's t over the holdouts); beside it the gross the "
-    "report claims in-job for the same runs, within, above or below that interval."
+    "(the plain mean's error and each run's own deviation, Student's t over the holdouts); beside it what the "
+    "report claims in-job for the same runs and its net (the claim less the same compile and overhead), within, "
+    "above or below that interval. The net after the check takes off what nets above their interval book beyond it."
 )
 NO_HELD_OUT = "No job had two holdout runs and a stitched run this week: nothing was checked between processes."
 VERDICT_TEXT = {
-    CheckVerdict.WITHIN.value: "claim within interval",
-    CheckVerdict.ABOVE.value: "claim above interval",
-    CheckVerdict.BELOW.value: "claim below interval",
+    CheckVerdict.WITHIN.value: "net within interval",
+    CheckVerdict.ABOVE.value: "net above interval",
+    CheckVerdict.BELOW.value: "net below interval",
 }
 
 
@@ -325,6 +327,7 @@ def held_out_cells(checks: Sequence[HeldOutCheck]) -> list[list[str]]:
             f"{check.charged_seconds:,.1f}",
             f"{hours(check.saving_hours)} ({hours(check.low_hours)} to {hours(check.high_hours)})",
             hours(check.claimed_hours),
+            hours(check.in_job_net_hours),
             VERDICT_TEXT[check.verdict],
         ]
         for check in checks[:ROLLUP_ROWS]
@@ -336,7 +339,7 @@ def held_out_note(checks: Sequence[HeldOutCheck]) -> str:
     left = len(checks) - ROLLUP_ROWS
     if left <= 0:
         return ""
-    return f"{left:,} more jobs checked, not shown; the totals' gross after the check counts them all."
+    return f"{left:,} more jobs checked, not shown; the totals' net after the check counts them all."
 
 
 def _held_out_section(report: WeeklyReport) -> list[str]:

@@ -32,8 +32,9 @@ Definitions:
   its reason is the label of its first revert event, else the status reason.
 - held-out check (telemetry.holdout): per job with two or more holdout runs (plain TF, timed, in processes of
   their own) in the week, its stitched runs' saving between runs with a 95% prediction interval beside what the
-  report claims in-job for them; gross after the check = checked jobs' claims capped at the interval's high end +
-  every other task's claim. The gross, net and aggregates above do not change with it.
+  report nets in-job for them (claim less compile and overhead: the saving between runs has them taken off too);
+  net after the check = the net less what checked jobs' in-job nets book above the interval's high end. The
+  gross, net and aggregates above do not change with it.
 
 `weekly_summary` reads the incremental aggregates the store keeps on every write
 (telemetry.aggregates): O(groups) rows, whatever the number of windows, plus the windows of the
@@ -56,7 +57,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from stitchfleet.telemetry import database, holdout, models, paired, rollup_sql, savings_sql
-from stitchfleet.telemetry.holdout import CheckedGross, HeldOutCheck
+from stitchfleet.telemetry.holdout import CheckedNet, HeldOutCheck
 from stitchfleet.telemetry.weeks import Week, parse_week
 
 SECONDS_PER_HOUR = 3600.0
@@ -223,8 +224,8 @@ class WeeklyReport:
     largest first; `bottom`: the tasks saving least, up to `listed` per device kind, lowest
     first, without those already in `jobs` (a small week lists every task in `jobs`). The
     totals, rollups and daily figures cover every task of the week. `held_out`: every job checked against
-    its holdout runs (GPU first, claims furthest above their interval first); `after_check`: per device kind
-    of the totals, the gross after that check.
+    its holdout runs (GPU first, nets furthest above their interval first); `after_check`: per device kind
+    of the totals, the net after that check.
     """
 
     week: Week
@@ -235,17 +236,17 @@ class WeeklyReport:
     attribution: str = ATTRIBUTION
     bottom: tuple[JobSavings, ...] = ()
     listed: int = LISTED_TASKS
-    # The held-out check (telemetry.holdout): one per job checked, and the gross after it per device kind.
+    # The held-out check (telemetry.holdout): one per job checked, and the net after it per device kind.
     held_out: tuple[HeldOutCheck, ...] = ()
-    after_check: tuple[CheckedGross, ...] = ()
+    after_check: tuple[CheckedNet, ...] = ()
 
-    def gross_after_check(self, device_kind: str) -> CheckedGross:
-        """The gross of one device kind after the held-out check (the gross itself when no job of it was checked)."""
+    def net_after_check(self, device_kind: str) -> CheckedNet:
+        """The net of one device kind after the held-out check (the net itself when no job of it was checked)."""
         for found in self.after_check:
             if found.device_kind == device_kind:
                 return found
-        gross = self.totals.kind(device_kind).gross_hours
-        return CheckedGross(device_kind, gross, 0, gross)
+        net = self.totals.kind(device_kind).net_hours
+        return CheckedNet(device_kind, net, 0, net)
 
 
 def kind_order(device_kind: str) -> int:
@@ -415,7 +416,7 @@ def _compute(connection: Connection, week: Week, listed: int) -> WeeklyReport:
     totals = _totals(groups, rollup_sql.distinct_jobs(connection, week))
     top, bottom = _listed(connection, week, [kind.device_kind for kind in totals.by_kind], listed)
     checks = holdout.held_out_checks(connection, week)
-    after = holdout.gross_after_check({kind.device_kind: kind.gross_hours for kind in totals.by_kind}, checks)
+    after = holdout.net_after_check({kind.device_kind: kind.net_hours for kind in totals.by_kind}, checks)
     return WeeklyReport(
         week,
         top,

@@ -119,21 +119,23 @@ def test_the_check_of_a_job_figured_by_hand(any_url: str) -> None:
     assert check.low_hours == pytest.approx((saving - half) * 2 / H, rel=1e-9)
     assert check.high_hours == pytest.approx((saving + half) * 2 / H, rel=1e-9)
     assert check.claimed_hours == pytest.approx(12 * 2 / H, rel=1e-12)  # S1 6 s + S2 6 s + S3 0, x 2 GPUs
-    assert check.verdict == "within"  # 24 GPU-seconds inside (-122.7, 34.7)
+    assert check.charged_hours == pytest.approx(25 * 2 / H, rel=1e-12)
+    assert check.in_job_net_hours == pytest.approx(-26 / H, rel=1e-12)
+    assert check.verdict == "within"  # the in-job net, -26 GPU-seconds, inside (-122.7, 34.7)
 
-    # The report's own figures do not move: S1 and S2 claim 12 GPU-s each, O1 9; the check keeps the claim.
+    # The report's own figures do not move: S1 and S2 claim 12 GPU-s each, O1 9; the check keeps the net.
     gpu = report.totals.gpu
     assert gpu.gross_hours == pytest.approx(33 / H, rel=1e-12)
-    after = report.gross_after_check("gpu")
-    assert (after.checked_jobs, after.gross_hours) == (1, gpu.gross_hours)
-    assert after.after_check_hours == pytest.approx(33 / H, rel=1e-12)
+    after = report.net_after_check("gpu")
+    assert (after.checked_jobs, after.net_hours) == (1, gpu.net_hours)
+    assert after.after_check_hours == pytest.approx(gpu.net_hours, rel=1e-12)
 
 
 @pytest.mark.parametrize(
     ("plain", "verdict", "m"),
     [
-        ((0.1001, 0.0999), "above", 0.100),  # saving -22 +- 1.97 rank-s; the claim, 12, is above
-        ((0.1311, 0.1309), "below", 0.131),  # saving 157.2 - 142 = 15.2 +- 1.97; the claim, 12, is below
+        ((0.1001, 0.0999), "above", 0.100),  # saving -22 +- 1.97 rank-s; the in-job net, 12 - 25 = -13, is above
+        ((0.1311, 0.1309), "below", 0.131),  # saving 157.2 - 142 = 15.2 +- 1.97; the net, -13, is below
     ],
 )
 def test_the_claim_above_or_below_the_interval(
@@ -146,9 +148,11 @@ def test_the_claim_above_or_below_the_interval(
     high = m * 1200 - 142 + half
     assert check.verdict == verdict
     assert check.high_hours == pytest.approx(high * 2 / H, rel=1e-6)
-    # After the check: the job keeps min(24 GPU-s claimed, its high end), O1 its 9 GPU-s.
-    expected = min(24.0, high * 2) + 9.0
-    assert report.gross_after_check("gpu").after_check_hours == pytest.approx(expected / H, rel=1e-6)
+    # After the check: the net less what the job's in-job net (24 - 50 GPU-s) books above its high end.
+    excess = max(-26.0 - high * 2, 0.0)
+    assert (excess > 0) == (verdict == "above")
+    net = report.totals.gpu.net_hours
+    assert report.net_after_check("gpu").after_check_hours == pytest.approx(net - excess / H, rel=1e-6)
     assert report.totals.gpu.gross_hours == pytest.approx(33 / H, rel=1e-12)  # the gross as before
 
 
@@ -158,8 +162,8 @@ def test_one_holdout_in_the_week_gives_no_check(sqlite_url: str) -> None:
     write(sqlite_url, rows)
     report = savings.weekly_summary(sqlite_url, "2026-W47")
     assert report.held_out == ()
-    after = report.gross_after_check("gpu")
-    assert (after.checked_jobs, after.after_check_hours) == (0, pytest.approx(33 / H, rel=1e-12))
+    after = report.net_after_check("gpu")
+    assert (after.checked_jobs, after.after_check_hours) == (0, pytest.approx(report.totals.gpu.net_hours))
 
 
 def test_holdouts_of_another_week_or_kind_do_not_count(sqlite_url: str) -> None:
@@ -204,7 +208,8 @@ def test_check_job_by_hand_and_its_errors() -> None:
     half = 4.303 * 0.01 * math.sqrt(1600**2 / 3 + 400**2 + 1200**2)
     assert check.high_hours - check.saving_hours == pytest.approx(half / H, rel=1e-9)
     assert check.claimed_hours == pytest.approx(12 / H, rel=1e-12)
-    assert check.verdict == "within"  # 12 device-s inside 44 +- 67.4
+    assert check.charged_hours == pytest.approx(4 / H, rel=1e-12)  # run 1's 1 rank-s x 4 devices
+    assert check.verdict == "within"  # the in-job net, 12 - 4 device-s, inside 44 +- 67.4
     assert check.stitched_step_seconds == pytest.approx(32 / 400, rel=1e-12)
     with pytest.raises(ValueError, match=r"ns/j .*: 1 holdout runs, expected >= 2"):
         holdout.check_job(job, [0.1], runs)
@@ -238,7 +243,7 @@ def test_the_renderers_print_the_section(sqlite_url: str) -> None:
     found = savings.weekly_summary(sqlite_url, "2026-W47")
     markdown = report_text.render_markdown(found)
     cells = _table_row(markdown, "Held-out check", "gpu-east")
-    assert cells[2:5] + cells[6:7] + cells[-1:] == [JOB, "GPU-hours", "2", "3", "claim within interval"]
+    assert cells[2:5] + cells[6:7] + cells[-1:] == [JOB, "GPU-hours", "2", "3", "net within interval"]
     assert "prediction interval" in markdown.split("## Held-out check")[1].split("## ")[0]
     # Figures large enough to read at two decimals, set by hand into the report the store gave.
     check = dataclasses.replace(
@@ -251,9 +256,10 @@ def test_the_renderers_print_the_section(sqlite_url: str) -> None:
         low_hours=-30.25,
         high_hours=5.75,
         claimed_hours=8.0,
+        charged_hours=0.5,
         verdict="above",
     )
-    after = (holdout.CheckedGross("gpu", 17.0, 1, 14.75),)
+    after = (holdout.CheckedNet("gpu", 17.0, 1, 14.75),)
     report = dataclasses.replace(found, held_out=(check,), after_check=after)
     markdown = report_text.render_markdown(report)
     assert _table_row(markdown, "Held-out check", "gpu-east") == [
@@ -268,13 +274,14 @@ def test_the_renderers_print_the_section(sqlite_url: str) -> None:
         "1,234.6",
         "-12.50 (-30.25 to 5.75)",
         "8.00",
-        "claim above interval",
+        "7.50",
+        "net above interval",
     ]
-    label = "Gross GPU-hours after the held-out check (jobs checked: 1)"
+    label = "Net GPU-hours after the held-out check (jobs checked: 1)"
     assert _table_row(markdown, "Fleet totals", label) == [label, "14.75"]
     page = report_html.render_html(report)
     assert "<h2>Held-out check</h2>" in page and f"<td>{JOB}</td>" in page
-    assert '<td class="num">-12.50 (-30.25 to 5.75)</td>' in page and "<td>claim above interval</td>" in page
+    assert '<td class="num">-12.50 (-30.25 to 5.75)</td>' in page and "<td>net above interval</td>" in page
     assert f'<td>{label}</td><td class="num">14.75</td>' in page
 
 
