@@ -213,6 +213,13 @@ class Settings:
         " training step).",
         minimum=0.0,
     )
+    holdout_every: int = _knob(
+        10,
+        "One run in this many of a single-rank job whose setup record on the node says its setup pays runs as written"
+        " and timed instead (a holdout): plain TF's step in a process of its own, which the report sets the job's"
+        " stitched runs against (0: never).",
+        minimum=0,
+    )
     remote_stitch_budget: int = _knob(8, "Most independent clusters merged into one stitch op.", minimum=1)
     dump_dir: str = _knob("", "Write every compiler artifact here, and why the plugin changed a cluster (empty: off).")
     # Home-relative defaults are resolved once, at import: a process's home does not move.
@@ -419,6 +426,7 @@ AREAS: dict[str, tuple[str, ...]] = {
         "job_steps",
         "step_ms",
         "setup_share",
+        "holdout_every",
     ),
     "telemetry": (
         "db_url",

@@ -27,6 +27,7 @@ from stitchfleet.plugin.horovod.setup_agreement import SLOTS, Agreement
 from stitchfleet.plugin.native.backend_choice import resolve_backend
 from stitchfleet.plugin.session import gc_pause, hooked_graph, job_length, job_record
 from stitchfleet.plugin.session.exported_graph import setup_additions
+from stitchfleet.plugin.session.holdout_windows import HoldoutWindows
 from stitchfleet.plugin.session.step_threads import StepThreads
 from stitchfleet.plugin.setup import job_verdict
 
@@ -87,6 +88,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         self._quiet_fetches: tuple[object, ...] = ()  # the last quiet training run's fetched objects
         self._quiet_steps: deque[tuple[int, float]] = deque()  # quiet steps timed, not yet booked: (step, seconds)
         self._booking = threading.Lock()  # one thread books the queued quiet steps at a time
+        self.holdout: HoldoutWindows | None = None  # a holdout run's windows (`JobLength.held_out`): quiet throughout
         self.agreement: Agreement | None = None  # Horovod: the ranks' agreement on installed clusters
         self._agreeing: np.ndarray[Any, np.dtype[np.float64]] | None = None  # this rank's part, until agreed
         self.switches: tf.Tensor | None = None  # the graph's switch vector (clusters installed at begin)
@@ -199,7 +201,7 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
         started = getattr(self._quiet, "started", None) if self.quiet else None
         if started is not None:  # a quiet training step: queued, booked with the next batch (`_book_quiet`)
             self._quiet.started = None
-            self._quiet_steps.append((self.step, time.perf_counter() - started))
+            self._quiet_steps.append((self.step, arrived - started))  # the step's run: a stitched window's span
             self.step += 1
             if len(self._quiet_steps) >= QUIET_BATCH:
                 self._book_quiet()
@@ -227,15 +229,17 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             self.path.left()  # the hook's work after the step's booking: charged with the next step
 
     def _book_quiet(self, wait: bool = False) -> None:
-        """Books the queued quiet steps in one controller call; one thread at a time (the next batch takes the rest,
-        or, at `end`, which `wait`s for the lock, the final call: a step queued meanwhile is still booked)."""
+        """Books the queued quiet steps in one controller call (a holdout's: its windows'); one thread at a time (the
+        next batch takes the rest, or, at `end`, which `wait`s for the lock, the final call: a step queued meanwhile is
+        still booked)."""
         if not self._booking.acquire(blocking=wait):
             return
         try:
             queued = self._quiet_steps
             steps = [queued.popleft() for _ in range(len(queued))]  # only this thread pops: never empty midway
-            if steps and self.controller is not None:
-                self.controller.quiet_steps(steps)
+            booker = self.controller if self.controller is not None else self.holdout
+            if steps and booker is not None:
+                booker.quiet_steps(steps)
         except Exception as err:
             self._fault(err)
         finally:
@@ -244,6 +248,8 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
     def end(self, session: tf.compat.v1.Session) -> None:
         try:
             self._book_quiet(wait=True)  # the quiet steps still queued are the job's too, even while a batch books
+            if self.holdout is not None:
+                self.holdout.finish()  # its last window, before the ledger closes
             if self.path is not None:
                 self.path.settle()  # the leased steps that ran are the job's too
             kernels = [c.kernel for c, _ in self.installed]
@@ -290,7 +296,9 @@ class StitchHook(tf.compat.v1.train.SessionRunHook):  # type: ignore[misc]
             raise RuntimeError("injected setup failure")
         self.ledger = self.ledger or job_record.opened(current, self.consensus.rank, self.consensus.size, self.db_url)
         backend = resolve_backend(self.backend)
-        if self.length.short(self, self.ledger, backend):  # too short to repay its setup: no compile, no probe
+        if self.length.short(self, self.ledger, backend, self.consensus.size):  # no compile, no probe
+            if self.length.held_out:  # as written, timed from its first step as a quiet step is (docs/plugin/setup.md)
+                self.holdout, self.quiet = HoldoutWindows(self.ledger, current.window_steps), True
             return
         recalling = time.perf_counter()  # the setup's seconds count from here (the fleet's memory included)
         memory = self.ledger.recall()

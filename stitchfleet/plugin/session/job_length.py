@@ -2,7 +2,9 @@
 
 Input: the settings (`job_steps`, when the operator or the user states it) and the hook itself: the list of
 hooks a `MonitoredSession` (or an Estimator's `train`) holds it in, where a `StopAtStepHook` says the job's
-`num_steps` or `last_step`. Output: The rules in full: docs/plugin/session.md.
+`num_steps` or `last_step`. Output: whether the job skips its setup (too short, measured not to pay, or held out:
+one run in every STITCHFLEET_HOLDOUT_EVERY runs as written and timed), and its steps. The rules in full:
+docs/plugin/session.md and docs/plugin/setup.md.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from stitchfleet import settings as settings_module
 from stitchfleet.plugin.control.schedule import Timing
 from stitchfleet.plugin.fleet.ledger import Ledger
 from stitchfleet.plugin.setup import payback, setup_record
-from stitchfleet.telemetry.kinds import EventKind
+from stitchfleet.telemetry.kinds import HOLDOUT_REASON, EventKind
 from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 
 log = logging.getLogger("stitchfleet.plugin")
@@ -33,11 +35,13 @@ class JobLength:
         self.stop: tf.compat.v1.train.StopAtStepHook | None = None
         self.steps: int | None = None
         self.skipped: str | None = None  # why setup was skipped at `begin`, if it was
+        self.held_out = False  # skipped as a holdout: the run is timed as written from its first step (`holdout`)
 
-    def short(self, hook: object, ledger: Ledger, backend: str) -> bool:
+    def short(self, hook: object, ledger: Ledger, backend: str, ranks: int = 1) -> bool:
         """At `begin`: whether the job is too short for its setup (`too_short`), or its setup cannot pay back on
         `backend` (`payback.estimate`; "measured not to pay" when its last run here said so: `setup_record.tally`
-        counts it); the job's telemetry says which (a `setup` event with the figures; when skipped, it finished)."""
+        counts it), or the run is a holdout of a job of `ranks` ranks (`holdout`); the job's telemetry says which (a
+        `setup` event with the figures; when skipped, it finished)."""
         self.stop = stop_hook(hook)
         timing = Timing.from_settings(self.current, clusters=2)
         why, label = too_short(timing, self.current.job_steps, self.stop), "job too short"
@@ -51,9 +55,14 @@ class JobLength:
             steps = planned(self.current.job_steps, self.stop)
             estimate = payback.estimate(steps, step_seconds, backend, timing, cache, ops=len(graph.get_operations()))
             log.info("stitchfleet: %s", estimate.why)
-            state = estimate.state
+            state, held = estimate.state, holdout(estimate, self.current.holdout_every, ranks)
             if state is not None and state.measured is not None:  # weighed: a skip counts, a setup restarts the count
-                setup_record.tally(self.current.cache_dir, state.key, backend, skipped=not estimate.affordable)
+                skipped = not estimate.affordable
+                setup_record.tally(self.current.cache_dir, state.key, backend, skipped, held_out=held is not None)
+            if held is not None:
+                self.held_out = True
+                self._skip(ledger, HOLDOUT_REASON, held)
+                return True
             if estimate.affordable:
                 ledger.event(EventKind.SETUP.value, None, None, "setup affordable", detail=estimate.why)
                 return False
@@ -133,6 +142,22 @@ def _callers_lists(hook: object) -> list[list[object]]:
                 found.append(candidate)
         frame = frame.f_back
     return found
+
+
+def holdout(estimate: payback.Payback, every: int, ranks: int) -> str | None:
+    """Why this run is a holdout, or None: a single-rank job whose node record holds a figure under which it would set
+    up (`estimate.weighed`, affordable), once `every - 1` runs set up on the record since the last holdout. Its steps
+    run as written and timed, so that the report can set the job's stitched runs against plain TF in processes of
+    their own (the in-job baseline stood 5-16% above a plain process: docs/plugin/setup.md). Never with `every` 0, nor
+    in a Horovod job (its ranks' nodes hold different records, and every rank must take the same decision), nor
+    without a figure weighed (a job that explores again after RETRY_AFTER skips: its exploring is what it is for)."""
+    weighed = estimate.weighed
+    if every <= 0 or ranks != 1 or not estimate.affordable or weighed is None or weighed.setups + 1 < every:
+        return None
+    return (
+        f"run {every} of every {every} that would set up on this node's record runs as written and timed: plain TF's"
+        f" step for the report's held-out check (STITCHFLEET_HOLDOUT_EVERY={every})"
+    )
 
 
 def planned(stated: int, stop: tf.compat.v1.train.StopAtStepHook | None) -> int | None:

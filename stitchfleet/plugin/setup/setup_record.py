@@ -142,7 +142,7 @@ class Measured:
     plugin's work no saving pays, a setup from the cache); `skips`, runs that skipped on it (`payback.RETRY_AFTER`);
     `plain_step`, the user's graph's step in seconds as its baseline blocks ran it (0: not measured), the step time a
     next run weighs its setup by when no one states it (`payback.estimate`); `readings`, the runs' group probes pooled
-    in it (`pooled`)."""
+    in it (`pooled`); `setups`, runs that set up on it since the last holdout (STITCHFLEET_HOLDOUT_EVERY)."""
 
     gain: float
     steps: int
@@ -152,6 +152,7 @@ class Measured:
     skips: int = 0
     plain_step: float = 0.0
     readings: int = 1
+    setups: int = 0
 
     @property
     def within(self) -> bool:
@@ -250,11 +251,13 @@ def _measured(found: object) -> Measured | None:
     try:
         extra = (str(found.get("source", STEADY)), float(found.get("noise", 0.0)), int(found.get("skips", 0)))
         plain, readings = float(found.get("plain_step", 0.0)), int(found.get("readings", 1))
-        measured = Measured(float(found["gain"]), int(found["steps"]), float(found["per_run"]), *extra, plain, readings)
+        figures = (float(found["gain"]), int(found["steps"]), float(found["per_run"]), *extra, plain, readings)
+        measured = Measured(*figures, int(found.get("setups", 0)))
     except (KeyError, TypeError, ValueError):
         return None
-    figures = (measured.gain, measured.per_run, measured.noise, measured.plain_step)
-    sound = all(map(math.isfinite, figures)) and measured.plain_step >= 0 and measured.readings >= 1
+    finite = (measured.gain, measured.per_run, measured.noise, measured.plain_step)
+    counts = measured.readings >= 1 and measured.setups >= 0
+    sound = all(map(math.isfinite, finite)) and measured.plain_step >= 0 and counts
     return measured if sound and measured.source in (STEADY, GROUP, SLOWDOWN) else None
 
 
@@ -273,11 +276,14 @@ def measured(gain: float | None, steps: int, per_run: float, noise: float = 0.0)
 def remember(cache_dir: Path, key: str, backend: str, measured: Measured) -> bool:
     """Adds what the job's run measured to its setup's record (`pooled` with a group reading there), for its next run's
     payback estimate; only to a record this code, CPU and compiler wrote (another's kernels say nothing of this one's
-    gain). False when not written."""
+    gain). The runs counted since the last holdout stay counted (a fresh figure starts no new turn). False when not
+    written."""
     doc = _read(cache_dir, key)
     if doc is None or _made(doc) != builder(backend, cache_dir):
         return False
-    return _replace(cache_dir, key, {**doc, "measured": asdict(pooled(_measured(doc.get("measured")), measured))})
+    before = _measured(doc.get("measured"))
+    fresh = replace(pooled(before, measured), setups=before.setups if before is not None else 0)
+    return _replace(cache_dir, key, {**doc, "measured": asdict(fresh)})
 
 
 def pooled(before: Measured | None, reading: Measured) -> Measured:
@@ -297,14 +303,19 @@ def pooled(before: Measured | None, reading: Measured) -> Measured:
     )
 
 
-def tally(cache_dir: Path, key: str, backend: str, skipped: bool) -> bool:
-    """Counts a run that weighed the record's figures: a skip adds one, a setup restarts at 0 (`payback.RETRY_AFTER`).
-    Written when the count changes; a concurrent pod's count may be lost. False when not written."""
+def tally(cache_dir: Path, key: str, backend: str, skipped: bool, held_out: bool = False) -> bool:
+    """Counts a run that weighed the record's figures: a skip adds one to `skips` (`payback.RETRY_AFTER`); a setup
+    restarts them at 0 and adds one to `setups` (STITCHFLEET_HOLDOUT_EVERY: `job_length.holdout`); a holdout restarts
+    both. The figures themselves stay as they are. Written when a count changes; a concurrent pod's count may be lost.
+    False when not written."""
     doc = _read(cache_dir, key)
     found = _measured(doc.get("measured")) if doc is not None else None
     if doc is None or found is None or _made(doc) != builder(backend, cache_dir):
         return False
-    skips = found.skips + 1 if skipped else 0
-    if skips == found.skips:
+    if held_out:
+        counted = replace(found, skips=0, setups=0)
+    else:
+        counted = replace(found, skips=found.skips + 1) if skipped else replace(found, skips=0, setups=found.setups + 1)
+    if counted == found:
         return False
-    return _replace(cache_dir, key, {**doc, "measured": asdict(replace(found, skips=skips))})
+    return _replace(cache_dir, key, {**doc, "measured": asdict(counted)})

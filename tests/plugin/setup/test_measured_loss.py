@@ -6,6 +6,7 @@ TF's wall). Its figure is kept in the setup's record, weighed before any compile
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -135,10 +136,14 @@ def test_the_record_counts_the_runs_that_skipped_on_its_figures(tmp_path: Path) 
     found = setup_record.recall(tmp_path, "t1", "cpu", op=True)
     assert found.measured is not None and found.measured.skips == 2 and found.key == "t1"
     assert setup_record.tally(tmp_path, "t1", "cpu", skipped=False)  # a run that set up: the count restarts
-    assert not setup_record.tally(tmp_path, "t1", "cpu", skipped=False)  # unchanged: not written
-    assert setup_record.remember(tmp_path, "t1", "cpu", GROUP_LOSS)
+    assert setup_record.tally(tmp_path, "t1", "cpu", skipped=False)  # and the setups since the last holdout add up
+    set_up = setup_record.recall(tmp_path, "t1", "cpu", op=True).measured
+    assert set_up is not None and (set_up.skips, set_up.setups) == (0, 2)
+    assert setup_record.remember(tmp_path, "t1", "cpu", GROUP_LOSS)  # fresh figures: the setups stay counted
     recalled = setup_record.recall(tmp_path, "t1", "cpu", op=True).measured
-    assert recalled == GROUP_LOSS and recalled.said() == GROUP_LOSS.said()
+    assert recalled == replace(GROUP_LOSS, setups=2) and recalled.said() == GROUP_LOSS.said()
+    assert setup_record.tally(tmp_path, "t1", "cpu", skipped=False, held_out=True)  # a holdout restarts them
+    assert setup_record.recall(tmp_path, "t1", "cpu", op=True).measured == GROUP_LOSS  # its figures as they were
     timed = Measured(-0.04, 8, 0.9, setup_record.GROUP, 0.01, plain_step=0.031)
     assert setup_record.remember(tmp_path, "t1", "cpu", timed)
     assert setup_record.recall(tmp_path, "t1", "cpu", op=True).measured == timed
@@ -152,6 +157,8 @@ def test_the_record_counts_the_runs_that_skipped_on_its_figures(tmp_path: Path) 
     path.write_text(json.dumps({**doc, "measured": {**older, "plain_step": -0.01}}))
     assert setup_record.recall(tmp_path, "t1", "cpu", op=True).measured is None
     path.write_text(json.dumps({**doc, "measured": {**older, "readings": 0}}))
+    assert setup_record.recall(tmp_path, "t1", "cpu", op=True).measured is None
+    path.write_text(json.dumps({**doc, "measured": {**older, "setups": -1}}))
     assert setup_record.recall(tmp_path, "t1", "cpu", op=True).measured is None
 
 
