@@ -26,6 +26,12 @@ from stitchfleet.telemetry.slow_verdicts import SlowerVerdict
 log = logging.getLogger("stitchfleet.plugin")
 
 
+# The sessions of one run (an Estimator's `train` per epoch, under one STITCHFLEET_JOB_UID) are one task in the report:
+# its first session's holdout decision (the sentence, or None) holds for its later ones, which the record does not
+# count again. A holdout task with stitched windows of its other sessions would give the held-out check no plain step.
+RUN_HOLDOUTS: dict[tuple[str, str, str], str | None] = {}  # (job uid, kernel cache, record key): its sentence
+
+
 class JobLength:
     """A hook's view of its job's length: found at `begin` (`short`), counted from the hook's step 0 once the
     session exists (`created`: `steps`, None when unknown)."""
@@ -55,8 +61,13 @@ class JobLength:
             steps = planned(self.current.job_steps, self.stop)
             estimate = payback.estimate(steps, step_seconds, backend, timing, cache, ops=len(graph.get_operations()))
             log.info("stitchfleet: %s", estimate.why)
-            state, held = estimate.state, holdout(estimate, self.current.holdout_every, ranks)
-            if state is not None and state.measured is not None:  # weighed: a skip counts, a setup restarts the count
+            state, uid = estimate.state, self.current.job_uid
+            run = (uid, str(self.current.cache_dir), state.key) if uid and state is not None else None
+            first = run is None or run not in RUN_HOLDOUTS  # a run's later session follows its first (RUN_HOLDOUTS)
+            held = holdout(estimate, self.current.holdout_every, ranks) if first or run is None else RUN_HOLDOUTS[run]
+            if run is not None and first:
+                RUN_HOLDOUTS[run] = held
+            if first and state is not None and state.measured is not None:  # a skip counts, a setup restarts it
                 skipped = not estimate.affordable
                 setup_record.tally(self.current.cache_dir, state.key, backend, skipped, held_out=held is not None)
             if held is not None:

@@ -137,7 +137,13 @@ class _Told:
 
 
 def _decide(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, measured: Measured | None, every: int, ranks: int = 1
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    measured: Measured | None,
+    every: int,
+    *,
+    ranks: int = 1,
+    uid: str = "",
 ) -> tuple[bool, list[str], list[bool]]:
     """`JobLength.short` on a job of PLANNED steps whose node record holds `measured` (None: a record without a
     figure): whether it held the run out, what it told the ledger, and the `held_out` it counted in the record."""
@@ -149,6 +155,7 @@ def _decide(
             "STITCHFLEET_STATE_DIR": str(tmp_path),
             "STITCHFLEET_JOB_STEPS": str(PLANNED),
             "STITCHFLEET_HOLDOUT_EVERY": str(every),
+            **({"STITCHFLEET_JOB_UID": uid} if uid else {}),
         }
     )
     length, told = job_length.JobLength(current), _Told()
@@ -175,3 +182,20 @@ def test_a_holdout_comes_once_every_n_runs_set_up_on_a_figure_and_only_then(
     # a run exploring again after RETRY_AFTER skips weighed no figure: it explores
     retry = replace(turn, skips=payback.RETRY_AFTER)
     assert _decide(monkeypatch, tmp_path, retry, every=2) == (False, ["setup affordable"], [False])
+
+
+def test_a_runs_later_sessions_follow_its_first_and_are_not_counted_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An Estimator's `train` per epoch: one run (one STITCHFLEET_JOB_UID, one task in the report), a session each.
+    A holdout task with stitched windows of its other sessions would hand the held-out check no plain step."""
+    monkeypatch.setattr(job_length, "RUN_HOLDOUTS", {})
+    turn = replace(GAIN, setups=1)
+    assert _decide(monkeypatch, tmp_path, turn, every=2, uid="run-a") == (True, [HOLDOUT_REASON], [True])
+    # its next session, whose record the holdout reset: held out too, and the record is not counted again
+    assert _decide(monkeypatch, tmp_path, GAIN, every=2, uid="run-a") == (True, [HOLDOUT_REASON], [])
+    # a run whose first session sets up: its later session at the holdout's turn sets up too
+    assert _decide(monkeypatch, tmp_path, GAIN, every=2, uid="run-b") == (False, ["setup affordable"], [False])
+    assert _decide(monkeypatch, tmp_path, turn, every=2, uid="run-b") == (False, ["setup affordable"], [])
+    # without a job uid every session is a run of its own (its task too), as before
+    assert _decide(monkeypatch, tmp_path, turn, every=2) == (True, [HOLDOUT_REASON], [True])
