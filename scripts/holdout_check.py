@@ -153,7 +153,12 @@ def _report(url: str, name: str, device_kind: str = "cpu") -> list[str]:
     if not checks:
         return [f"the report holds no held-out check for {name} this week"]
     check = checks[0]
-    per = 3600.0  # the report's hours back to (device) seconds: a CPU job's figures are a few core-seconds
+    # the report's hours back to the wall's seconds: hours x 3600 are device-seconds (a CPU task's devices per rank
+    # are its usable cores), over the devices per rank of the job's tasks
+    devices = {task.devices_per_rank for task in (*report.jobs, *report.bottom) if task.job_name == name}
+    if len(devices) != 1:
+        return [f"the job's tasks do not share one devices-per-rank figure ({sorted(devices)}): not converted"]
+    per = 3600.0 / devices.pop()
 
     def said(hours: float) -> str:
         return f"{hours * per:+.2f} s"
@@ -166,7 +171,7 @@ def _report(url: str, name: str, device_kind: str = "cpu") -> list[str]:
         f" ({said(check.low_hours)} to {said(check.high_hours)})",
         f"the report in-job: claim {said(check.claimed_hours)}, net {said(check.in_job_net_hours)}"
         f" ({check.verdict} the interval); net after the check {said(after.after_check_hours)}"
-        f" of the week's {said(after.net_hours)}, the cold run's included",
+        f" of the week's {said(after.net_hours)}, the cold run's included (seconds of a rank's wall)",
     ]
 
 
@@ -200,6 +205,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=12, help="plugin runs after the first (cold) one")
     parser.add_argument("--every", type=int, default=4, help="STITCHFLEET_HOLDOUT_EVERY for the plugin runs")
     parser.add_argument("--plain", type=int, default=6, help="plain processes, spread between the plugin runs")
+    parser.add_argument("--keep", type=Path, help="keep the runs' state, cache and telemetry database in DIR (new)")
     for hidden in ("--child", "--state", "--url", "--name", "--uid", "--out"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     return parser
@@ -215,10 +221,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("holdout_check: --steps and --runs must be at least 1, --every and --plain at least 0")
     name = f"holdout-{args.job}"
     runs: list[Run] = []
-    with tempfile.TemporaryDirectory(prefix="holdout-check-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="holdout-check-") as scratch:
+        tmp = str(args.keep) if args.keep is not None else scratch
         folders = {key: str(Path(tmp) / key) for key in ("state", "fleet", "cache")}
         for folder in folders.values():
-            Path(folder).mkdir()
+            Path(folder).mkdir(parents=True)
         started = time.perf_counter()
         print(f"{args.job}, {args.steps} steps a run; the machine's {idle_policy.read().describe()}", flush=True)
         print("a cold run fills the kernel cache, the node's record and the fleet's memory (not counted)", flush=True)
