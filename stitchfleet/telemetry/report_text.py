@@ -49,6 +49,11 @@ def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
+def milliseconds(value: float) -> str:
+    """A step time in milliseconds: a CPU job's steps of a millisecond or two read as 0.0015 in seconds."""
+    return f"{value * 1e3:,.3f}"
+
+
 def ratio(value: float | None) -> str:
     """A speedup like 1.18x, or '-' when unknown."""
     return "-" if value is None else f"{value:.3f}x"
@@ -285,9 +290,9 @@ HELD_OUT_HEADER = (
     "Job",
     "Unit",
     "Holdout runs",
-    "Plain step s (± sd)",
+    "Plain step ms (± sd)",
     "Stitched runs",
-    "Stitched step s",
+    "Stitched step ms",
     "Compile + overhead s",
     "Saving between runs h (95% interval)",
     "In-job claim h",
@@ -321,9 +326,9 @@ def held_out_cells(checks: Sequence[HeldOutCheck]) -> list[list[str]]:
             check.job_name,
             UNITS[check.device_kind],
             f"{check.holdout_runs:,}",
-            f"{seconds(check.plain_step_seconds)} ± {seconds(check.plain_step_sd)}",
+            f"{milliseconds(check.plain_step_seconds)} ± {milliseconds(check.plain_step_sd)}",
             f"{check.stitched_runs:,}",
-            seconds(check.stitched_step_seconds),
+            milliseconds(check.stitched_step_seconds),
             f"{check.charged_seconds:,.1f}",
             f"{hours(check.saving_hours)} ({hours(check.low_hours)} to {hours(check.high_hours)})",
             hours(check.claimed_hours),
