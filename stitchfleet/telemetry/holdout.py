@@ -199,9 +199,14 @@ def _in_week(column: Any, week: Week) -> Any:
     return and_(column >= week.start, column < week.end)
 
 
-def _holdout_ids() -> Any:
-    """Tasks that ran as holdouts (any week): their setup event says so."""
-    return select(E.job_id).where(E.kind == models.EventKind.SETUP.value, E.reason == HOLDOUT_REASON)
+def _held_out() -> Any:
+    """Whether the outer query's task (`J`) ran as a holdout: its setup event says so. Correlated, so that each task
+    of the week is looked up through the (kind, job_id) index, never every setup event the store ever held."""
+    return (
+        select(E.id)
+        .where(E.job_id == J.id, E.kind == models.EventKind.SETUP.value, E.reason == HOLDOUT_REASON)
+        .exists()
+    )
 
 
 def holdout_steps(connection: Connection, week: Week) -> dict[JobName, list[float]]:
@@ -211,7 +216,7 @@ def holdout_steps(connection: Connection, week: Week) -> dict[JobName, list[floa
     query = (
         select(J.id, J.cluster, J.namespace, J.job_name, kind, func.sum(W.step_seconds_sum), func.sum(W.iterations))
         .join(W, W.job_id == J.id)
-        .where(J.id.in_(_holdout_ids()), _in_week(W.recorded_at, week))
+        .where(_held_out(), _in_week(W.recorded_at, week))
         .group_by(J.id, J.cluster, J.namespace, J.job_name, J.device_kind, J.gpus_per_rank)
         .order_by(J.id)
     )
@@ -236,7 +241,7 @@ def _stitched_query(week: Week, keys: Sequence[tuple[str, str, str]]) -> Any:
         .where(
             _in_week(W.recorded_at, week),
             tuple_(J.cluster, J.namespace, J.job_name).in_(keys),
-            J.id.not_in(_holdout_ids()),
+            ~_held_out(),
         )
         .group_by(W.job_id)
         .having(func.sum(stitched) > 0)
