@@ -24,9 +24,10 @@ import math
 
 import pytest
 
-from stitchfleet.telemetry import database, holdout, report_html, report_text, savings, store
+from stitchfleet.telemetry import database, holdout, report_html, report_text, savings
 from stitchfleet.telemetry import rows as r
 from stitchfleet.telemetry.kinds import HOLDOUT_REASON
+from tests.telemetry import workload
 
 H = 3600.0
 T1 = 12.706  # Student's t, 97.5%, one degree of freedom (two holdouts)
@@ -90,12 +91,7 @@ def fleet(plain: tuple[float, float] = (0.102, 0.098)) -> list[r.Row]:
 
 def write(url: str, rows: list[r.Row]) -> None:
     database.upgrade(url)
-    engine = database.connect(url)
-    try:
-        with engine.begin() as connection:
-            store.write_rows(connection, rows)
-    finally:
-        engine.dispose()
+    workload.write(url, rows)
 
 
 def test_the_check_of_a_job_figured_by_hand(any_url: str) -> None:
