@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from benchmarks import idle_policy  # noqa: E402
+from stitchfleet.telemetry.paired import t_quantile  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -67,13 +68,7 @@ def clock_saving(plain: Sequence[float], stitched: Sequence[float]) -> Clock:
         return Clock(saved, None, mean, 0.0)
     sd = statistics.stdev(plain)
     n = len(stitched)
-    return Clock(saved, _t95(len(plain) - 1) * sd * math.sqrt(n * n / len(plain) + n), mean, sd)
-
-
-def _t95(df: int) -> float:
-    from stitchfleet.telemetry.paired import t_quantile
-
-    return t_quantile(df)
+    return Clock(saved, t_quantile(len(plain) - 1) * sd * math.sqrt(n * n / len(plain) + n), mean, sd)
 
 
 def _child(args: argparse.Namespace) -> None:
