@@ -9,7 +9,8 @@ cannot be written. Errors are one line on stderr, never a traceback. On the loca
 the state directory's finished spool files are loaded first: jobs that ran as written spool their rows there
 (`Ledger.spool_meanwhile`). Markdown and HTML read the
 incremental aggregates (bounded size); the jobs CSV streams every task straight to the output in
-constant memory, with progress on stderr when it goes to a file.
+constant memory, with progress on stderr when it goes to a file. The rollups and checks CSVs (the latter one row
+per job of the held-out check) hold their table only: a header and rows, no prose.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ EXIT_OK = 0
 EXIT_OUTPUT = 1
 EXIT_USAGE = 2
 FORMATS = ("md", "csv", "html")
-CSV_TABLES = ("jobs", "rollups")
+CSV_TABLES = ("jobs", "rollups", "checks")
 PROGRESS_EVERY = 50_000
 
 
@@ -48,8 +49,10 @@ class WeeklyOptions:
 
 
 def render(report: savings.WeeklyReport, options: WeeklyOptions, memory: MemoryView | None = None) -> str:
-    """The report in the requested format (md, html, or the rollups CSV; the jobs CSV is streamed)."""
+    """The report in the requested format (md, html, or the rollups or checks CSV; the jobs CSV is streamed)."""
     if options.format == "csv":
+        if options.csv_table == "checks":
+            return report_text.checks_csv(report)
         return report_text.rollups_csv(report)
     if options.format == "html":
         from stitchfleet.telemetry import report_html
@@ -121,6 +124,13 @@ def _load_spooled(url: str) -> None:
         print(f"stitchfleet report: {len(loaded.problems)} damaged spool line(s) skipped", file=sys.stderr)
 
 
+def _counted(report: savings.WeeklyReport, options: WeeklyOptions) -> str:
+    """What the written file counts, for the line on stdout: the checks CSV's rows are jobs checked, not tasks."""
+    if options.format == "csv" and options.csv_table == "checks":
+        return f"{len(report.held_out):,} jobs checked"
+    return f"{report.totals.tasks:,} tasks"
+
+
 def run_weekly(options: WeeklyOptions) -> int:
     """Runs the command; see the module docstring for the exit statuses."""
     try:
@@ -148,5 +158,5 @@ def run_weekly(options: WeeklyOptions) -> int:
         options.output.write_text(content, encoding="utf-8")
     except OSError as err:
         return _fail(f"cannot write {options.output}: {err.strerror or err}", EXIT_OUTPUT)
-    print(f"wrote {options.format} report for {week.label} ({report.totals.tasks:,} tasks) to {options.output}")
+    print(f"wrote {options.format} report for {week.label} ({_counted(report, options)}) to {options.output}")
     return EXIT_OK

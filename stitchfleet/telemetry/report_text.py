@@ -8,9 +8,10 @@ on a rendered page. The Markdown is bounded whatever the fleet's size: the top a
 only, and at most ROLLUP_ROWS rows per rollup table. CSV is one table per output, with a header row:
 `jobs_csv_lines` one row per task (full precision, empty cells for missing medians), streamed,
 `rollups_csv` one row per (dimension, key, device kind) plus a final `fleet,all` row per device kind
-with the totals. GPU-hours and CPU core-hours are separate figures everywhere, never summed. The CLI
-picks the table with `--csv-table jobs|rollups`. Markdown and HTML also hold the held-out check (telemetry.holdout):
-a table of the jobs checked against their holdout runs, and the net after the check in the totals.
+with the totals, `checks_csv` one row per job of the held-out check (telemetry.holdout). GPU-hours and CPU
+core-hours are separate figures everywhere, never summed. The CLI picks the table with
+`--csv-table jobs|rollups|checks`. Markdown and HTML also hold the held-out check: a table of the jobs checked
+against their holdout runs, and the net after the check in the totals.
 """
 
 from __future__ import annotations
@@ -473,3 +474,37 @@ def rollups_csv(report: WeeklyReport) -> str:
         )
         rows.append([report.week.label, *(getattr(fleet, name) for name in ROLLUP_FIELDS)])
     return _csv(["week", *ROLLUP_FIELDS], rows)
+
+
+# The checks CSV's columns: HeldOutCheck's fields, then its two derived figures and the verdict read from them. A
+# field whose name lacks its unit, or says it in the Markdown's short words, is renamed for a spreadsheet (hours
+# in the row's `unit`; seconds per rank).
+CHECK_RENAMED = {
+    "plain_step_seconds": "holdout_mean_step_seconds",
+    "plain_step_sd": "holdout_step_sd_seconds",
+    "stitched_step_seconds": "stitched_mean_step_seconds",
+    "charged_seconds": "charged_rank_seconds",
+    "saving_hours": "saving_between_runs_hours",
+    "low_hours": "saving_low_hours",
+    "high_hours": "saving_high_hours",
+    "claimed_hours": "in_job_claim_hours",
+}
+CHECK_FIELDS = (
+    *(field.name for field in dataclasses.fields(HeldOutCheck) if field.name != "verdict"),
+    "in_job_net_hours",
+    "excess_hours",
+    "verdict",
+)
+_UNIT_AT = CHECK_FIELDS.index("device_kind") + 1  # `unit` follows the job's device kind
+_CHECK_NAMES = [CHECK_RENAMED.get(name, name) for name in CHECK_FIELDS]
+CHECK_HEADER = ("week", *_CHECK_NAMES[:_UNIT_AT], "unit", *_CHECK_NAMES[_UNIT_AT:])
+
+
+def checks_csv(report: WeeklyReport) -> str:
+    """One row per job of the held-out check (all of them, in the report's order: GPU first, nets furthest above
+    their interval first), every figure at full precision; a week without a check gives the header alone."""
+    rows = []
+    for check in report.held_out:
+        values = [getattr(check, name) for name in CHECK_FIELDS]
+        rows.append([report.week.label, *values[:_UNIT_AT], UNITS[check.device_kind], *values[_UNIT_AT:]])
+    return _csv(CHECK_HEADER, rows)

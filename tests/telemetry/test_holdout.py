@@ -18,13 +18,17 @@ no check), and O1, stitched in W47: three paired windows (100, 9 s, saving 3 s):
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import datetime as dt
+import io
 import math
+from pathlib import Path
 
 import pytest
 
-from stitchfleet.telemetry import database, holdout, report_html, report_text, savings
+from stitchfleet import cli
+from stitchfleet.telemetry import database, holdout, report_command, report_html, report_text, savings
 from stitchfleet.telemetry import rows as r
 from stitchfleet.telemetry.kinds import HOLDOUT_REASON
 from tests.telemetry import workload
@@ -288,3 +292,98 @@ def test_a_week_without_holdouts_says_so_in_one_line(sqlite_url: str) -> None:
     section = markdown.split("## Held-out check\n\n")[1].split("\n\n## ")[0]
     assert section == report_text.NO_HELD_OUT
     assert f"<p>{report_text.NO_HELD_OUT}</p>" in report_html.render_html(report)
+
+
+def cpu_job() -> list[r.Row]:
+    """A second checked job in W47: resnet-h on CPU (another job than the GPU one, its hours in core-hours), with
+    holdouts H8 (mean step 0.9) and H10 (0.95) and one stitched run S8 (three paired windows, 2 s saved each)."""
+    rows: list[r.Row] = []
+    for uid, day, plain in (("h8", 19, 0.9), ("h10", 20, 0.95)):
+        rows += [started(key(JOB, uid), at(day, 1), kind="cpu"), *holdout_run(key(JOB, uid), day, plain)[1:]]
+    return [*rows, started(key(JOB, "s8"), at(19, 1), kind="cpu"), *stitched_run(key(JOB, "s8"), 19, 3)]
+
+
+def _figures(check: holdout.HeldOutCheck) -> dict[str, object]:
+    """What the checks CSV's row must say for `check`: its columns, by name, from the HeldOutCheck."""
+    return {
+        "cluster": check.cluster,
+        "namespace": check.namespace,
+        "job_name": check.job_name,
+        "device_kind": check.device_kind,
+        "unit": savings.UNITS[check.device_kind],
+        "holdout_runs": check.holdout_runs,
+        "holdout_mean_step_seconds": check.plain_step_seconds,
+        "holdout_step_sd_seconds": check.plain_step_sd,
+        "stitched_runs": check.stitched_runs,
+        "stitched_rank_steps": check.stitched_rank_steps,
+        "stitched_mean_step_seconds": check.stitched_step_seconds,
+        "charged_rank_seconds": check.charged_seconds,
+        "saving_between_runs_hours": check.saving_hours,
+        "saving_low_hours": check.low_hours,
+        "saving_high_hours": check.high_hours,
+        "in_job_claim_hours": check.claimed_hours,
+        "charged_hours": check.charged_hours,
+        "in_job_net_hours": check.in_job_net_hours,
+        "excess_hours": check.excess_hours,
+        "verdict": check.verdict,
+    }
+
+
+def _parsed(row: dict[str, str], like: dict[str, object]) -> dict[str, object]:
+    """The CSV's text cells as the types of `like`'s values: full precision, so floats compare exactly."""
+    return {name: type(value)(row[name]) for name, value in like.items()}
+
+
+def test_the_checks_csv_has_a_row_per_checked_job(sqlite_url: str) -> None:
+    write(sqlite_url, fleet() + cpu_job())
+    report = savings.weekly_summary(sqlite_url, "2026-W47")
+    assert [(c.job_name, c.device_kind) for c in report.held_out] == [(JOB, "gpu"), (JOB, "cpu")]
+    text = report_text.checks_csv(report)
+    reader = csv.DictReader(io.StringIO(text))
+    assert reader.fieldnames == ["week", *_figures(report.held_out[0])]  # the columns, named with their units
+    found = list(reader)
+    assert len(found) == 2 and all(row["week"] == "2026-W47" for row in found)
+    for row, check in zip(found, report.held_out, strict=True):
+        expected = _figures(check)
+        assert _parsed(row, expected) == expected
+    # The CPU job by hand: m (0.9 + 0.95) / 2; S8's baseline and three stitched windows, 100 steps each.
+    cpu = found[1]
+    assert (cpu["unit"], cpu["holdout_runs"], cpu["stitched_rank_steps"]) == ("CPU core-hours", "2", "400")
+    assert float(cpu["holdout_mean_step_seconds"]) == pytest.approx(0.925, rel=1e-12)
+    # No prose: the header and one line per job, nothing else.
+    assert text.count("\n") == 3 and text.startswith("week,cluster,namespace,job_name,device_kind,unit,")
+
+
+def test_the_checks_csv_of_a_week_without_a_check_is_its_header(sqlite_url: str) -> None:
+    write(sqlite_url, fleet())
+    report = savings.weekly_summary(sqlite_url, "2026-W45")
+    assert report.held_out == ()
+    assert report_text.checks_csv(report) == ",".join(report_text.CHECK_HEADER) + "\n"
+
+
+def test_the_checks_csv_through_the_cli(sqlite_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(sqlite_url, fleet() + cpu_job())
+    base = ["report", "weekly", "--db", sqlite_url, "--format", "csv", "--csv-table", "checks"]
+    assert cli.main([*base, "--week", "2026-W47"]) == 0
+    out = capsys.readouterr().out
+    checks = savings.weekly_summary(sqlite_url, "2026-W47").held_out
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [_parsed(row, _figures(check)) for row, check in zip(rows, checks, strict=True)] == [
+        _figures(check) for check in checks
+    ]
+    assert len(rows) == 2
+    target = tmp_path / "checks.csv"
+    assert cli.main([*base, "--week", "2026-W45", "-o", str(target)]) == 0
+    assert "wrote csv report for 2026-W45 (0 jobs checked)" in capsys.readouterr().out
+    assert target.read_text() == ",".join(report_text.CHECK_HEADER) + "\n"
+
+
+def test_an_unknown_csv_table_is_an_argparse_error(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["report", "weekly", "--db", sqlite_url, "--format", "csv", "--csv-table", "check"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --csv-table: invalid choice: 'check' (choose from" in err
+    # The parser offers every table the command renders (its choices are spelt out, not imported).
+    offered = err.split("(choose from ", 1)[1].split(")", 1)[0]
+    assert offered == ", ".join(repr(table) for table in report_command.CSV_TABLES)
