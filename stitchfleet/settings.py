@@ -119,6 +119,14 @@ class Settings:
         " first SETTLE_STEPS (5) after stitched ones pay the switch and are no part of the reference.",
         minimum=1,
     )
+    settle_steps: int = _knob(
+        300,
+        "Steps of the job's first baseline block, the settle block (at most PROBE_SHARE of a job of known length; none"
+        " when the length is unknown): plain TF's steps after 0.3 s of it, settled, are what the stitched windows'"
+        " savings are measured against at most (a short block of plain TF between stitched steps runs slower than a"
+        " plain process: docs/plugin/control.md).",
+        minimum=0,
+    )
     window_steps: int = _knob(100, "Steps per telemetry window.", minimum=1)
     check_every: int = _knob(100, "Steps between numeric checks against the fp64 reference.", minimum=1)
     check_first: int = _knob(5, "Checks a cluster passes when it first runs stitched (probe checks count).", minimum=0)
@@ -414,6 +422,7 @@ AREAS: dict[str, tuple[str, ...]] = {
         "baseline_steps",
         "rebaseline_every",
         "paired_steps",
+        "settle_steps",
         "window_steps",
         "probe_steps",
         "probe_margin",

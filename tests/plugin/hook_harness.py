@@ -34,6 +34,7 @@ FAST = {
     "STITCHFLEET_PROBE_GROUP_FACTOR": "1",  # probe tests count one group round per probe round
     "STITCHFLEET_PROBE_MIN_STEPS": "1",  # their pairs time 1-3 steps a half (2 probe steps, 1 round); not a default
     "STITCHFLEET_JOB_STEPS": "100000",  # a long job: every probe fits PROBE_SHARE (test_hook_job_length: shorter)
+    "STITCHFLEET_SETTLE_STEPS": "0",  # stitched steps from the first block on; the settle block is tested apart
 }
 
 

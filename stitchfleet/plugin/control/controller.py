@@ -119,7 +119,12 @@ class Controller:
 
     @job_steps.setter
     def job_steps(self, steps: int | None) -> None:
+        """The job's length, learnt at its session's creation: it bounds the probes and the settle block
+        (`Timing.settle`), which moves the schedule, so only before the job's first step (a session recovered
+        later keeps the schedule its steps ran, on every rank alike)."""
         self.probing.job_steps = steps
+        if self.job_seconds == 0.0 and self.timing.job_steps != steps:
+            self.decisions.retime(replace(self.timing, job_steps=steps))
 
     @property
     def recalled(self) -> bool:

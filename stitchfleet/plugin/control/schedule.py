@@ -57,6 +57,8 @@ class Timing:
     known: frozenset[int] = frozenset()  # clusters the fleet's memory decided: no probe pair of their own
     group_known: bool = False  # the fleet's memory decided the group: no group probe
     stopped: int | None = None  # the decision step after which the probes stopped: the stitched phase follows
+    settle_steps: int = 0  # the settle block wanted: the job's first baseline block this long (`settle`)
+    job_steps: int | None = None  # the job's training steps, when known: the settle block's bound
 
     @classmethod
     def from_settings(cls, current: settings_module.Settings, clusters: int = 0) -> Timing:
@@ -81,6 +83,7 @@ class Timing:
             probe_share=current.probe_share,
             probe_min_steps=current.probe_min_steps,
             paired_steps=current.paired_steps,
+            settle_steps=current.settle_steps,
         )
 
     def __post_init__(self) -> None:
@@ -94,6 +97,7 @@ class Timing:
             "probe_reruns",
             "probe_share",
             "paired_steps",
+            "settle_steps",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"Timing.{name}={getattr(self, name)}: expected >= 0")
@@ -131,9 +135,23 @@ class Timing:
         return self.probe_steps > 0
 
     @functools.cached_property
+    def settle(self) -> int:
+        """Steps of the settle block: the job's first baseline block made long enough for plain TF's steps to
+        settle (`step_windows.SETTLE_SECONDS`), so that the job measures plain TF's step as a plain process runs it
+        (`Windows.calm`); at most `probe_share` of a job of known length, none when the length is unknown."""
+        if self.job_steps is None:
+            return 0
+        return min(self.settle_steps, int(self.probe_share * self.job_steps))
+
+    @functools.cached_property
+    def first_block(self) -> int:
+        """Steps of the job's first baseline block: `baseline_steps`, or the settle block when longer."""
+        return max(self.baseline_steps, self.settle)
+
+    @functools.cached_property
     def probe_start(self) -> int:
         """The first step of the probe phase (right after the first baseline window)."""
-        return self.warmup_steps + self.baseline_steps
+        return self.warmup_steps + self.first_block
 
     @functools.cached_property
     def grouping(self) -> bool:

@@ -18,6 +18,12 @@ MIN_BASELINE_STEPS = 3  # timed baseline steps of a signature its stitched steps
 # their excess is the stitched side's cost. TF's steps stay slow ~5 steps after stitched ones (session 50, the MLP:
 # +20%, +8%, +8%, +6%, +6% at a block's 1st-5th; with 2 of 5 left out its report stood 1.0 s above the clock)
 SETTLE_STEPS = 5
+# A plain TF step stays slow ~0.2-0.3 s into a baseline block, not 5 steps: the MLP's (1.3 ms) steps after stitched
+# ones ran +13-18% over a plain process's for 200 steps, then within 1-5% of it (session 54; so do a process's first
+# steps). A paired block (10 steps) never gets there: its mean stood 5-16% above plain processes (sessions 50-53).
+# So the settle block's steps past SETTLE_SECONDS, once MIN_CALM_STEPS, are the most a step's reference may be.
+SETTLE_SECONDS = 0.3
+MIN_CALM_STEPS = 20
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,10 @@ class Windows:
     block: list[tuple[float, str | None]] = field(default_factory=list)  # the last block's settled timed steps
     held: list[_Held] = field(default_factory=list)  # stitched windows since that block, waiting for the next
     last_mode: str = ""  # the mode of the window closed last (consecutive baseline windows make one block)
+    step_mode: str = ""  # the mode of the last step added
+    elapsed: float = 0.0  # seconds of the open baseline block's steps so far (`calm`)
+    settling: list[tuple[float, str | None]] = field(default_factory=list)  # its timed steps past SETTLE_SECONDS
+    calm: dict[str | None, list[float]] = field(default_factory=dict)  # the last such block's, per signature
     # Over the job's steady stitched windows (probes left out), paired: their saving and the plain TF seconds it is
     # a share of (`steady_gain`), what the job's next run weighs its setup against (`setup_record.Measured`).
     steady_saved: float = 0.0
@@ -125,6 +135,13 @@ class Windows:
         ready = self._close() if self.seconds and mode != self.mode else []
         if not self.seconds:
             self.mode, self.first = mode, step
+        if mode == BASELINE:
+            if self.step_mode != BASELINE:
+                self.elapsed, self.settling = 0.0, []
+            if timed and self.elapsed >= SETTLE_SECONDS:
+                self.settling.append((seconds, signature))
+            self.elapsed += seconds
+        self.step_mode = mode
         self.seconds.append(seconds)
         self.own.append(own)
         self.signatures.append(signature)
@@ -140,7 +157,7 @@ class Windows:
         """At the end of the job: the open window and every stitched window still waiting, compared with the
         baseline block before them only (no block came after them)."""
         ready = self._close()
-        ready += [self._paired(held, list(self.block), []) for held in self.held]
+        ready += [self._paired(held, list(self.block), None) for held in self.held]
         self.held = []
         return sorted(ready, key=lambda window: window.index)
 
@@ -174,10 +191,14 @@ class Windows:
         if held.mode != BASELINE:
             return [self._window(held, {}, {})]
         first, settled = _settle(held, switched)
+        if len(self.settling) >= MIN_CALM_STEPS:
+            self.calm = {
+                key: steps for key, steps in _samples(self.settling).items() if len(steps) >= MIN_BASELINE_STEPS
+            }
         block = [*self.block, *settled] if contiguous else settled
         base = [*self.block, *settled]
         last = self.held[-1] if self.held else None  # the window the switch to this block came from
-        ready = [self._paired(waiting, base, first if waiting is last else []) for waiting in self.held]
+        ready = [self._paired(waiting, base, (first, settled) if waiting is last else None) for waiting in self.held]
         self.held, self.block = [], block
         if timed:
             self.baseline_median = statistics.median(seconds for seconds, _ in block)
@@ -186,18 +207,28 @@ class Windows:
         return [*ready, self._window(held, _means(block), {})]
 
     def _paired(
-        self, held: _Held, base: list[tuple[float, str | None]], switched: list[tuple[float, str | None]]
+        self,
+        held: _Held,
+        base: list[tuple[float, str | None]],
+        after: tuple[list[tuple[float, str | None]], list[tuple[float, str | None]]] | None,
     ) -> Window:
         """`held` against the settled timed baseline steps around it, per signature, with the noise of that
         difference. The reference is their mean, not their median: a window's saving sums its own steps, slow ones
-        included, so only the baseline's mean step is what plain TF would have spent on them. `switched`: the
-        first steps of the block after it, which paid the switch back to the user's graph: their excess over the
-        reference is the window's cost (docs/plugin/control.md)."""
+        included, so only the baseline's mean step is what plain TF would have spent on them; and at most the
+        calm steps' mean (`calm`), with their noise then. `after`: the timed steps of the block after it (None: no
+        block came right after it), those that paid the switch back to the user's graph (SETTLE_STEPS) and the
+        rest: the former's excess over the reference is the window's cost, and the rest's too where calm steps
+        cap the reference (docs/plugin/control.md)."""
         means, samples, found = _means(base), _samples(base), _samples(list(held.timed))
+        capped = {key for key, steps in self.calm.items() if key in means and statistics.fmean(steps) < means[key]}
+        for key in capped:
+            means[key], samples[key] = statistics.fmean(self.calm[key]), self.calm[key]
         noise: dict[str | None, float] = {}
         for key, steps in found.items():
             if key in means and key in samples:
                 noise[key] = mean_noise(steps, samples[key])
+        first, rest = after or ([], [])
+        switched = [*first, *(step for step in rest if step[1] in capped)]
         back = [(seconds - means[key], key) for seconds, key in switched if key in means]
         window = self._window(held, means, noise)
         if back:  # each such step is one step's spread (its own noise) beyond the reference's

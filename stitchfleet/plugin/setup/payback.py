@@ -12,7 +12,7 @@ Rules: docs/plugin/setup.md.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from stitchfleet.compiler import targets
 from stitchfleet.plugin.control.schedule import Timing
@@ -181,7 +181,10 @@ def estimate(
     exploring = min(timing.exploring_steps, steps)
     probes = exploring * step_seconds * PROBE_LOSS
     share, source = BEST_GAIN, "the best a stitched step has shown"
-    stepped = max(steps - exploring, 0) * step_seconds  # plain TF's seconds over the steps after exploring
+    # plain TF's seconds over the steps after exploring that can run stitched: the settle block's steps beyond a
+    # first baseline block of the usual length run the user's graph and gain nothing (`Timing.settle`)
+    settling = max(replace(timing, job_steps=steps).first_block - timing.baseline_steps, 0)
+    stepped = max(steps - exploring - settling, 0) * step_seconds
     # Read whenever the gain repays more than the exploring (or already read for the step time): what the job's last
     # run here measured (its steady gain, a larger graph's setup, a loss) weighs instead, and its warm setup can cost
     # less than the fixed figure (`SetupSeconds.fixed`: the MLP's 0.9 s against 1.5 s). Reading costs 4-8 ms.

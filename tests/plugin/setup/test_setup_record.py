@@ -5,6 +5,7 @@ the cache is read only where the decision depends on it; the job's `setup` event
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -27,11 +28,16 @@ SECONDS = payback.SETUP_SECONDS["cpu"]
 STEPS = 100_000
 
 
+def _settling(steps: int) -> int:
+    """The settle block's steps beyond the first baseline block's usual length: no gain on them (`Timing.settle`)."""
+    return replace(TIMING, job_steps=steps).first_block - TIMING.baseline_steps
+
+
 def _step_between(low: float, high: float) -> float:
     """A step time whose best gain over STEPS lies halfway between two setup costs (the probes' share included)."""
     exploring = TIMING.exploring_steps
     target = (low + high) / 2
-    return target / ((STEPS - exploring) * payback.BEST_GAIN - exploring * payback.PROBE_LOSS)
+    return target / ((STEPS - exploring - _settling(STEPS)) * payback.BEST_GAIN - exploring * payback.PROBE_LOSS)
 
 
 def _kernels(cache: Path, names: list[str]) -> list[Any]:
@@ -215,7 +221,7 @@ def test_a_measured_gain_below_the_best_or_a_larger_setup_says_no_where_the_best
     found = payback.estimate(STEPS, step, "cpu", TIMING, lambda: small)
     exploring = TIMING.exploring_steps
     stitched = 1 - TIMING.block / TIMING.period  # a baseline block of the user's graph every period: 95%
-    assert found.gain == pytest.approx((STEPS - exploring) * step * MEASURED.gain * stitched)
+    assert found.gain == pytest.approx((STEPS - exploring - _settling(STEPS)) * step * MEASURED.gain * stitched)
     assert found.cost == pytest.approx(MEASURED.per_run + exploring * step * payback.PROBE_LOSS)
     assert not found.affordable
     assert f"(1.9% of the steps after {exploring} exploring, 2.0% on the 95% of them that run stitched:" in found.why
@@ -233,7 +239,8 @@ def test_a_measured_gain_above_the_best_counts_as_measured() -> None:
     found = payback.estimate(3000, 0.00113, "cpu", TIMING, lambda: CacheState(5, 5, True, "", mlp))
     stitched = 1 - TIMING.block / TIMING.period
     exploring = TIMING.exploring_steps
-    assert found.gain == pytest.approx((3000 - exploring) * 0.00113 * (0.347 - 2 * 0.01) * stitched)
+    ran = 3000 - exploring - _settling(3000)  # a settle block of 150 steps (5% of the job)
+    assert found.gain == pytest.approx(ran * 0.00113 * (0.347 - 2 * 0.01) * stitched)
     assert (3000 - exploring) * 0.00113 * payback.BEST_GAIN < found.cost  # capped at the best, it refused
     assert found.affordable, found.why
     assert "(31.1% of the steps after" in found.why and "32.7% on the 95% of them that run stitched" in found.why
