@@ -54,7 +54,9 @@ class Controller:
         self.clusters, self.ledger, self.size = clusters, ledger, size
         # the probe schedule, samples and decisions; the kernels per shape signature: a finding's shapes, a
         # signature's withdrawal
-        self.decisions = ProbeDecisions(clusters, ledger, size, replace(timing, clusters=len(clusters)), kernels)
+        length = timing.job_steps if job_steps is None else job_steps  # the settle block's bound (`Timing.settle`)
+        timing = replace(timing, clusters=len(clusters), job_steps=length)
+        self.decisions = ProbeDecisions(clusters, ledger, size, timing, kernels)
         self.windows = Windows(timing.window_steps)
         self.warmup = ExecutorWarmup(timing.warmup_steps)
         self.setup_seconds = setup_seconds  # the job's compile seconds so far; the warmup's builds join them

@@ -8,13 +8,16 @@ the process starts and after stitched steps, a plain process included; a paired 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from stitchfleet import settings as settings_module
+from stitchfleet.plugin.control.controller import Controller
 from stitchfleet.plugin.control.schedule import BASELINE, STITCHED, WARMUP, Timing
 from stitchfleet.plugin.control.step_windows import MIN_CALM_STEPS, SETTLE_SECONDS, Window, Windows
+from stitchfleet.plugin.fleet.ledger import Ledger
 
 PAIRED = Timing(
     warmup_steps=10,
@@ -133,3 +136,22 @@ def test_a_block_calmer_than_the_settle_block_is_its_own_reference() -> None:
     # both blocks' settled steps (the paired block's last 5), below the calm 10 ms
     assert stitched.baseline == pytest.approx((first * 0.010 + 5 * 0.008) / (first + 5))
     assert stitched.switch == pytest.approx(5 * (0.008 - stitched.baseline))
+
+
+def test_the_controller_bounds_the_settle_block_by_the_length_it_learns_before_the_first_step(tmp_path: Path) -> None:
+    """The hook learns the job's length at its session's creation (`Controller.job_steps`): the settle block follows
+    it then, and only then, as it moves the whole schedule (a session recovered mid-job keeps its steps' phases)."""
+    current = settings_module.load({"STITCHFLEET_STATE_DIR": str(tmp_path / "state"), "STITCHFLEET_JOB_UID": "settle"})
+    ledger = Ledger(current, 0, 1, f"sqlite:///{tmp_path / 't.db'}")
+    try:
+        built = Controller([], PAIRED, ledger, job_steps=4000)
+        assert built.timing.settle == 200  # 5% of 4000, from the constructor's length
+        controller = Controller([], PAIRED, ledger)
+        assert controller.timing.settle == 0  # no length yet: no settle block
+        controller.job_steps = 6000
+        assert controller.timing.settle == 300 and controller.mode(309) == BASELINE
+        controller.timed(0, 0.001, False)
+        controller.job_steps = 2000  # after a step: the schedule stays
+        assert controller.timing.settle == 300 and controller.job_steps == 2000
+    finally:
+        ledger.close()
