@@ -39,7 +39,8 @@ PACKAGE_BUDGETS = {
     # in every STITCHFLEET_HOLDOUT_EVERY runs as written and timed, plain TF's step for the report's held-out check; a
     # run's later sessions follow its first); the settle block (s54: calm steps of plain TF cap each window's
     # reference, which stood 5-16% above plain processes after stitched steps)
-    "telemetry": 7000,
+    "telemetry": 7100,  # 7000 until the scan's own held-out check (savings_scan: ~90 lines): the report's check,
+    # recomputed from the raw rows apart from holdout.py, which the tests set it against (test_holdout_scan)
     "operator": 3500,
     "boot": 300,
     "demo": 900,
