@@ -110,16 +110,17 @@ def figures(plain: Side, plugin: Side, control: Side | None = None) -> dict[str,
     }
 
 
-def agrees(run: dict[str, Any], difference: float, noise: float) -> str:
+def agrees(run: dict[str, Any], difference: float, noise: float, width: float = 2.0) -> str:
     """Whether a plugin run's report agrees with the clock: `difference` (plain TF's steps' seconds minus the run's)
     lies in the report's interval of the saving, less the setup it booked from steps and its plugin overhead (both
-    spent in the steps), widened by twice the difference's `noise`. ab_jobs judges its runs of separate processes
-    with it too."""
+    spent in the steps), widened by `width` times the difference's `noise` (2: a noise from many chunk pairs, as
+    here). ab_jobs judges its runs of separate processes with it too, its width Student's t for the rounds its noise
+    is measured over."""
     low, high = run["interval"]
     if not math.isfinite(low):  # no interval: nothing is claimed, so the clock must show no saving beyond noise
         low = high = 0.0
     booked = run["setup_from_steps"] + run.get("overhead", 0.0)
-    low, high = low - booked - 2 * noise, high - booked + 2 * noise
+    low, high = low - booked - width * noise, high - booked + width * noise
     return "yes" if low <= difference <= high else f"no ({difference:+.2f})"
 
 

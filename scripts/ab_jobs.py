@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks import ab_interleaved, idle_policy
 from stitchfleet import settings
+from stitchfleet.telemetry import paired
 
 if TYPE_CHECKING:  # the hook imports TensorFlow: imported where a run needs it
     from stitchfleet.plugin.session.hook import StitchHook
@@ -544,6 +545,17 @@ def _noise(by_mode: dict[str, list[dict[str, Any]]], key: str) -> float:
     return statistics.stdev(values) * 2**0.5 if len(values) > 1 else float("nan")
 
 
+def _noise_width(by_mode: dict[str, list[dict[str, Any]]], key: str) -> float:
+    """How many of `_noise` a clock may lie from a claim and still agree with it: the 97.5% quantile of Student's t
+    for the degrees of freedom `_noise` is measured with (the rounds with plain TF again; without it, the rounds less
+    one), nan with none. Two times the noise took an estimate from two rounds for a known spread: a run as written
+    (BERT's, setup skipped) stood 1.3-1.4 s from the mean of plain processes 0.2-0.3 s apart (session 54), where
+    t(2) is 4.30."""
+    pairs = sum(1 for p, a in zip(by_mode["plain"], by_mode.get(AGAIN, []), strict=False) if key in p and key in a)
+    df = pairs if pairs else sum(1 for r in by_mode["plain"] if key in r) - 1
+    return paired.t_quantile(df) if df >= 1 else float("nan")
+
+
 def _claimed(run: dict[str, Any]) -> str:
     """A run's claim as the report books it: the net (claimed gross minus its setup and plugin overhead, as the
     report's net) and the measured saving's 95% interval; a gross of 0 "within noise" when that interval holds zero,
@@ -560,11 +572,13 @@ def _claimed(run: dict[str, Any]) -> str:
     return f"{net:+.2f} (gross {run['claimed_gross']:+.2f} {interval}; {costs})"
 
 
-def _agrees(plain: dict[str, Any], run: dict[str, Any], noise: tuple[float, float]) -> str:
+def _agrees(
+    plain: dict[str, Any], run: dict[str, Any], noise: tuple[float, float], width: tuple[float, float] = (2.0, 2.0)
+) -> str:
     """Whether the report agrees with the clock: the steps' measured difference from plain TF (`plain`: the round's
     run, or the mean of its two plain runs: `_plain_beside`) lies in the report's interval of the saving, less the
-    setup it booked from steps and the plugin overhead it booked (both spent in the steps), widened by twice the
-    measured difference's own noise (`noise`: steps', wall's).
+    setup it booked from steps and the plugin overhead it booked (both spent in the steps), widened by `width` times
+    the measured difference's own noise (`noise`: steps', wall's; `_noise_width`).
 
     A corpus program (`clock` "wall") says nothing of which part of its setup fell in its steps: its whole wall
     against the claim less its whole setup, by the wall's noise. Before, its steps' difference was judged with none
@@ -576,10 +590,10 @@ def _agrees(plain: dict[str, Any], run: dict[str, Any], noise: tuple[float, floa
         if math.isnan(wall_noise):
             return "n/a"
         whole = {**run, "setup_from_steps": run["setup"]}
-        return ab_interleaved.agrees(whole, plain["wall"] - run["wall"], wall_noise) + " (wall)"
+        return ab_interleaved.agrees(whole, plain["wall"] - run["wall"], wall_noise, width[1]) + " (wall)"
     if math.isnan(steps_noise):
         return "n/a"
-    return ab_interleaved.agrees(run, plain["steps_seconds"] - run["steps_seconds"], steps_noise)
+    return ab_interleaved.agrees(run, plain["steps_seconds"] - run["steps_seconds"], steps_noise, width[0])
 
 
 def _plain_beside(
@@ -678,13 +692,14 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
         " | loss first -> last | decided (last round) |"
         " claimed net s (gross, 95% interval) per round | measured vs plain s: steps / wall (per round) |"
         " noise s: steps / wall | clock in the claim's interval (steps; a corpus program's wall; against the"
-        " mean of the round's plain runs; 2x noise) |"
+        " mean of the round's plain runs; Student's t for the noise's rounds x noise) |"
         " in the job: stitched vs paired baseline, last half: windows' median (middle half; pooled; windows) |",
         "|---|---|---|---|---|---|---:|---:|---|---|---|---|---|---|---|",
     ]
     for job, by_mode in results.items():
         plain = [r for r in by_mode["plain"] if "error" not in r]
         wall_noise, steps_noise = _noise(by_mode, "wall"), _noise(by_mode, "steps_seconds")
+        width = (_noise_width(by_mode, "steps_seconds"), _noise_width(by_mode, "wall"))
         plain_steady = statistics.median(r["steady"] for r in plain) if plain else float("nan")
         again = by_mode.get(AGAIN, [])
         for mode in by_mode:
@@ -714,7 +729,7 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]]) -> list[str]:
                 for (p, r), a in itertools.zip_longest(rounds, again[: len(rounds)]):  # None: no plain again
                     if "error" not in p and "error" not in r:
                         reference, noise_beside = _plain_beside(p, a, (steps_noise, wall_noise))
-                        agreed.append(_agrees(reference, r, noise_beside))
+                        agreed.append(_agrees(reference, r, noise_beside, width))
                 agrees = " / ".join(agreed)
                 in_job = " / ".join(_paired(r.get("in_job", [])) for r in runs)
             lines.append(

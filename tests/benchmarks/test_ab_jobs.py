@@ -77,6 +77,24 @@ def test_noise_leaves_out_failed_runs_and_falls_back_to_the_spread_without_the_c
     assert math.isnan(ab_jobs._noise({"plain": [_plain(50.0, 40.0)]}, "wall"))
 
 
+def test_the_clock_may_lie_students_t_of_the_noises_rounds_from_the_claim() -> None:
+    """Session 54: a noise measured over two rounds (two plain / plain again pairs) is an estimate with two degrees of
+    freedom, and a 95% bound on a difference from it is t(2) = 4.30 times it, not 2 (the MLP's cold run: its clock
+    1.18 s, its claim's low end 1.97 s less 0.29 s of noise: "no" at 2x, "yes" at t). With no control, plain TF's
+    rounds less one; none: no bound."""
+    two = {"plain": [_plain(50.0, 8.39), _plain(50.0, 7.89)], "again": [_plain(50.0, 7.95), _plain(50.0, 7.70)]}
+    assert ab_jobs._noise_width(two, "steps_seconds") == pytest.approx(4.303)
+    three = {"plain": [_plain(50.0, 40.0), _plain(51.0, 41.0), _plain(52.0, 42.0)]}
+    assert ab_jobs._noise_width(three, "wall") == pytest.approx(4.303)  # three rounds, no control: 2 degrees
+    assert math.isnan(ab_jobs._noise_width({"plain": [_plain(50.0, 40.0)]}, "wall"))
+    plain = _plain(50.0, (8.39 + 7.95) / 2)
+    cold = {**_plain(50.0, 6.99), "claimed_gross": 2.59, "measured_gross": 2.59, "interval": [2.15, 3.02]}
+    cold.update(setup=1.6, overhead=0.04, setup_from_steps=0.18)
+    noise = (0.29, 0.5)
+    assert ab_jobs._agrees(plain, {**cold, "overhead": 0.0}, noise) == "no (+1.18)"  # 2 x noise: 1.38 to 3.42
+    assert ab_jobs._agrees(plain, {**cold, "overhead": 0.0}, noise, (4.303, 4.303)) == "yes"
+
+
 def test_the_table_shows_the_control_against_plain_and_judges_by_its_noise() -> None:
     skipped = {"decided": "setup skipped", "claimed_gross": 0.0, "measured_gross": 0.0, "setup": 0.0, "overhead": 0.0}
     skipped.update(interval=[-math.inf, math.inf], setup_from_steps=0.0)
