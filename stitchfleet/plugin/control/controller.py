@@ -54,9 +54,10 @@ class Controller:
         self.clusters, self.ledger, self.size = clusters, ledger, size
         # the probe schedule, samples and decisions; the kernels per shape signature: a finding's shapes, a
         # signature's withdrawal
-        length = timing.job_steps if job_steps is None else job_steps  # the settle block's bound (`Timing.settle`)
-        timing = replace(timing, clusters=len(clusters), job_steps=length)
-        self.decisions = ProbeDecisions(clusters, ledger, size, timing, kernels)
+        length = timing.job_steps if job_steps is None else job_steps  # bounds the settle block (`Timing.settle`)
+        self.decisions = ProbeDecisions(
+            clusters, ledger, size, replace(timing, clusters=len(clusters), job_steps=length), kernels
+        )
         self.windows = Windows(timing.window_steps)
         self.warmup = ExecutorWarmup(timing.warmup_steps)
         self.setup_seconds = setup_seconds  # the job's compile seconds so far; the warmup's builds join them
@@ -121,9 +122,8 @@ class Controller:
 
     @job_steps.setter
     def job_steps(self, steps: int | None) -> None:
-        """The job's length, learnt at its session's creation: it bounds the probes and the settle block
-        (`Timing.settle`), which moves the schedule, so only before the job's first step (a session recovered
-        later keeps the schedule its steps ran, on every rank alike)."""
+        """The job's length (learnt at session creation) bounds the probes and the settle block; the latter moves the
+        schedule, so only before the first step (a session recovered later keeps its schedule, on every rank)."""
         self.probing.job_steps = steps
         if self.job_seconds == 0.0 and self.timing.job_steps != steps:
             self.decisions.retime(replace(self.timing, job_steps=steps))
